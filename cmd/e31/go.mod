@@ -1,0 +1,3 @@
+module github.com/e31net/e31/cmd/e31
+
+go 1.26.0

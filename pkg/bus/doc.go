@@ -1,0 +1,34 @@
+// Package bus connects e31's services to the event log: a watermill Publisher
+// and Subscriber over nats.go's jetstream package, the Router every service
+// runs its handlers on, and the two rules that give exactly-once effects on
+// top of at-least-once delivery.
+//
+// # Why our own adapter
+//
+// watermill-nats v2.1.3 publishes to one stream per topic, makes consumers
+// that vanish after five idle seconds, never sets Nats-Msg-Id and never tells
+// the server that a long handler is still working. This adapter keeps
+// watermill's Router and middleware (Recoverer, Retry, PoisonQueue) and gives
+// them durable pull consumers with explicit acks, Nats-Msg-Id from the event
+// id, in-progress signals for handlers that run as long as a job, and delayed
+// redelivery on failure. It passes watermill's own Pub/Sub conformance suite.
+//
+// # Exactly-once effects
+//
+// Delivery is at least once. Two rules make every effect happen once:
+//
+//  1. Every event has a deterministic id (events.ID), sent as Nats-Msg-Id, so a
+//     retried publish inside the duplicate window is stored once.
+//  2. A step that reacts to a job's event appends its own event only if the
+//     trigger is still the job's last event (React uses JetStream's expected
+//     last sequence for the job's subjects). If something happened since, the
+//     step reads what happened and decides again: a redelivered trigger whose
+//     effect is already in the log changes nothing, whenever it arrives.
+//
+// # Ordering
+//
+// A Subscriber with Lanes > 0 hands messages with the same key (the job id)
+// to the Router one at a time, in stream order; Lanes == 1 keeps the whole
+// stream in order, which the projections (RENT, LEDGER) need. Lanes == 0
+// hands every message over at once, for handlers that run as long as a job.
+package bus

@@ -1,0 +1,220 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// ErrConflict means a job's log moved on since the sequence an append
+// expected: something else happened to the job in between.
+var ErrConflict = errors.New("bus: the job's log has moved on")
+
+// ErrClosed is returned by a Publisher or Subscriber used after Close.
+var ErrClosed = errors.New("bus: closed")
+
+// Publisher appends to JetStream. It implements watermill's
+// message.Publisher (the topic is the NATS subject and the message UUID the
+// Nats-Msg-Id), and Append records typed events. It is safe for concurrent use.
+type Publisher struct {
+	js     jetstream.JetStream
+	source string
+	now    func() time.Time
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// NewPublisher returns a Publisher that stamps events with source (the
+// CloudEvents source, e.g. "e31/rent/host-1") and the time now gives.
+func NewPublisher(js jetstream.JetStream, source string, now func() time.Time) *Publisher {
+	if now == nil {
+		now = time.Now
+	}
+	return &Publisher{js: js, source: source, now: now}
+}
+
+// HeaderUUID carries a watermill message's UUID. Watermill treats a UUID as
+// unique within a topic, so Publish scopes the Nats-Msg-Id to the topic;
+// events appended with Append use their event id, which names its job.
+const HeaderUUID = "e31-uuid"
+
+// Publish stores every message on topic with its metadata as headers. A
+// message published twice on the same topic with the same UUID is stored
+// once. It returns when all are stored.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return ErrClosed
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		nm := nats.NewMsg(topic)
+		nm.Data = m.Payload
+		for k, v := range m.Metadata {
+			nm.Header.Set(k, v)
+		}
+		nm.Header.Set(HeaderUUID, m.UUID)
+		nm.Header.Set(nats.MsgIdHdr, topic+" "+m.UUID)
+		f, err := p.js.PublishMsgAsync(nm)
+		if err != nil {
+			return fmt.Errorf("publish %s to %s: %w", m.UUID, topic, err)
+		}
+		futures = append(futures, f)
+	}
+	var errs []error
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("publish %s to %s: %w", msgs[i].UUID, topic, err))
+		case <-time.After(30 * time.Second):
+			errs = append(errs, fmt.Errorf("publish %s to %s: no acknowledgement in 30s", msgs[i].UUID, topic))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the Publisher; later calls fail with ErrClosed.
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	return nil
+}
+
+// Source is the CloudEvents source this Publisher stamps.
+func (p *Publisher) Source() string { return p.source }
+
+// Now is the Publisher's clock.
+func (p *Publisher) Now() time.Time { return p.now() }
+
+// AppendOption changes how one event is appended.
+type AppendOption func(*appendOpts)
+
+type appendOpts struct {
+	expect    uint64
+	hasExpect bool
+}
+
+// ExpectLast appends only if seq is still the last sequence among the job's
+// events (zero: the job has no events yet). Otherwise Append fails with
+// ErrConflict and nothing is stored.
+func ExpectLast(seq uint64) AppendOption {
+	return func(o *appendOpts) { o.expect, o.hasExpect = seq, true }
+}
+
+// Append records ev about subject (a job or node id) and returns it as stored.
+// A duplicate of an event already stored returns the stored one's sequence.
+func (p *Publisher) Append(ctx context.Context, subject string, ev events.Event, opts ...AppendOption) (events.Envelope, error) {
+	env := events.New(subject, ev, p.source, p.now())
+	return p.AppendEnvelope(ctx, env, opts...)
+}
+
+// AppendEnvelope records a prepared envelope; see Append.
+func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opts ...AppendOption) (events.Envelope, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return env, ErrClosed
+	}
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := env.Msg()
+	if err != nil {
+		return env, err
+	}
+	env.NATSSubject = m.Subject
+	var popts []jetstream.PublishOpt
+	if o.hasExpect {
+		popts = append(popts, jetstream.WithExpectLastSequenceForSubject(o.expect, events.JobSubject(env.Subject)))
+	}
+	ack, err := p.js.PublishMsg(ctx, m, popts...)
+	if err != nil {
+		if isWrongLastSequence(err) {
+			return env, fmt.Errorf("append %s after #%d: %w", env.ID, o.expect, ErrConflict)
+		}
+		return env, fmt.Errorf("append %s: %w", env.ID, err)
+	}
+	env.Seq = ack.Sequence
+	return env, nil
+}
+
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+// Pending is one event of a batch.
+type Pending struct {
+	Subject string
+	Event   events.Event
+	// Expect, when non-zero or ExpectSet, is the job's expected last sequence.
+	Expect    uint64
+	ExpectSet bool
+}
+
+// AppendBatch appends events about different jobs with one round trip for
+// the lot rather than one each. Results are in order; each has its own error
+// (ErrConflict for a failed expectation). Two events of the same job in one
+// batch must not both carry an expectation.
+func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.Envelope, []error) {
+	envs := make([]events.Envelope, len(batch))
+	errs := make([]error, len(batch))
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		for i := range errs {
+			errs[i] = ErrClosed
+		}
+		return envs, errs
+	}
+	futures := make([]jetstream.PubAckFuture, len(batch))
+	for i, b := range batch {
+		envs[i] = events.New(b.Subject, b.Event, p.source, p.now())
+		m, err := envs[i].Msg()
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		envs[i].NATSSubject = m.Subject
+		var popts []jetstream.PublishOpt
+		if b.ExpectSet {
+			popts = append(popts, jetstream.WithExpectLastSequenceForSubject(b.Expect, events.JobSubject(b.Subject)))
+		}
+		futures[i], errs[i] = p.js.PublishMsgAsync(m, popts...)
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			envs[i].Seq = ack.Sequence
+		case err := <-f.Err():
+			if isWrongLastSequence(err) {
+				errs[i] = fmt.Errorf("append %s: %w", envs[i].ID, ErrConflict)
+			} else {
+				errs[i] = fmt.Errorf("append %s: %w", envs[i].ID, err)
+			}
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("append %s: %w", envs[i].ID, ctx.Err())
+		}
+	}
+	return envs, errs
+}

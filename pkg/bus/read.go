@@ -1,0 +1,151 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Decision decides what a step appends, given what happened to the job after
+// the event that triggered the step (nothing, on the fast path). It must be a
+// pure function of its input: it is called again after a conflict.
+type Decision func(after []events.Envelope) ([]events.Event, error)
+
+// maxReactRounds bounds how often React re-decides: each round means someone
+// else appended to the same job in the few milliseconds since the last one.
+const maxReactRounds = 16
+
+// React appends the events decide returns about trigger's job, but only while
+// trigger (or, after a conflict, the last event read) is still the job's last
+// event. On a conflict it reads what came after the trigger and decides
+// again. This is what makes a redelivered trigger change nothing twice.
+func (p *Publisher) React(ctx context.Context, trigger events.Envelope, decide Decision) ([]events.Envelope, error) {
+	job := trigger.Subject
+	var after []events.Envelope
+	expect := trigger.Seq
+	for round := 0; round < maxReactRounds; round++ {
+		evs, err := decide(after)
+		if err != nil || len(evs) == 0 {
+			return nil, err
+		}
+		stored, err := p.appendChain(ctx, job, evs, expect)
+		if !errors.Is(err, ErrConflict) {
+			return stored, err
+		}
+		after, err = ReadJob(ctx, p.js, job, trigger.Seq+1)
+		if err != nil {
+			return nil, fmt.Errorf("react to %s: %w", trigger, err)
+		}
+		expect = trigger.Seq
+		if len(after) > 0 {
+			expect = after[len(after)-1].Seq
+		}
+	}
+	return nil, fmt.Errorf("react to %s: the job's log kept moving for %d rounds", trigger, maxReactRounds)
+}
+
+// appendChain appends evs in order, each expecting the one before it.
+func (p *Publisher) appendChain(ctx context.Context, job string, evs []events.Event, expect uint64) ([]events.Envelope, error) {
+	stored := make([]events.Envelope, 0, len(evs))
+	for _, ev := range evs {
+		env, err := p.Append(ctx, job, ev, ExpectLast(expect))
+		if err != nil {
+			return stored, err
+		}
+		stored = append(stored, env)
+		expect = env.Seq
+	}
+	return stored, nil
+}
+
+// ReadJob returns the events of one job from stream sequence from onwards
+// (1 for all of them), as they are at the time of the call.
+func ReadJob(ctx context.Context, js jetstream.JetStream, job string, from uint64) ([]events.Envelope, error) {
+	var out []events.Envelope
+	_, err := Replay(ctx, js, ReplayOptions{Filters: []string{events.JobSubject(job)}, From: from}, func(env events.Envelope) error {
+		out = append(out, env)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read job %s: %w", job, err)
+	}
+	return out, nil
+}
+
+// ReplayOptions says what to replay.
+type ReplayOptions struct {
+	// Filters are subject filters; default: every job and node event.
+	Filters []string
+	// From is the first stream sequence to read; 0 or 1 means the beginning.
+	From uint64
+	// Logger reports events that are skipped because they cannot be decoded.
+	Logger *slog.Logger
+}
+
+// Replay reads the stream from opts.From up to its last event at the time of
+// the call and calls fn with each decodable event, in order. It returns the
+// last stream sequence it read (or From-1). Events of unknown types and
+// malformed events are skipped: a reader must not stop at what a newer or
+// hostile writer left in the log.
+func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn func(events.Envelope) error) (uint64, error) {
+	if len(opts.Filters) == 0 {
+		opts.Filters = []string{events.JobSubjects, events.NodeSubjects}
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
+	if opts.From > 1 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = opts.From
+	}
+	last := max(opts.From, 1) - 1
+	cons, err := js.OrderedConsumer(ctx, events.Stream, cfg)
+	if err != nil {
+		return last, fmt.Errorf("replay: %w", err)
+	}
+	pending := cons.CachedInfo().NumPending
+	if pending == 0 {
+		return last, nil
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return last, fmt.Errorf("replay: %w", err)
+	}
+	defer iter.Stop()
+	stop := context.AfterFunc(ctx, iter.Stop)
+	defer stop()
+	for read := uint64(0); read < pending; read++ {
+		m, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return last, ctx.Err()
+			}
+			return last, fmt.Errorf("replay after #%d: %w", last, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return last, fmt.Errorf("replay after #%d: %w", last, err)
+		}
+		last = md.Sequence.Stream
+		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			if opts.Logger != nil && !events.IsUnknownType(err) {
+				opts.Logger.Warn("replay: skipping an event that does not decode", "seq", last, "err", err)
+			}
+			continue
+		}
+		env.Seq = last
+		if err := fn(env); err != nil {
+			return last, err
+		}
+		// The ordered consumer counts pending at creation; once it is
+		// exhausted we are at the end as of the call.
+		if md.NumPending == 0 {
+			break
+		}
+	}
+	return last, nil
+}

@@ -1,0 +1,134 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// permanentError marks a failure that no retry can fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as one that retrying cannot fix (a malformed event, a
+// bug): the message is moved to the poison stream with the reason instead of
+// being redelivered for ever.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+// IsPermanent reports whether err, or a panic it stands for, cannot be fixed
+// by retrying.
+func IsPermanent(err error) bool {
+	var p permanentError
+	var panicked middleware.RecoveredPanicError
+	return errors.As(err, &p) || errors.As(err, &panicked)
+}
+
+// HandlerFunc handles one event. It is called again for the same event after
+// any failure or crash, so it must be idempotent; it may be called
+// concurrently for different jobs, and for one job only as the Subscriber's
+// lanes allow.
+type HandlerFunc func(ctx context.Context, env events.Envelope) error
+
+// Handle adapts fn to a watermill handler. A message that is not a valid
+// event is poison; an event of a type this version does not know is skipped.
+func Handle(fn HandlerFunc) message.NoPublishHandlerFunc {
+	return func(m *message.Message) error {
+		env, err := Envelope(m)
+		if events.IsUnknownType(err) {
+			return nil
+		}
+		if err != nil {
+			return Permanent(err)
+		}
+		return fn(m.Context(), env)
+	}
+}
+
+// RouterConfig configures the Router every service runs.
+type RouterConfig struct {
+	// Service names the service: poison goes to e31.poison.<Service>.
+	Service string
+	Logger  *slog.Logger
+	// Publisher moves poison messages to the poison stream.
+	Publisher *Publisher
+	// Retries is how often a failed handler is retried in place before the
+	// message is handed back to the server for delayed redelivery.
+	Retries int
+	// CloseTimeout bounds how long Close waits for running handlers.
+	CloseTimeout time.Duration
+}
+
+// NewRouter returns a watermill Router with e31's middleware: failures are
+// logged with the job id, retried a few times in place, then redelivered by
+// the server with a delay; poison (malformed events, panics) goes to the
+// poison stream with the reason, and the stream moves on.
+func NewRouter(cfg RouterConfig) (*message.Router, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Retries == 0 {
+		cfg.Retries = 3
+	}
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = 30 * time.Second
+	}
+	r, err := message.NewRouter(message.RouterConfig{CloseTimeout: cfg.CloseTimeout}, watermill.NewSlogLoggerWithLevelMapping(cfg.Logger, map[slog.Level]slog.Level{slog.LevelInfo: slog.LevelDebug}))
+	if err != nil {
+		return nil, fmt.Errorf("bus: router for %s: %w", cfg.Service, err)
+	}
+	poison, err := middleware.PoisonQueueWithFilter(cfg.Publisher, "e31.poison."+cfg.Service, IsPermanent)
+	if err != nil {
+		return nil, fmt.Errorf("bus: poison queue for %s: %w", cfg.Service, err)
+	}
+	r.AddMiddleware(
+		logFailures(cfg.Logger),
+		poison,
+		middleware.Retry{
+			MaxRetries:      cfg.Retries,
+			InitialInterval: 20 * time.Millisecond,
+			MaxInterval:     500 * time.Millisecond,
+			Multiplier:      3,
+			ShouldRetry:     func(p middleware.RetryParams) bool { return !IsPermanent(p.Err) },
+		}.Middleware,
+		middleware.Recoverer,
+	)
+	return r, nil
+}
+
+// logFailures logs every failure once, with the job and event it was about.
+func logFailures(log *slog.Logger) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(m *message.Message) ([]*message.Message, error) {
+			out, err := h(m)
+			if err != nil {
+				level := slog.LevelWarn
+				if IsPermanent(err) {
+					level = slog.LevelError
+				}
+				log.Log(m.Context(), level, "handler failed",
+					"job", JobKey(m.Metadata.Get(MetaSubject)),
+					"event", m.UUID,
+					"seq", m.Metadata.Get(MetaSeq),
+					"handler", message.HandlerNameFromCtx(m.Context()),
+					"permanent", IsPermanent(err),
+					"err", err)
+			}
+			return out, err
+		}
+	}
+}

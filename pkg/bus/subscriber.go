@@ -1,0 +1,362 @@
+package bus
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Metadata keys the Subscriber sets on every message, beside the NATS headers.
+const (
+	// MetaSeq is the stream sequence of the message.
+	MetaSeq = "e31-seq"
+	// MetaSubject is the NATS subject the message was stored under.
+	MetaSubject = "e31-subject"
+	// MetaDelivered is how often the message has been delivered, from 1.
+	MetaDelivered = "e31-delivered"
+	// MetaTerminate, set by a handler before it fails, makes the Subscriber
+	// terminate the message (never redeliver it) with the value as reason.
+	MetaTerminate = "e31-terminate"
+)
+
+// SubscriberConfig configures a Subscriber.
+type SubscriberConfig struct {
+	// Stream to consume; default events.Stream.
+	Stream string
+	// Durable names the consumer group: instances that share it share the
+	// work. The consumer for a topic is named Durable plus the topic.
+	Durable string
+	// Lanes > 0 hands over messages with the same Key in order, one at a time,
+	// Lanes keys at once; 1 keeps the whole topic in stream order. 0 hands
+	// every message over as it comes, up to MaxAckPending at once.
+	Lanes int
+	// Key picks the ordering key from a subject; default: the job id token.
+	Key func(subject string) string
+	// AckWait is how long the server waits for an ack before redelivering.
+	// While a handler runs, the Subscriber tells the server it is still working
+	// every AckWait/3, so a handler may run as long as the job it runs.
+	AckWait time.Duration
+	// MaxAckPending bounds the messages handed over and not yet acked.
+	MaxAckPending int
+	// Backoff is the redelivery delay after a failure: the n-th failure waits
+	// Backoff[n-1], the last entry repeating. Redelivery never gives up: a
+	// message that can never succeed is poison and is terminated instead.
+	Backoff []time.Duration
+	// DeliverNew starts a new consumer at the end of the stream instead of the
+	// beginning.
+	DeliverNew bool
+	// Logger for problems the Subscriber cannot return; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Subscriber implements watermill's message.Subscriber over durable pull
+// consumers. Each Subscribe creates or reuses the durable consumer for its
+// topic, which is one or more subject filters separated by spaces.
+type Subscriber struct {
+	js  jetstream.JetStream
+	cfg SubscriberConfig
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+// NewSubscriber checks cfg and returns a Subscriber.
+func NewSubscriber(js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, error) {
+	if cfg.Durable == "" {
+		return nil, errors.New("bus: SubscriberConfig.Durable is required")
+	}
+	if strings.ContainsAny(cfg.Durable, ".*> \t") {
+		return nil, fmt.Errorf("bus: durable %q may not contain '.', '*', '>' or spaces", cfg.Durable)
+	}
+	if cfg.Stream == "" {
+		cfg.Stream = events.Stream
+	}
+	if cfg.Key == nil {
+		cfg.Key = JobKey
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxAckPending <= 0 {
+		cfg.MaxAckPending = 1000
+	}
+	if cfg.Lanes > cfg.MaxAckPending {
+		cfg.Lanes = cfg.MaxAckPending
+	}
+	if len(cfg.Backoff) == 0 {
+		cfg.Backoff = []time.Duration{100 * time.Millisecond, time.Second, 5 * time.Second, 30 * time.Second}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Subscriber{js: js, cfg: cfg, closing: make(chan struct{})}, nil
+}
+
+// JobKey is the job id of a job event subject (e31.job.<id>.…), else the subject.
+func JobKey(subject string) string {
+	if rest, ok := strings.CutPrefix(subject, "e31.job."); ok {
+		if i := strings.IndexByte(rest, '.'); i > 0 {
+			return rest[:i]
+		}
+	}
+	return subject
+}
+
+// ConsumerName is the durable consumer a Subscriber with durable uses for topic.
+func ConsumerName(durable, topic string) string {
+	var b strings.Builder
+	b.WriteString(durable)
+	for _, f := range strings.Fields(topic) {
+		b.WriteByte('_')
+		for _, r := range f {
+			switch r {
+			case '.':
+				b.WriteByte('-')
+			case '*':
+				b.WriteString("any")
+			case '>':
+				b.WriteString("all")
+			default:
+				b.WriteRune(r)
+			}
+		}
+	}
+	name := b.String()
+	if len(name) > 64 {
+		sum := sha256.Sum256([]byte(topic))
+		name = durable + "_" + hex.EncodeToString(sum[:8])
+	}
+	return name
+}
+
+// Subscribe starts consuming topic. The channel closes when ctx is done or
+// the Subscriber is closed; an unacked message is then redelivered later.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	filters := strings.Fields(topic)
+	if len(filters) == 0 {
+		s.wg.Done()
+		return nil, errors.New("bus: empty topic")
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       ConsumerName(s.cfg.Durable, topic),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: s.cfg.MaxAckPending,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if s.cfg.DeliverNew {
+		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	if len(filters) == 1 {
+		cc.FilterSubject = filters[0]
+	} else {
+		cc.FilterSubjects = filters
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
+	if err != nil {
+		s.wg.Done()
+		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
+	}
+	batch := min(s.cfg.MaxAckPending, 256)
+	iter, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		s.wg.Done()
+		return nil, fmt.Errorf("bus: consume %s: %w", cc.Durable, err)
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan *message.Message)
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+		iter.Stop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		s.run(ctx, iter, out)
+	}()
+	return out, nil
+}
+
+// run pulls messages and hands them to lanes (or straight out) until ctx ends.
+func (s *Subscriber) run(ctx context.Context, iter jetstream.MessagesContext, out chan<- *message.Message) {
+	var handlers sync.WaitGroup
+	defer func() {
+		handlers.Wait()
+		close(out)
+	}()
+	var lanes []chan jetstream.Msg
+	if s.cfg.Lanes > 0 {
+		lanes = make([]chan jetstream.Msg, s.cfg.Lanes)
+		for i := range lanes {
+			lanes[i] = make(chan jetstream.Msg, 64)
+			handlers.Add(1)
+			go func(in <-chan jetstream.Msg) {
+				defer handlers.Done()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case m, ok := <-in:
+						if !ok {
+							return
+						}
+						s.deliver(ctx, m, out)
+					}
+				}
+			}(lanes[i])
+		}
+	}
+	for {
+		m, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return
+			}
+			s.cfg.Logger.Warn("bus: pulling messages", "durable", s.cfg.Durable, "err", err)
+			continue
+		}
+		if lanes == nil {
+			handlers.Add(1)
+			go func() {
+				defer handlers.Done()
+				s.deliver(ctx, m, out)
+			}()
+			continue
+		}
+		h := fnv.New32a()
+		h.Write([]byte(s.cfg.Key(m.Subject())))
+		select {
+		case lanes[h.Sum32()%uint32(len(lanes))] <- m:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// deliver hands one message to the Router and settles it with the server
+// according to what the handler did.
+func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *message.Message) {
+	wm := toWatermill(m)
+	msgCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wm.SetContext(msgCtx)
+	select {
+	case out <- wm:
+	case <-ctx.Done():
+		return // not acked: the server redelivers it
+	}
+	tick := time.NewTicker(max(s.cfg.AckWait/3, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-wm.Acked():
+			if err := m.Ack(); err != nil {
+				s.cfg.Logger.Warn("bus: ack", "msg", wm.UUID, "err", err)
+			}
+			return
+		case <-wm.Nacked():
+			if reason := wm.Metadata.Get(MetaTerminate); reason != "" {
+				if err := m.TermWithReason(reason); err != nil {
+					s.cfg.Logger.Warn("bus: term", "msg", wm.UUID, "err", err)
+				}
+				return
+			}
+			delivered := 1
+			if md, err := m.Metadata(); err == nil {
+				delivered = int(md.NumDelivered)
+			}
+			delay := s.cfg.Backoff[min(delivered, len(s.cfg.Backoff))-1]
+			if err := m.NakWithDelay(delay); err != nil {
+				s.cfg.Logger.Warn("bus: nak", "msg", wm.UUID, "err", err)
+			}
+			return
+		case <-tick.C:
+			if err := m.InProgress(); err != nil {
+				s.cfg.Logger.Warn("bus: in progress", "msg", wm.UUID, "err", err)
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func toWatermill(m jetstream.Msg) *message.Message {
+	h := m.Headers()
+	id := h.Get(HeaderUUID)
+	if id == "" {
+		id = h.Get(events.HeaderID)
+	}
+	if id == "" {
+		id = h.Get(nats.MsgIdHdr)
+	}
+	wm := message.NewMessage(id, m.Data())
+	for k, v := range h {
+		if len(v) > 0 {
+			wm.Metadata.Set(k, v[0])
+		}
+	}
+	wm.Metadata.Set(MetaSubject, m.Subject())
+	if md, err := m.Metadata(); err == nil {
+		wm.Metadata.Set(MetaSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+		wm.Metadata.Set(MetaDelivered, strconv.FormatUint(md.NumDelivered, 10))
+	}
+	return wm
+}
+
+// Close stops every subscription and waits until their channels are closed.
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Envelope decodes the event a Subscriber delivered, with its stream sequence.
+func Envelope(m *message.Message) (events.Envelope, error) {
+	h := nats.Header{}
+	for k, v := range m.Metadata {
+		h.Set(k, v)
+	}
+	env, err := events.Decode(m.Metadata.Get(MetaSubject), h, m.Payload)
+	if err != nil {
+		return env, err
+	}
+	env.Seq, _ = strconv.ParseUint(m.Metadata.Get(MetaSeq), 10, 64)
+	return env, nil
+}

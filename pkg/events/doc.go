@@ -1,0 +1,42 @@
+// Package events defines the facts e31 records about jobs and nodes, how they
+// travel on NATS JetStream, and where they are stored.
+//
+// # The life of a job
+//
+// Every job moves through one log, the E31 stream. Each step appends a fact in
+// the past tense; nothing happens to a job that the log does not show.
+//
+//		requested ──▶ submitted ──▶ held ──▶ started ──▶ stopped ──▶ returned ──▶ released
+//		     │             │          │                     ▲                        │
+//		     ▼             ▼          └──(cancel/failed to start)┘                   ▼
+//		 rejected      cancelled                                        (final, or held again
+//		                                                                 as a new attempt)
+//
+//	  - JobRequested: a client (the CLI or any system that speaks the published
+//	    JSON Schemas) asks for a job, proposing its id.
+//	  - JobSubmitted / JobRejected: SUBMIT accepted the declaration and found every
+//	    staged input intact, or refused it with the reason.
+//	  - ComputeHeld: RENT holds a node's resources for one attempt; the meter starts.
+//	  - RunStarted / RunStopped: RUN on that node started the job and recorded how
+//	    and why it stopped, with measured usage and the output it collected.
+//	  - OutputReturned: OUTPUT verified the collected output and recorded the
+//	    attempt's final outcome.
+//	  - ComputeReleased: RELEASE gave the compute back; the meter stops. Final says
+//	    whether the job is over or will be held again (a lost node is not the
+//	    job's fault).
+//	  - CancelRequested / JobCancelled: a submitter asked to stop the job; a job
+//	    that was never held ends with JobCancelled.
+//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity.
+//
+// A job is over when its last event is JobRejected, JobCancelled or a final
+// ComputeReleased.
+//
+// # Rules for changing this package
+//
+// Type names (ce-type) carry a version and never depend on a Go type name.
+// Fields are added, never renamed or reused; a breaking change is a new
+// version, and the old decoder stays, because the ledger replays from the
+// first event ever written. The JSON Schemas under schema/ are the contract
+// for systems outside the project, and a test keeps them and the Go types in
+// step.
+package events

@@ -1,0 +1,164 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// CloudEvents attributes in binary mode, one NATS header each.
+const (
+	HeaderSpecVersion = "ce-specversion"
+	HeaderID          = "ce-id"
+	HeaderType        = "ce-type"
+	HeaderSource      = "ce-source"
+	HeaderTime        = "ce-time"
+	HeaderSubject     = "ce-subject"
+	HeaderContentType = "content-type"
+	// HeaderMsgID is JetStream's de-duplication id; it always equals ce-id.
+	HeaderMsgID = nats.MsgIdHdr
+)
+
+// MaxBodyBytes bounds an event body. Anything larger is refused when decoding:
+// a job declaration that big is a mistake or an attack, not a job.
+const MaxBodyBytes = 256 << 10
+
+// Envelope is an event with its CloudEvents attributes, and where it was
+// stored once it has been read back from the stream.
+type Envelope struct {
+	ID      string
+	Type    string
+	Source  string
+	Time    time.Time
+	Subject string // the job id, or the node id for node events
+	Event   Event
+
+	// Seq is the stream sequence; zero until the event has been stored.
+	Seq uint64
+	// NATSSubject is the subject the event was stored under.
+	NATSSubject string
+}
+
+// New wraps ev about subject (a job or node id) with deterministic attributes.
+func New(subject string, ev Event, source string, at time.Time) Envelope {
+	return Envelope{
+		ID:      ID(subject, ev),
+		Type:    ev.Type(),
+		Source:  source,
+		Time:    at.UTC(),
+		Subject: subject,
+		Event:   ev,
+	}
+}
+
+// Msg encodes the envelope as the NATS message that is published.
+func (e Envelope) Msg() (*nats.Msg, error) {
+	body, err := json.Marshal(e.Event)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", e.Type, err)
+	}
+	subj, err := SubjectOf(e.Subject, e.Event)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(subj)
+	m.Data = body
+	m.Header.Set(HeaderSpecVersion, "1.0")
+	m.Header.Set(HeaderID, e.ID)
+	m.Header.Set(HeaderType, e.Type)
+	m.Header.Set(HeaderSource, e.Source)
+	m.Header.Set(HeaderTime, e.Time.Format(time.RFC3339Nano))
+	m.Header.Set(HeaderSubject, e.Subject)
+	m.Header.Set(HeaderContentType, "application/json")
+	m.Header.Set(HeaderMsgID, e.ID)
+	return m, nil
+}
+
+// DecodeError says what was wrong with a message that is not a valid event.
+// It is permanent: the same bytes will never decode.
+type DecodeError struct {
+	Subject string
+	Err     error
+}
+
+func (e *DecodeError) Error() string { return "decode event on " + e.Subject + ": " + e.Err.Error() }
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+// Decode reads an event from a stored message. Unknown fields in the body are
+// errors, so that a producer's typo is refused rather than silently dropped;
+// an unknown type is ErrUnknownType, which readers skip.
+func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
+	fail := func(err error) (Envelope, error) { return Envelope{}, &DecodeError{Subject: subject, Err: err} }
+	if len(body) > MaxBodyBytes {
+		return fail(fmt.Errorf("body of %d bytes is over the limit of %d", len(body), MaxBodyBytes))
+	}
+	env := Envelope{
+		ID:          h.Get(HeaderID),
+		Type:        h.Get(HeaderType),
+		Source:      h.Get(HeaderSource),
+		Subject:     h.Get(HeaderSubject),
+		NATSSubject: subject,
+	}
+	if v := h.Get(HeaderSpecVersion); v != "1.0" {
+		return fail(fmt.Errorf("%s: got %q, expected \"1.0\"", HeaderSpecVersion, v))
+	}
+	for name, v := range map[string]string{HeaderID: env.ID, HeaderType: env.Type, HeaderSource: env.Source, HeaderSubject: env.Subject} {
+		if v == "" {
+			return fail(fmt.Errorf("%s: required", name))
+		}
+	}
+	t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderTime))
+	if err != nil {
+		return fail(fmt.Errorf("%s: expected an RFC 3339 time: %w", HeaderTime, err))
+	}
+	env.Time = t
+	k, ok := kinds[env.Type]
+	if !ok {
+		return fail(fmt.Errorf("%w %q", ErrUnknownType, env.Type))
+	}
+	ev := k.newEvent()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(ev); err != nil {
+		return fail(fmt.Errorf("%s body: %w", env.Type, err))
+	}
+	if dec.More() {
+		return fail(fmt.Errorf("%s body: trailing data after the JSON object", env.Type))
+	}
+	env.Event = ev
+	want, err := SubjectOf(env.Subject, ev)
+	if err != nil {
+		return fail(err)
+	}
+	if want != subject {
+		return fail(fmt.Errorf("stored on %q, but a %s about %q belongs on %q", subject, env.Type, env.Subject, want))
+	}
+	return env, nil
+}
+
+// IsUnknownType reports whether err means the event's type is not one this
+// version knows; such events are skipped, not refused.
+func IsUnknownType(err error) bool { return errors.Is(err, ErrUnknownType) }
+
+// Attempt is the attempt number of an event that belongs to one, else 0.
+func (e Envelope) Attempt() int {
+	h, _ := HoldOf(e.Event)
+	return h.Attempt
+}
+
+// String is a short form for logs: "ComputeHeld job/held/1 #42".
+func (e Envelope) String() string {
+	var b strings.Builder
+	b.WriteString(Name(e.Type))
+	b.WriteString(" ")
+	b.WriteString(e.ID)
+	if e.Seq > 0 {
+		fmt.Fprintf(&b, " #%d", e.Seq)
+	}
+	return b.String()
+}

@@ -1,0 +1,333 @@
+package events
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Event is one fact in the log. The interface is sealed: only the types of
+// this package implement it, so that every event has a schema.
+type Event interface {
+	// Type is the versioned CloudEvents type, such as "e31.job.submitted.v1".
+	Type() string
+	sealed()
+}
+
+// Outcome says how an attempt (and, for the last attempt, the job) ended.
+type Outcome string
+
+// The outcomes of DESIGN.md. They are part of the hold record and never change.
+const (
+	Succeeded     Outcome = "succeeded"
+	Failed        Outcome = "failed"
+	LimitExceeded Outcome = "limit_exceeded"
+	OutOfMemory   Outcome = "out_of_memory"
+	Cancelled     Outcome = "cancelled"
+	Rejected      Outcome = "rejected"
+	NodeLost      Outcome = "node_lost"
+)
+
+// MaxAttempts bounds how often a job is held again after its node was lost.
+// A lost node is not the job's fault, so those attempts count against nothing
+// the submitter declared; the bound only stops a job that kills every node it
+// lands on from cycling for ever.
+const MaxAttempts = 3
+
+// JobSpec is a validated, normalized job declaration: what the job file says,
+// with sizes in bytes, durations in seconds and staged data replaced by the
+// digests of what was uploaded.
+type JobSpec struct {
+	Name    string       `json:"name,omitempty"`
+	Work    Work         `json:"work"`
+	Data    []DataRef    `json:"data,omitempty"`
+	Request Request      `json:"request"`
+	Output  []OutputDecl `json:"output,omitempty"`
+}
+
+// Work is what to run.
+type Work struct {
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env,omitempty"`
+	// Image, when set, asks for a container executor on a node that has one.
+	Image string `json:"image,omitempty"`
+}
+
+// DataRef is one staged input, placed at /data/<Name>.
+type DataRef struct {
+	Name string `json:"name"`
+	// Digest is "sha256:<hex>" of the file, or of the folder's manifest.
+	Digest string `json:"digest,omitempty"`
+	// Kind is "file" or "dir".
+	Kind  string `json:"kind,omitempty"`
+	Bytes int64  `json:"bytes,omitempty"`
+	Files int    `json:"files,omitempty"`
+	// FromJob names an earlier, succeeded job whose output is staged instead.
+	FromJob string `json:"from_job,omitempty"`
+}
+
+// Request is the compute a job asks for, with its hard wall-clock limit.
+type Request struct {
+	CPU          float64 `json:"cpu"`
+	MemoryBytes  int64   `json:"memory_bytes"`
+	GPU          int     `json:"gpu"`
+	DiskBytes    int64   `json:"disk_bytes"`
+	LimitSeconds float64 `json:"limit_seconds"`
+}
+
+// OutputDecl is one declared output: a path or glob under /out.
+type OutputDecl struct {
+	Path     string `json:"path"`
+	Required bool   `json:"required"`
+}
+
+// Hold identifies one attempt and the resources held for it. Every event from
+// ComputeHeld to ComputeReleased carries it, so each is readable on its own.
+type Hold struct {
+	Attempt     int     `json:"attempt"`
+	Node        string  `json:"node"`
+	CPU         float64 `json:"cpu"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	GPU         int     `json:"gpu"`
+	DiskBytes   int64   `json:"disk_bytes"`
+}
+
+// Usage is what the job measurably used, read from the kernel at its end.
+type Usage struct {
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	MaxRSSBytes int64   `json:"max_rss_bytes"`
+}
+
+// OutputFile is one returned file: its path under /out, size and digest.
+type OutputFile struct {
+	Path   string `json:"path"`
+	Bytes  int64  `json:"bytes"`
+	Digest string `json:"digest"`
+}
+
+// Collected is what RUN found under /out for the declared outputs.
+type Collected struct {
+	Files []OutputFile `json:"files"`
+	// Missing lists declared paths or globs that matched nothing.
+	Missing []string `json:"missing"`
+	Bytes   int64    `json:"bytes"`
+}
+
+// JobRequested asks for a job. Anyone allowed to submit may publish it; the
+// id in the subject is the client's proposal and SUBMIT decides.
+type JobRequested struct {
+	Submitter string  `json:"submitter"`
+	Spec      JobSpec `json:"spec"`
+}
+
+// JobSubmitted records that SUBMIT accepted a job: its declaration is valid
+// and every staged input is present and intact.
+type JobSubmitted struct {
+	Submitter string  `json:"submitter"`
+	Spec      JobSpec `json:"spec"`
+}
+
+// JobRejected records that a job was refused, and why. It was never held.
+type JobRejected struct {
+	Reason string `json:"reason"`
+	// Problems lists every problem found, one line each, when there were several.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// ComputeHeld records that RENT held a node's resources for one attempt of a
+// job: the meter starts at its ce-time. It carries the spec so that the node
+// needs nothing else to run the job.
+type ComputeHeld struct {
+	Hold
+	Submitter string  `json:"submitter"`
+	Spec      JobSpec `json:"spec"`
+}
+
+// RunStarted records that the node started the job.
+type RunStarted struct {
+	Hold
+}
+
+// RunStopped records how and why the job stopped, what it used and what it
+// left under /out.
+type RunStopped struct {
+	Hold
+	Outcome Outcome `json:"outcome"`
+	// ExitCode is the job's exit status, absent when it never ran or was killed.
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Usage    Usage     `json:"usage"`
+	Output   Collected `json:"output"`
+}
+
+// OutputReturned records that the output is stored for the submitter, with
+// the attempt's final outcome (a job that exited 0 without a required output
+// did not succeed).
+type OutputReturned struct {
+	Hold
+	Outcome Outcome      `json:"outcome"`
+	Reason  string       `json:"reason,omitempty"`
+	Files   []OutputFile `json:"files"`
+	Bytes   int64        `json:"bytes"`
+	// Partial is true when the job did not finish: what was there is returned.
+	Partial bool     `json:"partial"`
+	Missing []string `json:"missing"`
+}
+
+// ComputeReleased records that the compute of one attempt went back to the
+// pool: the meter stops at its ce-time.
+type ComputeReleased struct {
+	Hold
+	Outcome Outcome `json:"outcome"`
+	// Final is false only when the job will be held again as a new attempt.
+	Final bool `json:"final"`
+}
+
+// CancelRequested records that someone asked to stop a job.
+type CancelRequested struct {
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// JobCancelled records that a job was cancelled before compute was held.
+type JobCancelled struct {
+	Reason string `json:"reason"`
+}
+
+// NodeAnnounced records that a run node joined the pool, or joined again
+// after a restart (a new Boot).
+type NodeAnnounced struct {
+	Node        string            `json:"node"`
+	Boot        string            `json:"boot"`
+	CPU         float64           `json:"cpu"`
+	MemoryBytes int64             `json:"memory_bytes"`
+	GPU         int               `json:"gpu"`
+	DiskBytes   int64             `json:"disk_bytes"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// The versioned type names. Never change one; add a new version instead.
+const (
+	TypeJobRequested    = "e31.job.requested.v1"
+	TypeJobSubmitted    = "e31.job.submitted.v1"
+	TypeJobRejected     = "e31.job.rejected.v1"
+	TypeComputeHeld     = "e31.job.held.v1"
+	TypeRunStarted      = "e31.job.started.v1"
+	TypeRunStopped      = "e31.job.stopped.v1"
+	TypeOutputReturned  = "e31.job.returned.v1"
+	TypeComputeReleased = "e31.job.released.v1"
+	TypeCancelRequested = "e31.job.cancel_requested.v1"
+	TypeJobCancelled    = "e31.job.cancelled.v1"
+	TypeNodeAnnounced   = "e31.node.announced.v1"
+)
+
+func (JobRequested) Type() string    { return TypeJobRequested }
+func (JobSubmitted) Type() string    { return TypeJobSubmitted }
+func (JobRejected) Type() string     { return TypeJobRejected }
+func (ComputeHeld) Type() string     { return TypeComputeHeld }
+func (RunStarted) Type() string      { return TypeRunStarted }
+func (RunStopped) Type() string      { return TypeRunStopped }
+func (OutputReturned) Type() string  { return TypeOutputReturned }
+func (ComputeReleased) Type() string { return TypeComputeReleased }
+func (CancelRequested) Type() string { return TypeCancelRequested }
+func (JobCancelled) Type() string    { return TypeJobCancelled }
+func (NodeAnnounced) Type() string   { return TypeNodeAnnounced }
+
+func (JobRequested) sealed()    {}
+func (JobSubmitted) sealed()    {}
+func (JobRejected) sealed()     {}
+func (ComputeHeld) sealed()     {}
+func (RunStarted) sealed()      {}
+func (RunStopped) sealed()      {}
+func (OutputReturned) sealed()  {}
+func (ComputeReleased) sealed() {}
+func (CancelRequested) sealed() {}
+func (JobCancelled) sealed()    {}
+func (NodeAnnounced) sealed()   {}
+
+// kind describes where an event type lives: its subject token and whether it
+// belongs to an attempt (and so carries a Hold).
+type kind struct {
+	token     string
+	perHold   bool
+	newEvent  func() Event
+	shortName string // the Go-independent name shown in hold records and the CLI
+}
+
+// kinds is the registry of every decodable type. Old versions stay here for ever.
+var kinds = map[string]kind{
+	TypeJobRequested:    {"requested", false, func() Event { return new(JobRequested) }, "JobRequested"},
+	TypeJobSubmitted:    {"submitted", false, func() Event { return new(JobSubmitted) }, "JobSubmitted"},
+	TypeJobRejected:     {"rejected", false, func() Event { return new(JobRejected) }, "JobRejected"},
+	TypeComputeHeld:     {"held", true, func() Event { return new(ComputeHeld) }, "ComputeHeld"},
+	TypeRunStarted:      {"started", true, func() Event { return new(RunStarted) }, "RunStarted"},
+	TypeRunStopped:      {"stopped", true, func() Event { return new(RunStopped) }, "RunStopped"},
+	TypeOutputReturned:  {"returned", true, func() Event { return new(OutputReturned) }, "OutputReturned"},
+	TypeComputeReleased: {"released", true, func() Event { return new(ComputeReleased) }, "ComputeReleased"},
+	TypeCancelRequested: {"cancel", false, func() Event { return new(CancelRequested) }, "CancelRequested"},
+	TypeJobCancelled:    {"cancelled", false, func() Event { return new(JobCancelled) }, "JobCancelled"},
+	TypeNodeAnnounced:   {"announced", false, func() Event { return new(NodeAnnounced) }, "NodeAnnounced"},
+}
+
+// Types lists every event type this package can decode.
+func Types() []string {
+	out := make([]string, 0, len(kinds))
+	for t := range kinds {
+		out = append(out, t)
+	}
+	return out
+}
+
+// Name is the short, stable name of an event type ("ComputeHeld"), as it
+// appears in hold records. Unknown types are returned as they are.
+func Name(ceType string) string {
+	if k, ok := kinds[ceType]; ok {
+		return k.shortName
+	}
+	return ceType
+}
+
+// held is implemented by every event that embeds a Hold.
+type held interface{ held() Hold }
+
+func (h Hold) held() Hold { return h }
+
+// HoldOf returns the attempt an event belongs to, if it belongs to one.
+func HoldOf(ev Event) (Hold, bool) {
+	if h, ok := ev.(held); ok {
+		return h.held(), true
+	}
+	return Hold{}, false
+}
+
+// ID is the deterministic id of an event about subject (a job or node id):
+// "<subject>/<kind>" or, for an attempt, "<subject>/<kind>/<attempt>". It is
+// both ce-id and Nats-Msg-Id, so a retried publish is stored once.
+func ID(subject string, ev Event) string {
+	k := kinds[ev.Type()]
+	if h, ok := HoldOf(ev); ok && k.perHold {
+		return subject + "/" + k.token + "/" + strconv.Itoa(h.Attempt)
+	}
+	if n, ok := ev.(interface{ boot() string }); ok {
+		return subject + "/" + k.token + "/" + n.boot()
+	}
+	return subject + "/" + k.token
+}
+
+func (n NodeAnnounced) boot() string { return n.Boot }
+
+// ender is implemented by the events that can end a job.
+type ender interface{ ends() bool }
+
+func (JobRejected) ends() bool       { return true }
+func (JobCancelled) ends() bool      { return true }
+func (e ComputeReleased) ends() bool { return e.Final }
+
+// Terminal reports whether ev ends its job: nothing follows it.
+func Terminal(ev Event) bool {
+	e, ok := ev.(ender)
+	return ok && e.ends()
+}
+
+// ErrUnknownType is returned for an event type this version cannot decode.
+// Readers skip such events rather than stop: newer writers may add types.
+var ErrUnknownType = fmt.Errorf("events: unknown event type")

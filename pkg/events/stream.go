@@ -1,0 +1,157 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The one place that says where things are stored.
+const (
+	// Stream is the log of every job and node event: the source of truth.
+	Stream = "E31"
+	// JobSubjects matches every job event: e31.job.<job>.<kind>[.<node>].
+	JobSubjects = "e31.job.>"
+	// NodeSubjects matches every node event: e31.node.<node>.<kind>.
+	NodeSubjects = "e31.node.>"
+
+	// PoisonStream keeps events a service could never handle, with the reason,
+	// so that nothing is dropped silently.
+	PoisonStream = "E31_POISON"
+	// PoisonSubjects matches e31.poison.<service>.
+	PoisonSubjects = "e31.poison.>"
+
+	// DataBucket is the object store for staged data and returned output,
+	// content addressed by digest.
+	DataBucket = "E31_DATA"
+
+	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. Past it,
+	// idempotent handlers are what keep a redelivery from acting twice.
+	DuplicateWindow = 2 * time.Minute
+)
+
+// idPattern is what a job or node id may look like: one NATS subject token.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+
+// ValidID reports whether id can name a job or node.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// JobSubject is the subject of every event of one job: the filter for reading
+// its history and the scope of its optimistic concurrency.
+func JobSubject(job string) string { return "e31.job." + job + ".>" }
+
+// HeldSubject is what a node's consumer filters on to see its own holds.
+func HeldSubject(node string) string { return "e31.job.*.held." + node }
+
+// KindSubject matches one kind of job event for every job, e.g. "e31.job.*.submitted".
+func KindSubject(ceType string) string { return "e31.job.*." + kinds[ceType].token }
+
+// SubjectOf is where an event about subject (a job or node id) is stored.
+func SubjectOf(subject string, ev Event) (string, error) {
+	if !ValidID(subject) {
+		return "", fmt.Errorf("events: %q is not a valid id (letters, digits, '-' and '_', at most 64)", subject)
+	}
+	k, ok := kinds[ev.Type()]
+	if !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
+	}
+	if _, ok := ev.(interface{ boot() string }); ok {
+		return "e31.node." + subject + "." + k.token, nil
+	}
+	s := "e31.job." + subject + "." + k.token
+	if h, ok := ev.(held); ok && ev.Type() == TypeComputeHeld {
+		if !ValidID(h.held().Node) {
+			return "", fmt.Errorf("events: node %q is not a valid id", h.held().Node)
+		}
+		s += "." + h.held().Node
+	}
+	return s, nil
+}
+
+// StreamOptions are the deployment choices for the streams.
+type StreamOptions struct {
+	// Replicas is 1 on one machine and 3 in a cluster.
+	Replicas int
+}
+
+// StreamConfig is the configuration of the event log.
+func StreamConfig(o StreamOptions) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        Stream,
+		Description: "e31 job and node events: the source of truth",
+		Subjects:    []string{JobSubjects, NodeSubjects},
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+		Retention:   jetstream.LimitsPolicy,
+		// Hold records are kept for ever, so the log is too.
+		MaxAge:      0,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		Discard:     jetstream.DiscardNew,
+		MaxMsgSize:  MaxBodyBytes + 4096,
+		Duplicates:  DuplicateWindow,
+		AllowDirect: true,
+		// An event is a fact: nobody may delete one.
+		DenyDelete: true,
+		DenyPurge:  true,
+	}
+}
+
+// PoisonStreamConfig is the configuration of the poison stream.
+func PoisonStreamConfig(o StreamOptions) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        PoisonStream,
+		Description: "e31 events a service could not handle, with the reason",
+		Subjects:    []string{PoisonSubjects},
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+		MaxAge:      30 * 24 * time.Hour,
+		Duplicates:  DuplicateWindow,
+	}
+}
+
+// DataBucketConfig is the configuration of the object store.
+func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
+	return jetstream.ObjectStoreConfig{
+		Bucket:      DataBucket,
+		Description: "e31 staged data and returned output, content addressed",
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+	}
+}
+
+// Setup creates or updates the streams and buckets. It is idempotent, so
+// every service calls it on start and none depends on another having run.
+func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
+	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o)} {
+		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
+		}
+	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, DataBucketConfig(o)); err != nil {
+		return fmt.Errorf("set up object store %s: %w", DataBucket, err)
+	}
+	return nil
+}
+
+// WaitReady retries a first JetStream call until the server answers: a fresh
+// cluster has no meta leader yet when it starts accepting connections.
+func WaitReady(ctx context.Context, js jetstream.JetStream) error {
+	var last error
+	for {
+		if _, err := js.AccountInfo(ctx); err == nil {
+			return nil
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(fmt.Errorf("jetstream not ready: %w", ctx.Err()), last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

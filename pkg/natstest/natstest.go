@@ -1,0 +1,84 @@
+// Package natstest gives a test its own real NATS JetStream server, in a
+// temporary directory, with the e31 streams set up.
+package natstest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Server is a test's embedded server.
+type Server struct {
+	*broker.Server
+	Dir string
+	tb  testing.TB
+}
+
+// Start runs a server for tb and shuts it down when the test ends. Tests run
+// with SyncInterval: durability against machine crashes is not what they test,
+// and fsync per message would only make them slower.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	return StartIn(tb, tb.TempDir())
+}
+
+// StartIn runs a server on dir, so that a test can stop one and start another
+// on the same store.
+func StartIn(tb testing.TB, dir string) *Server {
+	tb.Helper()
+	s, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "natstest"})
+	if err != nil {
+		tb.Fatalf("natstest: %v", err)
+	}
+	srv := &Server{Server: s, Dir: dir, tb: tb}
+	tb.Cleanup(srv.Stop)
+	return srv
+}
+
+// Stop shuts the server down; calling it twice is harmless.
+func (s *Server) Stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.Shutdown(ctx)
+}
+
+// Conn connects to the server and closes the connection when the test ends.
+func (s *Server) Conn(tb testing.TB) *nats.Conn {
+	tb.Helper()
+	nc, err := s.Connect(tb.Name())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream connects and sets up the e31 streams.
+func (s *Server) JetStream(tb testing.TB) jetstream.JetStream {
+	tb.Helper()
+	js, err := jetstream.New(s.Conn(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	return js
+}
+
+// Context is a context for one test, cancelled when it ends or after d.
+func Context(tb testing.TB, d time.Duration) context.Context {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	tb.Cleanup(cancel)
+	return ctx
+}

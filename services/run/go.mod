@@ -1,0 +1,16 @@
+module github.com/e31net/e31/services/run
+
+go 1.26.0
+
+require github.com/e31net/e31/pkg v0.0.0
+
+require (
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/nats-io/nats.go v1.56.0 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
+
+replace github.com/e31net/e31/pkg => ../../pkg
