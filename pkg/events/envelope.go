@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"time"
 
@@ -36,7 +38,10 @@ type Envelope struct {
 	Source  string
 	Time    time.Time
 	Subject string // the job id, or the node id for node events
-	Event   Event
+	// Event is always a pointer to one of this package's event types, so
+	// that readers need one type switch whether the envelope was decoded
+	// or built locally.
+	Event Event
 
 	// Seq is the stream sequence; zero until the event has been stored.
 	Seq uint64
@@ -46,6 +51,11 @@ type Envelope struct {
 
 // New wraps ev about subject (a job or node id) with deterministic attributes.
 func New(subject string, ev Event, source string, at time.Time) Envelope {
+	if v := reflect.ValueOf(ev); v.Kind() != reflect.Pointer {
+		p := reflect.New(v.Type())
+		p.Elem().Set(v)
+		ev = p.Interface().(Event)
+	}
 	return Envelope{
 		ID:      ID(subject, ev),
 		Type:    ev.Type(),
@@ -127,7 +137,7 @@ func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
 	if err := dec.Decode(ev); err != nil {
 		return fail(fmt.Errorf("%s body: %w", env.Type, err))
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return fail(fmt.Errorf("%s body: trailing data after the JSON object", env.Type))
 	}
 	env.Event = ev

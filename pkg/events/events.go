@@ -110,6 +110,9 @@ type Collected struct {
 	// Missing lists declared paths or globs that matched nothing.
 	Missing []string `json:"missing"`
 	Bytes   int64    `json:"bytes"`
+	// Declared is what RUN matched against (the job's output declaration),
+	// so that whether a missing output was required is read from the event.
+	Declared []OutputDecl `json:"declared,omitempty"`
 }
 
 // JobRequested asks for a job. Anyone allowed to submit may publish it; the

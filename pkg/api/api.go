@@ -1,0 +1,181 @@
+// Package api is the query side of e31: the hold record of DESIGN.md and the
+// request/reply endpoints through which the CLI asks the ledger and the
+// scheduler about jobs. Commands never go this way: everything that changes
+// a job is an event on the log.
+package api
+
+import (
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Subjects of the query endpoints (NATS request/reply, served with nats.go's
+// micro package so they show up in `nats micro ls`).
+const (
+	// LedgerRecord answers a RecordRequest with a RecordReply.
+	LedgerRecord = "e31.api.ledger.record"
+	// LedgerList answers a ListRequest with a ListReply.
+	LedgerList = "e31.api.ledger.list"
+	// LedgerInfo answers with a LedgerInfo.
+	LedgerInfoSubject = "e31.api.ledger.info"
+	// RentWhy answers a WhyRequest with a WhyReply.
+	RentWhy = "e31.api.rent.why"
+)
+
+// States of a job, as `e31 status` shows them.
+const (
+	StateSubmitted = "submitted" // requested, not yet accepted
+	StateWaiting   = "waiting"   // accepted, waiting for compute
+	StateHeld      = "held"      // compute held, not yet started
+	StateRunning   = "running"
+	StateStopped   = "stopped"  // stopped, output not yet returned
+	StateReturned  = "returned" // output returned, compute not yet released
+	StateReleased  = "released" // over: compute released
+	StateRejected  = "rejected" // over: never held
+	StateCancelled = "cancelled"
+)
+
+// HoldRecord is one job's record of what was held for it. Fields may be
+// added, never renamed: programs outside the project read it.
+//
+// Top-level times and results are those of the job's last attempt, except
+// HeldSeconds, which is the meter's total over every attempt.
+type HoldRecord struct {
+	Job       string `json:"job"`
+	Name      string `json:"name"`
+	Submitter string `json:"submitter"`
+	Node      string `json:"node"`
+	State     string `json:"state"`
+
+	Outcome  events.Outcome `json:"outcome,omitempty"`
+	ExitCode *int           `json:"exit_code,omitempty"`
+	Reason   string         `json:"reason,omitempty"`
+
+	Request Request `json:"request"`
+
+	SubmittedAt      *time.Time `json:"submitted_at,omitempty"`
+	HeldAt           *time.Time `json:"held_at,omitempty"`
+	StartedAt        *time.Time `json:"started_at,omitempty"`
+	StoppedAt        *time.Time `json:"stopped_at,omitempty"`
+	OutputReturnedAt *time.Time `json:"output_returned_at,omitempty"`
+	ReleasedAt       *time.Time `json:"released_at,omitempty"`
+
+	HeldSeconds float64      `json:"held_seconds"`
+	Usage       events.Usage `json:"usage"`
+	Output      Output       `json:"output"`
+
+	Attempts []Attempt  `json:"attempts,omitempty"`
+	Events   []EventRef `json:"events"`
+}
+
+// Request is what the job asked for, as the hold record shows it.
+type Request struct {
+	CPU          float64 `json:"cpu"`
+	MemoryBytes  int64   `json:"memory_bytes"`
+	GPU          int     `json:"gpu"`
+	DiskBytes    int64   `json:"disk_bytes"`
+	LimitSeconds float64 `json:"limit_seconds"`
+}
+
+// Output summarizes what was returned.
+type Output struct {
+	Files   int                 `json:"files"`
+	Bytes   int64               `json:"bytes"`
+	Partial bool                `json:"partial"`
+	Missing []string            `json:"missing"`
+	List    []events.OutputFile `json:"list,omitempty"`
+}
+
+// Attempt is one hold of the job on one node.
+type Attempt struct {
+	Attempt          int            `json:"attempt"`
+	Node             string         `json:"node"`
+	Outcome          events.Outcome `json:"outcome,omitempty"`
+	ExitCode         *int           `json:"exit_code,omitempty"`
+	Reason           string         `json:"reason,omitempty"`
+	HeldAt           *time.Time     `json:"held_at,omitempty"`
+	StartedAt        *time.Time     `json:"started_at,omitempty"`
+	StoppedAt        *time.Time     `json:"stopped_at,omitempty"`
+	OutputReturnedAt *time.Time     `json:"output_returned_at,omitempty"`
+	ReleasedAt       *time.Time     `json:"released_at,omitempty"`
+	HeldSeconds      float64        `json:"held_seconds"`
+	Usage            events.Usage   `json:"usage"`
+}
+
+// EventRef names one event a record was built from.
+type EventRef struct {
+	Seq  uint64 `json:"seq"`
+	Type string `json:"type"`
+}
+
+// Over reports whether the job has ended.
+func (r *HoldRecord) Over() bool {
+	switch r.State {
+	case StateReleased, StateRejected, StateCancelled:
+		return true
+	}
+	return false
+}
+
+// RecordRequest asks for one job's record. With MinSeq the ledger answers
+// only once it has applied the log up to that sequence (or after Wait), so a
+// client that saw an event reads a record that includes it.
+type RecordRequest struct {
+	Job    string        `json:"job"`
+	MinSeq uint64        `json:"min_seq,omitempty"`
+	Wait   time.Duration `json:"wait,omitempty"`
+}
+
+// RecordReply is the answer to a RecordRequest.
+type RecordReply struct {
+	Record *HoldRecord `json:"record,omitempty"`
+	Error  string      `json:"error,omitempty"`
+	// Applied is the last log sequence the ledger has applied.
+	Applied uint64 `json:"applied"`
+}
+
+// ListRequest selects records; zero fields select everything.
+type ListRequest struct {
+	Submitter string    `json:"submitter,omitempty"`
+	Node      string    `json:"node,omitempty"`
+	Since     time.Time `json:"since,omitempty"`
+	Until     time.Time `json:"until,omitempty"`
+	// After pages: records of jobs submitted after this job, in log order.
+	After  string `json:"after,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	MinSeq uint64 `json:"min_seq,omitempty"`
+}
+
+// ListReply is one page of records.
+type ListReply struct {
+	Records []*HoldRecord `json:"records"`
+	More    bool          `json:"more"`
+	Applied uint64        `json:"applied"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// LedgerInfo says how far the ledger has read the log.
+type LedgerInfo struct {
+	Applied  uint64 `json:"applied"`
+	LastSeq  uint64 `json:"last_seq"`
+	Behind   uint64 `json:"behind"`
+	Records  int    `json:"records"`
+	CaughtUp bool   `json:"caught_up"`
+}
+
+// WhyRequest asks the scheduler why a job is where it is.
+type WhyRequest struct {
+	Job string `json:"job"`
+}
+
+// WhyReply is the scheduler's answer: for a waiting job, its place in the
+// queue and what it waits for, in words a person understands.
+type WhyReply struct {
+	Job      string `json:"job"`
+	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
+	Position int    `json:"position,omitempty"`
+	Queued   int    `json:"queued,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
