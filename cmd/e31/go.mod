@@ -1,3 +1,53 @@
 module github.com/e31net/e31/cmd/e31
 
 go 1.26.0
+
+require (
+	github.com/e31net/e31/pkg v0.0.0
+	github.com/e31net/e31/services/ledger v0.0.0
+	github.com/e31net/e31/services/output v0.0.0
+	github.com/e31net/e31/services/release v0.0.0
+	github.com/e31net/e31/services/rent v0.0.0
+	github.com/e31net/e31/services/run v0.0.0
+	github.com/e31net/e31/services/submit v0.0.0
+	github.com/google/uuid v1.6.0
+	github.com/nats-io/nats.go v1.56.0
+	github.com/schollz/progressbar/v3 v3.19.1
+	github.com/spf13/cobra v1.10.2
+)
+
+require (
+	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
+	github.com/goccy/go-yaml v1.19.2 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
+	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
+	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	github.com/rivo/uniseg v0.4.7 // indirect
+	github.com/sony/gobreaker v1.0.0 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/term v0.47.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
+)
+
+replace (
+	github.com/e31net/e31/pkg => ../../pkg
+	github.com/e31net/e31/services/ledger => ../../services/ledger
+	github.com/e31net/e31/services/output => ../../services/output
+	github.com/e31net/e31/services/release => ../../services/release
+	github.com/e31net/e31/services/rent => ../../services/rent
+	github.com/e31net/e31/services/run => ../../services/run
+	github.com/e31net/e31/services/submit => ../../services/submit
+)

@@ -164,9 +164,12 @@ type LedgerInfo struct {
 	CaughtUp bool   `json:"caught_up"`
 }
 
-// WhyRequest asks the scheduler why a job is where it is.
+// WhyRequest asks the scheduler why a job is where it is. With MinSeq the
+// scheduler answers once it has read the log that far (or after a few
+// seconds), like RecordRequest.
 type WhyRequest struct {
-	Job string `json:"job"`
+	Job    string `json:"job"`
+	MinSeq uint64 `json:"min_seq,omitempty"`
 }
 
 // WhyReply is the scheduler's answer: for a waiting job, its place in the

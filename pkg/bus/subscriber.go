@@ -277,6 +277,10 @@ func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *m
 	}
 	tick := time.NewTicker(max(s.cfg.AckWait/3, 10*time.Millisecond))
 	defer tick.Stop()
+	// On shutdown the Router waits for running handlers; settle what they
+	// decide, so that a message is not left to its ack wait for nothing.
+	var draining <-chan time.Time
+	done := ctx.Done()
 	for {
 		select {
 		case <-wm.Acked():
@@ -304,7 +308,10 @@ func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *m
 			if err := m.InProgress(); err != nil {
 				s.cfg.Logger.Warn("bus: in progress", "msg", wm.UUID, "err", err)
 			}
-		case <-ctx.Done():
+		case <-done:
+			done = nil
+			draining = time.After(s.cfg.AckWait)
+		case <-draining:
 			return
 		}
 	}

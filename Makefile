@@ -1,0 +1,48 @@
+# e31: a batch compute network.  `make demo` and `make test` are all a newcomer needs.
+
+GO        ?= go
+BIN       := bin/e31
+MODULES   := pkg services/submit services/rent services/run services/output services/release services/ledger cmd/e31
+BENCH_N   ?= 2000
+TEST_FLAGS ?= -count=1 -timeout 15m
+
+export GOFLAGS := -buildvcs=false
+
+.PHONY: all build demo test unit e2e bench images fuzz lint clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/e31
+
+## demo: build, start e31 dev, run the examples, print outcomes and hold records, stop.
+demo: build
+	E31=$(BIN) ./scripts/demo.sh
+
+## test: lint, then unit and integration tests of every module, then end-to-end tests in containers.
+test: lint unit e2e
+
+unit:
+	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(TEST_FLAGS) ./$$m/...; done
+
+e2e:
+	$(GO) test $(TEST_FLAGS) ./e2e/...
+
+## bench: N trivial jobs through the whole life in e31 dev (BENCH_N, default 2000).
+bench: build
+	BENCH_N=$(BENCH_N) $(BIN) bench
+
+images:
+	./deploy/build-images.sh
+
+## fuzz: run every fuzzer for a while (FUZZTIME, default 1m each).
+FUZZTIME ?= 1m
+fuzz:
+	$(GO) test ./pkg/jobfile/ -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@set -e; for m in $(MODULES) e2e; do $(GO) vet ./$$m/...; done
+
+clean:
+	rm -rf bin

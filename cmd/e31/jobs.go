@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+func waitCmd(a *app) *cobra.Command {
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "wait ID",
+		Short: "Wait until a job's compute is released; print its hold record",
+		Long: `Wait until the job is over (its compute released, or it was rejected or
+cancelled) and print its hold record. The exit status is 0 only if the job
+succeeded, 1 if it ended any other way, 3 if waiting timed out.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.dial(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			return c.waitAndPrint(cmd.Context(), args[0], timeout, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the hold record as JSON")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: no limit)")
+	return cmd
+}
+
+func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Duration, asJSON bool) error {
+	if _, err := c.currentRecord(ctx, id); err != nil {
+		return err
+	}
+	wctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	last, err := c.waitOver(wctx, id)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			rec, _ := c.currentRecord(ctx, id)
+			state := "unknown"
+			if rec != nil {
+				state = rec.State
+			}
+			return troubleErr(fmt.Errorf("job %s is still %s after %s", id, state, timeout))
+		}
+		return err
+	}
+	rec, err := c.record(ctx, id, last.Seq)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		if err := writeJSON(c.a.out, rec); err != nil {
+			return err
+		}
+	} else {
+		printRecord(c.a.out, rec)
+	}
+	if rec.Outcome != events.Succeeded {
+		return silent(exitFailed)
+	}
+	return nil
+}
+
+func statusCmd(a *app) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status ID",
+		Short: "Show where a job is and, while it waits, why",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			if !events.ValidID(args[0]) {
+				return usageErr("%q is not a job id", args[0])
+			}
+			seq, err := c.lastSeq(ctx)
+			if err != nil {
+				return err
+			}
+			rec, err := c.record(ctx, args[0], seq)
+			if err != nil {
+				return err
+			}
+			st := status{ID: rec.Job, Name: rec.Name, State: rec.State, Outcome: rec.Outcome, Reason: rec.Reason, Node: rec.Node}
+			if rec.State == api.StateWaiting {
+				if why, err := c.why(ctx, rec.Job, seq); err == nil {
+					st.Reason, st.Position = why.Reason, why.Position
+				} else {
+					st.Reason = "the scheduler did not say: " + err.Error()
+				}
+			}
+			if asJSON {
+				return writeJSON(a.out, st)
+			}
+			line := fmt.Sprintf("%s  %s", st.ID, st.State)
+			if st.Outcome != "" && rec.Over() {
+				line += " (" + string(st.Outcome) + ")"
+			}
+			if st.Node != "" && !rec.Over() {
+				line += " on " + st.Node
+			}
+			if st.Reason != "" {
+				line += ": " + st.Reason
+			}
+			fmt.Fprintln(a.out, line)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// status is `e31 status --json`.
+type status struct {
+	ID       string         `json:"id"`
+	Name     string         `json:"name,omitempty"`
+	State    string         `json:"state"`
+	Outcome  events.Outcome `json:"outcome,omitempty"`
+	Reason   string         `json:"reason,omitempty"`
+	Position int            `json:"position,omitempty"`
+	Node     string         `json:"node,omitempty"`
+}
+
+func outputCmd(a *app) *cobra.Command {
+	var dir string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "output ID",
+		Short: "Write a job's returned output files into a directory",
+		Long: `Write the files the job returned into DIR (default: a folder named after the
+job id), checking every file against its digest. Any mismatch is an error:
+output is never written as complete when it is not.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			rec, err := c.currentRecord(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			switch rec.State {
+			case api.StateReturned, api.StateReleased:
+			case api.StateRejected, api.StateCancelled:
+				return &exitError{exitFailed, fmt.Errorf("job %s was %s: it has no output", rec.Job, rec.State)}
+			default:
+				return &exitError{exitFailed, fmt.Errorf("job %s is %s: its output is returned when it stops (e31 wait %s)", rec.Job, rec.State, rec.Job)}
+			}
+			if dir == "" {
+				dir = rec.Job
+			}
+			store, err := c.store(ctx)
+			if err != nil {
+				return err
+			}
+			if err := stage.Fetch(ctx, store, rec.Output.List, dir, progressFor(a.errOut, quiet)); err != nil {
+				return &exitError{exitFailed, fmt.Errorf("output of %s: %w", rec.Job, err)}
+			}
+			note := ""
+			if rec.Output.Partial {
+				note = " (partial: the job did not finish)"
+			}
+			fmt.Fprintf(a.out, "%d file(s), %s, written to %s%s\n", rec.Output.Files, humanBytes(rec.Output.Bytes), dir, note)
+			if len(rec.Output.Missing) > 0 {
+				fmt.Fprintf(a.out, "missing: %s\n", strings.Join(rec.Output.Missing, ", "))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&dir, "output", "o", "", "directory to write into")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+func cancelCmd(a *app) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Stop a job: its compute is released and its output so far returned",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			rec, err := c.currentRecord(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if rec.Over() {
+				fmt.Fprintf(a.out, "job %s is already over (%s)\n", rec.Job, rec.Outcome)
+				return nil
+			}
+			pub := bus.NewPublisher(c.js, "e31/cli", nil)
+			if _, err := pub.Append(ctx, rec.Job, events.CancelRequested{By: a.env.User, Reason: reason}); err != nil {
+				return troubleErr(fmt.Errorf("cancel %s: %w", rec.Job, err))
+			}
+			fmt.Fprintf(a.out, "cancel of %s requested (it was %s)\n", rec.Job, rec.State)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the record")
+	return cmd
+}
+
+func ledgerCmd(a *app) *cobra.Command {
+	var asJSON bool
+	var q api.ListRequest
+	var since, until string
+	cmd := &cobra.Command{
+		Use:   "ledger [ID]",
+		Short: "Show hold records: one job's, or all of them (filtered)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			if len(args) == 1 {
+				rec, err := c.currentRecord(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(a.out, rec)
+				}
+				printRecord(a.out, rec)
+				return nil
+			}
+			for flag, t := range map[string]struct {
+				s string
+				v *time.Time
+			}{"--since": {since, &q.Since}, "--until": {until, &q.Until}} {
+				if t.s == "" {
+					continue
+				}
+				v, err := time.Parse(time.RFC3339, t.s)
+				if err != nil {
+					return usageErr("%s %q: expected an RFC 3339 time such as 2026-12-01T00:00:00Z", flag, t.s)
+				}
+				*t.v = v
+			}
+			recs, err := c.allRecords(ctx, q)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(a.out, recs)
+			}
+			fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10s  %s\n", "JOB", "STATE", "OUTCOME", "NODE", "HELD_S", "NAME")
+			for _, r := range recs {
+				fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10.3f  %s\n", r.Job, r.State, r.Outcome, r.Node, r.HeldSeconds, r.Name)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&q.Submitter, "submitter", "", "only this submitter's jobs")
+	cmd.Flags().StringVar(&q.Node, "node", "", "only jobs held on this node")
+	cmd.Flags().StringVar(&since, "since", "", "only jobs submitted at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&until, "until", "", "only jobs submitted before this time (RFC 3339)")
+	return cmd
+}
+
+// allRecords pages through the ledger as of now.
+func (c *client) allRecords(ctx context.Context, q api.ListRequest) ([]*api.HoldRecord, error) {
+	seq, err := c.lastSeq(ctx)
+	if err != nil {
+		return nil, err
+	}
+	q.MinSeq = seq
+	var all []*api.HoldRecord
+	for {
+		var reply api.ListReply
+		if err := c.request(ctx, api.LedgerList, q, &reply, 30*time.Second); err != nil {
+			return nil, err
+		}
+		if reply.Error != "" {
+			return nil, errors.New(reply.Error)
+		}
+		if reply.Applied < seq {
+			return nil, troubleErr(fmt.Errorf("the ledger has read the log up to #%d, not yet #%d; try again", reply.Applied, seq))
+		}
+		all = append(all, reply.Records...)
+		if !reply.More || len(reply.Records) == 0 {
+			return all, nil
+		}
+		q.After = reply.Records[len(reply.Records)-1].Job
+	}
+}
+
+func eventsCmd(a *app) *cobra.Command {
+	var follow, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "events [ID]",
+		Short: "Print the raw events of one job, or the whole log",
+		Long: `Print the events of one job, or of the whole log, in log order. With --json,
+one object per line with the stream sequence, subject, headers and body exactly
+as stored: an export that 'e31 audit --from FILE' can check with no server.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c, err := a.dial(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			filters := []string{events.JobSubjects, events.NodeSubjects}
+			if len(args) == 1 {
+				if !events.ValidID(args[0]) {
+					return usageErr("%q is not a job id", args[0])
+				}
+				filters = []string{events.JobSubject(args[0])}
+			}
+			enc := json.NewEncoder(a.out)
+			err = c.scan(ctx, filters, follow, func(m rawEvent) error {
+				if asJSON {
+					return enc.Encode(m)
+				}
+				env, err := events.Decode(m.Subject, natsHeader(m.Headers), m.Body)
+				if err != nil {
+					_, werr := fmt.Fprintf(a.out, "#%-6d %s  (not a valid event: %v)\n", m.Seq, m.Subject, err)
+					return werr
+				}
+				env.Seq = m.Seq
+				return printEvent(a.out, env)
+			})
+			return ignoreCancel(err)
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they are logged")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: sequence, subject, headers and body as stored")
+	return cmd
+}
+
+func ignoreCancel(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func printEvent(w io.Writer, env events.Envelope) error {
+	_, err := fmt.Fprintf(w, "#%-6d %s  %-16s %s\n", env.Seq, env.Time.Format("2006-01-02T15:04:05.000Z07:00"), events.Name(env.Type), env.ID)
+	return err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

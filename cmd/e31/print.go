@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// printRecord writes a hold record for people; --json gives the exact one.
+func printRecord(w io.Writer, r *api.HoldRecord) {
+	title := r.Job
+	if r.Name != "" {
+		title += "  " + r.Name
+	}
+	fmt.Fprintf(w, "job      %s  (submitted by %s)\n", title, r.Submitter)
+	outcome := r.State
+	if r.Outcome != "" {
+		outcome = string(r.Outcome)
+	}
+	if r.ExitCode != nil {
+		outcome += fmt.Sprintf(" (exit %d)", *r.ExitCode)
+	}
+	if r.Reason != "" && r.Outcome != events.Succeeded {
+		outcome += ": " + r.Reason
+	}
+	fmt.Fprintf(w, "outcome  %s\n", outcome)
+	q := r.Request
+	fmt.Fprintf(w, "request  %g cpu, %s memory, limit %s\n", q.CPU, humanBytes(q.MemoryBytes), (time.Duration(q.LimitSeconds * float64(time.Second))).String())
+	for _, a := range r.Attempts {
+		line := fmt.Sprintf("held     attempt %d on %s", a.Attempt, a.Node)
+		if a.HeldAt != nil {
+			line += " from " + a.HeldAt.Format(time.RFC3339)
+		}
+		if a.ReleasedAt != nil {
+			line += fmt.Sprintf(" for %.3f s", a.HeldSeconds)
+		}
+		if a.Outcome != "" && len(r.Attempts) > 1 {
+			line += " → " + string(a.Outcome)
+		}
+		fmt.Fprintln(w, line)
+	}
+	if len(r.Attempts) > 0 {
+		fmt.Fprintf(w, "meter    %.3f s held\n", r.HeldSeconds)
+		fmt.Fprintf(w, "usage    %.3f cpu-seconds, %s peak memory\n", r.Usage.CPUSeconds, humanBytes(r.Usage.MaxRSSBytes))
+	}
+	if r.Output.Files > 0 || len(r.Output.Missing) > 0 || r.State == api.StateReleased {
+		out := fmt.Sprintf("%d file(s), %s", r.Output.Files, humanBytes(r.Output.Bytes))
+		if r.Output.Partial {
+			out += ", partial"
+		}
+		if len(r.Output.Missing) > 0 {
+			out += "; missing: " + strings.Join(r.Output.Missing, ", ")
+		}
+		fmt.Fprintf(w, "output   %s\n", out)
+	}
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

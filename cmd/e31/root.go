@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/e31net/e31/pkg/connect"
+)
+
+// Exit codes, the same for every command.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // the job did not succeed; the audit found a difference
+	exitUsage   = 2 // bad command line or bad input (a job file with errors)
+	exitTrouble = 3 // e31 could not be reached or did not answer in time
+)
+
+// exitError carries an exit code with its message.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, args ...any) error {
+	return &exitError{exitUsage, fmt.Errorf(format, args...)}
+}
+func troubleErr(err error) error { return &exitError{exitTrouble, err} }
+
+// silent is an exit code whose message was already printed.
+type silent int
+
+func (s silent) Error() string { return fmt.Sprintf("exit %d", int(s)) }
+
+// env is everything e31 reads from the environment, read in one place.
+type env struct {
+	NATS  string // E31_NATS
+	Creds string // E31_CREDS
+	Log   string // E31_LOG: debug, info, warn, error
+	User  string // the submitter name for now: $USER
+	// BenchN is the default number of jobs for `e31 bench`: $BENCH_N.
+	BenchN int
+}
+
+func readEnv() env {
+	user := os.Getenv("USER")
+	if user == "" {
+		user = "anonymous"
+	}
+	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
+	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN}
+}
+
+// app is what every command shares: where to connect, how to log, where
+// to write.
+type app struct {
+	env      env
+	natsURL  string
+	creds    string
+	logLevel string
+	out      io.Writer
+	errOut   io.Writer
+	log      *slog.Logger
+}
+
+func (a *app) connectConfig(name string) connect.Config {
+	url := a.natsURL
+	if url == "" {
+		url = a.env.NATS
+	}
+	creds := a.creds
+	if creds == "" {
+		creds = a.env.Creds
+	}
+	return connect.Config{URL: url, Creds: creds, Name: name, Logger: a.log}
+}
+
+func (a *app) setupLog() error {
+	level := a.logLevel
+	if level == "" {
+		level = a.env.Log
+	}
+	if level == "" {
+		level = "info"
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return usageErr("--log-level %q: expected debug, info, warn or error", level)
+	}
+	a.log = slog.New(slog.NewTextHandler(a.errOut, &slog.HandlerOptions{Level: l}))
+	slog.SetDefault(a.log)
+	return nil
+}
+
+func execute(args []string, stdout, stderr io.Writer) int {
+	a := &app{env: readEnv(), out: stdout, errOut: stderr}
+	root := &cobra.Command{
+		Use:   "e31",
+		Short: "e31 runs batch jobs: describe one, collect its output in the morning",
+		Long: `e31 is a batch compute network. Describe a job in a file (the work, the data it
+reads, the compute it needs with a hard limit, the output it must return),
+submit it, and collect the output when it is done. Every job gets a hold
+record of what was held for it, which anyone can rebuild from the event log.
+
+Start everything on one machine with 'e31 dev', then in another terminal:
+
+  e31 submit examples/hello/job.yaml --wait
+  e31 output JOB_ID -o ./out`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.setupLog()
+		},
+	}
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&a.natsURL, "nats", "", "NATS server URL (default $E31_NATS or "+connect.DefaultURL+")")
+	root.PersistentFlags().StringVar(&a.creds, "creds", "", "NATS credentials file (default $E31_CREDS)")
+	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn, error (default $E31_LOG or info)")
+	root.AddCommand(
+		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a),
+		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a),
+	)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var s silent
+	if errors.As(err, &s) {
+		return int(s)
+	}
+	fmt.Fprintln(stderr, "e31:", strings.TrimSpace(err.Error()))
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.Contains(err.Error(), "accepts ") ||
+		strings.Contains(err.Error(), "requires ") {
+		return exitUsage
+	}
+	return exitTrouble
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// rawEvent is one stored message exactly as the log holds it: the form of
+// `e31 events --json` and of the files `e31 audit --from` reads.
+type rawEvent struct {
+	Seq     uint64              `json:"seq"`
+	Subject string              `json:"subject"`
+	Headers map[string][]string `json:"headers"`
+	Body    json.RawMessage     `json:"body"`
+}
+
+func natsHeader(h map[string][]string) nats.Header { return nats.Header(h) }
+
+// scan calls fn with every stored message matching filters, in log order,
+// up to the end of the log as of the call or, with follow, for ever.
+func (c *client) scan(ctx context.Context, filters []string, follow bool, fn func(rawEvent) error) error {
+	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	if err != nil {
+		return troubleErr(fmt.Errorf("read the log: %w", err))
+	}
+	pending := cons.CachedInfo().NumPending
+	if pending == 0 && !follow {
+		return nil
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return troubleErr(fmt.Errorf("read the log: %w", err))
+	}
+	defer iter.Stop()
+	stop := context.AfterFunc(ctx, iter.Stop)
+	defer stop()
+	for read := uint64(0); follow || read < pending; read++ {
+		m, err := iter.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return troubleErr(fmt.Errorf("read the log: %w", err))
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		body := json.RawMessage(m.Data())
+		if !json.Valid(body) {
+			b, _ := json.Marshal(string(m.Data()))
+			body = b
+		}
+		if err := fn(rawEvent{Seq: md.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Body: body}); err != nil {
+			return err
+		}
+		if !follow && md.NumPending == 0 {
+			return nil
+		}
+	}
+	return nil
+}

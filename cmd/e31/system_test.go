@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// testSystem is `e31 dev` started in-process for one test.
+type testSystem struct {
+	t   *testing.T
+	dir string
+	url string
+	sys *devSystem
+	c   *client
+}
+
+// testExecutor is the executor integration tests run jobs with: the default
+// one (the sandbox where the machine allows it), so that the suite tests
+// what users get.
+var testExecutor = "auto"
+
+func startSystem(t *testing.T, dir string, nodes int) *testSystem {
+	t.Helper()
+	ts := &testSystem{t: t, dir: dir}
+	ts.start(nodes)
+	t.Cleanup(ts.stop)
+	return ts
+}
+
+func (ts *testSystem) start(nodes int) {
+	t := ts.t
+	t.Helper()
+	a := &app{out: io.Discard, errOut: io.Discard}
+	a.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx := context.Background()
+	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
+		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: testExecutor, grace: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("start e31 dev: %v", err)
+	}
+	ts.sys = sys
+	ts.url = sys.broker.ClientURL()
+	a.natsURL = ts.url
+	c, err := a.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.c = c
+}
+
+func (ts *testSystem) stop() {
+	if ts.sys == nil {
+		return
+	}
+	ts.c.close()
+	if err := ts.sys.stop(); err != nil {
+		ts.t.Errorf("stop e31 dev: %v", err)
+	}
+	ts.sys = nil
+}
+
+// testWriter sends logs to the test's log, so they show only on failure.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+// cli runs the e31 command line against the system, as a user would.
+func (ts *testSystem) cli(args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = execute(append(args, "--nats", ts.url, "--log-level", "warn"), &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// writeJob writes a job file (and any extra files) into a fresh folder.
+func writeJob(t *testing.T, yaml string, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// submit submits a job file through the CLI and returns its id.
+func (ts *testSystem) submit(path string) string {
+	ts.t.Helper()
+	out, errOut, code := ts.cli("submit", "--quiet", "--json", path)
+	if code != 0 {
+		ts.t.Fatalf("e31 submit: exit %d: %s", code, errOut)
+	}
+	var r struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.ID == "" {
+		ts.t.Fatalf("e31 submit --json printed %q", out)
+	}
+	return r.ID
+}
+
+// wait waits for a job through the CLI and returns its record and exit code.
+func (ts *testSystem) wait(id string) (*api.HoldRecord, int) {
+	ts.t.Helper()
+	out, errOut, code := ts.cli("wait", "--json", "--timeout", "60s", id)
+	var rec api.HoldRecord
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		ev, _, _ := ts.cli("events", id)
+		ts.t.Fatalf("e31 wait %s: exit %d, %v: %s %s\nits events:\n%s", id, code, err, out, errOut, ev)
+	}
+	return &rec, code
+}
+
+// kinds lists the event types of a job's log.
+func (ts *testSystem) kinds(id string) []string {
+	ts.t.Helper()
+	evs, err := bus.ReadJob(context.Background(), ts.c.js, id, 1)
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, events.Name(e.Type))
+	}
+	return out
+}
+
+func TestJobSucceedsAndItsOutputComesBackByteForByte(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	input := strings.Repeat("e31 returns what the job wrote, byte for byte.\n", 5000) + "\x00\x01\xff"
+	job := writeJob(t, `
+name: copy
+work:
+  command: ["/bin/sh", "-c", "cp $E31_DATA/in/input.bin $E31_OUTPUT/copy.bin && mkdir -p $E31_OUTPUT/sub && echo $E31_JOB_ID > $E31_OUTPUT/sub/id.txt"]
+data:
+  - name: in
+    path: ./in
+request:
+  cpu: 0.5
+  memory: 128MiB
+  limit: 1m
+output:
+  - copy.bin
+  - sub/*.txt
+`, map[string]string{"in/input.bin": input})
+	id := ts.submit(job)
+	rec, code := ts.wait(id)
+	if code != 0 || rec.Outcome != events.Succeeded {
+		t.Fatalf("outcome %s (exit %d): %s", rec.Outcome, code, rec.Reason)
+	}
+	if rec.Output.Files != 2 || rec.Output.Partial || len(rec.Output.Missing) != 0 {
+		t.Errorf("output = %+v, want 2 files, complete", rec.Output)
+	}
+	if rec.ReleasedAt == nil || rec.HeldAt == nil || rec.HeldSeconds <= 0 || rec.Node != "node-1" {
+		t.Errorf("record does not show the hold: %+v", rec)
+	}
+	dir := t.TempDir()
+	if _, errOut, code := ts.cli("output", id, "-o", dir, "--quiet"); code != 0 {
+		t.Fatalf("e31 output: exit %d: %s", code, errOut)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "copy.bin"))
+	if err != nil || string(got) != input {
+		t.Errorf("returned copy.bin differs from the staged input (%d vs %d bytes, %v)", len(got), len(input), err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "sub", "id.txt")); strings.TrimSpace(string(got)) != id {
+		t.Errorf("sub/id.txt = %q, want the job id (E31_JOB_ID)", got)
+	}
+}
+
+func TestNonZeroExitIsFailedWithTheCode(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	id := ts.submit(writeJob(t, `
+work:
+  command: ["/bin/sh", "-c", "echo partial > $E31_OUTPUT/log.txt; exit 7"]
+request: {cpu: 0.5, memory: 64MiB, limit: 1m}
+output: [log.txt]
+`, nil))
+	rec, code := ts.wait(id)
+	if code != exitFailed {
+		t.Errorf("e31 wait exit = %d, want %d for a failed job", code, exitFailed)
+	}
+	if rec.Outcome != events.Failed || rec.ExitCode == nil || *rec.ExitCode != 7 {
+		t.Fatalf("outcome %s exit %v, want failed with 7", rec.Outcome, rec.ExitCode)
+	}
+	if rec.Output.Files != 1 {
+		t.Errorf("a failed job's output is returned too: got %d files", rec.Output.Files)
+	}
+	if rec.State != api.StateReleased {
+		t.Errorf("state %s, want released", rec.State)
+	}
+}
+
+func TestJobPastItsLimitIsStoppedAndReleasedWithPartialOutput(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	id := ts.submit(writeJob(t, `
+work:
+  command: ["/bin/sh", "-c", "echo started > $E31_OUTPUT/progress.txt; trap '' TERM; sleep 30"]
+request: {cpu: 0.5, memory: 64MiB, limit: 1s}
+output: [progress.txt, final.txt]
+`, nil))
+	rec, code := ts.wait(id)
+	if code != exitFailed || rec.Outcome != events.LimitExceeded {
+		t.Fatalf("outcome %s (exit %d), want limit_exceeded", rec.Outcome, code)
+	}
+	if !rec.Output.Partial || rec.Output.Files != 1 || len(rec.Output.Missing) != 1 || rec.Output.Missing[0] != "final.txt" {
+		t.Errorf("output = %+v, want progress.txt returned as partial and final.txt missing", rec.Output)
+	}
+	if rec.ReleasedAt == nil {
+		t.Fatal("compute was not released")
+	}
+	// It ignored SIGTERM, so it ran until SIGKILL: limit plus grace, not 30s.
+	if ran := rec.StoppedAt.Sub(*rec.StartedAt); ran < time.Second || ran > 10*time.Second {
+		t.Errorf("ran for %s, want about its 1s limit plus the grace period", ran)
+	}
+}
+
+func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	ctx := context.Background()
+	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
+	cases := map[string]events.JobSpec{
+		// What a buggy upstream publisher might send: no limit, no command.
+		"no-limit": {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20}},
+		"no-command": {Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, LimitSeconds: 10}},
+		// Data that was never staged.
+		"missing-data": {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, DiskBytes: 1 << 20, LimitSeconds: 10},
+			Data: []events.DataRef{{Name: "x", Kind: "file", Digest: "sha256:" + strings.Repeat("ab", 32), Bytes: 3}}},
+	}
+	want := map[string]string{"no-limit": "request.limit", "no-command": "work.command", "missing-data": "data[0]"}
+	for name, spec := range cases {
+		id := "reject-" + name
+		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "mallory", Spec: spec}, bus.ExpectLast(0)); err != nil {
+			t.Fatal(err)
+		}
+		rec, code := ts.wait(id)
+		if code != exitFailed || rec.Outcome != events.Rejected || rec.State != api.StateRejected {
+			t.Errorf("%s: outcome %s state %s (exit %d), want rejected", name, rec.Outcome, rec.State, code)
+		}
+		if !strings.Contains(rec.Reason, want[name]) {
+			t.Errorf("%s: reason %q does not name %s", name, rec.Reason, want[name])
+		}
+		if rec.Node != "" || rec.HeldSeconds != 0 || len(rec.Attempts) != 0 {
+			t.Errorf("%s: a rejected job shows a hold: %+v", name, rec)
+		}
+		if k := ts.kinds(id); strings.Join(k, ",") != "JobRequested,JobRejected" {
+			t.Errorf("%s: events %v, want JobRequested then JobRejected only", name, k)
+		}
+	}
+	// And the CLI refuses a bad file before anything reaches the system.
+	_, errOut, code := ts.cli("submit", writeJob(t, "work: {command: [x]}\nrequest: {cpu: -1}\n", nil))
+	if code != exitUsage || !strings.Contains(errOut, "request.limit: required") || !strings.Contains(errOut, "request.cpu") {
+		t.Errorf("e31 submit of a bad file: exit %d, %q", code, errOut)
+	}
+}
+
+func TestCancelStopsARunningJobAndAWaitingOne(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	// The node has 2 cpu: the first job fills it, the second waits.
+	running := ts.submit(writeJob(t, `
+work: {command: ["/bin/sh", "-c", "echo so-far > $E31_OUTPUT/part.txt; sleep 60"]}
+request: {cpu: 2, memory: 64MiB, limit: 2m}
+output: [part.txt]
+`, nil))
+	waiting := ts.submit(writeJob(t, `
+work: {command: ["/bin/true"]}
+request: {cpu: 2, memory: 64MiB, limit: 2m}
+`, nil))
+	ts.waitState(running, api.StateRunning)
+	out, _, _ := ts.cli("status", waiting)
+	if !strings.Contains(out, "waiting") || !strings.Contains(out, "next in line") {
+		t.Errorf("status of the waiting job = %q, want waiting with a reason", out)
+	}
+	for _, id := range []string{waiting, running} {
+		if _, errOut, code := ts.cli("cancel", id); code != 0 {
+			t.Fatalf("e31 cancel %s: exit %d %s", id, code, errOut)
+		}
+	}
+	rec, _ := ts.wait(waiting)
+	if rec.Outcome != events.Cancelled || len(rec.Attempts) != 0 {
+		t.Errorf("waiting job: outcome %s, attempts %d; want cancelled, never held", rec.Outcome, len(rec.Attempts))
+	}
+	rec, _ = ts.wait(running)
+	// Whether the job wrote part.txt before the cancel reached it is a race;
+	// that output so far comes back is shown by the limit test.
+	if rec.Outcome != events.Cancelled || rec.ReleasedAt == nil || !rec.Output.Partial {
+		t.Errorf("running job: %+v; want cancelled, released, output marked partial", rec)
+	}
+}
+
+// waitState waits, through the CLI, until a job reaches state.
+func (ts *testSystem) waitState(id, state string) {
+	ts.t.Helper()
+	err := ts.c.follow(ctxTimeout(ts.t, 30*time.Second), events.JobSubject(id), func(env events.Envelope) bool {
+		switch state {
+		case api.StateRunning:
+			_, started := env.Event.(*events.RunStarted)
+			return !started
+		}
+		return true
+	})
+	if err != nil {
+		ts.t.Fatalf("job %s never became %s: %v", id, state, err)
+	}
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestAuditPassesAfterAMixedRun(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 2)
+	var ids []string
+	for _, cmd := range []string{"true", "exit 3", "sleep 5", "echo x > $E31_OUTPUT/x", "true"} {
+		limit := "1m"
+		if strings.HasPrefix(cmd, "sleep") {
+			limit = "1s"
+		}
+		ids = append(ids, ts.submit(writeJob(t, `
+work: {command: ["/bin/sh", "-c", "`+cmd+`"]}
+request: {cpu: 0.5, memory: 32MiB, limit: `+limit+`}
+output: [{path: x, required: false}]
+`, nil)))
+	}
+	ids = append(ids, "rejected-one")
+	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
+	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		ts.wait(id)
+	}
+	out, _, code := ts.cli("audit")
+	if code != 0 || !strings.Contains(out, "audit passed") {
+		t.Fatalf("e31 audit: exit %d\n%s", code, out)
+	}
+	// The records account for every job, and nothing is held any more.
+	out, _, _ = ts.cli("ledger", "--json")
+	var recs []api.HoldRecord
+	if err := json.Unmarshal([]byte(out), &recs); err != nil || len(recs) != len(ids) {
+		t.Fatalf("ledger has %d records (%v), want %d", len(recs), err, len(ids))
+	}
+	// An offline audit of an export reaches the same verdict.
+	export, _, code := ts.cli("events", "--json")
+	if code != 0 {
+		t.Fatal("e31 events --json failed")
+	}
+	file := filepath.Join(t.TempDir(), "log.jsonl")
+	if err := os.WriteFile(file, []byte(export), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = execute3("audit", "--from", file)
+	if code != 0 || !strings.Contains(out, "audit passed") {
+		t.Fatalf("e31 audit --from: exit %d\n%s", code, out)
+	}
+}
+
+// execute3 runs the CLI with no server at all.
+func execute3(args ...string) (string, string, int) {
+	var out, errOut bytes.Buffer
+	code := execute(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+// TestRestartingMidRunLosesNoJob stops the whole system while jobs run and
+// wait, starts it again on the same directory, and checks that every job
+// ends, none is lost or run twice within an attempt, and the ledger audits.
+func TestRestartingMidRunLosesNoJob(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts := startSystem(t, dir, 1)
+	var ids []string
+	for i := 0; i < 12; i++ {
+		ids = append(ids, ts.submit(writeJob(t, `
+work: {command: ["/bin/sh", "-c", "sleep 0.3; echo done > $E31_OUTPUT/done.txt"]}
+request: {cpu: 0.5, memory: 32MiB, limit: 1m}
+output: [done.txt]
+`, nil)))
+	}
+	ts.waitState(ids[0], api.StateRunning)
+	ts.stop()
+	ts.start(1)
+	lost := 0
+	for _, id := range ids {
+		rec, code := ts.wait(id)
+		if code != 0 || rec.Outcome != events.Succeeded {
+			t.Errorf("job %s: outcome %s (%s)", id, rec.Outcome, rec.Reason)
+		}
+		for _, a := range rec.Attempts[:len(rec.Attempts)-1] {
+			if a.Outcome != events.NodeLost {
+				t.Errorf("job %s: an earlier attempt ended %s; only a lost node may cause another", id, a.Outcome)
+			}
+			lost++
+		}
+		starts := 0
+		for _, k := range ts.kinds(id) {
+			if k == "RunStarted" {
+				starts++
+			}
+		}
+		if starts != len(rec.Attempts) {
+			t.Errorf("job %s started %d times in %d attempts", id, starts, len(rec.Attempts))
+		}
+	}
+	if lost == 0 {
+		t.Log("no job was running at the restart (nothing lost either way)")
+	}
+	if out, _, code := ts.cli("audit"); code != 0 {
+		t.Fatalf("audit after restart:\n%s", out)
+	}
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/ledger"
+	"github.com/e31net/e31/services/output"
+	"github.com/e31net/e31/services/release"
+	"github.com/e31net/e31/services/rent"
+	"github.com/e31net/e31/services/run"
+	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/submit"
+)
+
+// services lists what `e31 serve` can run.
+var services = []string{"submit", "rent", "run", "output", "release", "ledger"}
+
+// runner is one service ready to run until its context ends.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// nodeConfig is what one run node needs beyond the connection.
+type nodeConfig struct {
+	Name        string
+	CPU         float64
+	MemoryBytes int64
+	DiskBytes   int64
+	WorkDir     string
+	Executor    string // "sandbox", "process" or "auto"
+	Grace       time.Duration
+}
+
+// newService builds one service by name. This is the only place that knows
+// every service.
+func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger, node nodeConfig) (runner, error) {
+	host, _ := os.Hostname()
+	source := "e31/" + name + "/" + host
+	switch name {
+	case "submit":
+		store, err := openStore(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		return submit.New(js, submit.Config{Source: source, Logger: log, Store: store})
+	case "rent":
+		return rent.New(nc, js, rent.Config{Source: source, Logger: log})
+	case "output":
+		store, err := openStore(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		return output.New(js, output.Config{Source: source, Logger: log, Verifier: verifier{store}})
+	case "release":
+		return release.New(js, release.Config{Source: source, Logger: log})
+	case "ledger":
+		return ledger.New(nc, js, ledger.Config{Source: source, Logger: log})
+	case "run":
+		store, err := openStore(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		exec, err := newExecutor(node, log)
+		if err != nil {
+			return nil, err
+		}
+		return run.New(js, run.Config{
+			Node: node.Name, CPU: node.CPU, MemoryBytes: node.MemoryBytes, DiskBytes: node.DiskBytes,
+			Executor: exec, Store: store, Grace: node.Grace, Source: "e31/run/" + node.Name, Logger: log,
+		})
+	}
+	return nil, usageErr("unknown service %q (expected one of %v)", name, services)
+}
+
+func openStore(ctx context.Context, js jetstream.JetStream) (stage.Store, error) {
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		return nil, err
+	}
+	obs, err := js.ObjectStore(ctx, events.DataBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open the data store: %w", err)
+	}
+	return stage.NewObjectStore(obs), nil
+}
+
+func newExecutor(node nodeConfig, log *slog.Logger) (executor.Executor, error) {
+	root := filepath.Join(node.WorkDir, "jobs")
+	switch node.Executor {
+	case "process":
+		log.Warn("running jobs as plain child processes: they are NOT isolated from each other or the node", "node", node.Name)
+		return executor.NewProcess(root)
+	case "", "auto", "sandbox":
+		return newSandbox(root, node, log)
+	}
+	return nil, usageErr("--executor %q: expected sandbox or process", node.Executor)
+}
+
+// verifier checks returned files against the store for OUTPUT.
+type verifier struct{ store stage.Store }
+
+func (v verifier) VerifyFile(ctx context.Context, f events.OutputFile) error {
+	err := stage.Verify(ctx, v.store, events.DataRef{Name: f.Path, Digest: f.Digest, Kind: "file", Bytes: f.Bytes})
+	if err != nil && isDamage(err) {
+		return fmt.Errorf("%w: %v", output.ErrDamaged, err)
+	}
+	return err
+}
+
+func isDamage(err error) bool {
+	for _, e := range []error{stage.ErrNotFound, stage.ErrCorrupt, stage.ErrBadRef} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

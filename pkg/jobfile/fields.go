@@ -1,0 +1,447 @@
+package jobfile
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// The job file format, one table per mapping. To add a field (priority,
+// after: [ids], sweep, …), add a row and the function that reads it; the
+// walker reports unknown, duplicate and missing keys for every table alike.
+
+var jobFields = []field[Job]{
+	{"name", readName},
+	{"work", readWork},
+	{"data", readData},
+	{"request", readRequest},
+	{"output", readOutputs},
+}
+
+var workFields = []field[events.Work]{
+	{"command", readCommand},
+	{"env", readEnv},
+	{"image", readImage},
+}
+
+var requestFields = []field[events.Request]{
+	{"cpu", readCPU},
+	{"memory", readMemory},
+	{"gpu", readGPU},
+	{"disk", readDisk},
+	{"limit", readLimit},
+}
+
+// dataEntry is one item of data: while it is read.
+type dataEntry struct {
+	// name, fromJob and path are set when given and valid; path resolved.
+	name, fromJob, path string
+	// nameAt, pathAt and fromAt are where each key's value is; given()
+	// tells whether it was there.
+	nameAt, pathAt, fromAt value
+}
+
+var dataFields = []field[dataEntry]{
+	{"name", readDataName},
+	{"path", readDataPath},
+	{"from_job", readFromJob},
+}
+
+// outputEntry is one item of output: in its long form while it is read.
+type outputEntry struct {
+	decl   events.OutputDecl
+	ok     bool  // path was given and is valid
+	pathAt value // where the path is
+}
+
+var outputFields = []field[outputEntry]{
+	{"path", readOutputPath},
+	{"required", readRequired},
+}
+
+func readName(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	s, ok := r.text(v, "a short label")
+	if !ok {
+		return
+	}
+	if why := checkLabel(s); why != "" {
+		r.fail(v, why)
+		return
+	}
+	j.Spec.Name = s
+}
+
+func readWork(r *reader, v value, j *Job) {
+	w := &j.Spec.Work
+	if !readObject(r, v, workFields, w, "a mapping with command (and optionally env, image)") {
+		return
+	}
+	// Each string was checked alone; together they must still fit execve.
+	if why := checkExecBytes(w.Command, w.Env); why != "" {
+		r.fail(v, why)
+	}
+}
+
+// readCommand reads work.command: a list of strings, run as it is, or one
+// string, run by /bin/sh -c, which is how people write a pipeline.
+func readCommand(r *reader, v value, w *events.Work) {
+	if !v.given() {
+		r.fail(v, "required ("+wantCommand+")")
+		return
+	}
+	if !isSequence(v.node) {
+		s, ok := r.text(v, wantCommand)
+		if !ok {
+			return
+		}
+		if strings.TrimSpace(s) == "" {
+			r.fail(v, "must not be empty ("+wantCommand+")")
+			return
+		}
+		if why := checkExecString(s); why != "" {
+			r.fail(v, why)
+			return
+		}
+		w.Command = []string{"/bin/sh", "-c", s}
+		return
+	}
+	items, _ := r.sequence(v, wantCommand)
+	if len(items) == 0 {
+		r.fail(v, "must not be empty ("+wantCommand+")")
+		return
+	}
+	cmd := make([]string, 0, len(items))
+	for i, it := range items {
+		s, ok := r.text(it, "a string")
+		if !ok {
+			continue
+		}
+		if why := checkArg(i, s); why != "" {
+			r.fail(it, why)
+			continue
+		}
+		cmd = append(cmd, s)
+	}
+	w.Command = cmd
+}
+
+func readEnv(r *reader, v value, w *events.Work) {
+	if !v.given() {
+		return
+	}
+	entries, ok := r.mapping(v, "a mapping of variable names to strings, e.g. {LANG: C}")
+	if !ok {
+		return
+	}
+	env := make(map[string]string, len(entries))
+	keyAt := make(map[string]string, len(entries))
+	for _, e := range entries {
+		k, kv, ok := r.key(e, v.path)
+		if !ok {
+			continue
+		}
+		if why := checkEnvName(k); why != "" {
+			r.fail(kv, why)
+			continue
+		}
+		if first, dup := keyAt[k]; dup {
+			r.fail(kv, "duplicate key (first given at "+first+")")
+			continue
+		}
+		keyAt[k] = kv.pos()
+		val := at(e.Value, kv.path)
+		if val.line == 0 {
+			val.line, val.col = kv.line, kv.col
+		}
+		s, ok := r.text(val, `a string (write "" for an empty one)`)
+		if !ok {
+			continue
+		}
+		if why := checkEnvValue(k, s); why != "" {
+			r.fail(val, why)
+			continue
+		}
+		env[k] = s
+	}
+	if len(env) > 0 {
+		w.Env = env
+	}
+}
+
+func readImage(r *reader, v value, w *events.Work) {
+	if !v.given() {
+		return
+	}
+	s, ok := r.text(v, "an image reference such as alpine:3.20")
+	if !ok || s == "" {
+		return
+	}
+	if why := checkImage(s); why != "" {
+		r.fail(v, why)
+		return
+	}
+	w.Image = s
+}
+
+func readData(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	items, ok := r.sequence(v, "a list of {name, path} or {name, from_job}")
+	if !ok {
+		return
+	}
+	if len(items) > MaxData {
+		r.fail(v, fmt.Sprintf("has %d entries, more than %d", len(items), MaxData))
+		return
+	}
+	first := make(map[string]int) // name → index of the entry that has it
+	for i, it := range items {
+		var d dataEntry
+		if !readObject(r, it, dataFields, &d, "a mapping with name and path, or name and from_job") {
+			continue
+		}
+		switch {
+		case d.pathAt.given() && d.fromAt.given():
+			r.fail(it, "give path or from_job, not both")
+		case !d.pathAt.given() && !d.fromAt.given():
+			r.fail(it, "needs path (a local file or folder) or from_job (the id of an earlier job)")
+		}
+		if d.name != "" {
+			if at, dup := first[d.name]; dup {
+				r.fail(d.nameAt, fmt.Sprintf("%s is already the name of data[%d]", quote(d.name), at))
+			} else {
+				first[d.name] = i
+			}
+		}
+		if d.path != "" {
+			j.Paths[len(j.Spec.Data)] = d.path
+		}
+		j.Spec.Data = append(j.Spec.Data, events.DataRef{Name: d.name, FromJob: d.fromJob})
+	}
+}
+
+func readDataName(r *reader, v value, d *dataEntry) {
+	d.nameAt = v
+	if !v.given() {
+		r.fail(v, "required ("+wantDataName+")")
+		return
+	}
+	s, ok := r.text(v, wantDataName)
+	if !ok {
+		return
+	}
+	if why := checkDataName(s); why != "" {
+		r.fail(v, why)
+		return
+	}
+	d.name = s
+}
+
+// readDataPath resolves a local path against the job file's folder, so that
+// a job file means the same thing wherever the CLI is run from.
+func readDataPath(r *reader, v value, d *dataEntry) {
+	d.pathAt = v
+	if !v.given() {
+		return
+	}
+	s, ok := r.text(v, "a local file or folder")
+	if !ok {
+		return
+	}
+	switch {
+	case s == "":
+		r.fail(v, "must not be empty (a local file or folder)")
+		return
+	case strings.IndexByte(s, 0) >= 0:
+		r.fail(v, "must not contain a NUL byte")
+		return
+	case s == "~" || strings.HasPrefix(s, "~/"):
+		// The shell expands ~, a job file does not; better to say so than
+		// to look for a folder named "~" next to the file.
+		r.fail(v, "~ is not expanded in a job file (write the full path, or one relative to the job file)")
+		return
+	}
+	if !filepath.IsAbs(s) {
+		s = filepath.Join(r.dir, s)
+	}
+	d.path = filepath.Clean(s)
+}
+
+func readFromJob(r *reader, v value, d *dataEntry) {
+	d.fromAt = v
+	if !v.given() {
+		return
+	}
+	s, ok := r.text(v, "a job id")
+	if !ok {
+		return
+	}
+	if why := checkFromJob(s); why != "" {
+		r.fail(v, why)
+		return
+	}
+	d.fromJob = s
+}
+
+func readRequest(r *reader, v value, j *Job) {
+	readObject(r, v, requestFields, &j.Spec.Request, "a mapping with limit (and optionally cpu, memory, gpu, disk)")
+}
+
+func readCPU(r *reader, v value, q *events.Request) {
+	if !v.given() {
+		return // DefaultCPU
+	}
+	c, ok := r.number(v, wantCPU)
+	if !ok {
+		return
+	}
+	if why := checkCPU(c); why != "" {
+		r.fail(v, why)
+		return
+	}
+	q.CPU = c
+}
+
+func readMemory(r *reader, v value, q *events.Request) {
+	if !v.given() {
+		return // DefaultMemory
+	}
+	n, ok := r.size(v, wantSize)
+	if !ok {
+		return
+	}
+	if why := checkMemory(n); why != "" {
+		r.fail(v, why)
+		return
+	}
+	q.MemoryBytes = n
+}
+
+func readGPU(r *reader, v value, q *events.Request) {
+	if !v.given() {
+		return // DefaultGPU
+	}
+	n, ok := r.number(v, wantGPU)
+	if !ok {
+		return
+	}
+	if why := checkGPU(n); why != "" {
+		r.fail(v, why)
+		return
+	}
+	q.GPU = int(n)
+}
+
+func readDisk(r *reader, v value, q *events.Request) {
+	if !v.given() {
+		return // DefaultDisk
+	}
+	n, ok := r.size(v, wantSize)
+	if !ok {
+		return
+	}
+	if why := checkDisk(n); why != "" {
+		r.fail(v, why)
+		return
+	}
+	q.DiskBytes = n
+}
+
+// readLimit reads the one request field without a default: a job that
+// could run for ever would hold its compute for ever.
+func readLimit(r *reader, v value, q *events.Request) {
+	if !v.given() {
+		r.fail(v, "required ("+wantLimit+")")
+		return
+	}
+	s, ok := r.text(v, wantLimit)
+	if !ok {
+		return
+	}
+	d, why := parseDuration(s)
+	if why == "" {
+		why = checkLimit(d.Seconds())
+	}
+	if why != "" {
+		r.fail(v, why)
+		return
+	}
+	q.LimitSeconds = d.Seconds()
+}
+
+// readOutputs reads output: each item is a path or glob, required, or the
+// long form {path, required}.
+func readOutputs(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	items, ok := r.sequence(v, "a list of paths or globs under /out")
+	if !ok {
+		return
+	}
+	if len(items) > MaxOutputs {
+		r.fail(v, fmt.Sprintf("has %d entries, more than %d", len(items), MaxOutputs))
+		return
+	}
+	first := make(map[string]int)
+	for i, it := range items {
+		o := outputEntry{decl: events.OutputDecl{Required: true}}
+		o.pathAt = it
+		if isMapping(it.node) {
+			if !readObject(r, it, outputFields, &o, "a mapping with path and required") {
+				continue
+			}
+		} else {
+			s, ok := r.text(it, wantOutput+", or {path, required}")
+			if !ok {
+				continue
+			}
+			if why := checkOutputPath(s); why != "" {
+				r.fail(it, why)
+				continue
+			}
+			o.decl.Path, o.ok = s, true
+		}
+		if !o.ok {
+			continue
+		}
+		if at, dup := first[o.decl.Path]; dup {
+			r.fail(o.pathAt, fmt.Sprintf("%s is already declared by output[%d]", quote(o.decl.Path), at))
+			continue
+		}
+		first[o.decl.Path] = i
+		j.Spec.Output = append(j.Spec.Output, o.decl)
+	}
+}
+
+func readOutputPath(r *reader, v value, o *outputEntry) {
+	o.pathAt = v
+	if !v.given() {
+		r.fail(v, "required ("+wantOutput+")")
+		return
+	}
+	s, ok := r.text(v, wantOutput)
+	if !ok {
+		return
+	}
+	if why := checkOutputPath(s); why != "" {
+		r.fail(v, why)
+		return
+	}
+	o.decl.Path, o.ok = s, true
+}
+
+func readRequired(r *reader, v value, o *outputEntry) {
+	if !v.given() {
+		return // required unless said otherwise
+	}
+	if b, ok := r.boolean(v, "true or false"); ok {
+		o.decl.Required = b
+	}
+}

@@ -1,0 +1,55 @@
+// Package stage moves a job's data between a machine and the store: the
+// input a submitter declares, before the job runs, and the output the job
+// leaves, after it.
+//
+// # Content addressed
+//
+// Everything is stored under a name derived from the sha256 of its content,
+// so the same bytes are stored once, a re-submit of the same data sends
+// nothing, and anyone holding a digest can check what they got. A file is
+// named by the digest of its bytes. A folder is a manifest, a small canonical
+// JSON document listing every file (relative slash path, mode, size, digest),
+// itself stored as a blob; the folder's digest is the manifest's digest, so
+// equal folders have equal digests wherever they were uploaded.
+//
+// The objects in a [Store] are:
+//
+//	blob/sha256/<hex>    bytes whose sha256 is <hex>: a file up to PartSize,
+//	                     one part of a larger file, or a folder manifest
+//	parts/sha256/<hex>   the part list of a file larger than PartSize whose
+//	                     sha256 is <hex>: the digests and sizes of its parts,
+//	                     in order
+//
+// A large file is split into parts so that an interrupted upload resumes:
+// every part is content addressed on its own, and a second run sends only the
+// parts the store does not have yet. The part list is written last, so its
+// presence says the upload finished. Readers look for a blob first and a part
+// list second, so a file reads the same whatever PartSize was when it was
+// written.
+//
+// # Verified
+//
+// Every byte that comes out of the store is hashed as it streams and checked
+// against the digest that named it, before the data is handed to a job or a
+// user: a tampered, truncated or substituted object fails with [ErrCorrupt]
+// and the error names the file. [Download] and [Fetch] write to temporary
+// names and rename only verified files into place, so a failure leaves
+// nothing that looks complete. [Verify] is the cheap check SUBMIT makes: it
+// reads only metadata (and folder manifests) to see that every object is
+// there, with the size and digest the store recorded when it was written.
+//
+// # Streamed
+//
+// Memory stays flat whatever the size of the data: files are read and written
+// through fixed buffers, never whole. Hashing a local file before upload
+// takes one pass over it; the upload takes a second.
+//
+// # Safe
+//
+// Paths from manifests and output lists are data from elsewhere: they are
+// refused unless they are relative, clean and local, and files are written
+// through an [os.Root], so no symlink can lead a write outside the
+// destination. [Collect] reads a job's output directory, which the job
+// controlled, the same way: symlinks are never followed, only regular files
+// are collected, and the total is bounded.
+package stage

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package stage
+
+// oNonblock is a no-op where named pipes cannot block an open.
+const oNonblock = 0

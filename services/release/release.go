@@ -1,0 +1,89 @@
+// Package release is the RELEASE step: it gives a job's compute back to the
+// pool once its output is returned, and records ComputeReleased, which stops
+// the meter. It also says whether the job is over: an attempt lost with its
+// node is not the job's fault, so such a job is held again, up to
+// events.MaxAttempts.
+package release
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Config configures the service.
+type Config struct {
+	// Source is the CloudEvents source it stamps, e.g. "e31/release/host-1".
+	Source string
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service is the RELEASE step. Any number may run: they share one durable
+// consumer.
+type Service struct {
+	js  jetstream.JetStream
+	pub *bus.Publisher
+	log *slog.Logger
+}
+
+// New returns a Service on js.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Source == "" {
+		cfg.Source = "e31/release"
+	}
+	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "release")}, nil
+}
+
+// Run handles events until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
+		return err
+	}
+	return bus.Run(ctx, s.js, s.pub, "release", s.log, bus.Handler{
+		Name:       "release",
+		Topic:      events.KindSubject(events.TypeOutputReturned),
+		Subscriber: bus.SubscriberConfig{Durable: "release", Lanes: 16},
+		Handle:     s.Handle,
+	})
+}
+
+// Handle releases the compute of the attempt whose output was returned.
+func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
+	ret, ok := env.Event.(*events.OutputReturned)
+	if !ok {
+		return nil
+	}
+	stored, err := s.pub.React(ctx, env, func(after []events.Envelope) ([]events.Event, error) {
+		return Decide(*ret, after), nil
+	})
+	if err != nil {
+		return fmt.Errorf("release %s attempt %d: %w", env.Subject, ret.Attempt, err)
+	}
+	for _, e := range stored {
+		s.log.Info("compute released", "job", env.Subject, "node", ret.Node, "attempt", ret.Attempt, "outcome", ret.Outcome, "seq", e.Seq)
+	}
+	return nil
+}
+
+// Decide is what RELEASE appends for a returned attempt, given what happened
+// to the job since: nothing if this attempt was already released.
+func Decide(ret events.OutputReturned, after []events.Envelope) []events.Event {
+	for _, e := range after {
+		if rel, ok := e.Event.(*events.ComputeReleased); ok && rel.Attempt == ret.Attempt {
+			return nil
+		}
+	}
+	final := !(ret.Outcome == events.NodeLost && ret.Attempt < events.MaxAttempts)
+	return []events.Event{events.ComputeReleased{Hold: ret.Hold, Outcome: ret.Outcome, Final: final}}
+}

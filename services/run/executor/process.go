@@ -1,0 +1,164 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Process runs a job as a plain child process in its own process group and
+// working directory. It isolates nothing: it is for development on machines
+// where the sandbox cannot run, and the baseline the sandbox is measured
+// against. The job sees host paths in E31_DATA and E31_OUTPUT.
+type Process struct {
+	// Root is where job workspaces are made.
+	Root string
+}
+
+// NewProcess returns a Process executor making workspaces under root.
+func NewProcess(root string) (*Process, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("executor: workspace root: %w", err)
+	}
+	return &Process{Root: root}, nil
+}
+
+// Prepare makes <root>/<job>-<attempt>/{data,out}. Disk is not bounded.
+func (p *Process) Prepare(_ context.Context, spec Spec) (*Workspace, error) {
+	dir := filepath.Join(p.Root, fmt.Sprintf("%s-%d", spec.JobID, spec.Attempt))
+	// A workspace left by a crash belongs to an attempt that is over.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", spec.JobID, err)
+	}
+	ws := &Workspace{Spec: spec, Root: dir, DataDir: filepath.Join(dir, "data"), OutDir: filepath.Join(dir, "out")}
+	for _, d := range []string{ws.DataDir, ws.OutDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("prepare %s: %w", spec.JobID, err)
+		}
+	}
+	ws.Release = func() error { return os.RemoveAll(dir) }
+	return ws, nil
+}
+
+// Run starts the command and waits for it; see Executor.Run.
+func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
+	spec := ws.Spec
+	if len(spec.Command) == 0 {
+		return Result{}, errors.New("executor: empty command")
+	}
+	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
+	cmd.Dir = ws.Root
+	cmd.Env = Environ(spec, ws.DataDir, ws.OutDir, ws.Root)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	logf, err := os.Create(filepath.Join(ws.Root, "job.log"))
+	if err == nil {
+		defer logf.Close()
+		cmd.Stdout, cmd.Stderr = logf, logf
+	}
+	res := Result{Started: time.Now()}
+	if err := cmd.Start(); err != nil {
+		res.Stopped = time.Now()
+		res.Outcome = events.Failed
+		res.Reason = fmt.Sprintf("could not start %s: %v", spec.Command[0], err)
+		return res, nil
+	}
+	pgid := cmd.Process.Pid
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	limit := time.NewTimer(spec.Limit)
+	defer limit.Stop()
+	var stopping <-chan time.Time
+	var why events.Outcome
+	var werr error
+wait:
+	for {
+		select {
+		case werr = <-waited:
+			break wait
+		case <-limit.C:
+			why = events.LimitExceeded
+			stopping = stop(pgid, spec.Grace)
+		case <-ctx.Done():
+			if why == "" {
+				why = events.Cancelled
+				stopping = stop(pgid, spec.Grace)
+			}
+		case <-stopping:
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			stopping = nil
+		}
+	}
+	// The first process is gone; anything it left in its group goes with it.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	res.Stopped = time.Now()
+	if st := cmd.ProcessState; st != nil {
+		res.Usage.CPUSeconds = (st.UserTime() + st.SystemTime()).Seconds()
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+			res.Usage.MaxRSSBytes = ru.Maxrss * 1024
+		}
+	}
+	switch {
+	case why == events.LimitExceeded:
+		res.Outcome = why
+		res.Reason = fmt.Sprintf("ran past its limit of %s", spec.Limit)
+	case why == events.Cancelled:
+		res.Outcome = why
+		res.Reason = "cancelled"
+	default:
+		code := cmd.ProcessState.ExitCode()
+		var exitErr *exec.ExitError
+		if errors.As(werr, &exitErr) && code < 0 {
+			res.Outcome = events.Failed
+			res.Reason = "killed by " + exitErr.ProcessState.String()
+			break
+		}
+		res.ExitCode = &code
+		if code == 0 {
+			res.Outcome = events.Succeeded
+		} else {
+			res.Outcome = events.Failed
+			res.Reason = fmt.Sprintf("exited with code %d", code)
+		}
+	}
+	return res, nil
+}
+
+// stop sends SIGTERM to the group and returns when SIGKILL is due.
+func stop(pgid int, grace time.Duration) <-chan time.Time {
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	return time.After(grace)
+}
+
+// Environ is a job's environment: the declared variables, then E31_* (which
+// a declaration cannot override) and a PATH if none was declared.
+func Environ(spec Spec, dataDir, outDir, home string) []string {
+	keys := make([]string, 0, len(spec.Env))
+	for k := range spec.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := make([]string, 0, len(keys)+5)
+	hasPath := false
+	for _, k := range keys {
+		env = append(env, k+"="+spec.Env[k])
+		hasPath = hasPath || k == "PATH"
+	}
+	if !hasPath {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	return append(env,
+		"HOME="+home,
+		"E31_JOB_ID="+spec.JobID,
+		"E31_DATA="+dataDir,
+		"E31_OUTPUT="+outDir,
+	)
+}

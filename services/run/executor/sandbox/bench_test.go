@@ -1,0 +1,84 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run/executor"
+)
+
+// BenchmarkSandboxTrue is the whole per-job cost of the sandbox: Prepare,
+// Run and Release of /bin/true.
+func BenchmarkSandboxTrue(b *testing.B) {
+	e := newExecutor(b, Config{})
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		ws, err := e.Prepare(ctx, executor.Spec{JobID: "bench", Attempt: i, Command: []string{"/bin/true"},
+			CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		res, err := e.Run(ctx, ws)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Outcome != events.Succeeded {
+			b.Fatalf("outcome %s: %s", res.Outcome, res.Reason)
+		}
+		if err := ws.Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSandboxTrueParallel is BenchmarkSandboxTrue with as many jobs at
+// once as GOMAXPROCS: the node's throughput rather than one job's latency.
+func BenchmarkSandboxTrueParallel(b *testing.B) {
+	e := newExecutor(b, Config{})
+	ctx := context.Background()
+	var n atomicCounter
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			ws, err := e.Prepare(ctx, executor.Spec{JobID: "benchp", Attempt: n.next(), Command: []string{"/bin/true"},
+				CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.Run(ctx, ws); err != nil {
+				b.Fatal(err)
+			}
+			if err := ws.Release(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkForkExecTrue is the baseline: a plain child process, as the
+// process executor starts it.
+func BenchmarkForkExecTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkForkExecTrueParallel is the parallel baseline.
+func BenchmarkForkExecTrueParallel(b *testing.B) {
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+

@@ -1,0 +1,720 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"hash/crc32"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run/executor"
+)
+
+// Config configures an Executor. The zero value of every field but Root
+// means its default.
+type Config struct {
+	// Root is the directory under which job workspaces are made (created if
+	// missing). It should be on the node's local disk: staged data lives here.
+	Root string
+	// CgroupParent names the cgroup that holds the job cgroups: below this
+	// process's own cgroup in every v1 hierarchy, or at the root of the v2
+	// hierarchy. Default "e31".
+	CgroupParent string
+	// UIDBase and UIDCount are the host uids (and gids) jobs run as: each
+	// prepared job gets one of its own, so that no two jobs on the node share
+	// a uid. Defaults 2000000 and 4096; UIDCount is also how many jobs the
+	// node can hold prepared at once.
+	UIDBase, UIDCount int
+	// PidsMax is the process (thread) limit of every job. Default 1024.
+	PidsMax int64
+	// DefaultDiskBytes bounds /out and /tmp of a job whose Spec.DiskBytes is
+	// 0. Default 1 GiB.
+	DefaultDiskBytes int64
+	// DefaultMemoryBytes is the memory limit of a job whose Spec.MemoryBytes
+	// is 0: no job runs without one. Default 1 GiB.
+	DefaultMemoryBytes int64
+	// SystemDirs are the host directories visible read-only in every job,
+	// at the same path; a symlink (as /bin on merged-/usr systems) is
+	// reproduced as a symlink. Default /usr /bin /sbin /lib /lib32 /lib64
+	// /libx32; the ones the host lacks are skipped.
+	SystemDirs []string
+	// EtcFiles are the host files and directories under /etc copied into the
+	// jobs' /etc (once, at New) besides the generated passwd, group, hosts and
+	// hostname. Default: the dynamic linker's cache and config, alternatives,
+	// localtime, nsswitch.conf, protocols, services, os-release and
+	// debian_version.
+	EtcFiles []string
+	// Logger receives the executor's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Executor is the default executor: each job in its own namespaces, root,
+// cgroup and uid. It is safe for concurrent use; Prepare, Run and Release
+// may be called for different jobs at once.
+type Executor struct {
+	cfg     Config
+	cgroups cgroupDriver
+	etcDir  string
+	// rootTag tells apart the cgroups of executors over different roots
+	// (several nodes in one process) that hold the same job attempt.
+	rootTag string
+	capLast int
+	filter  []unix.SockFilter
+	binds   []bind // system directories, in mount order
+	links   []link // system symlinks
+	log     *slog.Logger
+
+	mu   sync.Mutex
+	jobs map[string]bool
+	// byWS maps the workspaces Prepare returned to their jobs.
+	byWS map[*executor.Workspace]*job
+}
+
+// ErrNotSupported is returned by New when the host cannot sandbox jobs.
+var ErrNotSupported = errors.New("sandbox: host cannot sandbox jobs")
+
+var _ executor.Executor = (*Executor)(nil)
+
+// New checks that the host can sandbox jobs (root, cgroups, namespaces, a
+// /proc that can be mounted for another pid namespace) and returns an
+// Executor. The error wraps ErrNotSupported and says what is missing.
+func New(cfg Config) (*Executor, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("sandbox: Config.Root is required")
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "e31"
+	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = 2000000
+	}
+	if cfg.UIDCount == 0 {
+		cfg.UIDCount = 4096
+	}
+	if cfg.PidsMax == 0 {
+		cfg.PidsMax = 1024
+	}
+	if cfg.DefaultDiskBytes == 0 {
+		cfg.DefaultDiskBytes = 1 << 30
+	}
+	if cfg.DefaultMemoryBytes == 0 {
+		cfg.DefaultMemoryBytes = 1 << 30
+	}
+	if cfg.SystemDirs == nil {
+		cfg.SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+	}
+	if cfg.EtcFiles == nil {
+		cfg.EtcFiles = []string{"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime",
+			"nsswitch.conf", "protocols", "services", "os-release", "debian_version"}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: must run as root (euid is %d)", ErrNotSupported, os.Geteuid())
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: root %s: %w", cfg.Root, err)
+	}
+	cfg.Root = root
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return nil, fmt.Errorf("sandbox: make root: %w", err)
+	}
+	cg, err := newCgroupDriver(cfg.CgroupParent)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	capLast, err := readInt("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	e := &Executor{
+		cfg:     cfg,
+		cgroups: cg,
+		etcDir:  filepath.Join(root, ".etc"),
+		rootTag: fmt.Sprintf("%08x", crc32.ChecksumIEEE([]byte(root))),
+		capLast: capLast,
+		filter:  seccompFilter(),
+		log:     cfg.Logger,
+		jobs:    map[string]bool{},
+		byWS:    map[*executor.Workspace]*job{},
+	}
+	for _, d := range cfg.SystemDirs {
+		fi, err := os.Lstat(d)
+		if err != nil {
+			continue
+		}
+		rel := strings.TrimPrefix(filepath.Clean(d), "/")
+		if fi.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(d)
+			if err != nil {
+				return nil, fmt.Errorf("sandbox: read link %s: %w", d, err)
+			}
+			e.links = append(e.links, link{name: rel, target: target})
+		} else if fi.IsDir() {
+			e.binds = append(e.binds, bind{src: d, dst: rel, readOnly: true})
+		}
+	}
+	if err := e.makeEtc(); err != nil {
+		return nil, err
+	}
+	if err := e.probe(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	e.log.Info("sandbox ready", "root", root, "cgroups", cg.describe())
+	return e, nil
+}
+
+// probe checks the one kernel feature newer than the rest: mounting a proc
+// for a pid namespace other than the caller's.
+func (e *Executor) probe() error {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen proc: %w", err)
+	}
+	defer unix.Close(fs)
+	ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open pid namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	if err := unix.FsconfigSetFd(fs, "pidns", ns); err != nil {
+		return fmt.Errorf("kernel lacks the proc pidns= mount option (Linux 6.15 or later): %w", err)
+	}
+	return nil
+}
+
+// makeEtc fills the jobs' shared, read-only /etc.
+func (e *Executor) makeEtc() error {
+	tmp := e.etcDir + ".new"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return fmt.Errorf("sandbox: make etc: %w", err)
+	}
+	for _, name := range e.cfg.EtcFiles {
+		if err := copyTree(filepath.Join("/etc", name), filepath.Join(tmp, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("sandbox: copy /etc/%s: %w", name, err)
+		}
+	}
+	var passwd, group strings.Builder
+	passwd.WriteString("root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+	group.WriteString("root:x:0:\nnogroup:x:65534:\n")
+	for i := range e.cfg.UIDCount {
+		id := e.cfg.UIDBase + i
+		fmt.Fprintf(&passwd, "job:x:%d:%d:e31 job:/tmp:/bin/sh\n", id, id)
+		fmt.Fprintf(&group, "job:x:%d:\n", id)
+	}
+	files := map[string]string{
+		"passwd":   passwd.String(),
+		"group":    group.String(),
+		"hosts":    "127.0.0.1\tlocalhost e31\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"hostname": "e31\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+			return fmt.Errorf("sandbox: write etc/%s: %w", name, err)
+		}
+	}
+	_ = os.RemoveAll(e.etcDir)
+	if err := os.Rename(tmp, e.etcDir); err != nil {
+		return fmt.Errorf("sandbox: install etc: %w", err)
+	}
+	return nil
+}
+
+// uidsInUse are the job uids taken in this process, by any Executor: two
+// executors with overlapping uid ranges (several nodes in one `e31 dev`)
+// still never give one uid to two jobs. Node agents in different processes
+// on one host need disjoint ranges.
+var uidsInUse = struct {
+	sync.Mutex
+	m map[int]bool
+}{m: map[int]bool{}}
+
+func takeUID(base, count int) (int, bool) {
+	uidsInUse.Lock()
+	defer uidsInUse.Unlock()
+	for uid := base; uid < base+count; uid++ {
+		if !uidsInUse.m[uid] {
+			uidsInUse.m[uid] = true
+			return uid, true
+		}
+	}
+	return 0, false
+}
+
+func freeUID(uid int) {
+	uidsInUse.Lock()
+	defer uidsInUse.Unlock()
+	delete(uidsInUse.m, uid)
+}
+
+// job is the executor's state of one prepared job.
+type job struct {
+	name   string
+	dir    string
+	rw     string // the bounded tmpfs holding out/, tmp/ and log/
+	uid    int
+	cg     jobCgroup
+	spec   executor.Spec
+	log    *slog.Logger
+	ran    sync.Mutex
+	closed bool
+}
+
+// Prepare makes the job's workspace under Root: data/ (DataDir) for RUN to
+// stage into, and a tmpfs of Spec.DiskBytes holding out/ (OutDir) and the
+// job's /tmp, plus the job's cgroup with its limits. Memory written to the
+// tmpfs is charged to the job's memory limit while the job runs.
+func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
+	if spec.JobID == "" || len(spec.Command) == 0 {
+		return nil, errors.New("sandbox: spec needs a job id and a command")
+	}
+	name := dirName(spec.JobID, spec.Attempt)
+	e.mu.Lock()
+	if e.jobs[name] {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("sandbox: job %s attempt %d is already prepared", spec.JobID, spec.Attempt)
+	}
+	uid, ok := takeUID(e.cfg.UIDBase, e.cfg.UIDCount)
+	if !ok {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("sandbox: job %s: all %d job uids are in use", spec.JobID, e.cfg.UIDCount)
+	}
+	e.jobs[name] = true
+	e.mu.Unlock()
+
+	j := &job{
+		name: name,
+		dir:  filepath.Join(e.cfg.Root, name),
+		uid:  uid,
+		spec: spec,
+		log:  e.log.With("job", spec.JobID, "attempt", spec.Attempt),
+	}
+	j.rw = filepath.Join(j.dir, "rw")
+	ws, err := e.prepare(j)
+	if err != nil {
+		if rerr := e.release(j); rerr != nil {
+			j.log.Warn("clean up failed workspace", "err", rerr)
+		}
+		return nil, fmt.Errorf("sandbox: prepare %s: %w", spec.JobID, err)
+	}
+	return ws, nil
+}
+
+func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
+	// A workspace left by a node agent that died is cleaned first.
+	if _, err := os.Lstat(j.dir); err == nil {
+		j.log.Warn("removing stale workspace", "dir", j.dir)
+		_ = unix.Unmount(j.rw, unix.MNT_DETACH)
+		if err := os.RemoveAll(j.dir); err != nil {
+			return nil, fmt.Errorf("remove stale workspace: %w", err)
+		}
+	}
+	for _, d := range []string{j.dir, filepath.Join(j.dir, "data"), j.rw} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, fmt.Errorf("make workspace: %w", err)
+		}
+	}
+	disk := j.spec.DiskBytes
+	if disk <= 0 {
+		disk = e.cfg.DefaultDiskBytes
+	}
+	inodes := min(max(disk/4096, 1024), 1<<20)
+	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", disk, inodes)
+	if err := unix.Mount("e31-job", j.rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("mount writable space: %w", err)
+	}
+	for _, d := range []struct {
+		name  string
+		mode  os.FileMode
+		owned bool
+	}{{"out", 0o755, true}, {"tmp", 0o1777, true}, {"log", 0o755, false}, {"root", 0o755, false}} {
+		p := filepath.Join(j.rw, d.name)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return nil, fmt.Errorf("make %s: %w", d.name, err)
+		}
+		if err := os.Chmod(p, d.mode); err != nil {
+			return nil, fmt.Errorf("chmod %s: %w", d.name, err)
+		}
+		if d.owned {
+			if err := os.Chown(p, j.uid, j.uid); err != nil {
+				return nil, fmt.Errorf("chown %s: %w", d.name, err)
+			}
+		}
+	}
+	mem := j.spec.MemoryBytes
+	if mem <= 0 {
+		mem = e.cfg.DefaultMemoryBytes
+	}
+	cg, err := e.cgroups.create(j.name+"-"+e.rootTag, limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax})
+	if err != nil {
+		return nil, err
+	}
+	j.cg = cg
+	ws := &executor.Workspace{
+		Spec:    j.spec,
+		Root:    j.dir,
+		DataDir: filepath.Join(j.dir, "data"),
+		OutDir:  filepath.Join(j.rw, "out"),
+	}
+	var once sync.Once
+	var rerr error
+	ws.Release = func() error {
+		once.Do(func() { rerr = e.release(j) })
+		return rerr
+	}
+	e.mu.Lock()
+	e.byWS[ws] = j
+	e.mu.Unlock()
+	return ws, nil
+}
+
+// LogPaths returns where the job's stdout and stderr are kept: files in its
+// writable space (so they count against Spec.DiskBytes), readable until
+// Release.
+func LogPaths(ws *executor.Workspace) (stdout, stderr string) {
+	dir := filepath.Join(ws.Root, "rw", "log")
+	return filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
+}
+
+// Run starts the job in its sandbox and waits for it. It returns only once
+// the job's cgroup is empty.
+func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Result, error) {
+	e.mu.Lock()
+	j := e.byWS[ws]
+	e.mu.Unlock()
+	if j == nil {
+		return executor.Result{}, errors.New("sandbox: run: workspace was not prepared by this executor or was released")
+	}
+	if !j.ran.TryLock() {
+		return executor.Result{}, fmt.Errorf("sandbox: run %s: already running", j.spec.JobID)
+	}
+	defer j.ran.Unlock()
+	if j.closed {
+		return executor.Result{}, fmt.Errorf("sandbox: run %s: workspace released", j.spec.JobID)
+	}
+	return e.run(ctx, j, ws)
+}
+
+func (e *Executor) run(ctx context.Context, j *job, ws *executor.Workspace) (executor.Result, error) {
+	spec := j.spec
+	files, err := openStdio(j.rw)
+	if err != nil {
+		return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	env, path := jobEnv(spec)
+	binds := append([]bind(nil), e.binds...)
+	binds = append(binds,
+		bind{src: e.etcDir, dst: "etc", readOnly: true},
+		bind{src: ws.DataDir, dst: "data", readOnly: true},
+		bind{src: ws.OutDir, dst: "out"},
+		bind{src: filepath.Join(j.rw, "tmp"), dst: "tmp"},
+	)
+	l := &launch{
+		rootDir: filepath.Join(j.rw, "root"),
+		dirs:    []string{"dev", "proc"},
+		binds:   binds,
+		links: append(append([]link(nil), e.links...),
+			link{"dev/fd", "/proc/self/fd"}, link{"dev/stdin", "/proc/self/fd/0"},
+			link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
+			link{"dev/shm", "/tmp"}),
+		argv:    spec.Command,
+		env:     env,
+		path:    path,
+		uid:     j.uid,
+		gid:     j.uid,
+		files:   files,
+		capLast: e.capLast,
+		filter:  e.filter,
+	}
+	admitted := make(chan admitReq)
+	l.admit = func(pid int) error {
+		r := admitReq{pid: pid, err: make(chan error, 1)}
+		admitted <- r
+		return <-r.err
+	}
+	startc := make(chan started, 1)
+	donec := make(chan exited, 1)
+	go l.run(startc, donec)
+	var st started
+wait:
+	for {
+		select {
+		case r := <-admitted:
+			r.err <- j.cg.add(r.pid)
+		case st = <-startc:
+			break wait
+		}
+	}
+	if st.err != nil {
+		return executor.Result{}, fmt.Errorf("sandbox: start %s: %w", spec.JobID, st.err)
+	}
+	res := executor.Result{Started: time.Now()}
+	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
+
+	var limit <-chan time.Time
+	if spec.Limit > 0 {
+		t := time.NewTimer(spec.Limit)
+		defer t.Stop()
+		limit = t.C
+	}
+	var (
+		stopping bool
+		kill     <-chan time.Time
+		ex       exited
+	)
+	stop := func(outcome events.Outcome, reason string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		res.Outcome, res.Reason = outcome, reason
+		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
+		killAll(j.cg, syscall.SIGTERM)
+		t := time.NewTimer(spec.Grace)
+		kill = t.C
+	}
+	done := ctx.Done()
+loop:
+	for {
+		select {
+		case ex = <-donec:
+			break loop
+		case <-limit:
+			stop(events.LimitExceeded, fmt.Sprintf("wall-clock limit %s reached", spec.Limit))
+		case <-done:
+			done = nil
+			stop(events.Cancelled, "cancelled")
+		case <-kill:
+			kill = nil
+			// SIGKILL to pid 1 makes the kernel kill its whole pid namespace.
+			_ = syscall.Kill(st.pid, syscall.SIGKILL)
+			killAll(j.cg, syscall.SIGKILL)
+		}
+	}
+	if ex.err != nil {
+		j.log.Error("wait for job", "err", ex.err)
+	}
+	if err := drain(j.cg, func(left []int) {
+		j.log.Warn("job processes outlive pid 1", "pids", left)
+	}); err != nil {
+		return res, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+	}
+	res.Stopped = time.Now()
+	u, err := j.cg.usage()
+	if err != nil {
+		j.log.Warn("read job usage", "err", err)
+	}
+	res.Usage = events.Usage{CPUSeconds: u.cpuSeconds, MaxRSSBytes: u.peakMemory}
+	if !stopping {
+		switch ws := ex.status; {
+		case u.oomKills > 0:
+			res.Outcome = events.OutOfMemory
+			res.Reason = fmt.Sprintf("out of memory: %d process(es) killed at the %d-byte limit", u.oomKills, spec.MemoryBytes)
+			if ws.Exited() {
+				code := ws.ExitStatus()
+				res.ExitCode = &code
+			}
+		case ws.Exited():
+			code := ws.ExitStatus()
+			res.ExitCode = &code
+			res.Outcome = events.Succeeded
+			if code != 0 {
+				res.Outcome = events.Failed
+				res.Reason = fmt.Sprintf("exited with code %d", code)
+			}
+		case ws.Signaled():
+			res.Outcome = events.Failed
+			res.Reason = fmt.Sprintf("killed by signal %s", unix.SignalName(ws.Signal()))
+		default:
+			res.Outcome = events.Failed
+			res.Reason = fmt.Sprintf("unexpected wait status %#x", uint32(ws))
+		}
+	}
+	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
+		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
+	return res, nil
+}
+
+type admitReq struct {
+	pid int
+	err chan error
+}
+
+// openStdio opens the job's stdin (/dev/null) and its stdout and stderr
+// files in its writable space.
+func openStdio(rw string) ([]*os.File, error) {
+	in, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	files := []*os.File{in}
+	for _, n := range []string{"stdout", "stderr"} {
+		f, err := os.OpenFile(filepath.Join(rw, "log", n), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("open %s: %w", n, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// defaultPath is the job's PATH unless it declares one.
+const defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+// jobEnv is the job's environment: its declared variables, then PATH and
+// HOME unless declared, then the E31_ variables, which it cannot override.
+func jobEnv(spec executor.Spec) (env []string, path []string) {
+	vars := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "TMPDIR": "/tmp"}
+	for k, v := range spec.Env {
+		vars[k] = v
+	}
+	vars["E31_JOB_ID"] = spec.JobID
+	vars["E31_DATA"] = "/data"
+	vars["E31_OUTPUT"] = "/out"
+	keys := make([]string, 0, len(vars))
+	for k := range vars {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+vars[k])
+	}
+	return env, filepath.SplitList(vars["PATH"])
+}
+
+// release undoes Prepare. It refuses while a process of the job is alive.
+func (e *Executor) release(j *job) error {
+	j.ran.Lock()
+	defer j.ran.Unlock()
+	j.closed = true
+	var errs []error
+	if j.cg != nil {
+		if ps, err := j.cg.procs(); err == nil && len(ps) > 0 {
+			// Only possible if Run was never called or did not finish.
+			killAll(j.cg, syscall.SIGKILL)
+	if err := drain(j.cg, func(left []int) { j.log.Warn("job processes survive release", "pids", left) }); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := unix.Unmount(j.rw, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		if err := unix.Unmount(j.rw, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", j.rw, err))
+		}
+	}
+	if len(errs) == 0 {
+		// Only the data is on disk: the rest was in the tmpfs.
+		if err := os.RemoveAll(filepath.Join(j.dir, "data")); err != nil {
+			errs = append(errs, fmt.Errorf("remove data: %w", err))
+		}
+		for _, d := range []string{j.rw, j.dir} {
+			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("remove workspace: %w", err))
+			}
+		}
+	}
+	if j.cg != nil {
+		if err := j.cg.remove(); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+	}
+	e.mu.Lock()
+	for ws, jj := range e.byWS {
+		if jj == j {
+			delete(e.byWS, ws)
+		}
+	}
+	if len(errs) == 0 {
+		freeUID(j.uid)
+		delete(e.jobs, j.name)
+	}
+	e.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sandbox: release %s: %w", j.spec.JobID, err)
+	}
+	return nil
+}
+
+// dirName is the job's workspace and cgroup name: its id made safe for a
+// path, and the attempt.
+func dirName(id string, attempt int) string {
+	var b strings.Builder
+	for _, r := range id {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			b.WriteRune(r)
+		} else {
+			fmt.Fprintf(&b, "%%%02x", r)
+		}
+	}
+	return "job-" + b.String() + "-" + strconv.Itoa(attempt)
+}
+
+func readInt(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// copyTree copies a file, symlink or directory tree.
+func copyTree(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	switch {
+	case fi.Mode()&os.ModeSymlink != 0:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	case fi.IsDir():
+		if err := os.Mkdir(dst, 0o755); err != nil {
+			return err
+		}
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, ent := range ents {
+			if err := copyTree(filepath.Join(src, ent.Name()), filepath.Join(dst, ent.Name())); err != nil {
+				return err
+			}
+		}
+		return nil
+	case fi.Mode().IsRegular():
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	default:
+		return nil
+	}
+}

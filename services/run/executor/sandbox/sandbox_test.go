@@ -1,0 +1,188 @@
+//go:build linux
+
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run/executor"
+)
+
+// TestHonestJob is the ordinary case: a job reads /data, writes /out, sees
+// its E31_ variables and runs ordinary tools, and RUN finds its output.
+func TestHonestJob(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{})
+	s := spec("honest", sh(`
+set -e
+echo "in=$(cat /data/clips/a.txt)"
+ls /data/clips | wc -l > /out/count.txt
+echo "job=$E31_JOB_ID data=$E31_DATA output=$E31_OUTPUT home=$HOME lang=$LANG"
+echo "uid=$(id -u)"
+echo "user=$(id -un)"
+echo "pwd=$(pwd)"
+echo "host=$(hostname)"
+echo scratch > /tmp/scratch && echo "tmp=$(cat /tmp/scratch)"
+echo "pid=$$"
+echo "awk=$(echo 3 4 | awk '{print $1*$2}')"
+echo "sort=$(printf 'b\na\n' | sort | tr -d '\n')"
+if [ -x /usr/bin/python3 ]; then echo "py=$(python3 -c 'import json,sys; print(json.dumps({"v": sys.version_info[0]}))')"; fi
+mkdir -p /out/sub && echo nested > /out/sub/f
+`))
+	s.Env = map[string]string{"LANG": "C", "E31_JOB_ID": "spoofed"}
+	r := runJob(t, e, s, func(ws *executor.Workspace) {
+		dir := filepath.Join(ws.DataDir, "clips")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "a.txt"), "alpha")
+		writeFile(t, filepath.Join(dir, "b.txt"), "beta")
+	})
+	if r.res.Outcome != events.Succeeded || r.res.ExitCode == nil || *r.res.ExitCode != 0 {
+		t.Fatalf("outcome %s exit %s: %s\n%s", r.res.Outcome, deref(r.res.ExitCode), r.res.Reason, r.stderr)
+	}
+	got := lines(r.stdout)
+	want := map[string]string{
+		"in":  "alpha",
+		"job": "honest data=/data output=/out home=/tmp lang=C",
+		"uid": strconv.Itoa(r.uid), "user": "job", "pwd": "/tmp", "host": "e31",
+		"tmp": "scratch", "pid": "1", "awk": "12", "sort": "ab",
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		want["py"] = `{"v": 3}`
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if r.uid == 0 {
+		t.Error("job ran as root")
+	}
+	if c := readFile(t, filepath.Join(r.ws.OutDir, "count.txt")); strings.TrimSpace(c) != "2" {
+		t.Errorf("out/count.txt = %q, want 2", c)
+	}
+	if c := readFile(t, filepath.Join(r.ws.OutDir, "sub", "f")); c != "nested\n" {
+		t.Errorf("out/sub/f = %q", c)
+	}
+	if r.res.Usage.CPUSeconds <= 0 || r.res.Usage.MaxRSSBytes <= 0 {
+		t.Errorf("usage not measured: %+v", r.res.Usage)
+	}
+	if !r.res.Stopped.After(r.res.Started) {
+		t.Errorf("started %v, stopped %v", r.res.Started, r.res.Stopped)
+	}
+}
+
+// TestExitCodes maps how pid 1 ended to outcomes.
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{})
+	for _, c := range []struct {
+		name    string
+		cmd     []string
+		outcome events.Outcome
+		code    string
+	}{
+		{"zero", []string{"true"}, events.Succeeded, "0"},
+		{"three", sh("exit 3"), events.Failed, "3"},
+		// pid 1 ignores signals it has no handler for, even its own; a
+		// fault is forced on it.
+		{"segfault", []string{"python3", "-c", "import ctypes; ctypes.string_at(0)"}, events.Failed, "none"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.cmd[0] == "python3" {
+				if _, err := os.Stat("/usr/bin/python3"); err != nil {
+					t.Skip("no /usr/bin/python3")
+				}
+			}
+			r := runJob(t, e, spec("exit-"+c.name, c.cmd), nil)
+			if r.res.Outcome != c.outcome || deref(r.res.ExitCode) != c.code {
+				t.Errorf("outcome %s exit %s (%s), want %s exit %s", r.res.Outcome, deref(r.res.ExitCode), r.res.Reason, c.outcome, c.code)
+			}
+		})
+	}
+}
+
+// TestCommandNotFound is a job that cannot start: Run says so with an error.
+func TestCommandNotFound(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{})
+	ws := prepare(t, e, spec("missing", []string{"no-such-program"}))
+	_, err := e.Run(context.Background(), ws)
+	if !errors.Is(err, errNotFound) {
+		t.Fatalf("err = %v, want not found", err)
+	}
+	assertNothingLeft(t, e, ws)
+}
+
+// TestCancel stops a running job when its context is cancelled.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{})
+	ws := prepare(t, e, spec("cancel", sh("echo up > /out/ready; while :; do sleep 1; done")))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		waitFor(t, "job to start", 10*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(ws.OutDir, "ready"))
+			return err == nil
+		})
+		cancel()
+	}()
+	r := finish(t, ctx, e, ws)
+	if r.res.Outcome != events.Cancelled || r.res.ExitCode != nil {
+		t.Errorf("outcome %s exit %s, want cancelled without exit code", r.res.Outcome, deref(r.res.ExitCode))
+	}
+}
+
+// TestReleaseRemovesEverything checks the node after Release: no workspace,
+// no mount, no cgroup, and the uid is free again.
+func TestReleaseRemovesEverything(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{UIDBase: 2100000, UIDCount: 1})
+	ws, err := e.Prepare(context.Background(), spec("release", sh("echo x > /out/x")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Prepare(context.Background(), spec("second", sh("true"))); err == nil {
+		t.Fatal("a second job got the only uid")
+	}
+	j := e.jobOf(ws)
+	if _, err := e.Run(context.Background(), ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Release(); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace still there: %v", err)
+	}
+	mounts := readFile(t, "/proc/self/mountinfo")
+	if strings.Contains(mounts, ws.Root) {
+		t.Errorf("workspace still mounted:\n%s", mounts)
+	}
+	for name, dir := range j.cg.(*cgroup1Job).dirs {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s cgroup %s still there", name, dir)
+		}
+	}
+	if _, err := e.Run(context.Background(), ws); err == nil {
+		t.Error("ran a released workspace")
+	}
+	ws2, err := e.Prepare(context.Background(), spec("second", sh("true")))
+	if err != nil {
+		t.Fatalf("uid not freed: %v", err)
+	}
+	_ = ws2.Release()
+}

@@ -1,0 +1,11 @@
+//go:build linux
+
+package sandbox
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch = unix.AUDIT_ARCH_AARCH64
+	// x32SyscallBit has no meaning on arm64; no syscall number reaches it.
+	x32SyscallBit = 0x40000000
+)

@@ -1,0 +1,357 @@
+// Package run is the RUN step: the agent on one compute node. It announces
+// the node's capacity, runs each job held on it in an executor, enforces the
+// job's limits, collects its output into the store and records how and why
+// it stopped.
+//
+// A job is started at most once per attempt. RUN records RunStarted before
+// it starts the job, and only while the hold is still the job's last event;
+// the hold's message stays unacknowledged (kept alive with in-progress
+// signals) until RunStopped is recorded. If the node dies in between, the
+// hold is redelivered when it comes back, the log shows a start without a
+// stop, and RUN records the attempt as lost with its node instead of
+// running it again. RELEASE then lets RENT hold the job anew as a new
+// attempt, visibly in the record.
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/run/executor"
+)
+
+// Config configures one node.
+type Config struct {
+	// Node is the node's id: one RUN instance per node id.
+	Node        string
+	CPU         float64
+	MemoryBytes int64
+	GPU         int
+	DiskBytes   int64
+	Labels      map[string]string
+
+	Executor executor.Executor
+	Store    stage.Store
+	// Grace is how long a job has between SIGTERM and SIGKILL.
+	Grace time.Duration
+	// MaxOutputBytes bounds what one job may return.
+	MaxOutputBytes int64
+
+	Source string
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// errShutdown is the cause given to jobs stopped because the node stops.
+var errShutdown = errors.New("run: the node is shutting down")
+
+// errCancelRequested is the cause given to jobs a submitter cancelled.
+var errCancelRequested = errors.New("run: cancel requested")
+
+// Service is the RUN agent of one node.
+type Service struct {
+	cfg Config
+	js  jetstream.JetStream
+	pub *bus.Publisher
+	log *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]*running         // by job id
+	results map[string]events.RunStopped // stopped but not yet recorded, by job/attempt
+}
+
+type running struct {
+	attempt int
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
+}
+
+// New checks cfg and returns a Service.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if !events.ValidID(cfg.Node) {
+		return nil, fmt.Errorf("run: node id %q is not valid (letters, digits, '-' and '_')", cfg.Node)
+	}
+	if cfg.CPU <= 0 || cfg.MemoryBytes <= 0 {
+		return nil, fmt.Errorf("run: node %s: cpu and memory must be positive", cfg.Node)
+	}
+	if cfg.Executor == nil || cfg.Store == nil {
+		return nil, errors.New("run: an Executor and a Store are required")
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 10 * time.Second
+	}
+	if cfg.MaxOutputBytes <= 0 {
+		cfg.MaxOutputBytes = 10 << 30
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Source == "" {
+		cfg.Source = "e31/run/" + cfg.Node
+	}
+	return &Service{
+		cfg: cfg, js: js,
+		pub:     bus.NewPublisher(js, cfg.Source, cfg.Now),
+		log:     cfg.Logger.With("service", "run", "node", cfg.Node),
+		running: map[string]*running{},
+		results: map[string]events.RunStopped{},
+	}, nil
+}
+
+// Run announces the node and runs the jobs held on it until ctx ends. Then
+// it stops the jobs still running, records them as lost with the node (so
+// they are held again elsewhere) and returns.
+func (s *Service) Run(ctx context.Context) error {
+	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
+		return err
+	}
+	ann := events.NodeAnnounced{
+		Node: s.cfg.Node, Boot: uuid.NewString(), CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
+		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: s.cfg.Labels,
+	}
+	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
+		return fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
+	}
+	s.log.Info("node announced", "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes)
+
+	durable := "run-" + s.cfg.Node
+	return bus.Run(ctx, s.js, s.pub, "run", s.log,
+		bus.Handler{
+			Name:  "held",
+			Topic: events.HeldSubject(s.cfg.Node),
+			// Every hold at once: RENT already decided what fits here.
+			Subscriber: bus.SubscriberConfig{Durable: durable, Lanes: 0, MaxAckPending: 10000},
+			Handle:     s.HandleHeld,
+		},
+		bus.Handler{
+			Name:       "cancel",
+			Topic:      events.KindSubject(events.TypeCancelRequested),
+			Subscriber: bus.SubscriberConfig{Durable: durable, Lanes: 0, DeliverNew: true},
+			Handle:     s.HandleCancel,
+		},
+	)
+}
+
+// HandleHeld runs one held job to its end and records how it stopped. It
+// returns only once RunStopped is recorded (or the node stops).
+func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
+	held, ok := env.Event.(*events.ComputeHeld)
+	if !ok || held.Node != s.cfg.Node {
+		return nil
+	}
+	job := env.Subject
+	log := s.log.With("job", job, "attempt", held.Attempt)
+
+	s.mu.Lock()
+	if r := s.running[job]; r != nil {
+		// Delivered again while this node runs it: wait for the first delivery.
+		s.mu.Unlock()
+		select {
+		case <-r.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	jobCtx, cancel := context.WithCancelCause(context.Background())
+	r := &running{attempt: held.Attempt, cancel: cancel, done: make(chan struct{})}
+	s.running[job] = r
+	cached, hasResult := s.results[resultKey(job, held.Attempt)]
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, job)
+		s.mu.Unlock()
+		close(r.done)
+		cancel(nil)
+	}()
+	// Stop the job when the node stops, but not when one delivery's context
+	// ends for another reason.
+	stopOnShutdown := context.AfterFunc(ctx, func() { cancel(errShutdown) })
+	defer stopOnShutdown()
+
+	// The start is decided even if the node is stopping meanwhile: a start
+	// that is stored must be known here, so that it is stopped and recorded.
+	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelDecide()
+	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
+		return DecideStart(*held, after, cached, hasResult), nil
+	})
+	if err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
+	}
+	if len(stored) == 0 {
+		return nil
+	}
+	if _, isStart := stored[0].Event.(*events.RunStarted); !isStart {
+		s.forget(job, held.Attempt)
+		log.Info("recorded without running", "outcome", stored[0].Event.(*events.RunStopped).Outcome)
+		return nil
+	}
+	log.Info("run started", "seq", stored[0].Seq)
+	stopped := s.execute(jobCtx, job, held, log)
+	s.mu.Lock()
+	s.results[resultKey(job, held.Attempt)] = stopped
+	s.mu.Unlock()
+	if err := s.record(context.WithoutCancel(ctx), job, stopped); err != nil {
+		return err
+	}
+	s.forget(job, held.Attempt)
+	log.Info("run stopped", "outcome", stopped.Outcome, "cpu_seconds", stopped.Usage.CPUSeconds)
+	return nil
+}
+
+// record appends RunStopped, retrying for a while: the result is only on
+// this node until it is in the log.
+func (s *Service) record(ctx context.Context, job string, stopped events.RunStopped) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	for {
+		_, err := s.pub.Append(ctx, job, stopped)
+		if err == nil {
+			return nil
+		}
+		s.log.Warn("recording the stop failed; retrying", "job", job, "attempt", stopped.Attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("record stop of %s attempt %d: %w", job, stopped.Attempt, err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+func (s *Service) forget(job string, attempt int) {
+	s.mu.Lock()
+	delete(s.results, resultKey(job, attempt))
+	s.mu.Unlock()
+}
+
+func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job, attempt) }
+
+// DecideStart is what RUN appends when a hold reaches it, given what
+// happened to the job since the hold:
+//   - the attempt already stopped: nothing;
+//   - this node holds the result of a run it could not record yet: that;
+//   - it started but never stopped: the node lost it (it restarted);
+//   - a cancel came first: stopped as cancelled, never started;
+//   - otherwise: RunStarted.
+func DecideStart(held events.ComputeHeld, after []events.Envelope, result events.RunStopped, hasResult bool) []events.Event {
+	started, cancelled := false, false
+	for _, e := range after {
+		switch ev := e.Event.(type) {
+		case *events.RunStopped:
+			if ev.Attempt == held.Attempt {
+				return nil
+			}
+		case *events.RunStarted:
+			started = started || ev.Attempt == held.Attempt
+		case *events.CancelRequested:
+			cancelled = true
+		}
+	}
+	none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: held.Spec.Output}
+	switch {
+	case hasResult:
+		return []events.Event{result}
+	case started:
+		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
+			Reason: "the run node restarted while the job ran; e31 does not run an attempt twice"}}
+	case cancelled:
+		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
+			Reason: "cancelled before it started"}}
+	}
+	return []events.Event{events.RunStarted{Hold: held.Hold}}
+}
+
+// execute prepares the workspace, stages the data, runs the job and collects
+// its output. Every failure becomes the stop's outcome and reason.
+func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, log *slog.Logger) events.RunStopped {
+	spec := held.Spec
+	stopped := events.RunStopped{Hold: held.Hold,
+		Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}}
+	fail := func(format string, args ...any) events.RunStopped {
+		stopped.Outcome = events.Failed
+		stopped.Reason = fmt.Sprintf(format, args...)
+		if context.Cause(ctx) == errShutdown {
+			stopped.Outcome = events.NodeLost
+			stopped.Reason = "the node shut down before the job started"
+		}
+		return stopped
+	}
+	xspec := executor.Spec{
+		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: spec.Work.Env, Image: spec.Work.Image,
+		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: held.DiskBytes,
+		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
+	}
+	ws, err := s.cfg.Executor.Prepare(ctx, xspec)
+	if err != nil {
+		return fail("preparing the job's workspace: %v", err)
+	}
+	defer func() {
+		if err := ws.Release(); err != nil {
+			log.Warn("releasing the workspace", "err", err)
+		}
+	}()
+	for _, ref := range spec.Data {
+		if err := stage.Download(ctx, s.cfg.Store, ref, filepath.Join(ws.DataDir, ref.Name), nil); err != nil {
+			return fail("staging data %q: %v", ref.Name, err)
+		}
+	}
+	res, err := s.cfg.Executor.Run(ctx, ws)
+	if err != nil {
+		return fail("starting the job: %v", err)
+	}
+	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
+	if res.Outcome == events.Cancelled && context.Cause(ctx) == errShutdown {
+		stopped.Outcome = events.NodeLost
+		stopped.Reason = "the node shut down while the job ran"
+	}
+	// Whatever the job left is returned, on every path.
+	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	collected, err := stage.Collect(collectCtx, s.cfg.Store, ws.OutDir, spec.Output, s.cfg.MaxOutputBytes)
+	collected.Declared = spec.Output
+	if collected.Files == nil {
+		collected.Files = []events.OutputFile{}
+	}
+	if collected.Missing == nil {
+		collected.Missing = []string{}
+	}
+	stopped.Output = collected
+	if err != nil {
+		reason := fmt.Sprintf("collecting output: %v", err)
+		if stopped.Outcome == events.Succeeded {
+			stopped.Outcome = events.Failed
+			stopped.Reason = reason
+		} else {
+			stopped.Reason += "; " + reason
+		}
+	}
+	return stopped
+}
+
+// HandleCancel stops the job if it runs on this node. A cancel for a job
+// not started here is decided when its hold arrives (DecideStart).
+func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
+	s.mu.Lock()
+	r := s.running[env.Subject]
+	s.mu.Unlock()
+	if r != nil {
+		s.log.Info("cancelling", "job", env.Subject, "attempt", r.attempt)
+		r.cancel(errCancelRequested)
+	}
+	return nil
+}

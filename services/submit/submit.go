@@ -1,0 +1,238 @@
+// Package submit is the SUBMIT step: it takes a job request from the log,
+// checks the declaration and that every staged input is present and intact,
+// and records JobSubmitted or, with every problem found, JobRejected. A job
+// that is rejected is never held.
+//
+// Requests come from anyone allowed to publish them (the CLI, or an
+// upstream system using only the published JSON Schemas), so SUBMIT trusts
+// nothing in them: the same validation runs here as in the CLI.
+package submit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// Config configures the service.
+type Config struct {
+	Source string
+	Logger *slog.Logger
+	Now    func() time.Time
+	Store  stage.Store
+}
+
+// Service is the SUBMIT step; any number may run.
+type Service struct {
+	js    jetstream.JetStream
+	pub   *bus.Publisher
+	log   *slog.Logger
+	store stage.Store
+}
+
+// New returns a Service.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("submit: a Store is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Source == "" {
+		cfg.Source = "e31/submit"
+	}
+	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), store: cfg.Store}, nil
+}
+
+// Run handles requests until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
+		return err
+	}
+	return bus.Run(ctx, s.js, s.pub, "submit", s.log, bus.Handler{
+		Name:       "submit",
+		Topic:      events.KindSubject(events.TypeJobRequested),
+		Subscriber: bus.SubscriberConfig{Durable: "submit", Lanes: 16},
+		Handle:     s.Handle,
+	})
+}
+
+// ErrIDInUse is the poison reason for a request whose job id already names
+// another job. It cannot be recorded on that job's log without corrupting
+// it, so it goes to the poison stream; clients avoid it by publishing the
+// request only if the job has no events yet.
+var ErrIDInUse = errors.New("submit: job id already in use")
+
+// Handle decides one request.
+func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
+	req, ok := env.Event.(*events.JobRequested)
+	if !ok {
+		return nil
+	}
+	first, err := s.firstSeq(ctx, env.Subject)
+	if err != nil {
+		return err
+	}
+	if first != env.Seq {
+		return bus.Permanent(fmt.Errorf("%w: %s (its first event is #%d, this request is #%d)", ErrIDInUse, env.Subject, first, env.Seq))
+	}
+	decision, err := s.check(ctx, env.Subject, req)
+	if err != nil {
+		return fmt.Errorf("check %s: %w", env.Subject, err)
+	}
+	stored, err := s.pub.React(ctx, env, func(after []events.Envelope) ([]events.Event, error) {
+		for _, e := range after {
+			switch e.Event.(type) {
+			case *events.JobSubmitted, *events.JobRejected, *events.JobCancelled:
+				return nil, nil
+			}
+		}
+		return []events.Event{decision}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("submit %s: %w", env.Subject, err)
+	}
+	for _, e := range stored {
+		if rej, ok := e.Event.(*events.JobRejected); ok {
+			s.log.Info("job rejected", "job", env.Subject, "reason", rej.Reason, "seq", e.Seq)
+		} else {
+			s.log.Info("job submitted", "job", env.Subject, "submitter", req.Submitter, "seq", e.Seq)
+		}
+	}
+	return nil
+}
+
+// firstSeq is the sequence of the job's first event.
+func (s *Service) firstSeq(ctx context.Context, job string) (uint64, error) {
+	stream, err := s.js.Stream(ctx, events.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("first event of %s: %w", job, err)
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
+	if err != nil {
+		return 0, fmt.Errorf("first event of %s: %w", job, err)
+	}
+	return m.Sequence, nil
+}
+
+// check returns JobSubmitted or JobRejected for a request. An error means it
+// could not tell (the store did not answer) and the request is retried.
+func (s *Service) check(ctx context.Context, job string, req *events.JobRequested) (events.Event, error) {
+	var problems []string
+	if strings.TrimSpace(req.Submitter) == "" {
+		problems = append(problems, "submitter: required")
+	}
+	if err := jobfile.Validate(req.Spec); err != nil {
+		problems = append(problems, strings.Split(err.Error(), "\n")...)
+	}
+	if len(problems) > 0 {
+		return rejection(problems), nil
+	}
+	spec := req.Spec
+	spec.Data = append([]events.DataRef(nil), req.Spec.Data...)
+	for i, ref := range spec.Data {
+		where := fmt.Sprintf("data[%d] %q", i, ref.Name)
+		if ref.FromJob != "" {
+			resolved, problem, err := s.outputOf(ctx, ref.FromJob)
+			if err != nil {
+				return nil, err
+			}
+			if problem != "" {
+				problems = append(problems, where+": "+problem)
+				continue
+			}
+			resolved.Name, resolved.FromJob = ref.Name, ref.FromJob
+			spec.Data[i] = resolved
+			continue
+		}
+		err := stage.Verify(ctx, s.store, ref)
+		switch {
+		case err == nil:
+		case isBadData(err):
+			problems = append(problems, fmt.Sprintf("%s: staged data %s is not intact: %v", where, ref.Digest, err))
+		default:
+			return nil, err
+		}
+	}
+	if len(problems) > 0 {
+		return rejection(problems), nil
+	}
+	return events.JobSubmitted{Submitter: req.Submitter, Spec: spec}, nil
+}
+
+func isBadData(err error) bool {
+	for _, target := range []error{stage.ErrNotFound, stage.ErrCorrupt, stage.ErrBadManifest, stage.ErrBadRef, stage.ErrUnsafePath, stage.ErrUnsupported} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// maxReasonProblems bounds how many problems the one-line reason lists;
+// Problems keeps them all.
+const maxReasonProblems = 8
+
+// rejection names every problem in the reason, which is what the hold
+// record and `e31 status` show.
+func rejection(problems []string) events.JobRejected {
+	r := events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
+	if len(problems) > maxReasonProblems {
+		r.Reason += fmt.Sprintf("; and %d more", len(problems)-maxReasonProblems)
+	}
+	if len(problems) > 1 {
+		r.Problems = problems
+	}
+	return r
+}
+
+// outputOf turns the returned output of an earlier job into a data ref, if
+// that job succeeded; otherwise it says why it cannot be used.
+func (s *Service) outputOf(ctx context.Context, job string) (events.DataRef, string, error) {
+	if !events.ValidID(job) {
+		return events.DataRef{}, fmt.Sprintf("from_job %q is not a job id", job), nil
+	}
+	evs, err := bus.ReadJob(ctx, s.js, job, 1)
+	if err != nil {
+		return events.DataRef{}, "", err
+	}
+	if len(evs) == 0 {
+		return events.DataRef{}, fmt.Sprintf("from_job %s: no such job", job), nil
+	}
+	returned := map[int]*events.OutputReturned{}
+	for _, e := range evs {
+		switch ev := e.Event.(type) {
+		case *events.OutputReturned:
+			returned[ev.Attempt] = ev
+		case *events.ComputeReleased:
+			if !ev.Final {
+				continue
+			}
+			ret := returned[ev.Attempt]
+			if ev.Outcome != events.Succeeded || ret == nil {
+				return events.DataRef{}, fmt.Sprintf("from_job %s did not succeed (outcome %s)", job, ev.Outcome), nil
+			}
+			ref, err := stage.DirRef(ctx, s.store, ret.Files)
+			if err != nil {
+				if isBadData(err) {
+					return events.DataRef{}, fmt.Sprintf("from_job %s: its output is no longer intact: %v", job, err), nil
+				}
+				return events.DataRef{}, "", err
+			}
+			return ref, "", nil
+		case *events.JobRejected, *events.JobCancelled:
+			return events.DataRef{}, fmt.Sprintf("from_job %s never ran (%s)", job, events.Name(e.Type)), nil
+		}
+	}
+	return events.DataRef{}, fmt.Sprintf("from_job %s has not finished yet", job), nil
+}
