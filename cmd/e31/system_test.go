@@ -245,7 +245,7 @@ func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
 	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
 	cases := map[string]events.JobSpec{
 		// What a buggy upstream publisher might send: no limit, no command.
-		"no-limit": {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20}},
+		"no-limit":   {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20}},
 		"no-command": {Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, LimitSeconds: 10}},
 		// Data that was never staged.
 		"missing-data": {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, DiskBytes: 1 << 20, LimitSeconds: 10},

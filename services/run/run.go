@@ -67,7 +67,7 @@ type Service struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]*running         // by job id
+	running map[string]*running          // by job id
 	results map[string]events.RunStopped // stopped but not yet recorded, by job/attempt
 }
 
