@@ -330,7 +330,7 @@ job.yaml:9:5: work.env.OK: duplicate key (first given at 7:5)`},
 job.yaml:5:12: data[1].name: "." must be a plain name, not "." or ".."
 job.yaml:6:12: data[2].name: ".." must be a plain name, not "." or ".."
 job.yaml:7:12: data[3].name: must not be empty
-job.yaml:8:5: data[4].name: required (a plain name; the data appears at /data/<name>)
+job.yaml:8:5: data[4].name: required (a plain name such as clips, for /data/clips)
 job.yaml:9:5: data[5]: give path or from_job, not both
 job.yaml:10:5: data[6]: needs path (a local file or folder) or from_job (the id of an earlier job)
 job.yaml:11:25: data[7].from_job: "no/such id" is not a job id (letters, digits, '-' and '_', at most 64)
@@ -412,6 +412,17 @@ job.yaml:5:25: output[1].required: expected true or false, got "true"
 job.yaml:6:5: output[2].path: required (a path or glob under /out)
 job.yaml:7:15: output[3].optional: unknown field (expected one of: path, required)
 job.yaml:9:12: output[5].path: "x" is already declared by output[4]`},
+		{"output long form", ok + "output:\n  - {path: /out/a}\n  - {path: [a]}\n  - {path: &p b}\n  - !!str c\n", `job.yaml:4:12: output[0].path: "/out/a" must be relative to /out (write "a")
+job.yaml:5:12: output[1].path: expected a path or glob under /out, got a list
+job.yaml:6:12: output[2].path: YAML anchors (&name) are not supported in a job file
+job.yaml:7:5: output[3]: YAML tags (!!str) are not supported in a job file; quote the value instead`},
+		{"data paths of the wrong kind", ok + "data:\n  - {name: a, path: [x]}\n  - {name: b, path: \"x\\0\"}\n  - {name: [c], from_job: {j: 1}}\n", `job.yaml:4:21: data[0].path: expected a local file or folder, got a list
+job.yaml:5:21: data[1].path: must not contain a NUL byte
+job.yaml:6:12: data[2].name: expected a plain name such as clips, for /data/clips, got a list
+job.yaml:6:27: data[2].from_job: expected a job id, got a mapping`},
+		{"env keys that are not names", "work: {command: [a], env: {1: x, true: y, \"\\xe9t\\xe9\": z}}\nrequest: {limit: 1}\n", `job.yaml:1:28: work.env.1: "1" is not a variable name (letters, digits and '_', not starting with a digit)
+job.yaml:1:43: work.env["été"]: "été" is not a variable name (letters, digits and '_', not starting with a digit)`},
+		{"image too long", "work: {command: [a], image: " + strings.Repeat("i", MaxImageLen+1) + "}\nrequest: {limit: 1}\n", `job.yaml:1:29: work.image: is longer than 512 bytes`},
 		{"too many outputs", ok + "output: [" + strings.Repeat("a,", MaxOutputs+1) + "]\n", `job.yaml:3:9: output: has 257 entries, more than 256`},
 
 		// name

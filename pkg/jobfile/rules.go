@@ -90,7 +90,7 @@ const (
 	wantSize     = "a size such as 512MiB or 2GB"
 	wantCPU      = "a number of cores such as 1 or 0.5"
 	wantGPU      = "a whole number of GPUs such as 0 or 1"
-	wantDataName = "a plain name; the data appears at /data/<name>"
+	wantDataName = "a plain name such as clips, for /data/clips"
 	wantOutput   = "a path or glob under /out"
 )
 

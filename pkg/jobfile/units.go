@@ -33,7 +33,7 @@ var sizeUnits = map[string]int64{
 // ambiguousUnits are refused rather than guessed: Docker reads "512m" as
 // 512 MiB, Kubernetes reads "512M" as 512 MB and "512m" as 0.512 bytes. A
 // wrong guess would be a silent factor of 1.05 (or 10^9) in a request.
-var ambiguousUnits = map[string]string{"k": "k", "m": "M", "g": "G", "t": "T", "p": "P"}
+var ambiguousUnits = map[string]bool{"k": true, "m": true, "g": true, "t": true, "p": true}
 
 // sizePattern is a decimal number, optionally with a fraction, then a unit.
 // Signs, exponents and digit separators are not sizes.
@@ -87,9 +87,9 @@ func parseSize(s string) (int64, string) {
 	unit := strings.ToLower(m[3])
 	mult, ok := sizeUnits[unit]
 	if !ok {
-		if u, amb := ambiguousUnits[unit]; amb {
-			num := m[1] + m[2]
-			return notSize(fmt.Sprintf("%q is ambiguous: write %s%sB or %s%siB", m[3], num, strings.ToUpper(u), num, strings.ToUpper(u)))
+		if ambiguousUnits[unit] {
+			num, u := m[1]+m[2], strings.ToUpper(unit)
+			return notSize(fmt.Sprintf("%q is ambiguous: write %s%sB or %s%siB", m[3], num, u, num, u))
 		}
 		return notSize(sizeHint)
 	}
