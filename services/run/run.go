@@ -130,8 +130,11 @@ func (s *Service) Run(ctx context.Context) error {
 		bus.Handler{
 			Name:  "held",
 			Topic: events.HeldSubject(s.cfg.Node),
-			// Every hold at once: RENT already decided what fits here.
-			Subscriber: bus.SubscriberConfig{Durable: durable, Lanes: 0, MaxAckPending: 10000},
+			// Every hold at once: RENT already decided what fits here. A
+			// hold whose node died is redelivered after AckWait, when the
+			// node is back: short, because running jobs keep their holds
+			// alive with in-progress signals.
+			Subscriber: bus.SubscriberConfig{Durable: durable, Lanes: 0, MaxAckPending: 10000, AckWait: 10 * time.Second},
 			Handle:     s.HandleHeld,
 		},
 		bus.Handler{
