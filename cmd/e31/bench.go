@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ type benchOptions struct {
 	executor string
 	nodes    int
 	keep     bool
+	profile  string
 }
 
 func benchCmd(a *app) *cobra.Command {
@@ -63,6 +65,7 @@ summary. BENCH_N sets --jobs.`,
 	f.StringVar(&o.executor, "executor", "auto", "sandbox, process or auto")
 	f.IntVar(&o.nodes, "nodes", 1, "compute nodes")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
 	return cmd
 }
 
@@ -127,6 +130,17 @@ func runBench(ctx context.Context, a *app, o benchOptions) error {
 		}
 	}
 
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	// Burst: everything at once, published in batches.
 	ids := make([]string, o.jobs)
 	dones := make([]<-chan *timing, o.jobs)

@@ -49,6 +49,9 @@ type Service struct {
 	pool     *Pool
 	replayed uint64
 	changed  chan struct{} // closed and replaced whenever the pool reads on
+
+	// kick wakes the scheduler: something changed that may allow a decision.
+	kick chan struct{}
 }
 
 // New returns a Service.
@@ -60,7 +63,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Source = "e31/rent"
 	}
 	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now),
-		log: cfg.Logger.With("service", "rent"), pool: NewPool(), changed: make(chan struct{})}, nil
+		log: cfg.Logger.With("service", "rent"), pool: NewPool(), changed: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
 }
 
 // Run rebuilds the pool from the log, then schedules until ctx ends.
@@ -87,9 +90,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := svc.AddEndpoint("why", micro.HandlerFunc(s.why), micro.WithEndpointSubject(api.RentWhy)); err != nil {
 		return fmt.Errorf("rent: query service: %w", err)
 	}
-	if err := s.schedule(ctx); err != nil {
-		s.log.Warn("first scheduling pass", "err", err)
-	}
+	go s.scheduler(ctx)
+	s.wake()
 	return bus.Run(ctx, s.js, s.pub, "rent", s.log, bus.Handler{
 		Name:  "rent",
 		Topic: events.JobSubjects + " " + events.NodeSubjects,
@@ -99,15 +101,19 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 }
 
-// Handle applies one event and appends whatever the pool now decides.
+// Handle applies one event and wakes the scheduler.
 //
 // Events the rebuild already read are skipped. Any other event is applied,
 // even one older than an event already applied: the pool applies its own
 // decisions as soon as they are stored, ahead of events logged before them
 // that this handler has yet to see. Apply is idempotent by state, so an
-// event seen twice changes nothing. The pool decides again in any case: a
-// failed append is retried on redelivery.
-func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
+// event seen twice changes nothing.
+//
+// Deciding is not done here: the scheduler decides for everything applied
+// so far in one pass and one round trip, so a burst of submissions is held
+// in batches rather than one durable write at a time. Nothing is lost if
+// RENT dies in between: on start it rebuilds the pool and decides again.
+func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	if env.Seq > s.replayed {
 		s.pool.Apply(env)
@@ -115,7 +121,41 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
-	return s.schedule(ctx)
+	s.wake()
+	return nil
+}
+
+func (s *Service) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scheduler appends the pool's decisions whenever it is woken, until ctx
+// ends. A failed append is tried again after a pause.
+func (s *Service) scheduler(ctx context.Context) {
+	retry := time.NewTimer(0)
+	<-retry.C
+	backoff := 50 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.kick:
+		case <-retry.C:
+		}
+		if err := s.schedule(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn("scheduling failed; trying again", "in", backoff, "err", err)
+			retry.Reset(backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+	}
 }
 
 // schedule appends the pool's decisions until it has none left that can be
