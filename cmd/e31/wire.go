@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/ledger"
 	"github.com/e31net/e31/services/output"
@@ -61,7 +58,7 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		if err != nil {
 			return nil, err
 		}
-		return output.New(js, output.Config{Source: source, Logger: log, Verifier: verifier{store}})
+		return output.New(js, output.Config{Source: source, Logger: log, Verifier: output.StoreVerifier{Store: store}})
 	case "release":
 		return release.New(js, release.Config{Source: source, Logger: log})
 	case "ledger":
@@ -84,44 +81,14 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 }
 
 func openStore(ctx context.Context, js jetstream.JetStream) (stage.Store, error) {
-	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
-		return nil, err
-	}
-	obs, err := js.ObjectStore(ctx, events.DataBucket)
-	if err != nil {
-		return nil, fmt.Errorf("open the data store: %w", err)
-	}
-	return stage.NewObjectStore(obs), nil
+	return stage.Open(ctx, js)
 }
 
 func newExecutor(node nodeConfig, log *slog.Logger) (executor.Executor, error) {
-	root := filepath.Join(node.WorkDir, "jobs")
-	switch node.Executor {
-	case "process":
-		log.Warn("running jobs as plain child processes: they are NOT isolated from each other or the node", "node", node.Name)
-		return executor.NewProcess(root)
-	case "", "auto", "sandbox":
-		return newSandbox(root, node, log)
+	exec, err := run.OpenExecutor(node.Executor, filepath.Join(node.WorkDir, "jobs"), log.With("node", node.Name))
+	if err != nil {
+		return nil, usageErr("%v", err)
 	}
-	return nil, usageErr("--executor %q: expected sandbox or process", node.Executor)
+	return exec, nil
 }
 
-// verifier checks returned files against the store for OUTPUT.
-type verifier struct{ store stage.Store }
-
-func (v verifier) VerifyFile(ctx context.Context, f events.OutputFile) error {
-	err := stage.Verify(ctx, v.store, events.DataRef{Name: f.Path, Digest: f.Digest, Kind: "file", Bytes: f.Bytes})
-	if err != nil && isDamage(err) {
-		return fmt.Errorf("%w: %v", output.ErrDamaged, err)
-	}
-	return err
-}
-
-func isDamage(err error) bool {
-	for _, e := range []error{stage.ErrNotFound, stage.ErrCorrupt, stage.ErrBadRef} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}

@@ -1,0 +1,23 @@
+// Command e31-ledger runs the LEDGER service against NATS ($E31_NATS).
+package main
+
+import (
+	"context"
+	"flag"
+	"log/slog"
+	"os"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/daemon"
+	"github.com/e31net/e31/services/ledger"
+)
+
+func main() {
+	fs := flag.NewFlagSet("e31-ledger", flag.ExitOnError)
+	os.Exit(daemon.Main("ledger", fs, os.Args[1:], func(_ context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
+		host, _ := os.Hostname()
+		return ledger.New(nc, js, ledger.Config{Source: "e31/ledger/" + host, Logger: log})
+	}))
+}
