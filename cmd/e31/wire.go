@@ -91,4 +91,3 @@ func newExecutor(node nodeConfig, log *slog.Logger) (executor.Executor, error) {
 	}
 	return exec, nil
 }
-

@@ -18,7 +18,8 @@ import (
 // regular file it matches is uploaded, and so is every regular file under a
 // directory it matches. The result lists the files (path relative to outDir,
 // with slashes, sorted), their total size, and in Missing the declarations,
-// in their order, that matched no file.
+// in their order, that matched no file; whether a missing Required one fails
+// the job is for the caller to say.
 //
 // outDir is the job's, so nothing in it is trusted. Symlinks are never
 // followed, even ones that point inside outDir (declare the target instead),

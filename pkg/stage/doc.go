@@ -20,6 +20,17 @@
 //	                     sha256 is <hex>: the digests and sizes of its parts,
 //	                     in order
 //
+// A manifest is compact JSON with its entries sorted by path, so that the
+// same folder always encodes to the same bytes (shown indented here):
+//
+//	{"version":1,
+//	 "files":[{"path":"run.sh","mode":"0755","size":18,"digest":"sha256:…"},
+//	          {"path":"sub/b.bin","mode":"0644","size":200000,"digest":"sha256:…"}],
+//	 "dirs":["empty"]}
+//
+// Only the execute bit of a mode is kept; "dirs" lists the directories that
+// hold nothing, the others being implied by their files.
+//
 // A large file is split into parts so that an interrupted upload resumes:
 // every part is content addressed on its own, and a second run sends only the
 // parts the store does not have yet. The part list is written last, so its
@@ -51,5 +62,12 @@
 // through an [os.Root], so no symlink can lead a write outside the
 // destination. [Collect] reads a job's output directory, which the job
 // controlled, the same way: symlinks are never followed, only regular files
-// are collected, and the total is bounded.
+// are collected, and the total is bounded. Output is declared with path.Match
+// patterns over slash paths, plus "**" for any depth (see [Match]).
+//
+// # Many files
+//
+// Small files are dominated by round trips to the store, so files move
+// [Parallel] at a time, and every content is sent once however many files
+// share it.
 package stage

@@ -272,7 +272,7 @@ var devices = []struct {
 }
 
 // mountProc mounts at /proc a procfs of the job's pid namespace, with the
-// "pidns" option (Linux 6.15+): the namespace has no process but the job
+// "pidns" option (Linux 6.18 here): the namespace has no process but the job
 // yet, and this thread is not in it.
 func mountProc(hostProc, pid int) error {
 	ns, err := unix.Openat(hostProc, strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)

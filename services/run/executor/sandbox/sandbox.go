@@ -4,9 +4,9 @@ package sandbox
 
 import (
 	"context"
-	"hash/crc32"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/executor/internal/workspace"
 )
 
 // Config configures an Executor. The zero value of every field but Root
@@ -28,6 +29,9 @@ import (
 type Config struct {
 	// Root is the directory under which job workspaces are made (created if
 	// missing). It should be on the node's local disk: staged data lives here.
+	// One node's sandbox and container executors may share a Root; two
+	// nodes must not (a workspace found for a job attempt being prepared is
+	// taken for a stale one and removed).
 	Root string
 	// CgroupParent names the cgroup that holds the job cgroups: below this
 	// process's own cgroup in every v1 hierarchy, or at the root of the v2
@@ -145,7 +149,7 @@ func New(cfg Config) (*Executor, error) {
 	e := &Executor{
 		cfg:     cfg,
 		cgroups: cg,
-		etcDir:  filepath.Join(root, ".etc"),
+		etcDir:  filepath.Join(root, fmt.Sprintf(".etc-%08x", crc32.ChecksumIEEE(fmt.Appendf(nil, "%d %d %q", cfg.UIDBase, cfg.UIDCount, cfg.EtcFiles)))),
 		rootTag: fmt.Sprintf("%08x", crc32.ChecksumIEEE([]byte(root))),
 		capLast: capLast,
 		filter:  seccompFilter(),
@@ -193,16 +197,21 @@ func (e *Executor) probe() error {
 	}
 	defer unix.Close(ns)
 	if err := unix.FsconfigSetFd(fs, "pidns", ns); err != nil {
-		return fmt.Errorf("kernel lacks the proc pidns= mount option (Linux 6.15 or later): %w", err)
+		return fmt.Errorf("kernel lacks the proc pidns= mount option (Linux 6.18 has it): %w", err)
 	}
 	return nil
 }
 
-// makeEtc fills the jobs' shared, read-only /etc.
+// makeEtc fills the jobs' shared, read-only /etc. It is built aside and
+// renamed into place, so that executors started at once over one root (and
+// a previous run's copy) do not see a half-made one.
 func (e *Executor) makeEtc() error {
-	tmp := e.etcDir + ".new"
-	_ = os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	tmp, err := os.MkdirTemp(e.cfg.Root, ".etc-new-")
+	if err != nil {
+		return fmt.Errorf("sandbox: make etc: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
 		return fmt.Errorf("sandbox: make etc: %w", err)
 	}
 	for _, name := range e.cfg.EtcFiles {
@@ -229,46 +238,24 @@ func (e *Executor) makeEtc() error {
 			return fmt.Errorf("sandbox: write etc/%s: %w", name, err)
 		}
 	}
-	_ = os.RemoveAll(e.etcDir)
+	if err := os.RemoveAll(e.etcDir); err != nil {
+		return fmt.Errorf("sandbox: replace etc: %w", err)
+	}
 	if err := os.Rename(tmp, e.etcDir); err != nil {
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			return nil // a concurrent New with the same config installed it
+		}
 		return fmt.Errorf("sandbox: install etc: %w", err)
 	}
 	return nil
 }
 
-// uidsInUse are the job uids taken in this process, by any Executor: two
-// executors with overlapping uid ranges (several nodes in one `e31 dev`)
-// still never give one uid to two jobs. Node agents in different processes
-// on one host need disjoint ranges.
-var uidsInUse = struct {
-	sync.Mutex
-	m map[int]bool
-}{m: map[int]bool{}}
-
-func takeUID(base, count int) (int, bool) {
-	uidsInUse.Lock()
-	defer uidsInUse.Unlock()
-	for uid := base; uid < base+count; uid++ {
-		if !uidsInUse.m[uid] {
-			uidsInUse.m[uid] = true
-			return uid, true
-		}
-	}
-	return 0, false
-}
-
-func freeUID(uid int) {
-	uidsInUse.Lock()
-	defer uidsInUse.Unlock()
-	delete(uidsInUse.m, uid)
-}
-
 // job is the executor's state of one prepared job.
 type job struct {
 	name   string
-	dir    string
-	rw     string // the bounded tmpfs holding out/, tmp/ and log/
+	ws     *workspace.Dir
 	uid    int
+	mem    int64 // the memory limit in force
 	cg     jobCgroup
 	spec   executor.Spec
 	log    *slog.Logger
@@ -284,13 +271,13 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("sandbox: spec needs a job id and a command")
 	}
-	name := dirName(spec.JobID, spec.Attempt)
+	name := workspace.Name(spec.JobID, spec.Attempt)
 	e.mu.Lock()
 	if e.jobs[name] {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("sandbox: job %s attempt %d is already prepared", spec.JobID, spec.Attempt)
 	}
-	uid, ok := takeUID(e.cfg.UIDBase, e.cfg.UIDCount)
+	uid, ok := workspace.TakeUID(e.cfg.UIDBase, e.cfg.UIDCount)
 	if !ok {
 		e.mu.Unlock()
 		return nil, fmt.Errorf("sandbox: job %s: all %d job uids are in use", spec.JobID, e.cfg.UIDCount)
@@ -300,12 +287,10 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 
 	j := &job{
 		name: name,
-		dir:  filepath.Join(e.cfg.Root, name),
 		uid:  uid,
 		spec: spec,
 		log:  e.log.With("job", spec.JobID, "attempt", spec.Attempt),
 	}
-	j.rw = filepath.Join(j.dir, "rw")
 	ws, err := e.prepare(j)
 	if err != nil {
 		if rerr := e.release(j); rerr != nil {
@@ -317,50 +302,20 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 }
 
 func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
-	// A workspace left by a node agent that died is cleaned first.
-	if _, err := os.Lstat(j.dir); err == nil {
-		j.log.Warn("removing stale workspace", "dir", j.dir)
-		_ = unix.Unmount(j.rw, unix.MNT_DETACH)
-		if err := os.RemoveAll(j.dir); err != nil {
-			return nil, fmt.Errorf("remove stale workspace: %w", err)
-		}
-	}
-	for _, d := range []string{j.dir, filepath.Join(j.dir, "data"), j.rw} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, fmt.Errorf("make workspace: %w", err)
-		}
-	}
 	disk := j.spec.DiskBytes
 	if disk <= 0 {
 		disk = e.cfg.DefaultDiskBytes
 	}
-	inodes := min(max(disk/4096, 1024), 1<<20)
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", disk, inodes)
-	if err := unix.Mount("e31-job", j.rw, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return nil, fmt.Errorf("mount writable space: %w", err)
-	}
-	for _, d := range []struct {
-		name  string
-		mode  os.FileMode
-		owned bool
-	}{{"out", 0o755, true}, {"tmp", 0o1777, true}, {"log", 0o755, false}, {"root", 0o755, false}} {
-		p := filepath.Join(j.rw, d.name)
-		if err := os.Mkdir(p, 0o755); err != nil {
-			return nil, fmt.Errorf("make %s: %w", d.name, err)
-		}
-		if err := os.Chmod(p, d.mode); err != nil {
-			return nil, fmt.Errorf("chmod %s: %w", d.name, err)
-		}
-		if d.owned {
-			if err := os.Chown(p, j.uid, j.uid); err != nil {
-				return nil, fmt.Errorf("chown %s: %w", d.name, err)
-			}
-		}
+	d, err := workspace.Make(e.cfg.Root, j.name, disk, j.uid)
+	j.ws = d
+	if err != nil {
+		return nil, err
 	}
 	mem := j.spec.MemoryBytes
 	if mem <= 0 {
 		mem = e.cfg.DefaultMemoryBytes
 	}
+	j.mem = mem
 	cg, err := e.cgroups.create(j.name+"-"+e.rootTag, limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax})
 	if err != nil {
 		return nil, err
@@ -368,9 +323,9 @@ func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
 	j.cg = cg
 	ws := &executor.Workspace{
 		Spec:    j.spec,
-		Root:    j.dir,
-		DataDir: filepath.Join(j.dir, "data"),
-		OutDir:  filepath.Join(j.rw, "out"),
+		Root:    d.Path,
+		DataDir: d.Data,
+		OutDir:  d.Out,
 	}
 	var once sync.Once
 	var rerr error
@@ -388,8 +343,7 @@ func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
 // writable space (so they count against Spec.DiskBytes), readable until
 // Release.
 func LogPaths(ws *executor.Workspace) (stdout, stderr string) {
-	dir := filepath.Join(ws.Root, "rw", "log")
-	return filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
+	return workspace.LogPaths(ws.Root)
 }
 
 // Run starts the job in its sandbox and waits for it. It returns only once
@@ -408,12 +362,12 @@ func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Re
 	if j.closed {
 		return executor.Result{}, fmt.Errorf("sandbox: run %s: workspace released", j.spec.JobID)
 	}
-	return e.run(ctx, j, ws)
+	return e.run(ctx, j)
 }
 
-func (e *Executor) run(ctx context.Context, j *job, ws *executor.Workspace) (executor.Result, error) {
+func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	spec := j.spec
-	files, err := openStdio(j.rw)
+	files, err := j.ws.Stdio()
 	if err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
 	}
@@ -426,12 +380,14 @@ func (e *Executor) run(ctx context.Context, j *job, ws *executor.Workspace) (exe
 	binds := append([]bind(nil), e.binds...)
 	binds = append(binds,
 		bind{src: e.etcDir, dst: "etc", readOnly: true},
-		bind{src: ws.DataDir, dst: "data", readOnly: true},
-		bind{src: ws.OutDir, dst: "out"},
-		bind{src: filepath.Join(j.rw, "tmp"), dst: "tmp"},
+		// From the executor's own record, not from ws, whose fields RUN
+		// could change: only the job's workspace is ever mounted.
+		bind{src: j.ws.Data, dst: "data", readOnly: true},
+		bind{src: j.ws.Out, dst: "out"},
+		bind{src: j.ws.Tmp, dst: "tmp"},
 	)
 	l := &launch{
-		rootDir: filepath.Join(j.rw, "root"),
+		rootDir: j.ws.Root,
 		dirs:    []string{"dev", "proc"},
 		binds:   binds,
 		links: append(append([]link(nil), e.links...),
@@ -528,9 +484,12 @@ loop:
 	res.Usage = events.Usage{CPUSeconds: u.cpuSeconds, MaxRSSBytes: u.peakMemory}
 	if !stopping {
 		switch ws := ex.status; {
+		case ex.err != nil:
+			res.Outcome = events.Failed
+			res.Reason = fmt.Sprintf("lost the job's exit status: %v", ex.err)
 		case u.oomKills > 0:
 			res.Outcome = events.OutOfMemory
-			res.Reason = fmt.Sprintf("out of memory: %d process(es) killed at the %d-byte limit", u.oomKills, spec.MemoryBytes)
+			res.Reason = fmt.Sprintf("out of memory: %d process(es) killed at the %d-byte limit", u.oomKills, j.mem)
 			if ws.Exited() {
 				code := ws.ExitStatus()
 				res.ExitCode = &code
@@ -559,27 +518,6 @@ loop:
 type admitReq struct {
 	pid int
 	err chan error
-}
-
-// openStdio opens the job's stdin (/dev/null) and its stdout and stderr
-// files in its writable space.
-func openStdio(rw string) ([]*os.File, error) {
-	in, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, err
-	}
-	files := []*os.File{in}
-	for _, n := range []string{"stdout", "stderr"} {
-		f, err := os.OpenFile(filepath.Join(rw, "log", n), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			for _, f := range files {
-				f.Close()
-			}
-			return nil, fmt.Errorf("open %s: %w", n, err)
-		}
-		files = append(files, f)
-	}
-	return files, nil
 }
 
 // defaultPath is the job's PATH unless it declares one.
@@ -616,25 +554,14 @@ func (e *Executor) release(j *job) error {
 		if ps, err := j.cg.procs(); err == nil && len(ps) > 0 {
 			// Only possible if Run was never called or did not finish.
 			killAll(j.cg, syscall.SIGKILL)
-	if err := drain(j.cg, func(left []int) { j.log.Warn("job processes survive release", "pids", left) }); err != nil {
+			if err := drain(j.cg, func(left []int) { j.log.Warn("job processes survive release", "pids", left) }); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if err := unix.Unmount(j.rw, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		if err := unix.Unmount(j.rw, unix.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", j.rw, err))
-		}
-	}
-	if len(errs) == 0 {
-		// Only the data is on disk: the rest was in the tmpfs.
-		if err := os.RemoveAll(filepath.Join(j.dir, "data")); err != nil {
-			errs = append(errs, fmt.Errorf("remove data: %w", err))
-		}
-		for _, d := range []string{j.rw, j.dir} {
-			if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
-				errs = append(errs, fmt.Errorf("remove workspace: %w", err))
-			}
+	if len(errs) == 0 && j.ws != nil {
+		if err := j.ws.Remove(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if j.cg != nil {
@@ -649,7 +576,7 @@ func (e *Executor) release(j *job) error {
 		}
 	}
 	if len(errs) == 0 {
-		freeUID(j.uid)
+		workspace.FreeUID(j.uid)
 		delete(e.jobs, j.name)
 	}
 	e.mu.Unlock()
@@ -657,20 +584,6 @@ func (e *Executor) release(j *job) error {
 		return fmt.Errorf("sandbox: release %s: %w", j.spec.JobID, err)
 	}
 	return nil
-}
-
-// dirName is the job's workspace and cgroup name: its id made safe for a
-// path, and the attempt.
-func dirName(id string, attempt int) string {
-	var b strings.Builder
-	for _, r := range id {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			b.WriteRune(r)
-		} else {
-			fmt.Fprintf(&b, "%%%02x", r)
-		}
-	}
-	return "job-" + b.String() + "-" + strconv.Itoa(attempt)
 }
 
 func readInt(path string) (int, error) {
