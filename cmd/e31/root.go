@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	osuser "os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,11 @@ type env struct {
 func readEnv() env {
 	user := os.Getenv("USER")
 	if user == "" {
-		user = "anonymous"
+		if u, err := osuser.Current(); err == nil {
+			user = u.Username
+		} else {
+			user = "anonymous"
+		}
 	}
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
 	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN}
