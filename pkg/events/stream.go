@@ -124,15 +124,28 @@ func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 	}
 }
 
-// Setup creates or updates the streams and buckets. It is idempotent, so
-// every service calls it on start and none depends on another having run.
+// Setup creates the streams and buckets that do not exist yet. It is
+// idempotent, so every service calls it on start and none depends on
+// another having run. It never changes a stream that exists: an operator
+// who made the log three-way replicated must not have a service that was
+// started with the defaults make it single again.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o)} {
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		if _, err := js.Stream(ctx, cfg.Name); err == nil {
+			continue
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
+		}
+		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	if _, err := js.CreateOrUpdateObjectStore(ctx, DataBucketConfig(o)); err != nil {
+	if _, err := js.ObjectStore(ctx, DataBucket); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("set up object store %s: %w", DataBucket, err)
+	}
+	if _, err := js.CreateObjectStore(ctx, DataBucketConfig(o)); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 		return fmt.Errorf("set up object store %s: %w", DataBucket, err)
 	}
 	return nil
