@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/broker"
@@ -28,6 +29,11 @@ type devOptions struct {
 	sync       string
 	executor   string
 	grace      time.Duration
+	// rentInstances and leaseTTL are for trying failover: several
+	// schedulers, of which one decides, and how soon a dead node or
+	// scheduler is noticed.
+	rentInstances int
+	leaseTTL      time.Duration
 }
 
 func devCmd(a *app) *cobra.Command {
@@ -60,16 +66,40 @@ is acknowledged, so a machine crash loses nothing that was acknowledged;
 	f.StringVar(&o.sync, "sync", "always", "when the event store writes to disk: always or interval")
 	f.StringVar(&o.executor, "executor", "auto", "how nodes run jobs: sandbox (isolated; needs root), process (not isolated), auto")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
+	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
 	return cmd
 }
 
 // devSystem is a running `e31 dev`: the broker and every service.
 type devSystem struct {
-	broker *broker.Server
+	broker   *broker.Server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	errs     []error
+	services map[string]*devService
+}
+
+// devService is one service of `e31 dev`, by an id such as "rent-1" or "node-2".
+type devService struct {
+	nc     *nats.Conn
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	errs   []error
+	done   chan struct{}
+}
+
+// crash stops one service as a crash would: its connection drops first, so
+// it can neither tell anyone nor clean up, then it is stopped. For tests.
+func (s *devSystem) crash(id string) {
+	s.mu.Lock()
+	svc := s.services[id]
+	s.mu.Unlock()
+	if svc == nil {
+		return
+	}
+	svc.nc.Close()
+	svc.cancel()
+	<-svc.done
 }
 
 func runDev(ctx context.Context, a *app, o devOptions) error {
@@ -112,9 +142,9 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		return nil, troubleErr(err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sys := &devSystem{broker: b, cancel: cancel}
-	start := func(name string, node nodeConfig) error {
-		nc, err := b.Connect("e31-dev-" + name)
+	sys := &devSystem{broker: b, cancel: cancel, services: map[string]*devService{}}
+	start := func(name, id string, node nodeConfig) error {
+		nc, err := b.Connect("e31-dev-" + id)
 		if err != nil {
 			return err
 		}
@@ -129,11 +159,17 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 			nc.Close()
 			return err
 		}
+		svcCtx, svcCancel := context.WithCancel(runCtx)
+		ds := &devService{nc: nc, cancel: svcCancel, done: make(chan struct{})}
+		sys.mu.Lock()
+		sys.services[id] = ds
+		sys.mu.Unlock()
 		sys.wg.Add(1)
 		go func() {
 			defer sys.wg.Done()
+			defer close(ds.done)
 			defer nc.Close()
-			if err := svc.Run(runCtx); err != nil && runCtx.Err() == nil {
+			if err := svc.Run(svcCtx); err != nil && svcCtx.Err() == nil {
 				log.Error("service stopped", "service", name, "node", node.Name, "err", err)
 				sys.mu.Lock()
 				sys.errs = append(sys.errs, fmt.Errorf("%s: %w", name, err))
@@ -142,12 +178,19 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		}()
 		return nil
 	}
-	if err := setupStreams(runCtx, b); err != nil {
+	if err := setupStreams(runCtx, b, o.leaseTTL); err != nil {
 		_ = sys.stop()
 		return nil, troubleErr(fmt.Errorf("dev: set up streams: %w", err))
 	}
-	for _, name := range []string{"ledger", "submit", "rent", "output", "release"} {
-		if err := start(name, nodeConfig{}); err != nil {
+	for _, name := range []string{"ledger", "submit", "output", "release"} {
+		if err := start(name, name, nodeConfig{}); err != nil {
+			_ = sys.stop()
+			return nil, err
+		}
+	}
+	for i := 1; i <= max(o.rentInstances, 1); i++ {
+		id := fmt.Sprintf("rent-%d", i)
+		if err := start("rent", id, nodeConfig{Instance: id}); err != nil {
 			_ = sys.stop()
 			return nil, err
 		}
@@ -156,7 +199,7 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		name := fmt.Sprintf("node-%d", i)
 		node := nodeConfig{Name: name, CPU: o.nodeCPU, MemoryBytes: mem, DiskBytes: disk, WorkDir: filepath.Join(dir, "nodes", name),
 			Executor: o.executor, Grace: o.grace}
-		if err := start("run", node); err != nil {
+		if err := start("run", name, node); err != nil {
 			_ = sys.stop()
 			return nil, err
 		}
@@ -176,7 +219,7 @@ func (s *devSystem) stop() error {
 	return errors.Join(append(s.errs, err)...)
 }
 
-func setupStreams(ctx context.Context, b *broker.Server) error {
+func setupStreams(ctx context.Context, b *broker.Server, leaseTTL time.Duration) error {
 	nc, err := b.Connect("e31-dev-setup")
 	if err != nil {
 		return err
@@ -186,5 +229,5 @@ func setupStreams(ctx context.Context, b *broker.Server) error {
 	if err != nil {
 		return err
 	}
-	return events.Setup(ctx, js, events.StreamOptions{})
+	return events.Setup(ctx, js, events.StreamOptions{LeaseTTL: leaseTTL})
 }

@@ -43,6 +43,18 @@ succeeded, 1 if it ended any other way, 3 if waiting timed out.`,
 
 func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Duration, asJSON bool) error {
 	if _, err := c.currentRecord(ctx, id); err != nil {
+		seq, _ := c.lastSeq(ctx)
+		if recs, serr := c.sweepRecords(ctx, id, seq); serr == nil && len(recs) > 0 {
+			ids := make([]string, len(recs))
+			var from uint64
+			for i, r := range recs {
+				ids[i] = r.Job
+				if len(r.Events) > 0 && (from == 0 || r.Events[0].Seq < from) {
+					from = r.Events[0].Seq
+				}
+			}
+			return c.waitSweep(ctx, id, ids, from, timeout, asJSON)
+		}
 		return err
 	}
 	wctx := ctx
@@ -102,6 +114,14 @@ func statusCmd(a *app) *cobra.Command {
 			}
 			rec, err := c.record(ctx, args[0], seq)
 			if err != nil {
+				// Not a job: perhaps a sweep.
+				if recs, serr := c.sweepRecords(ctx, args[0], seq); serr == nil && len(recs) > 0 {
+					if asJSON {
+						return writeJSON(a.out, sweepSummaryOf(args[0], recs))
+					}
+					printSweep(a.out, args[0], recs)
+					return nil
+				}
 				return err
 			}
 			st := status{ID: rec.Job, Name: rec.Name, State: rec.State, Outcome: rec.Outcome, Reason: rec.Reason, Node: rec.Node}
@@ -287,6 +307,7 @@ func ledgerCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&q.Submitter, "submitter", "", "only this submitter's jobs")
 	cmd.Flags().StringVar(&q.Node, "node", "", "only jobs held on this node")
+	cmd.Flags().StringVar(&q.Sweep, "sweep", "", "only the jobs of this sweep")
 	cmd.Flags().StringVar(&since, "since", "", "only jobs submitted at or after this time (RFC 3339)")
 	cmd.Flags().StringVar(&until, "until", "", "only jobs submitted before this time (RFC 3339)")
 	return cmd

@@ -17,7 +17,7 @@ import (
 )
 
 func submitCmd(a *app) *cobra.Command {
-	var wait, asJSON, quiet bool
+	var wait, asJSON, quiet, waitForNode bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
@@ -37,11 +37,15 @@ is; such a job never reaches the system.`,
 			if err != nil {
 				return &exitError{exitUsage, err}
 			}
+			job.Spec.WaitForNode = job.Spec.WaitForNode || waitForNode
 			c, err := a.dial(ctx)
 			if err != nil {
 				return err
 			}
 			defer c.close()
+			if job.Sweep != nil {
+				return c.submitSweep(ctx, job, progressFor(a.errOut, quiet || asJSON), wait, timeout, asJSON)
+			}
 			id, err := c.submit(ctx, job, progressFor(a.errOut, quiet || asJSON))
 			if err != nil {
 				return err
@@ -63,6 +67,7 @@ is; such a job never reaches the system.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bars")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait: give up waiting after this long (0: no limit)")
+	cmd.Flags().BoolVar(&waitForNode, "wait-for-node", false, "if no node in the pool could ever hold the job, wait for one to join instead of being rejected")
 	return cmd
 }
 
@@ -70,21 +75,9 @@ is; such a job never reaches the system.`,
 // new (time ordered), and the request is stored only if no event exists
 // for it yet, so it can never land on another job.
 func (c *client) submit(ctx context.Context, job *jobfile.Job, p stage.Progress) (string, error) {
-	spec := job.Spec
-	spec.Data = append([]events.DataRef(nil), job.Spec.Data...)
-	if len(job.Paths) > 0 {
-		store, err := c.store(ctx)
-		if err != nil {
-			return "", err
-		}
-		for i, path := range job.Paths {
-			ref, err := stage.Upload(ctx, store, path, p)
-			if err != nil {
-				return "", troubleErr(fmt.Errorf("stage data %q from %s: %w", spec.Data[i].Name, path, err))
-			}
-			ref.Name = spec.Data[i].Name
-			spec.Data[i] = ref
-		}
+	spec, err := c.stage(ctx, job, p)
+	if err != nil {
+		return "", err
 	}
 	u, err := uuid.NewV7()
 	if err != nil {
@@ -100,4 +93,65 @@ func (c *client) submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 		return "", troubleErr(fmt.Errorf("submit: %w", err))
 	}
 	return id, nil
+}
+
+// submitSweep submits one job per sweep value, sharing the staged data: the
+// jobs are <sweep id>-<index>. It prints the sweep id (and the job ids with
+// --json); with wait, it waits for them all and summarizes.
+func (c *client) submitSweep(ctx context.Context, job *jobfile.Job, p stage.Progress, wait bool, timeout time.Duration, asJSON bool) error {
+	spec, err := c.stage(ctx, job, p)
+	if err != nil {
+		return err
+	}
+	sweep := uuid.Must(uuid.NewV7()).String()
+	ids := make([]string, len(job.Sweep))
+	var first uint64
+	pub := bus.NewPublisher(c.js, "e31/cli", nil)
+	for start := 0; start < len(job.Sweep); start += 512 {
+		end := min(start+512, len(job.Sweep))
+		batch := make([]bus.Pending, 0, end-start)
+		for i := start; i < end; i++ {
+			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
+			point := spec
+			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
+			batch = append(batch, bus.Pending{Subject: ids[i], Event: events.JobRequested{Submitter: c.a.env.User, Spec: point}, ExpectSet: true})
+		}
+		stored, errs := pub.AppendBatch(ctx, batch)
+		if err := errors.Join(errs...); err != nil {
+			return troubleErr(fmt.Errorf("submit sweep %s (%d of %d jobs submitted): %w", sweep, start, len(ids), err))
+		}
+		if first == 0 {
+			first = stored[0].Seq
+		}
+	}
+	if !wait {
+		if asJSON {
+			return json.NewEncoder(c.a.out).Encode(map[string]any{"id": sweep, "jobs": ids})
+		}
+		fmt.Fprintln(c.a.out, sweep)
+		return nil
+	}
+	fmt.Fprintf(c.a.errOut, "submitted sweep %s: %d jobs\n", sweep, len(ids))
+	return c.waitSweep(ctx, sweep, ids, first, timeout, asJSON)
+}
+
+// stage uploads the job's local data and returns the spec to submit.
+func (c *client) stage(ctx context.Context, job *jobfile.Job, p stage.Progress) (events.JobSpec, error) {
+	spec := job.Spec
+	spec.Data = append([]events.DataRef(nil), job.Spec.Data...)
+	if len(job.Paths) > 0 {
+		store, err := c.store(ctx)
+		if err != nil {
+			return spec, err
+		}
+		for i, path := range job.Paths {
+			ref, err := stage.Upload(ctx, store, path, p)
+			if err != nil {
+				return spec, troubleErr(fmt.Errorf("stage data %q from %s: %w", spec.Data[i].Name, path, err))
+			}
+			ref.Name = spec.Data[i].Name
+			spec.Data[i] = ref
+		}
+	}
+	return spec, nil
 }

@@ -19,11 +19,12 @@ import (
 
 // testSystem is `e31 dev` started in-process for one test.
 type testSystem struct {
-	t   *testing.T
-	dir string
-	url string
-	sys *devSystem
-	c   *client
+	t    *testing.T
+	opts devOptions
+	dir  string
+	url  string
+	sys  *devSystem
+	c    *client
 }
 
 // testExecutor is the executor integration tests run jobs with: the default
@@ -33,8 +34,15 @@ var testExecutor = "auto"
 
 func startSystem(t *testing.T, dir string, nodes int) *testSystem {
 	t.Helper()
-	ts := &testSystem{t: t, dir: dir}
-	ts.start(nodes)
+	return startSystemWith(t, dir, devOptions{nodes: nodes})
+}
+
+// startSystemWith starts e31 dev with o's nodes, rent instances and lease
+// time; the rest is the tests' usual.
+func startSystemWith(t *testing.T, dir string, o devOptions) *testSystem {
+	t.Helper()
+	ts := &testSystem{t: t, dir: dir, opts: o}
+	ts.start(o.nodes)
 	t.Cleanup(ts.stop)
 	return ts
 }
@@ -46,7 +54,8 @@ func (ts *testSystem) start(nodes int) {
 	a.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx := context.Background()
 	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
-		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: testExecutor, grace: 500 * time.Millisecond})
+		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: testExecutor, grace: 500 * time.Millisecond,
+		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)
 	}
@@ -292,6 +301,7 @@ work: {command: ["/bin/true"]}
 request: {cpu: 2, memory: 64MiB, limit: 2m}
 `, nil))
 	ts.waitState(running, api.StateRunning)
+	ts.waitState(waiting, api.StateWaiting)
 	out, _, _ := ts.cli("status", waiting)
 	if !strings.Contains(out, "waiting") || !strings.Contains(out, "next in line") {
 		t.Errorf("status of the waiting job = %q, want waiting with a reason", out)
@@ -313,19 +323,21 @@ request: {cpu: 2, memory: 64MiB, limit: 2m}
 	}
 }
 
-// waitState waits, through the CLI, until a job reaches state.
+// waitState waits until a job reaches state (running, or waiting: accepted).
 func (ts *testSystem) waitState(id, state string) {
 	ts.t.Helper()
+	ceType := map[string]string{api.StateRunning: events.TypeRunStarted, api.StateWaiting: events.TypeJobSubmitted}[state]
+	ts.waitEvent(id, ceType)
+}
+
+// waitEvent waits until an event of type ceType is in a job's log.
+func (ts *testSystem) waitEvent(id, ceType string) {
+	ts.t.Helper()
 	err := ts.c.follow(ctxTimeout(ts.t, 30*time.Second), events.JobSubject(id), func(env events.Envelope) bool {
-		switch state {
-		case api.StateRunning:
-			_, started := env.Event.(*events.RunStarted)
-			return !started
-		}
-		return true
+		return env.Type != ceType
 	})
 	if err != nil {
-		ts.t.Fatalf("job %s never became %s: %v", id, state, err)
+		ts.t.Fatalf("job %s never logged %s: %v", id, events.Name(ceType), err)
 	}
 }
 

@@ -37,6 +37,8 @@ type nodeConfig struct {
 	WorkDir     string
 	Executor    string // "sandbox", "process" or "auto"
 	Grace       time.Duration
+	// Instance names one instance of a service that needs a name (rent).
+	Instance string
 }
 
 // newService builds one service by name. This is the only place that knows
@@ -52,7 +54,7 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		}
 		return submit.New(js, submit.Config{Source: source, Logger: log, Store: store})
 	case "rent":
-		return rent.New(nc, js, rent.Config{Source: source, Logger: log})
+		return rent.New(nc, js, rent.Config{Source: source, Logger: log, Instance: node.Instance})
 	case "output":
 		store, err := openStore(ctx, js)
 		if err != nil {

@@ -19,6 +19,8 @@ const (
 	LedgerList = "e31.api.ledger.list"
 	// LedgerInfo answers with a LedgerInfo.
 	LedgerInfoSubject = "e31.api.ledger.info"
+	// LedgerTotals answers a TotalsRequest with a TotalsReply.
+	LedgerTotals = "e31.api.ledger.totals"
 	// RentWhy answers a WhyRequest with a WhyReply.
 	RentWhy = "e31.api.rent.why"
 )
@@ -53,6 +55,8 @@ type HoldRecord struct {
 	Reason   string         `json:"reason,omitempty"`
 
 	Request Request `json:"request"`
+	// Sweep is set on the jobs of a sweep: which point of it this job is.
+	Sweep *events.SweepPoint `json:"sweep,omitempty"`
 
 	SubmittedAt      *time.Time `json:"submitted_at,omitempty"`
 	HeldAt           *time.Time `json:"held_at,omitempty"`
@@ -61,12 +65,25 @@ type HoldRecord struct {
 	OutputReturnedAt *time.Time `json:"output_returned_at,omitempty"`
 	ReleasedAt       *time.Time `json:"released_at,omitempty"`
 
-	HeldSeconds float64      `json:"held_seconds"`
-	Usage       events.Usage `json:"usage"`
-	Output      Output       `json:"output"`
+	HeldSeconds float64 `json:"held_seconds"`
+	// CPUCoreSeconds, MemoryGiBSeconds and GPUSeconds are the meter: for
+	// each attempt the resources held times the time they were held (from
+	// ComputeHeld's ce-time to ComputeReleased's), summed over every
+	// attempt. They are what a submitter is billed for; Usage, what the job
+	// measurably used, sits beside them and never replaces them.
+	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
+	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
+	GPUSeconds       float64      `json:"gpu_seconds"`
+	Usage            events.Usage `json:"usage"`
+	Output           Output       `json:"output"`
 
 	Attempts []Attempt  `json:"attempts,omitempty"`
 	Events   []EventRef `json:"events"`
+	// EventsDigest commits to the exact stored events the record was built
+	// from: "sha256:" and the hex SHA-256 of their event digests (see
+	// DigestVersion), in the order of Events. Absent from a record built
+	// from decoded events alone.
+	EventsDigest string `json:"events_digest,omitempty"`
 }
 
 // Request is what the job asked for, as the hold record shows it.
@@ -87,10 +104,19 @@ type Output struct {
 	List    []events.OutputFile `json:"list,omitempty"`
 }
 
+// Resources are what was held for an attempt, as ComputeHeld says.
+type Resources struct {
+	CPU         float64 `json:"cpu"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	GPU         int     `json:"gpu"`
+	DiskBytes   int64   `json:"disk_bytes"`
+}
+
 // Attempt is one hold of the job on one node.
 type Attempt struct {
 	Attempt          int            `json:"attempt"`
 	Node             string         `json:"node"`
+	Held             Resources      `json:"held"`
 	Outcome          events.Outcome `json:"outcome,omitempty"`
 	ExitCode         *int           `json:"exit_code,omitempty"`
 	Reason           string         `json:"reason,omitempty"`
@@ -100,13 +126,22 @@ type Attempt struct {
 	OutputReturnedAt *time.Time     `json:"output_returned_at,omitempty"`
 	ReleasedAt       *time.Time     `json:"released_at,omitempty"`
 	HeldSeconds      float64        `json:"held_seconds"`
-	Usage            events.Usage   `json:"usage"`
+	// The meter of this attempt: Held times HeldSeconds, zero until the
+	// compute is released (memory in GiB, 2^30 bytes).
+	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
+	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
+	GPUSeconds       float64      `json:"gpu_seconds"`
+	Usage            events.Usage `json:"usage"`
 }
 
 // EventRef names one event a record was built from.
 type EventRef struct {
 	Seq  uint64 `json:"seq"`
 	Type string `json:"type"`
+	// Digest is "sha256:" and the hex event digest of the stored message
+	// (see DigestVersion): an auditor holding the record can tell whether
+	// the event in a copy of the log is the one the record was built from.
+	Digest string `json:"digest,omitempty"`
 }
 
 // Over reports whether the job has ended.
@@ -141,6 +176,8 @@ type ListRequest struct {
 	Node      string    `json:"node,omitempty"`
 	Since     time.Time `json:"since,omitempty"`
 	Until     time.Time `json:"until,omitempty"`
+	// Sweep selects the jobs of one sweep.
+	Sweep string `json:"sweep,omitempty"`
 	// After pages: records of jobs submitted after this job, in log order.
 	After  string `json:"after,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
@@ -162,6 +199,43 @@ type LedgerInfo struct {
 	Behind   uint64 `json:"behind"`
 	Records  int    `json:"records"`
 	CaughtUp bool   `json:"caught_up"`
+	// Head is the hash chain over every message the ledger has read, as of
+	// Head.Seq (which is Applied): see DigestVersion.
+	Head Head `json:"head"`
+}
+
+// TotalsRequest asks what each submitter would be billed for a period:
+// the meter of every released attempt, cut at the period's edges (Since
+// inclusive, Until exclusive; zero means unbounded), so that the totals of
+// consecutive periods add up to the total of their union.
+type TotalsRequest struct {
+	Since     time.Time `json:"since,omitempty"`
+	Until     time.Time `json:"until,omitempty"`
+	Submitter string    `json:"submitter,omitempty"`
+	MinSeq    uint64    `json:"min_seq,omitempty"`
+}
+
+// Totals is one submitter's bill for a period.
+type Totals struct {
+	Submitter string `json:"submitter"`
+	// Jobs counts jobs with held time in the period; Attempts, their
+	// attempts with held time in it.
+	Jobs             int     `json:"jobs"`
+	Attempts         int     `json:"attempts"`
+	HeldSeconds      float64 `json:"held_seconds"`
+	CPUCoreSeconds   float64 `json:"cpu_core_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	GPUSeconds       float64 `json:"gpu_seconds"`
+	// Open counts attempts held in the period and not yet released: their
+	// meter is still running and is not in these totals yet.
+	Open int `json:"open,omitempty"`
+}
+
+// TotalsReply has one Totals per submitter, by name.
+type TotalsReply struct {
+	Submitters []Totals `json:"submitters"`
+	Applied    uint64   `json:"applied"`
+	Error      string   `json:"error,omitempty"`
 }
 
 // WhyRequest asks the scheduler why a job is where it is. With MinSeq the

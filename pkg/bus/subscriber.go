@@ -59,6 +59,10 @@ type SubscriberConfig struct {
 	// DeliverNew starts a new consumer at the end of the stream instead of the
 	// beginning.
 	DeliverNew bool
+	// InactiveThreshold, when set, lets the server remove the durable consumer
+	// after that long without a subscriber: for consumers named after one
+	// instance of a service, which may never come back.
+	InactiveThreshold time.Duration
 	// Logger for problems the Subscriber cannot return; default slog.Default().
 	Logger *slog.Logger
 }
@@ -162,12 +166,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, errors.New("bus: empty topic")
 	}
 	cc := jetstream.ConsumerConfig{
-		Durable:       ConsumerName(s.cfg.Durable, topic),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       s.cfg.AckWait,
-		MaxDeliver:    -1,
-		MaxAckPending: s.cfg.MaxAckPending,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable:           ConsumerName(s.cfg.Durable, topic),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           s.cfg.AckWait,
+		MaxDeliver:        -1,
+		MaxAckPending:     s.cfg.MaxAckPending,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: s.cfg.InactiveThreshold,
 	}
 	if s.cfg.DeliverNew {
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy

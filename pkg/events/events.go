@@ -42,6 +42,36 @@ type JobSpec struct {
 	Data    []DataRef    `json:"data,omitempty"`
 	Request Request      `json:"request"`
 	Output  []OutputDecl `json:"output,omitempty"`
+	// Priority orders waiting jobs: higher first, from MinPriority to
+	// MaxPriority; then fair share across submitters, then submission order.
+	Priority int `json:"priority,omitempty"`
+	// After lists jobs that must succeed before this one may be held. If one
+	// does not succeed, this job is rejected with that reason.
+	After []string `json:"after,omitempty"`
+	// Sweep is set on each job of a sweep: which point of it this job is.
+	Sweep *SweepPoint `json:"sweep,omitempty"`
+	// WaitForNode keeps a job that no node in the pool could ever hold
+	// waiting for one to join, instead of rejecting it at once.
+	WaitForNode bool `json:"wait_for_node,omitempty"`
+	// RetentionSeconds is how long the job's staged data and output are
+	// kept after the job ends; absent (0) means DefaultRetention.
+	RetentionSeconds float64 `json:"retention_seconds,omitempty"`
+}
+
+// Bounds of JobSpec.Priority.
+const (
+	MinPriority = -10
+	MaxPriority = 10
+)
+
+// SweepPoint is one job of a sweep: the sweep's id, this job's index (from
+// 0) among Count, and its parameter value. The job sees them as
+// E31_SWEEP_ID, E31_SWEEP_INDEX and E31_SWEEP_VALUE.
+type SweepPoint struct {
+	ID    string `json:"id"`
+	Index int    `json:"index"`
+	Count int    `json:"count"`
+	Value string `json:"value"`
 }
 
 // Work is what to run.
@@ -102,6 +132,9 @@ type OutputFile struct {
 	Path   string `json:"path"`
 	Bytes  int64  `json:"bytes"`
 	Digest string `json:"digest"`
+	// Mode is "0755" for an executable file and "0644" for any other; absent
+	// in events written before modes were kept, which means "0644".
+	Mode string `json:"mode,omitempty"`
 }
 
 // Collected is what RUN found under /out for the declared outputs.
@@ -113,6 +146,14 @@ type Collected struct {
 	// Declared is what RUN matched against (the job's output declaration),
 	// so that whether a missing output was required is read from the event.
 	Declared []OutputDecl `json:"declared,omitempty"`
+	// Manifest is the digest of the stored folder manifest of every file
+	// collected (paths, modes, sizes, digests): Files lists only the first
+	// of them when there are many (see Listed). Absent when nothing was
+	// stored.
+	Manifest string `json:"manifest,omitempty"`
+	// Count is the number of files collected when Files lists only some of
+	// them; absent when Files lists them all.
+	Count int `json:"count,omitempty"`
 }
 
 // JobRequested asks for a job. Anyone allowed to submit may publish it; the
@@ -174,6 +215,13 @@ type OutputReturned struct {
 	// Partial is true when the job did not finish: what was there is returned.
 	Partial bool     `json:"partial"`
 	Missing []string `json:"missing"`
+	// Manifest is the digest of the stored folder manifest of every returned
+	// file: Files lists only the first of them when there are many (see
+	// Listed). Absent when nothing was returned or no manifest was stored.
+	Manifest string `json:"manifest,omitempty"`
+	// Count is the number of returned files when Files lists only some of
+	// them; absent when Files lists them all.
+	Count int `json:"count,omitempty"`
 }
 
 // ComputeReleased records that the compute of one attempt went back to the
@@ -208,6 +256,23 @@ type NodeAnnounced struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 }
 
+// NodeExpired records that a node stopped renewing its lease: RENT counts it
+// lost until it announces itself again, and every attempt held on it ends.
+type NodeExpired struct {
+	Node   string `json:"node"`
+	Boot   string `json:"boot"`
+	Reason string `json:"reason"`
+}
+
+// HoldLost records that the node holding an attempt was lost before the
+// attempt stopped. RELEASE releases it as node_lost, and the job is held
+// again as a new attempt; if the node comes back, it does not record the
+// lost attempt's result.
+type HoldLost struct {
+	Hold
+	Reason string `json:"reason"`
+}
+
 // The versioned type names. Never change one; add a new version instead.
 const (
 	TypeJobRequested    = "e31.job.requested.v1"
@@ -221,6 +286,8 @@ const (
 	TypeCancelRequested = "e31.job.cancel_requested.v1"
 	TypeJobCancelled    = "e31.job.cancelled.v1"
 	TypeNodeAnnounced   = "e31.node.announced.v1"
+	TypeNodeExpired     = "e31.node.expired.v1"
+	TypeHoldLost        = "e31.job.hold_lost.v1"
 )
 
 func (JobRequested) Type() string    { return TypeJobRequested }
@@ -234,6 +301,8 @@ func (ComputeReleased) Type() string { return TypeComputeReleased }
 func (CancelRequested) Type() string { return TypeCancelRequested }
 func (JobCancelled) Type() string    { return TypeJobCancelled }
 func (NodeAnnounced) Type() string   { return TypeNodeAnnounced }
+func (NodeExpired) Type() string     { return TypeNodeExpired }
+func (HoldLost) Type() string        { return TypeHoldLost }
 
 func (JobRequested) sealed()    {}
 func (JobSubmitted) sealed()    {}
@@ -246,6 +315,8 @@ func (ComputeReleased) sealed() {}
 func (CancelRequested) sealed() {}
 func (JobCancelled) sealed()    {}
 func (NodeAnnounced) sealed()   {}
+func (NodeExpired) sealed()     {}
+func (HoldLost) sealed()        {}
 
 // kind describes where an event type lives: its subject token and whether it
 // belongs to an attempt (and so carries a Hold).
@@ -269,6 +340,10 @@ var kinds = map[string]kind{
 	TypeCancelRequested: {"cancel", false, func() Event { return new(CancelRequested) }, "CancelRequested"},
 	TypeJobCancelled:    {"cancelled", false, func() Event { return new(JobCancelled) }, "JobCancelled"},
 	TypeNodeAnnounced:   {"announced", false, func() Event { return new(NodeAnnounced) }, "NodeAnnounced"},
+	TypeNodeExpired:     {"expired", false, func() Event { return new(NodeExpired) }, "NodeExpired"},
+	TypeHoldLost:        {"lost", true, func() Event { return new(HoldLost) }, "HoldLost"},
+	TypeDeleteRequested: {"delete", false, func() Event { return new(DeleteRequested) }, "DeleteRequested"},
+	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted"},
 }
 
 // Types lists every event type this package can decode.
@@ -303,8 +378,9 @@ func HoldOf(ev Event) (Hold, bool) {
 }
 
 // ID is the deterministic id of an event about subject (a job or node id):
-// "<subject>/<kind>" or, for an attempt, "<subject>/<kind>/<attempt>". It is
-// both ce-id and Nats-Msg-Id, so a retried publish is stored once.
+// "<subject>/<kind>" or, for an attempt, "<subject>/<kind>/<attempt>"; a
+// deletion adds what it deletes ("<job>/deleted/output"). It is both ce-id
+// and Nats-Msg-Id, so a retried publish is stored once.
 func ID(subject string, ev Event) string {
 	k := kinds[ev.Type()]
 	if h, ok := HoldOf(ev); ok && k.perHold {
@@ -313,10 +389,14 @@ func ID(subject string, ev Event) string {
 	if n, ok := ev.(interface{ boot() string }); ok {
 		return subject + "/" + k.token + "/" + n.boot()
 	}
+	if w, ok := ev.(interface{ what() string }); ok {
+		return subject + "/" + k.token + "/" + w.what()
+	}
 	return subject + "/" + k.token
 }
 
 func (n NodeAnnounced) boot() string { return n.Boot }
+func (n NodeExpired) boot() string   { return n.Boot }
 
 // ender is implemented by the events that can end a job.
 type ender interface{ ends() bool }
@@ -334,3 +414,24 @@ func Terminal(ev Event) bool {
 // ErrUnknownType is returned for an event type this version cannot decode.
 // Readers skip such events rather than stop: newer writers may add types.
 var ErrUnknownType = fmt.Errorf("events: unknown event type")
+
+// FinalOutput reads one job's history: whether the job is over, its final
+// outcome, and what its last attempt returned (nil if nothing was).
+func FinalOutput(history []Envelope) (over bool, outcome Outcome, returned *OutputReturned) {
+	byAttempt := map[int]*OutputReturned{}
+	for _, e := range history {
+		switch ev := e.Event.(type) {
+		case *OutputReturned:
+			byAttempt[ev.Attempt] = ev
+		case *ComputeReleased:
+			if ev.Final {
+				return true, ev.Outcome, byAttempt[ev.Attempt]
+			}
+		case *JobRejected:
+			return true, Rejected, nil
+		case *JobCancelled:
+			return true, Cancelled, nil
+		}
+	}
+	return false, "", nil
+}

@@ -42,6 +42,10 @@ var goTypes = map[string]events.Event{
 	events.TypeCancelRequested: events.CancelRequested{},
 	events.TypeJobCancelled:    events.JobCancelled{},
 	events.TypeNodeAnnounced:   events.NodeAnnounced{},
+	events.TypeNodeExpired:     events.NodeExpired{},
+	events.TypeHoldLost:        events.HoldLost{},
+	events.TypeDeleteRequested: events.DeleteRequested{},
+	events.TypeDeleted:         events.Deleted{},
 }
 
 // The golden bodies tell the story of one job on one node.
@@ -65,6 +69,10 @@ var goldenSubjects = map[string]string{
 	events.TypeCancelRequested: "e31.job." + goldenJob + ".cancel",
 	events.TypeJobCancelled:    "e31.job." + goldenJob + ".cancelled",
 	events.TypeNodeAnnounced:   "e31.node." + goldenNode + ".announced",
+	events.TypeNodeExpired:     "e31.node." + goldenNode + ".expired",
+	events.TypeHoldLost:        "e31.job." + goldenJob + ".lost",
+	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete",
+	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
 }
 
 var goldenIDs = map[string]string{
@@ -79,6 +87,10 @@ var goldenIDs = map[string]string{
 	events.TypeCancelRequested: goldenJob + "/cancel",
 	events.TypeJobCancelled:    goldenJob + "/cancelled",
 	events.TypeNodeAnnounced:   goldenNode + "/announced/01JC8TZ4K0QH6S2N8V3M5P7R9A",
+	events.TypeNodeExpired:     goldenNode + "/expired/01JC8TZ4K0QH6S2N8V3M5P7R9A",
+	events.TypeHoldLost:        goldenJob + "/lost/1",
+	events.TypeDeleteRequested: goldenJob + "/delete/output",
+	events.TypeDeleted:         goldenJob + "/deleted/output",
 }
 
 // goType is the Go type of an event type, or stops the test.
@@ -93,7 +105,7 @@ func goType(t testing.TB, ceType string) reflect.Type {
 
 // goldenSubject is the ce-subject of a golden event: the job, or the node.
 func goldenSubject(ceType string) string {
-	if ceType == events.TypeNodeAnnounced {
+	if ceType == events.TypeNodeAnnounced || ceType == events.TypeNodeExpired {
 		return goldenNode
 	}
 	return goldenJob
@@ -428,10 +440,16 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"node":     "node-7",
 			"boot":     "boot-2",
 			"from_job": "01JC8W2M5R7T9V1X3Z5B7D9F1H",
+			"after":    "01JC8W2M5R7T9V1X3Z5B7D9F1G",
+			"id":       "01JC8W2M5R7T9V1X3Z5B7D9F1S",
 			"digest":   "sha256:" + strings.Repeat("ab", 32),
 			"kind":     "dir",
 			"path":     "logs/run.txt",
 			"missing":  "plots/*.png",
+			"manifest": "sha256:" + strings.Repeat("cd", 32),
+			"mode":     "0755",
+			"what":     "output",
+			"cause":    "expired",
 			"name":     "clips",
 			"command":  "/bin/true",
 		}[name]
@@ -804,7 +822,11 @@ func TestSchemasRefuse(t *testing.T) {
 		{mutation{events.TypeJobRequested, "/spec/request/memory", "512MiB"}, "/spec/request", true},
 		{mutation{events.TypeJobSubmitted, "/spec/data/0/path", "./clips"}, "/spec/data/0", true},
 		{mutation{events.TypeRunStopped, "/usage/gpu_seconds", 1}, "/usage", true},
-		{mutation{events.TypeOutputReturned, "/files/0/mode", "0644"}, "/files/0", true},
+		{mutation{events.TypeOutputReturned, "/files/0/owner", "root"}, "/files/0", true},
+		// Only the execute bit of a mode is kept.
+		{mutation{events.TypeOutputReturned, "/files/0/mode", "0777"}, "/files/0/mode", false},
+		{mutation{events.TypeDeleted, "/what", "all"}, "/what", false},
+		{mutation{events.TypeDeleteRequested, "/what", "everything"}, "/what", false},
 		// Field names are case-sensitive in the contract.
 		{mutation{events.TypeJobCancelled, "/Reason", "x"}, "", false},
 

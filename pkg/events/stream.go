@@ -29,6 +29,13 @@ const (
 	// content addressed by digest.
 	DataBucket = "E31_DATA"
 
+	// LeasesBucket is the KV bucket of leases: node.<name> for each live run
+	// node and leader.<service> for the one instance that decides.
+	LeasesBucket = "E31_LEASES"
+	// DefaultLeaseTTL is how long a lease lives without renewal: how long a
+	// dead node or scheduler goes unnoticed.
+	DefaultLeaseTTL = 10 * time.Second
+
 	// DuplicateWindow is how long JetStream remembers a Nats-Msg-Id. Past it,
 	// idempotent handlers are what keep a redelivery from acting twice.
 	DuplicateWindow = 2 * time.Minute
@@ -76,6 +83,26 @@ func SubjectOf(subject string, ev Event) (string, error) {
 type StreamOptions struct {
 	// Replicas is 1 on one machine and 3 in a cluster.
 	Replicas int
+	// LeaseTTL is the lease time of the leases bucket; default DefaultLeaseTTL.
+	LeaseTTL time.Duration
+}
+
+// LeasesBucketConfig is the configuration of the leases bucket. Its TTL is
+// the lease time; markers make an expiry visible to watchers.
+func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	ttl := o.LeaseTTL
+	if ttl <= 0 {
+		ttl = DefaultLeaseTTL
+	}
+	return jetstream.KeyValueConfig{
+		Bucket:         LeasesBucket,
+		Description:    "e31 leases: live run nodes and the deciding scheduler",
+		History:        1,
+		TTL:            ttl,
+		LimitMarkerTTL: max(ttl, time.Second),
+		Storage:        jetstream.FileStorage,
+		Replicas:       max(o.Replicas, 1),
+	}
 }
 
 // StreamConfig is the configuration of the event log.
@@ -130,7 +157,7 @@ func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // who made the log three-way replicated must not have a service that was
 // started with the defaults make it single again.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
-	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o)} {
+	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o)} {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
 			continue
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -139,6 +166,13 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 		if _, err := js.CreateStream(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
+	}
+	if _, err := js.KeyValue(ctx, LeasesBucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+		if _, err := js.CreateKeyValue(ctx, LeasesBucketConfig(o)); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("set up leases %s: %w", LeasesBucket, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("set up leases %s: %w", LeasesBucket, err)
 	}
 	if _, err := js.ObjectStore(ctx, DataBucket); err == nil {
 		return nil

@@ -3,6 +3,7 @@ package jobfile
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/e31net/e31/pkg/events"
@@ -18,6 +19,22 @@ var jobFields = []field[Job]{
 	{"data", readData},
 	{"request", readRequest},
 	{"output", readOutputs},
+	{"priority", readPriority},
+	{"after", readAfter},
+	{"sweep", readSweep},
+	{"wait_for_node", readWaitForNode},
+	{"retention", readRetention},
+}
+
+// sweepEntry is the sweep: mapping while it is read.
+type sweepEntry struct {
+	values            []string
+	valuesAt, countAt value
+}
+
+var sweepFields = []field[sweepEntry]{
+	{"values", readSweepValues},
+	{"count", readSweepCount},
 }
 
 var workFields = []field[events.Work]{
@@ -443,5 +460,126 @@ func readRequired(r *reader, v value, o *outputEntry) {
 	}
 	if b, ok := r.boolean(v, "true or false"); ok {
 		o.decl.Required = b
+	}
+}
+
+const wantPriority = "a whole number from -10 to 10 (higher is held first; default 0)"
+
+func readPriority(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	n, ok := r.number(v, wantPriority)
+	if !ok {
+		return
+	}
+	if why := checkPriority(n); why != "" {
+		r.fail(v, why)
+		return
+	}
+	j.Spec.Priority = int(n)
+}
+
+func readAfter(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	items, ok := r.sequence(v, "a list of job ids that must succeed first")
+	if !ok {
+		return
+	}
+	if len(items) > MaxAfter {
+		r.fail(v, fmt.Sprintf("has %d entries, more than %d", len(items), MaxAfter))
+		return
+	}
+	seen := map[string]bool{}
+	for _, it := range items {
+		id, ok := r.text(it, "a job id")
+		if !ok {
+			continue
+		}
+		if why := checkFromJob(id); why != "" {
+			r.fail(it, why)
+			continue
+		}
+		if seen[id] {
+			r.fail(it, quote(id)+" is listed twice")
+			continue
+		}
+		seen[id] = true
+		j.Spec.After = append(j.Spec.After, id)
+	}
+}
+
+// readSweep reads sweep: {values: [...]} or {count: N}. The CLI submits one
+// job per point; here it is only the list of values.
+func readSweep(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	var sw sweepEntry
+	if !readObject(r, v, sweepFields, &sw, "a mapping with values (a list) or count (a number)") {
+		return
+	}
+	switch {
+	case sw.valuesAt.given() && sw.countAt.given():
+		r.fail(v, "give values or count, not both")
+	case !sw.valuesAt.given() && !sw.countAt.given():
+		r.fail(v, "needs values (a list of parameter values) or count (how many jobs)")
+	default:
+		j.Sweep = sw.values
+	}
+}
+
+func readSweepValues(r *reader, v value, sw *sweepEntry) {
+	sw.valuesAt = v
+	if !v.given() {
+		return
+	}
+	items, ok := r.sequence(v, "a list of parameter values")
+	if !ok {
+		return
+	}
+	if len(items) == 0 || len(items) > MaxSweep {
+		r.fail(v, fmt.Sprintf("has %d values; a sweep has 1 to %d", len(items), MaxSweep))
+		return
+	}
+	for _, it := range items {
+		s, ok := r.text(it, "a value (a string or number)")
+		if !ok {
+			continue
+		}
+		if why := checkSweepValue(s); why != "" {
+			r.fail(it, why)
+			continue
+		}
+		sw.values = append(sw.values, s)
+	}
+}
+
+func readSweepCount(r *reader, v value, sw *sweepEntry) {
+	sw.countAt = v
+	if !v.given() {
+		return
+	}
+	n, ok := r.number(v, fmt.Sprintf("a whole number from 1 to %d", MaxSweep))
+	if !ok {
+		return
+	}
+	if n != float64(int(n)) || n < 1 || n > MaxSweep {
+		r.fail(v, fmt.Sprintf("must be a whole number from 1 to %d, got %v", MaxSweep, n))
+		return
+	}
+	for i := 0; i < int(n); i++ {
+		sw.values = append(sw.values, strconv.Itoa(i))
+	}
+}
+
+func readWaitForNode(r *reader, v value, j *Job) {
+	if !v.given() {
+		return
+	}
+	if b, ok := r.boolean(v, "true or false"); ok {
+		j.Spec.WaitForNode = b
 	}
 }

@@ -30,6 +30,10 @@ type Job struct {
 	Paths map[int]string
 	// Dir is the absolute folder of the job file.
 	Dir string
+	// Sweep holds the parameter values of a sweep (the file's sweep:
+	// values, or "0".."N-1" for count: N), nil without one. The client
+	// submits one job per value, with Spec.Sweep set.
+	Sweep []string
 }
 
 // ParseFile reads and parses the job file at name. Problems with the file's

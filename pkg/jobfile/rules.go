@@ -355,3 +355,32 @@ func checkLimit(sec float64) string {
 	}
 	return ""
 }
+
+// Bounds of the scheduling fields.
+const (
+	// MaxAfter bounds the jobs one job may wait for.
+	MaxAfter = 256
+	// MaxSweep bounds the jobs one sweep makes.
+	MaxSweep = 100000
+	// MaxSweepValue bounds one sweep value, in bytes.
+	MaxSweepValue = 4096
+)
+
+func checkPriority(n float64) string {
+	if n != float64(int(n)) || n < events.MinPriority || n > events.MaxPriority {
+		return fmt.Sprintf("must be %s, got %v", wantPriority, n)
+	}
+	return ""
+}
+
+func checkSweepValue(s string) string {
+	switch {
+	case len(s) > MaxSweepValue:
+		return fmt.Sprintf("is %d bytes, more than %d", len(s), MaxSweepValue)
+	case strings.IndexByte(s, 0) >= 0:
+		return "must not contain a NUL byte"
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	}
+	return ""
+}

@@ -54,6 +54,36 @@ func Validate(spec events.JobSpec) error {
 		}
 	}
 
+	if why := checkPriority(float64(spec.Priority)); why != "" {
+		fail("priority", why)
+	}
+	if len(spec.After) > MaxAfter {
+		fail("after", fmt.Sprintf("has %d entries, more than %d", len(spec.After), MaxAfter))
+	}
+	seenAfter := map[string]bool{}
+	for i, id := range spec.After {
+		p := "after[" + strconv.Itoa(i) + "]"
+		if why := checkFromJob(id); why != "" {
+			fail(p, why)
+		} else if seenAfter[id] {
+			fail(p, quote(id)+" is listed twice")
+		}
+		seenAfter[id] = true
+	}
+	if sw := spec.Sweep; sw != nil {
+		switch {
+		case !events.ValidID(sw.ID):
+			fail("sweep.id", quote(sw.ID)+" is not a valid id")
+		case sw.Count < 1 || sw.Count > MaxSweep:
+			fail("sweep.count", fmt.Sprintf("must be from 1 to %d, got %d", MaxSweep, sw.Count))
+		case sw.Index < 0 || sw.Index >= sw.Count:
+			fail("sweep.index", fmt.Sprintf("must be from 0 to %d, got %d", sw.Count-1, sw.Index))
+		}
+		if why := checkSweepValue(sw.Value); why != "" {
+			fail("sweep.value", why)
+		}
+	}
+
 	if len(spec.Data) > MaxData {
 		fail("data", fmt.Sprintf("has %d entries, more than %d", len(spec.Data), MaxData))
 	} else {
@@ -76,6 +106,8 @@ func Validate(spec events.JobSpec) error {
 	if why := checkLimit(q.LimitSeconds); why != "" {
 		fail("request.limit_seconds", why)
 	}
+
+	validateRetention(spec, fail)
 
 	if len(spec.Output) > MaxOutputs {
 		fail("output", fmt.Sprintf("has %d entries, more than %d", len(spec.Output), MaxOutputs))

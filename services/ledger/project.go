@@ -53,9 +53,9 @@ func (p *Projection) Apply(env events.Envelope) {
 	at := env.Time.UTC()
 	switch e := env.Event.(type) {
 	case *events.JobRequested:
-		r.Submitter, r.Name, r.Request = e.Submitter, e.Spec.Name, requestOf(e.Spec)
+		r.Submitter, r.Name, r.Request, r.Sweep = e.Submitter, e.Spec.Name, requestOf(e.Spec), e.Spec.Sweep
 	case *events.JobSubmitted:
-		r.Submitter, r.Name, r.Request = e.Submitter, e.Spec.Name, requestOf(e.Spec)
+		r.Submitter, r.Name, r.Request, r.Sweep = e.Submitter, e.Spec.Name, requestOf(e.Spec), e.Spec.Sweep
 		r.SubmittedAt = &at
 		r.State = api.StateWaiting
 	case *events.JobRejected:
@@ -75,6 +75,10 @@ func (p *Projection) Apply(env events.Envelope) {
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage
+		r.State = api.StateStopped
+	case *events.HoldLost:
+		a := p.attempt(r, e.Attempt)
+		a.Outcome, a.Reason = events.NodeLost, e.Reason
 		r.State = api.StateStopped
 	case *events.OutputReturned:
 		a := p.attempt(r, e.Attempt)
@@ -178,6 +182,9 @@ func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
 
 func matches(r *api.HoldRecord, q api.ListRequest) bool {
 	if q.Submitter != "" && r.Submitter != q.Submitter {
+		return false
+	}
+	if q.Sweep != "" && (r.Sweep == nil || r.Sweep.ID != q.Sweep) {
 		return false
 	}
 	if q.Node != "" {

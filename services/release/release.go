@@ -52,38 +52,47 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	return bus.Run(ctx, s.js, s.pub, "release", s.log, bus.Handler{
 		Name:       "release",
-		Topic:      events.KindSubject(events.TypeOutputReturned),
+		Topic:      events.KindSubject(events.TypeOutputReturned) + " " + events.KindSubject(events.TypeHoldLost),
 		Subscriber: bus.SubscriberConfig{Durable: "release", Lanes: 16},
 		Handle:     s.Handle,
 	})
 }
 
-// Handle releases the compute of the attempt whose output was returned.
+// Handle releases the compute of an attempt whose output was returned, or
+// whose node was lost.
 func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
-	ret, ok := env.Event.(*events.OutputReturned)
-	if !ok {
+	var hold events.Hold
+	var outcome events.Outcome
+	switch e := env.Event.(type) {
+	case *events.OutputReturned:
+		hold, outcome = e.Hold, e.Outcome
+	case *events.HoldLost:
+		hold, outcome = e.Hold, events.NodeLost
+	default:
 		return nil
 	}
 	stored, err := s.pub.React(ctx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return Decide(*ret, after), nil
+		return Decide(hold, outcome, after), nil
 	})
 	if err != nil {
-		return fmt.Errorf("release %s attempt %d: %w", env.Subject, ret.Attempt, err)
+		return fmt.Errorf("release %s attempt %d: %w", env.Subject, hold.Attempt, err)
 	}
 	for _, e := range stored {
-		s.log.Info("compute released", "job", env.Subject, "node", ret.Node, "attempt", ret.Attempt, "outcome", ret.Outcome, "seq", e.Seq)
+		s.log.Info("compute released", "job", env.Subject, "node", hold.Node, "attempt", hold.Attempt, "outcome", outcome, "seq", e.Seq)
 	}
 	return nil
 }
 
-// Decide is what RELEASE appends for a returned attempt, given what happened
-// to the job since: nothing if this attempt was already released.
-func Decide(ret events.OutputReturned, after []events.Envelope) []events.Event {
+// Decide is what RELEASE appends for an attempt that ended with outcome,
+// given what happened to the job since: nothing if this attempt was
+// already released. A job whose node was lost is held again, up to
+// events.MaxAttempts: it was not the job's fault.
+func Decide(hold events.Hold, outcome events.Outcome, after []events.Envelope) []events.Event {
 	for _, e := range after {
-		if rel, ok := e.Event.(*events.ComputeReleased); ok && rel.Attempt == ret.Attempt {
+		if rel, ok := e.Event.(*events.ComputeReleased); ok && rel.Attempt == hold.Attempt {
 			return nil
 		}
 	}
-	final := !(ret.Outcome == events.NodeLost && ret.Attempt < events.MaxAttempts)
-	return []events.Event{events.ComputeReleased{Hold: ret.Hold, Outcome: ret.Outcome, Final: final}}
+	final := !(outcome == events.NodeLost && hold.Attempt < events.MaxAttempts)
+	return []events.Event{events.ComputeReleased{Hold: hold, Outcome: outcome, Final: final}}
 }

@@ -1,11 +1,13 @@
 package rent
 
 import (
+	"container/heap"
 	"container/list"
 	"fmt"
 	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
@@ -35,16 +37,19 @@ func (a res) plus(b res) res {
 }
 
 type node struct {
-	name string
-	boot string
-	cap  res
-	used res
+	name    string
+	boot    string
+	cap     res
+	used    res
+	expired bool // its lease lapsed: it holds nothing new until it announces again
+	holds   map[string]*job
 }
 
 type jobState int
 
 const (
-	waiting jobState = iota
+	blocked jobState = iota // waiting for the jobs it runs after
+	waiting                 // in the queue
 	held
 )
 
@@ -55,37 +60,103 @@ type job struct {
 	submitter string
 	spec      events.JobSpec
 	need      res
+	limit     time.Duration
 	attempt   int // the last attempt held; 0 before the first
 	state     jobState
 	node      string
+	heldAt    time.Time
+	stopped   bool // the current attempt's RunStopped is logged
+	lost      bool // HoldLost is logged for the current attempt
 	cancel    bool // a cancel was requested
+	pending   int  // jobs of After not yet succeeded
+	rejection string
 	elem      *list.Element
+	queue     *subQueue
+}
+
+// subQueue is one submitter's waiting jobs of one priority, in order.
+type subQueue struct {
+	submitter string
+	priority  int
+	jobs      *list.List
+	index     int // in the heap of its level, during a pass
+}
+
+// level is the waiting jobs of one priority, by submitter.
+type level struct {
+	priority int
+	subs     map[string]*subQueue
+	n        int
+}
+
+// PoolConfig tunes the pool.
+type PoolConfig struct {
+	// Grace bounds how long past its limit a job may hold its node (the
+	// stop's grace period, collecting output, releasing). Backfill counts on
+	// every job being gone by then.
+	Grace time.Duration
+	// MaxScan bounds the waiting jobs one pass looks at, so that a queue of
+	// a hundred thousand jobs costs no more per decision than a short one.
+	MaxScan int
 }
 
 // Pool is RENT's view of the world, built only from events: the nodes and
 // what each has free, the jobs waiting in order and those held. It does no
 // I/O; the Service feeds it events and publishes what it decides. It is not
 // safe for concurrent use.
+//
+// The order in which waiting jobs are held: higher priority first; within a
+// priority, the submitter holding the least cpu now (fair share), so one
+// submitter's ten thousand jobs do not shut out another's one; then the
+// order of submission. The first job in that order that does not fit gets a
+// reservation: the node and time at which it will fit, known exactly
+// because every held job declared its limit. Later jobs may start ahead of
+// it (backfill) only where they cannot delay that reservation.
 type Pool struct {
+	cfg     PoolConfig
+	now     func() time.Time
 	nodes   map[string]*node
-	jobs    map[string]*job // waiting or held
-	over    map[string]bool // ended: late or repeated events change nothing
-	queue   *list.List      // waiting jobs by order
-	early   map[string]bool // cancels seen before the job was submitted
-	cancels map[string]bool // waiting jobs to be cancelled
-	applied uint64
+	jobs    map[string]*job           // blocked, waiting or held
+	over    map[string]events.Outcome // ended jobs: late or repeated events change nothing
+	levels  map[int]*level
+	nWait   int
+	usage   map[string]int64 // milli-cpu held, by submitter
+	after   map[string][]*job // dependents waiting for a job
+	early   map[string]bool   // cancels seen before the job was submitted
+	// attention holds the jobs that may need a decision other than a hold:
+	// a cancel, a rejection, or a first check that some node could hold
+	// them. Decide looks at these only, so a long queue costs nothing here.
+	attention map[string]*job
+	// unchecked holds jobs queued while no node was live: once one
+	// announces, they need the check whether any node could hold them.
+	unchecked map[string]*job
+	applied   uint64
 }
 
-// NewPool returns an empty pool.
-func NewPool() *Pool {
+// NewPool returns an empty pool that tells time with now (nil: time.Now).
+func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
+	if cfg.Grace <= 0 {
+		cfg.Grace = time.Minute
+	}
+	if cfg.MaxScan <= 0 {
+		cfg.MaxScan = 2000
+	}
+	if now == nil {
+		now = time.Now
+	}
 	return &Pool{
-		nodes: map[string]*node{}, jobs: map[string]*job{}, over: map[string]bool{},
-		queue: list.New(), early: map[string]bool{}, cancels: map[string]bool{},
+		cfg: cfg, now: now,
+		nodes: map[string]*node{}, jobs: map[string]*job{}, over: map[string]events.Outcome{},
+		levels: map[int]*level{}, usage: map[string]int64{}, after: map[string][]*job{}, early: map[string]bool{},
+		attention: map[string]*job{}, unchecked: map[string]*job{},
 	}
 }
 
 // Applied is the last sequence the pool has applied.
 func (p *Pool) Applied() uint64 { return p.applied }
+
+// Waiting is the number of jobs in the queue.
+func (p *Pool) Waiting() int { return p.nWait }
 
 // Apply folds one event into the pool. Applying an event twice, or an event
 // older than one already applied for the same job, changes nothing.
@@ -95,19 +166,24 @@ func (p *Pool) Apply(env events.Envelope) {
 	}
 	switch e := env.Event.(type) {
 	case *events.NodeAnnounced:
-		n := p.nodes[e.Node]
-		if n == nil {
-			n = &node{name: e.Node}
-			p.nodes[e.Node] = n
-		}
+		n := p.node(e.Node)
 		// A re-announced node keeps what is held on it: those holds end
 		// through their own events.
-		n.boot = e.Boot
+		n.boot, n.expired = e.Boot, false
 		n.cap = resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		for id, j := range p.unchecked {
+			p.attention[id] = j
+			delete(p.unchecked, id)
+		}
+		return
+	case *events.NodeExpired:
+		if n := p.nodes[e.Node]; n != nil && n.boot == e.Boot {
+			n.expired = true
+		}
 		return
 	}
 	id := env.Subject
-	if p.over[id] {
+	if _, ended := p.over[id]; ended {
 		return
 	}
 	j := p.jobs[id]
@@ -121,13 +197,26 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		r := e.Spec.Request
 		j = &job{id: id, order: env.Seq, last: env.Seq, submitter: e.Submitter, spec: e.Spec,
-			need: resOf(r.CPU, r.MemoryBytes, r.GPU, r.DiskBytes)}
+			need: resOf(r.CPU, r.MemoryBytes, r.GPU, r.DiskBytes), limit: time.Duration(r.LimitSeconds * float64(time.Second))}
 		p.jobs[id] = j
-		p.enqueue(j)
 		if p.early[id] {
 			delete(p.early, id)
 			j.cancel = true
-			p.cancels[id] = true
+			p.attention[id] = j
+		}
+		j.state = blocked
+		for _, dep := range e.Spec.After {
+			switch outcome, ended := p.over[dep]; {
+			case !ended:
+				j.pending++
+				p.after[dep] = append(p.after[dep], j)
+			case outcome != events.Succeeded:
+				j.rejection = fmt.Sprintf("job %s, which it runs after, did not succeed (%s)", dep, outcome)
+				p.attention[id] = j
+			}
+		}
+		if j.pending == 0 && j.rejection == "" {
+			p.enqueue(j)
 		}
 	case *events.CancelRequested:
 		if j == nil {
@@ -135,140 +224,372 @@ func (p *Pool) Apply(env events.Envelope) {
 			return
 		}
 		j.cancel = true
-		if j.state == waiting {
-			p.cancels[id] = true
-		}
+		p.attention[id] = j
 	case *events.ComputeHeld:
 		if j == nil || e.Attempt <= j.attempt {
 			return
 		}
-		n := p.nodes[e.Node]
-		if n == nil {
-			// A hold on a node this pool never saw announced: count it, so
-			// that the node is not held beyond what it has once it appears.
-			n = &node{name: e.Node}
-			p.nodes[e.Node] = n
+		n := p.node(e.Node)
+		p.dequeue(j)
+		j.state, j.attempt, j.node, j.heldAt = held, e.Attempt, e.Node, env.Time
+		j.stopped, j.lost = false, false
+		hold := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		n.used = n.used.plus(hold)
+		n.holds[j.id] = j
+		p.usage[j.submitter] += hold.milliCPU
+	case *events.RunStopped:
+		if j != nil && j.state == held && e.Attempt == j.attempt {
+			j.stopped = true
 		}
-		p.queue.Remove(j.elem)
-		j.elem = nil
-		j.state, j.attempt, j.node = held, e.Attempt, e.Node
-		n.used = n.used.plus(resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes))
-		delete(p.cancels, id)
+	case *events.HoldLost:
+		if j != nil && j.state == held && e.Attempt == j.attempt {
+			j.lost = true
+		}
 	case *events.ComputeReleased:
 		if j == nil || j.state != held || e.Attempt != j.attempt {
 			return
 		}
+		hold := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		if n := p.nodes[j.node]; n != nil {
-			n.used = n.used.minus(resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes))
+			n.used = n.used.minus(hold)
+			delete(n.holds, j.id)
+		}
+		p.usage[j.submitter] -= hold.milliCPU
+		if p.usage[j.submitter] == 0 {
+			delete(p.usage, j.submitter)
 		}
 		j.node = ""
 		if e.Final {
-			p.end(id)
+			p.end(id, e.Outcome)
 			return
 		}
-		j.state = waiting
 		p.enqueue(j)
-		if j.cancel {
-			p.cancels[id] = true
-		}
-	case *events.JobRejected, *events.JobCancelled:
-		p.end(id)
+	case *events.JobRejected:
+		p.end(id, events.Rejected)
+	case *events.JobCancelled:
+		p.end(id, events.Cancelled)
 	}
 }
 
-func (p *Pool) end(id string) {
-	if j := p.jobs[id]; j != nil && j.elem != nil {
-		p.queue.Remove(j.elem)
+func (p *Pool) node(name string) *node {
+	n := p.nodes[name]
+	if n == nil {
+		n = &node{name: name, holds: map[string]*job{}}
+		p.nodes[name] = n
+	}
+	return n
+}
+
+// end forgets an ended job (keeping its outcome for the jobs that run after
+// it) and lets its dependents go on, or rejects them.
+func (p *Pool) end(id string, outcome events.Outcome) {
+	if j := p.jobs[id]; j != nil {
+		p.dequeue(j)
 	}
 	delete(p.jobs, id)
-	delete(p.cancels, id)
 	delete(p.early, id)
-	p.over[id] = true
+	delete(p.attention, id)
+	delete(p.unchecked, id)
+	p.over[id] = outcome
+	for _, d := range p.after[id] {
+		if d.state != blocked || p.jobs[d.id] != d {
+			continue
+		}
+		if outcome != events.Succeeded {
+			if d.rejection == "" {
+				d.rejection = fmt.Sprintf("job %s, which it runs after, did not succeed (%s)", id, outcome)
+			}
+			p.attention[d.id] = d
+			continue
+		}
+		d.pending--
+		if d.pending == 0 && d.rejection == "" {
+			p.enqueue(d)
+		}
+	}
+	delete(p.after, id)
 }
 
-// enqueue puts j in its place: by the order it was submitted in, so a job
-// held again after its node was lost goes back ahead of later jobs.
+// enqueue puts j in its submitter's queue at its priority, in submission
+// order, so a job held again after its node was lost goes back ahead of
+// later jobs.
 func (p *Pool) enqueue(j *job) {
-	for e := p.queue.Back(); e != nil; e = e.Prev() {
+	lv := p.levels[j.spec.Priority]
+	if lv == nil {
+		lv = &level{priority: j.spec.Priority, subs: map[string]*subQueue{}}
+		p.levels[j.spec.Priority] = lv
+	}
+	q := lv.subs[j.submitter]
+	if q == nil {
+		q = &subQueue{submitter: j.submitter, priority: j.spec.Priority, jobs: list.New()}
+		lv.subs[j.submitter] = q
+	}
+	j.state, j.queue = waiting, q
+	p.attention[j.id] = j
+	for e := q.jobs.Back(); e != nil; e = e.Prev() {
 		if e.Value.(*job).order < j.order {
-			j.elem = p.queue.InsertAfter(j, e)
+			j.elem = q.jobs.InsertAfter(j, e)
+			lv.n++
+			p.nWait++
 			return
 		}
 	}
-	j.elem = p.queue.PushFront(j)
+	j.elem = q.jobs.PushFront(j)
+	lv.n++
+	p.nWait++
 }
 
-// Decision is an event the pool wants appended to a job's log, valid only
-// while Expect is still the job's last sequence.
+func (p *Pool) dequeue(j *job) {
+	if j.elem == nil {
+		return
+	}
+	q := j.queue
+	q.jobs.Remove(j.elem)
+	j.elem, j.queue = nil, nil
+	lv := p.levels[q.priority]
+	lv.n--
+	p.nWait--
+	if q.jobs.Len() == 0 {
+		delete(lv.subs, q.submitter)
+	}
+	if lv.n == 0 {
+		delete(p.levels, q.priority)
+	}
+}
+
+// Decision is an event the pool wants appended to a job's (or node's) log,
+// valid only while Expect is still the job's last sequence.
 type Decision struct {
 	Job    string
 	Event  events.Event
 	Expect uint64
 }
 
-// Decide returns what should happen now: cancellations of waiting jobs, then
-// holds for the jobs at the head of the queue that fit. Jobs are held in
-// the order they were submitted; a job that fits some node but not now
-// makes the jobs behind it wait. A job that no node could ever hold does not
-// block the queue. At most max holds are returned.
+// reservation is where and when the first job that does not fit will.
+type reservation struct {
+	job   *job
+	node  string
+	at    time.Time
+	extra res // what the node will have beyond the job's need at that time
+}
+
+// Decide returns what should happen now: rejections and cancellations of
+// jobs that will never be held, holds lost with an expired node, then holds
+// for waiting jobs in order, with backfill. At most max holds are returned.
 func (p *Pool) Decide(max int) []Decision {
+	now := p.now()
+	live := p.liveNodes()
 	var out []Decision
-	for id := range p.cancels {
-		j := p.jobs[id]
-		out = append(out, Decision{Job: id, Event: events.JobCancelled{Reason: "cancelled while waiting for compute"}, Expect: j.last})
+	for _, j := range p.sorted(p.attention) {
+		switch {
+		case j.state == held:
+			delete(p.attention, j.id)
+		case j.cancel:
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobCancelled{Reason: "cancelled before compute was held"}})
+		case j.rejection != "":
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
+		case j.state != waiting || j.spec.WaitForNode:
+			delete(p.attention, j.id)
+		case len(live) == 0:
+			p.unchecked[j.id] = j
+			delete(p.attention, j.id)
+		case !p.everFitsLive(j.need, live):
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{
+				Reason: fmt.Sprintf("no node in the pool can ever hold it: it needs %s and the largest node has %s (set wait_for_node to wait for a larger one)",
+					describe(j.need), describe(p.largest()))}})
+		default:
+			delete(p.attention, j.id)
+		}
 	}
-	sort.Slice(out, func(a, b int) bool { return out[a].Job < out[b].Job })
-	if len(p.nodes) == 0 {
-		return out
-	}
-	free := make(map[string]res, len(p.nodes))
-	for name, n := range p.nodes {
-		free[name] = n.cap.minus(n.used)
-	}
-	holds := 0
-	for e := p.queue.Front(); e != nil && holds < max; e = e.Next() {
-		j := e.Value.(*job)
-		if j.cancel {
+	for _, name := range p.sortedNodes() {
+		n := p.nodes[name]
+		if !n.expired {
 			continue
 		}
-		name := p.pick(free, j.need)
-		if name == "" {
-			if p.everFits(j.need) {
-				break
+		for _, j := range p.sorted(n.holds) {
+			if !j.lost && !j.stopped {
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.HoldLost{
+					Hold:   p.holdOf(j),
+					Reason: fmt.Sprintf("node %s stopped renewing its lease (boot %s): the attempt is lost with it", n.name, n.boot)}})
 			}
-			continue
 		}
-		free[name] = free[name].minus(j.need)
-		r := j.spec.Request
-		out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
-			Hold: events.Hold{Attempt: j.attempt + 1, Node: name, CPU: r.CPU, MemoryBytes: r.MemoryBytes,
-				GPU: r.GPU, DiskBytes: r.DiskBytes},
-			Submitter: j.submitter,
-			Spec:      j.spec,
-		}})
-		holds++
+	}
+	return append(out, p.holds(now, max)...)
+}
+
+// sorted lists jobs by submission order, so that decisions are repeatable.
+func (p *Pool) sorted(m map[string]*job) []*job {
+	out := make([]*job, 0, len(m))
+	for _, j := range m {
+		out = append(out, j)
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].order < out[b].order })
+	return out
+}
+
+func (p *Pool) sortedNodes() []string {
+	out := make([]string, 0, len(p.nodes))
+	for name := range p.nodes {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (p *Pool) holdOf(j *job) events.Hold {
+	r := j.spec.Request
+	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: r.DiskBytes}
+}
+
+// holds walks the waiting jobs in scheduling order and holds what fits.
+func (p *Pool) holds(now time.Time, max int) []Decision {
+	live := p.liveNodes()
+	if len(live) == 0 || p.nWait == 0 {
+		return nil
+	}
+	free := make(map[string]res, len(live))
+	for _, n := range live {
+		free[n.name] = n.cap.minus(n.used)
+	}
+	usage := make(map[string]int64, len(p.usage))
+	for s, u := range p.usage {
+		usage[s] = u
+	}
+	var out []Decision
+	var resv *reservation
+	scanned := 0
+	for _, prio := range p.priorities() {
+		h := &subHeap{usage: usage}
+		for _, q := range p.levels[prio].subs {
+			h.push(cursor{q: q, e: q.jobs.Front()})
+		}
+		heap.Init(h)
+		for h.Len() > 0 && len(out) < max && scanned < p.cfg.MaxScan {
+			c := heap.Pop(h).(cursor)
+			j := c.e.Value.(*job)
+			scanned++
+			c.e = c.e.Next()
+			if j.cancel || j.rejection != "" || !p.everFitsLive(j.need, live) {
+				if c.e != nil {
+					heap.Push(h, c)
+				}
+				continue
+			}
+			name := p.pick(free, j, now, resv)
+			if name != "" {
+				free[name] = free[name].minus(j.need)
+				usage[j.submitter] += j.need.milliCPU
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
+					Hold: events.Hold{Attempt: j.attempt + 1, Node: name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
+						GPU: j.spec.Request.GPU, DiskBytes: j.spec.Request.DiskBytes},
+					Submitter: j.submitter,
+					Spec:      j.spec,
+				}})
+			} else if resv == nil {
+				resv = p.reserve(j, free, now)
+			}
+			if c.e != nil {
+				heap.Push(h, c)
+			}
+		}
+		if len(out) >= max || scanned >= p.cfg.MaxScan {
+			break
+		}
 	}
 	return out
 }
 
-// pick chooses the node with the most free cpu that fits need (spreading
-// work over the pool), by name among equals so that decisions are
-// repeatable.
-func (p *Pool) pick(free map[string]res, need res) string {
+// pick chooses a node for j now, or "" if none may hold it. With a
+// reservation for an earlier job, j may only take what cannot delay it.
+func (p *Pool) pick(free map[string]res, j *job, now time.Time, resv *reservation) string {
 	best := ""
 	for name, f := range free {
-		if !need.fits(f) {
+		if !j.need.fits(f) {
 			continue
 		}
+		if resv != nil && name == resv.node {
+			endsBefore := !now.Add(j.limit + p.cfg.Grace).After(resv.at)
+			if !endsBefore && !j.need.fits(resv.extra) {
+				continue
+			}
+		}
+		// The node with the most free cpu spreads work; by name among equals,
+		// so that decisions are repeatable.
 		if best == "" || f.milliCPU > free[best].milliCPU || (f.milliCPU == free[best].milliCPU && name < best) {
 			best = name
+		}
+	}
+	if best != "" && resv != nil && best == resv.node {
+		endsBefore := !now.Add(j.limit + p.cfg.Grace).After(resv.at)
+		if !endsBefore {
+			resv.extra = resv.extra.minus(j.need)
 		}
 	}
 	return best
 }
 
-func (p *Pool) everFits(need res) bool {
+// reserve finds the node and time at which j will fit, counting on every
+// held job to be gone by its limit plus grace, and on nothing else.
+func (p *Pool) reserve(j *job, free map[string]res, now time.Time) *reservation {
+	var best *reservation
+	for name, f := range free {
+		n := p.nodes[name]
+		if !j.need.fits(n.cap) {
+			continue
+		}
+		type ending struct {
+			at   time.Time
+			give res
+		}
+		var ends []ending
+		for _, h := range n.holds {
+			at := h.heldAt.Add(h.limit + p.cfg.Grace)
+			if at.Before(now) {
+				at = now
+			}
+			ends = append(ends, ending{at, h.need})
+		}
+		sort.Slice(ends, func(a, b int) bool { return ends[a].at.Before(ends[b].at) })
+		have, at := f, now
+		for _, e := range ends {
+			if j.need.fits(have) {
+				break
+			}
+			have, at = have.plus(e.give), e.at
+		}
+		if !j.need.fits(have) {
+			continue
+		}
+		if best == nil || at.Before(best.at) || (at.Equal(best.at) && name < best.node) {
+			best = &reservation{job: j, node: name, at: at, extra: have.minus(j.need)}
+		}
+	}
+	return best
+}
+
+func (p *Pool) priorities() []int {
+	out := make([]int, 0, len(p.levels))
+	for prio := range p.levels {
+		out = append(out, prio)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(out)))
+	return out
+}
+
+func (p *Pool) liveNodes() []*node {
+	var out []*node
 	for _, n := range p.nodes {
+		if !n.expired && n.cap.milliCPU > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (p *Pool) everFits(need res) bool { return p.everFitsLive(need, p.liveNodes()) }
+
+func (p *Pool) everFitsLive(need res, live []*node) bool {
+	for _, n := range live {
 		if need.fits(n.cap) {
 			return true
 		}
@@ -276,11 +597,42 @@ func (p *Pool) everFits(need res) bool {
 	return false
 }
 
+// cursor is a submitter's next job during a pass.
+type cursor struct {
+	q *subQueue
+	e *list.Element
+}
+
+// subHeap orders submitters for fair share: least cpu held first, then the
+// earliest next job.
+type subHeap struct {
+	items []cursor
+	usage map[string]int64
+}
+
+func (h *subHeap) Len() int { return len(h.items) }
+func (h *subHeap) Less(a, b int) bool {
+	ua, ub := h.usage[h.items[a].q.submitter], h.usage[h.items[b].q.submitter]
+	if ua != ub {
+		return ua < ub
+	}
+	return h.items[a].e.Value.(*job).order < h.items[b].e.Value.(*job).order
+}
+func (h *subHeap) Swap(a, b int)  { h.items[a], h.items[b] = h.items[b], h.items[a] }
+func (h *subHeap) Push(x any)     { h.items = append(h.items, x.(cursor)) }
+func (h *subHeap) push(c cursor)  { h.items = append(h.items, c) }
+func (h *subHeap) Pop() any {
+	last := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return last
+}
+
 // Why explains where a job is, in words a person understands.
 func (p *Pool) Why(id string) api.WhyReply {
-	r := api.WhyReply{Job: id, Queued: p.queue.Len()}
-	if p.over[id] {
+	r := api.WhyReply{Job: id, Queued: p.nWait}
+	if outcome, ended := p.over[id]; ended {
 		r.State = "over"
+		r.Reason = "it ended: " + string(outcome)
 		return r
 	}
 	j := p.jobs[id]
@@ -289,35 +641,70 @@ func (p *Pool) Why(id string) api.WhyReply {
 		r.Reason = "the scheduler has not seen this job (not yet accepted, or no such job)"
 		return r
 	}
-	if j.state == held {
+	switch j.state {
+	case held:
 		r.State = api.StateHeld
 		r.Reason = "compute is held on " + j.node
 		return r
+	case blocked:
+		r.State = api.StateWaiting
+		var deps []string
+		for _, dep := range j.spec.After {
+			if _, ended := p.over[dep]; ended {
+				continue
+			}
+			state := "not yet accepted"
+			if d := p.jobs[dep]; d != nil {
+				state = [...]string{"waiting for its own dependencies", "waiting", "held"}[d.state]
+			}
+			deps = append(deps, dep+" ("+state+")")
+		}
+		r.Reason = fmt.Sprintf("waiting for %d job(s) it runs after to succeed: %s", len(deps), strings.Join(deps, ", "))
+		if j.rejection != "" {
+			r.Reason = "will be rejected: " + j.rejection
+		}
+		return r
 	}
 	r.State = api.StateWaiting
-	pos := 1
-	for e := p.queue.Front(); e != nil && e.Value.(*job) != j; e = e.Next() {
-		pos++
-	}
-	r.Position = pos
+	r.Position = p.position(j)
 	switch {
 	case j.cancel:
 		r.Reason = "cancel requested; it will not be held"
-	case len(p.nodes) == 0:
+	case len(p.liveNodes()) == 0:
 		r.Reason = "no compute node has joined the pool yet"
 	case !p.everFits(j.need):
-		r.Reason = fmt.Sprintf("needs %s; the largest node has %s: no node in the pool can ever hold it", describe(j.need), describe(p.largest()))
-	case pos == 1:
+		r.Reason = fmt.Sprintf("needs %s; the largest node has %s: no node in the pool can hold it, and it waits for one to join (wait_for_node)", describe(j.need), describe(p.largest()))
+	case r.Position == 1:
 		r.Reason = fmt.Sprintf("next in line: needs %s; the node with the most free has %s (%s in all)", describe(j.need), describe(p.mostFree()), describe(p.total()))
 	default:
-		r.Reason = fmt.Sprintf("position %d in the queue: %d jobs submitted earlier wait ahead of it; it needs %s", pos, pos-1, describe(j.need))
+		r.Reason = fmt.Sprintf("position %d of %d in the queue (priority %d, then fair share between submitters, then submission order); it needs %s", r.Position, p.nWait, j.spec.Priority, describe(j.need))
 	}
 	return r
 }
 
+// position is j's place in the order holds are made, counting jobs of higher
+// priority and, in its own priority, jobs ahead of it in submission order
+// (an estimate: fair share may move it).
+func (p *Pool) position(j *job) int {
+	pos := 1
+	for prio, lv := range p.levels {
+		if prio > j.spec.Priority {
+			pos += lv.n
+		}
+	}
+	if lv := p.levels[j.spec.Priority]; lv != nil {
+		for _, q := range lv.subs {
+			for e := q.jobs.Front(); e != nil && e.Value.(*job).order < j.order; e = e.Next() {
+				pos++
+			}
+		}
+	}
+	return pos
+}
+
 func (p *Pool) largest() res {
 	var best res
-	for _, n := range p.nodes {
+	for _, n := range p.liveNodes() {
 		if n.cap.milliCPU > best.milliCPU || (n.cap.milliCPU == best.milliCPU && n.cap.memory > best.memory) {
 			best = n.cap
 		}
@@ -327,7 +714,7 @@ func (p *Pool) largest() res {
 
 func (p *Pool) mostFree() res {
 	var best res
-	for _, n := range p.nodes {
+	for _, n := range p.liveNodes() {
 		f := n.cap.minus(n.used)
 		if f.milliCPU > best.milliCPU || (f.milliCPU == best.milliCPU && f.memory > best.memory) {
 			best = f
@@ -338,7 +725,7 @@ func (p *Pool) mostFree() res {
 
 func (p *Pool) total() res {
 	var t res
-	for _, n := range p.nodes {
+	for _, n := range p.liveNodes() {
 		t = t.plus(n.cap)
 	}
 	return t

@@ -1,12 +1,21 @@
 // Package rent is the RENT step: it keeps the pool (which nodes exist and
 // what each has free) and holds compute for jobs when they fit, recording
-// ComputeHeld, which starts the meter. Jobs that do not fit wait in the
-// order they were submitted; nothing is dropped.
+// ComputeHeld, which starts the meter. Jobs that do not fit wait; nothing is
+// dropped. The order, fair share and backfill are in Pool.
 //
 // RENT is a projection of the log: on start it replays every event into a
-// Pool, then follows the log in order on one durable consumer. Every
+// Pool, then follows the log in order on its own durable consumer. Every
 // decision is appended only while the job's last event is the one the pool
 // decided from, so a hold can never be made twice or after a cancel.
+//
+// Several instances may run. Exactly one decides at a time: it holds the
+// leader lease in the leases bucket and stops deciding the moment it cannot
+// prove it still holds it. The others keep their pools warm and take over
+// within a lease time when it dies.
+//
+// Run nodes keep leases of their own. When one lapses, the leader records
+// NodeExpired, and HoldLost for every attempt held on that node that had not
+// stopped; RELEASE then releases them and the jobs are held again.
 package rent
 
 import (
@@ -15,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,30 +36,41 @@ import (
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/lease"
 )
 
 // maxHoldsPerPass bounds the holds appended in one round trip.
 const maxHoldsPerPass = 256
+
+// leaderKey is the leader lease in the leases bucket.
+const leaderKey = "leader.rent"
 
 // Config configures the service.
 type Config struct {
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Instance names this instance: its consumer and its claim to lead.
+	// Default: the host name.
+	Instance string
+	Pool     PoolConfig
 }
 
-// Service is the RENT step. Run one instance at a time (a leader lease for
-// several is future work); it rebuilds its state from the log on start.
+// Service is the RENT step.
 type Service struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	pub *bus.Publisher
-	log *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	pub      *bus.Publisher
+	log      *slog.Logger
+	instance string
+	now      func() time.Time
 
 	mu       sync.Mutex
 	pool     *Pool
 	replayed uint64
-	changed  chan struct{} // closed and replaced whenever the pool reads on
+	changed  chan struct{}     // closed and replaced whenever the pool reads on
+	leader   *lease.Lease      // non-nil while this instance leads
+	expiring map[string]string // nodes whose lease lapsed: node → boot, to record
 
 	// kick wakes the scheduler: something changed that may allow a decision.
 	kick chan struct{}
@@ -62,11 +84,35 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/rent"
 	}
-	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now),
-		log: cfg.Logger.With("service", "rent"), pool: NewPool(), changed: make(chan struct{}), kick: make(chan struct{}, 1)}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Instance == "" {
+		cfg.Instance, _ = os.Hostname()
+	}
+	instance := sanitize(cfg.Instance)
+	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
+		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
+		pool: NewPool(cfg.Pool, cfg.Now), changed: make(chan struct{}), expiring: map[string]string{},
+		kick: make(chan struct{}, 1)}, nil
 }
 
-// Run rebuilds the pool from the log, then schedules until ctx ends.
+// sanitize makes s usable in a consumer name.
+func sanitize(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+	if s == "" {
+		s = "rent"
+	}
+	return s
+}
+
+// Run rebuilds the pool from the log, then follows it and, while it leads,
+// schedules, until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
@@ -80,7 +126,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("rent: rebuild from the log: %w", err)
 	}
 	s.replayed = last
-	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", len(s.pool.nodes), "waiting", s.pool.queue.Len(), "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", len(s.pool.nodes), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
 
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "e31-rent", Version: "0.1.0", Description: "why a job waits"})
 	if err != nil {
@@ -90,15 +136,28 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := svc.AddEndpoint("why", micro.HandlerFunc(s.why), micro.WithEndpointSubject(api.RentWhy)); err != nil {
 		return fmt.Errorf("rent: query service: %w", err)
 	}
-	go s.scheduler(ctx)
+	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		return fmt.Errorf("rent: leases: %w", err)
+	}
+	var wg sync.WaitGroup
+	for _, f := range []func(context.Context, jetstream.KeyValue){s.watchNodes, s.lead} {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx, kv) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); s.scheduler(ctx) }()
 	s.wake()
-	return bus.Run(ctx, s.js, s.pub, "rent", s.log, bus.Handler{
+	err = bus.Run(ctx, s.js, s.pub, "rent", s.log, bus.Handler{
 		Name:  "rent",
 		Topic: events.JobSubjects + " " + events.NodeSubjects,
-		// One lane: the pool must see the log in order.
-		Subscriber: bus.SubscriberConfig{Durable: "rent", Lanes: 1, MaxAckPending: 4096},
+		// One lane: the pool must see the log in order. Each instance reads
+		// the whole log on a consumer of its own.
+		Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour},
 		Handle:     s.Handle,
 	})
+	wg.Wait()
+	return err
 }
 
 // Handle applies one event and wakes the scheduler.
@@ -132,11 +191,144 @@ func (s *Service) wake() {
 	}
 }
 
+// lead takes the leader lease when it is free and keeps it until ctx ends
+// or it is lost; then it waits for the lease to be free again.
+func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue) {
+	for ctx.Err() == nil {
+		l, err := lease.Acquire(ctx, kv, leaderKey, s.instance)
+		if err == nil {
+			s.mu.Lock()
+			s.leader = l
+			s.mu.Unlock()
+			s.log.Info("leading: this instance decides")
+			s.wake()
+			err = l.Keep(ctx)
+			s.mu.Lock()
+			s.leader = nil
+			s.mu.Unlock()
+			if ctx.Err() != nil {
+				_ = l.Release(context.WithoutCancel(ctx))
+				return
+			}
+			s.log.Warn("leadership lost: this instance stops deciding", "err", err)
+			continue
+		}
+		if !errors.Is(err, lease.ErrHeld) {
+			s.log.Warn("taking the leader lease", "err", err)
+		}
+		s.waitFree(ctx, kv)
+	}
+}
+
+// waitFree returns when the leader lease is free (deleted or expired), or
+// after a lease time at most.
+func (s *Service) waitFree(ctx context.Context, kv jetstream.KeyValue) {
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		ttl = events.DefaultLeaseTTL
+	}
+	wctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	w, err := kv.Watch(wctx, leaderKey)
+	if err != nil {
+		<-wctx.Done()
+		return
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-wctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				return
+			}
+		}
+	}
+}
+
+// leading reports whether this instance may decide now.
+func (s *Service) leading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader != nil && s.leader.Valid()
+}
+
+// watchNodes follows the node leases. A lease that disappears means its
+// node is lost; a node the log knows that holds no lease when this instance
+// starts is lost too, unless it renews within a lease time.
+func (s *Service) watchNodes(ctx context.Context, kv jetstream.KeyValue) {
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		ttl = events.DefaultLeaseTTL
+	}
+	for ctx.Err() == nil {
+		w, err := kv.Watch(ctx, "node.*")
+		if err != nil {
+			s.log.Warn("watching node leases", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		live := map[string]bool{}
+		for e := range w.Updates() {
+			if e == nil {
+				// The current leases are all in: nodes without one get a lease
+				// time to show up.
+				s.mu.Lock()
+				for name, n := range s.pool.nodes {
+					if !n.expired && !live[name] {
+						time.AfterFunc(ttl, func() { s.checkNode(kv, name) })
+					}
+				}
+				s.mu.Unlock()
+				continue
+			}
+			name := strings.TrimPrefix(e.Key(), "node.")
+			if e.Operation() == jetstream.KeyValuePut {
+				live[name] = true
+				continue
+			}
+			delete(live, name)
+			s.nodeGone(name)
+		}
+		_ = w.Stop()
+	}
+}
+
+// checkNode counts a node lost if it still holds no lease.
+func (s *Service) checkNode(kv jetstream.KeyValue, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := kv.Get(ctx, "node."+name); errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		s.nodeGone(name)
+	}
+}
+
+// nodeGone marks a node's current boot for the leader to record as expired.
+func (s *Service) nodeGone(name string) {
+	s.mu.Lock()
+	if n := s.pool.nodes[name]; n != nil && !n.expired {
+		s.expiring[name] = n.boot
+	}
+	s.mu.Unlock()
+	s.wake()
+}
+
 // scheduler appends the pool's decisions whenever it is woken, until ctx
 // ends. A failed append is tried again after a pause.
 func (s *Service) scheduler(ctx context.Context) {
-	retry := time.NewTimer(0)
-	<-retry.C
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
 	backoff := 50 * time.Millisecond
 	for {
 		select {
@@ -158,10 +350,19 @@ func (s *Service) scheduler(ctx context.Context) {
 	}
 }
 
-// schedule appends the pool's decisions until it has none left that can be
-// made now.
+// schedule records lapsed nodes, then appends the pool's decisions until it
+// has none left that can be made now. Only the leader decides.
 func (s *Service) schedule(ctx context.Context) error {
+	if !s.leading() {
+		return nil
+	}
+	if err := s.recordExpired(ctx); err != nil {
+		return err
+	}
 	for {
+		if !s.leading() {
+			return nil
+		}
 		s.mu.Lock()
 		decisions := s.pool.Decide(maxHoldsPerPass)
 		s.mu.Unlock()
@@ -174,17 +375,16 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 		stored, errs := s.pub.AppendBatch(ctx, batch)
 		var failed []error
-		applied := 0
+		applied, holds := 0, 0
 		s.mu.Lock()
 		for i, err := range errs {
 			switch {
 			case err == nil:
 				s.pool.Apply(stored[i])
 				applied++
-				if h, ok := decisions[i].Event.(events.ComputeHeld); ok {
-					s.log.Info("compute held", "job", decisions[i].Job, "node", h.Node, "attempt", h.Attempt, "seq", stored[i].Seq)
-				} else {
-					s.log.Info("job cancelled while waiting", "job", decisions[i].Job, "seq", stored[i].Seq)
+				s.logDecision(decisions[i], stored[i])
+				if _, ok := decisions[i].Event.(events.ComputeHeld); ok {
+					holds++
 				}
 			case errors.Is(err, bus.ErrConflict):
 				// The job moved on; the event that moved it is on its way to
@@ -198,9 +398,47 @@ func (s *Service) schedule(ctx context.Context) error {
 		if len(failed) > 0 {
 			return fmt.Errorf("rent: %w", errors.Join(failed...))
 		}
-		if applied == 0 || len(decisions) < maxHoldsPerPass {
+		if applied == 0 || holds < maxHoldsPerPass {
 			return nil
 		}
+	}
+}
+
+// recordExpired appends NodeExpired for every node whose lease lapsed.
+func (s *Service) recordExpired(ctx context.Context) error {
+	s.mu.Lock()
+	pending := make(map[string]string, len(s.expiring))
+	for n, b := range s.expiring {
+		pending[n] = b
+	}
+	s.mu.Unlock()
+	for name, boot := range pending {
+		env, err := s.pub.Append(ctx, name, events.NodeExpired{Node: name, Boot: boot,
+			Reason: "its lease was not renewed in time: the node is counted lost until it announces itself again"})
+		if err != nil {
+			return fmt.Errorf("rent: record node %s expired: %w", name, err)
+		}
+		s.log.Warn("node lost: its lease lapsed", "node", name, "boot", boot, "seq", env.Seq)
+		s.mu.Lock()
+		s.pool.Apply(env)
+		if s.expiring[name] == boot {
+			delete(s.expiring, name)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (s *Service) logDecision(d Decision, stored events.Envelope) {
+	switch e := d.Event.(type) {
+	case events.ComputeHeld:
+		s.log.Info("compute held", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
+	case events.JobCancelled:
+		s.log.Info("job cancelled before it was held", "job", d.Job, "seq", stored.Seq)
+	case events.JobRejected:
+		s.log.Info("job rejected", "job", d.Job, "reason", e.Reason, "seq", stored.Seq)
+	case events.HoldLost:
+		s.log.Warn("attempt lost with its node", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +29,7 @@ import (
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run/executor"
 )
@@ -58,6 +61,10 @@ var errShutdown = errors.New("run: the node is shutting down")
 
 // errCancelRequested is the cause given to jobs a submitter cancelled.
 var errCancelRequested = errors.New("run: cancel requested")
+
+// errFenced is the cause given to jobs stopped because this node lost its
+// lease: the pool counts it dead and has held its jobs again elsewhere.
+var errFenced = errors.New("run: the node lost its lease")
 
 // Service is the RUN agent of one node.
 type Service struct {
@@ -116,14 +123,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
-	ann := events.NodeAnnounced{
-		Node: s.cfg.Node, Boot: uuid.NewString(), CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
-		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: s.cfg.Labels,
+	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		return fmt.Errorf("run: leases: %w", err)
 	}
-	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
-		return fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
+	l, err := s.announce(ctx, kv)
+	if err != nil {
+		return err
 	}
-	s.log.Info("node announced", "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes)
+	go s.keepLease(ctx, kv, l)
 
 	durable := "run-" + s.cfg.Node
 	return bus.Run(ctx, s.js, s.pub, "run", s.log,
@@ -144,6 +152,57 @@ func (s *Service) Run(ctx context.Context) error {
 			Handle:     s.HandleCancel,
 		},
 	)
+}
+
+// announce claims the node's lease and records that the node (re)joined the
+// pool. The lease comes first, so that the scheduler never sees a node
+// announced without one.
+func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.Lease, error) {
+	boot := strings.ReplaceAll(uuid.NewString(), "-", "")
+	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot)
+	if err != nil {
+		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
+	}
+	ann := events.NodeAnnounced{
+		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
+		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: s.cfg.Labels,
+	}
+	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
+		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
+	}
+	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes)
+	return l, nil
+}
+
+// keepLease renews the node's lease until ctx ends. If the lease is lost
+// (the node was cut off for longer than its TTL), the pool has counted this
+// node dead and held its jobs again elsewhere: stop every job here at once,
+// and join the pool again as a new boot.
+func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) {
+	for {
+		err := l.Keep(ctx)
+		if ctx.Err() != nil {
+			_ = l.Release(context.WithoutCancel(ctx))
+			return
+		}
+		s.log.Error("the node lost its lease: stopping its jobs, which are held again elsewhere", "err", err)
+		s.mu.Lock()
+		for _, r := range s.running {
+			r.cancel(errFenced)
+		}
+		s.mu.Unlock()
+		for {
+			if l, err = s.announce(ctx, kv); err == nil {
+				break
+			}
+			s.log.Warn("joining the pool again failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}
 }
 
 // HandleHeld runs one held job to its end and records how it stopped. It
@@ -207,33 +266,71 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.results[resultKey(job, held.Attempt)] = stopped
 	s.mu.Unlock()
-	if err := s.record(context.WithoutCancel(ctx), job, stopped); err != nil {
+	recorded, err := s.record(context.WithoutCancel(ctx), stored[0], stopped)
+	if err != nil {
 		return err
 	}
 	s.forget(job, held.Attempt)
-	log.Info("run stopped", "outcome", stopped.Outcome, "cpu_seconds", stopped.Usage.CPUSeconds)
+	if recorded {
+		log.Info("run stopped", "outcome", stopped.Outcome, "cpu_seconds", stopped.Usage.CPUSeconds)
+	} else {
+		log.Warn("run stopped after its attempt was given up as lost; its result is not recorded", "outcome", stopped.Outcome)
+	}
 	return nil
 }
 
-// record appends RunStopped, retrying for a while: the result is only on
-// this node until it is in the log.
-func (s *Service) record(ctx context.Context, job string, stopped events.RunStopped) error {
+// record appends RunStopped after the attempt's start, unless the attempt
+// was given up meanwhile (its node was counted lost and the job held again):
+// a late result must not land after the attempt's release. It retries for
+// a while, because the result is only on this node until it is in the log,
+// and reports whether it recorded it.
+func (s *Service) record(ctx context.Context, started events.Envelope, stopped events.RunStopped) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	delay := 50 * time.Millisecond
 	for {
-		_, err := s.pub.Append(ctx, job, stopped)
+		stored, err := s.pub.React(ctx, started, func(after []events.Envelope) ([]events.Event, error) {
+			return DecideStop(stopped, after), nil
+		})
 		if err == nil {
-			return nil
+			return len(stored) > 0, nil
 		}
-		s.log.Warn("recording the stop failed; retrying", "job", job, "attempt", stopped.Attempt, "err", err)
+		s.log.Warn("recording the stop failed; retrying", "job", started.Subject, "attempt", stopped.Attempt, "err", err)
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("record stop of %s attempt %d: %w", job, stopped.Attempt, err)
+			return false, fmt.Errorf("record stop of %s attempt %d: %w", started.Subject, stopped.Attempt, err)
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// DecideStop is what RUN appends when a job it ran stops, given what
+// happened to the job since its start: nothing if the stop is already
+// recorded, or if the attempt was given up as lost with its node.
+func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Event {
+	for _, e := range after {
+		if h, ok := events.HoldOf(e.Event); ok && h.Attempt == stopped.Attempt {
+			switch e.Event.(type) {
+			case *events.RunStopped, *events.HoldLost, *events.ComputeReleased:
+				return nil
+			}
+		}
+	}
+	return []events.Event{stopped}
+}
+
+// outputOf is the output an earlier, succeeded job returned, as data.
+func (s *Service) outputOf(ctx context.Context, job string) (events.DataRef, error) {
+	history, err := bus.ReadJob(ctx, s.js, job, 1)
+	if err != nil {
+		return events.DataRef{}, err
+	}
+	over, outcome, ret := events.FinalOutput(history)
+	if !over || outcome != events.Succeeded || ret == nil {
+		return events.DataRef{}, fmt.Errorf("job %s has not succeeded (outcome %q)", job, outcome)
+	}
+	return stage.DirRef(ctx, s.cfg.Store, ret.Files)
 }
 
 func (s *Service) forget(job string, attempt int) {
@@ -246,7 +343,7 @@ func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job
 
 // DecideStart is what RUN appends when a hold reaches it, given what
 // happened to the job since the hold:
-//   - the attempt already stopped: nothing;
+//   - the attempt already stopped, or was given up as lost: nothing;
 //   - this node holds the result of a run it could not record yet: that;
 //   - it started but never stopped: the node lost it (it restarted);
 //   - a cancel came first: stopped as cancelled, never started;
@@ -256,6 +353,14 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 	for _, e := range after {
 		switch ev := e.Event.(type) {
 		case *events.RunStopped:
+			if ev.Attempt == held.Attempt {
+				return nil
+			}
+		case *events.HoldLost:
+			if ev.Attempt == held.Attempt {
+				return nil
+			}
+		case *events.ComputeReleased:
 			if ev.Attempt == held.Attempt {
 				return nil
 			}
@@ -294,8 +399,20 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 		return stopped
 	}
+	// What only e31 knows goes beside the declared environment: the attempt
+	// (a job held again after its node was lost may resume from a
+	// checkpoint) and, in a sweep, its point.
+	env := make(map[string]string, len(spec.Work.Env)+5)
+	for k, v := range spec.Work.Env {
+		env[k] = v
+	}
+	env["E31_ATTEMPT"] = strconv.Itoa(held.Attempt)
+	if sw := spec.Sweep; sw != nil {
+		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
+		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
+	}
 	xspec := executor.Spec{
-		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: spec.Work.Env, Image: spec.Work.Image,
+		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: held.DiskBytes,
 		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
 	}
@@ -309,6 +426,16 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	}()
 	for _, ref := range spec.Data {
+		if ref.Digest == "" && ref.FromJob != "" {
+			// The earlier job had not finished when this one was submitted;
+			// it has now (RENT held this job after it succeeded).
+			resolved, err := s.outputOf(ctx, ref.FromJob)
+			if err != nil {
+				return fail("staging data %q from job %s: %v", ref.Name, ref.FromJob, err)
+			}
+			resolved.Name = ref.Name
+			ref = resolved
+		}
 		if err := stage.Download(ctx, s.cfg.Store, ref, filepath.Join(ws.DataDir, ref.Name), nil); err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
 		}
@@ -318,9 +445,13 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		return fail("starting the job: %v", err)
 	}
 	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
-	if res.Outcome == events.Cancelled && context.Cause(ctx) == errShutdown {
-		stopped.Outcome = events.NodeLost
-		stopped.Reason = "the node shut down while the job ran"
+	if res.Outcome == events.Cancelled {
+		switch context.Cause(ctx) {
+		case errShutdown:
+			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
+		case errFenced:
+			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease while the job ran"
+		}
 	}
 	// Whatever the job left is returned, on every path.
 	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)

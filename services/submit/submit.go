@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -140,15 +141,35 @@ func (s *Service) check(ctx context.Context, job string, req *events.JobRequeste
 	}
 	spec := req.Spec
 	spec.Data = append([]events.DataRef(nil), req.Spec.Data...)
+	spec.After = append([]string(nil), req.Spec.After...)
+	for i, dep := range spec.After {
+		if dep == job {
+			problems = append(problems, fmt.Sprintf("after[%d]: a job cannot wait for itself", i))
+			continue
+		}
+		if _, err := s.firstSeq(ctx, dep); errors.Is(err, jetstream.ErrMsgNotFound) {
+			problems = append(problems, fmt.Sprintf("after[%d]: no such job %s", i, dep))
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	for i, ref := range spec.Data {
 		where := fmt.Sprintf("data[%d] %q", i, ref.Name)
 		if ref.FromJob != "" {
-			resolved, problem, err := s.outputOf(ctx, ref.FromJob)
+			resolved, pending, problem, err := s.outputOf(ctx, ref.FromJob)
 			if err != nil {
 				return nil, err
 			}
 			if problem != "" {
 				problems = append(problems, where+": "+problem)
+				continue
+			}
+			if pending {
+				// The earlier job has not finished: this one runs after it,
+				// and RUN stages its output once it has succeeded.
+				if !slices.Contains(spec.After, ref.FromJob) {
+					spec.After = append(spec.After, ref.FromJob)
+				}
 				continue
 			}
 			resolved.Name, resolved.FromJob = ref.Name, ref.FromJob
@@ -196,43 +217,33 @@ func rejection(problems []string) events.JobRejected {
 	return r
 }
 
-// outputOf turns the returned output of an earlier job into a data ref, if
-// that job succeeded; otherwise it says why it cannot be used.
-func (s *Service) outputOf(ctx context.Context, job string) (events.DataRef, string, error) {
+// outputOf turns the returned output of an earlier job into a data ref if
+// that job succeeded, says it is pending if it has not finished, and
+// otherwise says why it cannot be used.
+func (s *Service) outputOf(ctx context.Context, job string) (ref events.DataRef, pending bool, problem string, err error) {
 	if !events.ValidID(job) {
-		return events.DataRef{}, fmt.Sprintf("from_job %q is not a job id", job), nil
+		return ref, false, fmt.Sprintf("from_job %q is not a job id", job), nil
 	}
-	evs, err := bus.ReadJob(ctx, s.js, job, 1)
+	history, err := bus.ReadJob(ctx, s.js, job, 1)
 	if err != nil {
-		return events.DataRef{}, "", err
+		return ref, false, "", err
 	}
-	if len(evs) == 0 {
-		return events.DataRef{}, fmt.Sprintf("from_job %s: no such job", job), nil
+	if len(history) == 0 {
+		return ref, false, fmt.Sprintf("from_job %s: no such job", job), nil
 	}
-	returned := map[int]*events.OutputReturned{}
-	for _, e := range evs {
-		switch ev := e.Event.(type) {
-		case *events.OutputReturned:
-			returned[ev.Attempt] = ev
-		case *events.ComputeReleased:
-			if !ev.Final {
-				continue
-			}
-			ret := returned[ev.Attempt]
-			if ev.Outcome != events.Succeeded || ret == nil {
-				return events.DataRef{}, fmt.Sprintf("from_job %s did not succeed (outcome %s)", job, ev.Outcome), nil
-			}
-			ref, err := stage.DirRef(ctx, s.store, ret.Files)
-			if err != nil {
-				if isBadData(err) {
-					return events.DataRef{}, fmt.Sprintf("from_job %s: its output is no longer intact: %v", job, err), nil
-				}
-				return events.DataRef{}, "", err
-			}
-			return ref, "", nil
-		case *events.JobRejected, *events.JobCancelled:
-			return events.DataRef{}, fmt.Sprintf("from_job %s never ran (%s)", job, events.Name(e.Type)), nil
+	over, outcome, ret := events.FinalOutput(history)
+	switch {
+	case !over:
+		return ref, true, "", nil
+	case outcome != events.Succeeded || ret == nil:
+		return ref, false, fmt.Sprintf("from_job %s did not succeed (%s)", job, outcome), nil
+	}
+	ref, err = stage.DirRef(ctx, s.store, ret.Files)
+	if err != nil {
+		if isBadData(err) {
+			return ref, false, fmt.Sprintf("from_job %s: its output is no longer intact: %v", job, err), nil
 		}
+		return ref, false, "", err
 	}
-	return events.DataRef{}, fmt.Sprintf("from_job %s has not finished yet", job), nil
+	return ref, false, "", nil
 }

@@ -157,6 +157,10 @@ func (a *Auditor) Finish() *Report {
 // step is where an event may come in an attempt's life, in order.
 var step = map[string]int{
 	events.TypeComputeHeld: 1, events.TypeRunStarted: 2, events.TypeRunStopped: 3,
+	// A lost node's attempt ends with HoldLost instead of being stopped and
+	// returned: it may follow the hold or the start, and only the release
+	// may follow it.
+	events.TypeHoldLost:       4,
 	events.TypeOutputReturned: 4, events.TypeComputeReleased: 5,
 }
 
@@ -221,6 +225,9 @@ func derive(job string, evs []events.Envelope) (*api.HoldRecord, []Finding) {
 				at.a.StoppedAt, state = &t, api.StateStopped
 				at.a.ExitCode, at.a.Usage = ev.ExitCode, ev.Usage
 				at.a.Outcome, at.a.Reason = ev.Outcome, ev.Reason
+			case *events.HoldLost:
+				state = api.StateStopped
+				at.a.Outcome, at.a.Reason = events.NodeLost, ev.Reason
 			case *events.OutputReturned:
 				at.a.OutputReturnedAt, state = &t, api.StateReturned
 				at.a.Outcome = ev.Outcome
@@ -247,13 +254,13 @@ func derive(job string, evs []events.Envelope) (*api.HoldRecord, []Finding) {
 		}
 		switch ev := e.Event.(type) {
 		case *events.JobRequested:
-			rec.Submitter, rec.Name, rec.Request = ev.Submitter, ev.Spec.Name, request(ev.Spec)
+			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, request(ev.Spec), ev.Spec.Sweep
 		case *events.JobSubmitted:
 			if submitted != nil {
 				bad(e, Duplicate, "submitted again (first at #%d)", submitted.Seq)
 			}
 			submitted = &kept[i]
-			rec.Submitter, rec.Name, rec.Request = ev.Submitter, ev.Spec.Name, request(ev.Spec)
+			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, request(ev.Spec), ev.Spec.Sweep
 			rec.SubmittedAt, state = &t, api.StateWaiting
 		case *events.JobRejected:
 			state, rec.Outcome, rec.Reason = api.StateRejected, events.Rejected, ev.Reason

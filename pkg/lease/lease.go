@@ -1,0 +1,127 @@
+// Package lease keeps short-lived claims in a JetStream KV bucket: a run
+// node's "I am alive" and a scheduler's "I am the one deciding". A lease is
+// a key whose value names its owner; the bucket's TTL removes it unless the
+// owner renews it, and a watcher sees the removal. Renewal is
+// compare-and-set on the key's revision, so an owner that was presumed dead
+// finds out at its next renewal and can stop acting (fence itself).
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrHeld means someone else holds the lease.
+var ErrHeld = errors.New("lease: held by another owner")
+
+// ErrLost means the lease expired or was taken while we thought we held it.
+var ErrLost = errors.New("lease: lost")
+
+// Lease is one held key.
+type Lease struct {
+	kv    jetstream.KeyValue
+	key   string
+	owner string
+	ttl   time.Duration
+	rev   uint64
+	// renewed is when the last renewal was stored: an owner must not act
+	// on the lease once ttl/2 has passed without one.
+	renewed time.Time
+}
+
+// TTL is the bucket's lease time.
+func TTL(ctx context.Context, kv jetstream.KeyValue) (time.Duration, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("lease: bucket status: %w", err)
+	}
+	if st.TTL() <= 0 {
+		return 0, errors.New("lease: bucket has no TTL")
+	}
+	return st.TTL(), nil
+}
+
+// Acquire takes key for owner if nobody holds it.
+func Acquire(ctx context.Context, kv jetstream.KeyValue, key, owner string) (*Lease, error) {
+	ttl, err := TTL(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := kv.Create(ctx, key, []byte(owner))
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		return nil, fmt.Errorf("%w: %s", ErrHeld, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease: acquire %s: %w", key, err)
+	}
+	return &Lease{kv: kv, key: key, owner: owner, ttl: ttl, rev: rev, renewed: time.Now()}, nil
+}
+
+// Claim takes key for owner whoever held it: a node restarting under its
+// own name takes over its old lease.
+func Claim(ctx context.Context, kv jetstream.KeyValue, key, owner string) (*Lease, error) {
+	ttl, err := TTL(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	rev, err := kv.Put(ctx, key, []byte(owner))
+	if err != nil {
+		return nil, fmt.Errorf("lease: claim %s: %w", key, err)
+	}
+	return &Lease{kv: kv, key: key, owner: owner, ttl: ttl, rev: rev, renewed: time.Now()}, nil
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// Valid reports whether the owner may still act on the lease: it was renewed
+// within the last half of its TTL, so it cannot have expired yet.
+func (l *Lease) Valid() bool { return time.Since(l.renewed) < l.ttl/2 }
+
+// Renew extends the lease, or reports ErrLost if it expired or changed hands.
+func (l *Lease) Renew(ctx context.Context) error {
+	rev, err := l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
+	if err != nil {
+		if isWrongSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			return fmt.Errorf("%w: %s", ErrLost, l.key)
+		}
+		return fmt.Errorf("lease: renew %s: %w", l.key, err)
+	}
+	l.rev, l.renewed = rev, time.Now()
+	return nil
+}
+
+// Keep renews the lease every TTL/3 until ctx ends (nil) or the lease is
+// lost (ErrLost). A renewal that fails for another reason (the server is
+// briefly away) is retried at the next tick; once the lease has expired
+// meanwhile, the next renewal reports it lost.
+func (l *Lease) Keep(ctx context.Context) error {
+	tick := time.NewTicker(l.ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if err := l.Renew(ctx); errors.Is(err, ErrLost) {
+				return err
+			}
+		}
+	}
+}
+
+// Release gives the lease up at once, so that a successor need not wait for
+// it to expire.
+func (l *Lease) Release(ctx context.Context) error {
+	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isWrongSequence(err) {
+		return fmt.Errorf("lease: release %s: %w", l.key, err)
+	}
+	return nil
+}
