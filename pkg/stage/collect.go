@@ -34,10 +34,17 @@ import (
 // return it. So outDir should be on a file system of its own (a per-job
 // tmpfs or volume). Two files with the same content are stored once.
 //
+// Last, Collect stores a folder manifest of every file it collected (with
+// its mode: whether it is executable) and names it in Manifest, so that the
+// output can be fetched, or staged for a later job, as one folder. Files
+// lists the first of them only, as events.Listed says, so that the result
+// fits in an event however many files there are; Count then says how many.
+//
 // maxBytes bounds the total (0 or less means no bound). Output larger than
 // that fails with an error wrapping ErrOutputTooLarge before anything is
-// uploaded, and the Collected returned still lists what matched, without
-// digests, so that the caller can say what was too large.
+// uploaded, and the Collected returned still lists (the first of) what
+// matched, without digests, and its total in Bytes, so that the caller can
+// say what was too large.
 func Collect(ctx context.Context, s Store, outDir string, decls []events.OutputDecl, maxBytes int64) (events.Collected, error) {
 	c, err := collect(ctx, s, outDir, decls, maxBytes)
 	if err != nil {
@@ -51,6 +58,7 @@ type outEntry struct {
 	rel  string
 	dir  bool
 	size int64
+	mode string // modeFile or modeExec
 }
 
 // MaxOutputEntries bounds how many files and directories Collect looks at
@@ -90,7 +98,7 @@ func collect(ctx context.Context, s Store, outDir string, decls []events.OutputD
 			if err != nil {
 				return err
 			}
-			entries = append(entries, outEntry{rel: rel, size: fi.Size()})
+			entries = append(entries, outEntry{rel: rel, size: fi.Size(), mode: modeOf(fi.Mode())})
 		}
 		return nil
 	})
@@ -99,7 +107,7 @@ func collect(ctx context.Context, s Store, outDir string, decls []events.OutputD
 	}
 
 	c := events.Collected{Files: []events.OutputFile{}, Missing: []string{}}
-	chosen := map[string]int64{}
+	chosen := map[string]outEntry{}
 	for _, d := range decls {
 		pattern, err := cleanPattern(d.Path)
 		found := false
@@ -109,7 +117,7 @@ func collect(ctx context.Context, s Store, outDir string, decls []events.OutputD
 				continue
 			}
 			if !e.dir {
-				chosen[e.rel] = e.size
+				chosen[e.rel] = e
 				found = true
 				continue
 			}
@@ -120,7 +128,7 @@ func collect(ctx context.Context, s Store, outDir string, decls []events.OutputD
 					break
 				}
 				if !f.dir {
-					chosen[f.rel] = f.size
+					chosen[f.rel] = f
 					found = true
 				}
 			}
@@ -130,11 +138,13 @@ func collect(ctx context.Context, s Store, outDir string, decls []events.OutputD
 		}
 	}
 	for _, rel := range slices.Sorted(maps.Keys(chosen)) {
-		c.Files = append(c.Files, events.OutputFile{Path: rel, Bytes: chosen[rel]})
-		c.Bytes += chosen[rel]
+		e := chosen[rel]
+		c.Files = append(c.Files, events.OutputFile{Path: rel, Bytes: e.size, Mode: e.mode})
+		c.Bytes += e.size
 	}
 	if maxBytes > 0 && c.Bytes > maxBytes {
-		return c, fmt.Errorf("%w: %d files, %d bytes, more than the %d allowed", ErrOutputTooLarge, len(c.Files), c.Bytes, maxBytes)
+		err := fmt.Errorf("%w: %d files, %d bytes, more than the %d allowed", ErrOutputTooLarge, len(c.Files), c.Bytes, maxBytes)
+		return listed(c), err
 	}
 
 	// Hash everything, then store each content once: two uploads of one
@@ -182,7 +192,23 @@ func collect(ctx context.Context, s Store, outDir string, decls []events.OutputD
 	if err != nil {
 		return events.Collected{}, err
 	}
-	return c, nil
+	if len(c.Files) > 0 {
+		// Last: a stored manifest means every file in it was stored.
+		if c.Manifest, err = PutManifest(ctx, s, c.Files); err != nil {
+			return events.Collected{}, fmt.Errorf("manifest: %w", err)
+		}
+	}
+	return listed(c), nil
+}
+
+// listed cuts c's list of files to what one event lists, saying how many
+// there are in Count when it lists only some.
+func listed(c events.Collected) events.Collected {
+	if l := events.Listed(c.Files); len(l) < len(c.Files) {
+		c.Count = len(c.Files)
+		c.Files = l
+	}
+	return c
 }
 
 // openOutput opens an output file that the walk saw as a regular file of

@@ -116,10 +116,10 @@ func TestCollect(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []events.OutputFile{
-		{Path: "count.txt", Bytes: 3, Digest: digestOf([]byte("42\n"))},
-		{Path: "logs/run.log", Bytes: 3, Digest: digestOf([]byte("log"))},
-		{Path: "results/a.csv", Bytes: 4, Digest: digestOf([]byte("a,b\n"))},
-		{Path: "results/sub/b.csv", Bytes: 4, Digest: digestOf([]byte("c,d\n"))},
+		{Path: "count.txt", Bytes: 3, Digest: digestOf([]byte("42\n")), Mode: "0644"},
+		{Path: "logs/run.log", Bytes: 3, Digest: digestOf([]byte("log")), Mode: "0644"},
+		{Path: "results/a.csv", Bytes: 4, Digest: digestOf([]byte("a,b\n")), Mode: "0644"},
+		{Path: "results/sub/b.csv", Bytes: 4, Digest: digestOf([]byte("c,d\n")), Mode: "0644"},
 	}
 	if !reflect.DeepEqual(c.Files, want) {
 		t.Errorf("files = %+v, want %+v", c.Files, want)
@@ -143,8 +143,16 @@ func TestCollect(t *testing.T) {
 			t.Errorf("%s: %v, digest %s", f.Path, err, digestOf(b))
 		}
 	}
-	if n := len(e.objects(t)); n != 4 {
-		t.Errorf("%d objects stored, want 4: %v", n, e.objects(t))
+	// Four files and the manifest that lists them.
+	if n := len(e.objects(t)); n != 5 {
+		t.Errorf("%d objects stored, want 5: %v", n, e.objects(t))
+	}
+	if c.Manifest == "" || c.Count != 0 {
+		t.Errorf("manifest %q, count %d; want a manifest and every file listed", c.Manifest, c.Count)
+	}
+	listed, err := stage.ManifestFiles(e.ctx, e.store, c.Manifest)
+	if err != nil || !reflect.DeepEqual(listed, want) {
+		t.Errorf("manifest lists %+v (%v), want %+v", listed, err, want)
 	}
 	assertNoStrayChunks(t, e)
 }
@@ -227,8 +235,8 @@ func TestCollectStoresEachContentOnce(t *testing.T) {
 	if len(c.Files) != 50 || c.Bytes != 50*200_000 {
 		t.Fatalf("collected %d files, %d bytes", len(c.Files), c.Bytes)
 	}
-	if objs := e.objects(t); len(objs) != 1 {
-		t.Errorf("objects %v, want one", objs)
+	if objs := e.objects(t); len(objs) != 2 {
+		t.Errorf("objects %v, want the content once and the manifest", objs)
 	}
 	assertNoStrayChunks(t, e)
 }

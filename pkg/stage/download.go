@@ -197,18 +197,31 @@ func writeItem(ctx context.Context, s Store, root *os.Root, it item, p Progress)
 // path that is not relative and local fails with ErrUnsafePath before
 // anything is written, and writes go through an os.Root, so a symlink in
 // dest cannot lead them outside it. Files and directories get the usual
-// 0644 and 0755, less the umask: they belong to the user who fetched them.
-// A list with a path twice, or a file where another needs a directory,
-// fails with ErrBadManifest.
+// 0644 and 0755 (0755 for a file whose Mode says it is executable), less
+// the umask: they belong to the user who fetched them. A list with a path
+// twice, or a file where another needs a directory, fails with
+// ErrBadManifest.
 func Fetch(ctx context.Context, s Store, files []events.OutputFile, dest string, p Progress) error {
-	p = orNone(p)
-	m := manifest{Version: manifestVersion}
-	for _, f := range files {
-		m.Files = append(m.Files, item{Path: f.Path, Mode: modeFile, Size: f.Bytes, Digest: f.Digest})
-	}
+	m := manifestOf(files)
 	if err := m.check(); err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
+	return fetch(ctx, s, m, dest, orNone(p))
+}
+
+// FetchDir writes the folder whose manifest has the given digest under
+// dest, as Fetch writes a list of files: a job's whole output, however many
+// files its events list. The manifest is checked against its digest first.
+func FetchDir(ctx context.Context, s Store, digest, dest string, p Progress) error {
+	m, err := loadManifest(ctx, s, digest)
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	return fetch(ctx, s, m, dest, orNone(p))
+}
+
+// fetch writes the checked manifest m under dest.
+func fetch(ctx context.Context, s Store, m manifest, dest string, p Progress) error {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return fmt.Errorf("fetch: %w", err)
 	}
@@ -217,6 +230,11 @@ func Fetch(ctx context.Context, s Store, files []events.OutputFile, dest string,
 		return fmt.Errorf("fetch: %w", err)
 	}
 	defer root.Close()
+	for _, d := range m.Dirs {
+		if err := root.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("fetch %s: %w", d, err)
+		}
+	}
 	p.Start(m.total(), "download "+filepath.Base(dest))
 	defer p.Done()
 	return each(ctx, len(m.Files), Parallel, func(ctx context.Context, i int) error {
@@ -236,7 +254,11 @@ func fetchItem(ctx context.Context, s Store, root *os.Root, it item, p Progress)
 		}
 	}
 	tmp := path.Join(dir, ".e31-fetch-"+rand.Text())
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	perm := fs.FileMode(0o644)
+	if it.Mode == modeExec {
+		perm = 0o755
+	}
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}

@@ -58,14 +58,10 @@ func statItems(ctx context.Context, s Store, items []item) error {
 // reference (Kind "dir"; the caller sets Name), so that an earlier job's
 // output becomes a later job's data without passing through the client. It
 // checks that every file is there (as Verify does) and stores the folder's
-// manifest. The files are not executable: OutputFile does not record a
-// mode. Paths must be relative and local (ErrUnsafePath otherwise) and
-// appear once.
+// manifest. A file is executable if its Mode says so. Paths must be
+// relative and local (ErrUnsafePath otherwise) and appear once.
 func DirRef(ctx context.Context, s Store, files []events.OutputFile) (events.DataRef, error) {
-	m := manifest{Version: manifestVersion}
-	for _, f := range files {
-		m.Files = append(m.Files, item{Path: f.Path, Mode: modeFile, Size: f.Bytes, Digest: f.Digest})
-	}
+	m := manifestOf(files)
 	b, err := m.encode()
 	if err != nil {
 		return events.DataRef{}, fmt.Errorf("dir ref: %w", err)

@@ -113,16 +113,16 @@ type PoolConfig struct {
 // because every held job declared its limit. Later jobs may start ahead of
 // it (backfill) only where they cannot delay that reservation.
 type Pool struct {
-	cfg     PoolConfig
-	now     func() time.Time
-	nodes   map[string]*node
-	jobs    map[string]*job           // blocked, waiting or held
-	over    map[string]events.Outcome // ended jobs: late or repeated events change nothing
-	levels  map[int]*level
-	nWait   int
-	usage   map[string]int64 // milli-cpu held, by submitter
-	after   map[string][]*job // dependents waiting for a job
-	early   map[string]bool   // cancels seen before the job was submitted
+	cfg    PoolConfig
+	now    func() time.Time
+	nodes  map[string]*node
+	jobs   map[string]*job           // blocked, waiting or held
+	over   map[string]events.Outcome // ended jobs: late or repeated events change nothing
+	levels map[int]*level
+	nWait  int
+	usage  map[string]int64  // milli-cpu held, by submitter
+	after  map[string][]*job // dependents waiting for a job
+	early  map[string]bool   // cancels seen before the job was submitted
 	// attention holds the jobs that may need a decision other than a hold:
 	// a cancel, a rejection, or a first check that some node could hold
 	// them. Decide looks at these only, so a long queue costs nothing here.
@@ -618,9 +618,9 @@ func (h *subHeap) Less(a, b int) bool {
 	}
 	return h.items[a].e.Value.(*job).order < h.items[b].e.Value.(*job).order
 }
-func (h *subHeap) Swap(a, b int)  { h.items[a], h.items[b] = h.items[b], h.items[a] }
-func (h *subHeap) Push(x any)     { h.items = append(h.items, x.(cursor)) }
-func (h *subHeap) push(c cursor)  { h.items = append(h.items, c) }
+func (h *subHeap) Swap(a, b int) { h.items[a], h.items[b] = h.items[b], h.items[a] }
+func (h *subHeap) Push(x any)    { h.items = append(h.items, x.(cursor)) }
+func (h *subHeap) push(c cursor) { h.items = append(h.items, c) }
 func (h *subHeap) Pop() any {
 	last := h.items[len(h.items)-1]
 	h.items = h.items[:len(h.items)-1]

@@ -55,7 +55,46 @@ type jobCgroup interface {
 // cgroupDriver makes job cgroups under one parent.
 type cgroupDriver interface {
 	create(name string, l limits) (jobCgroup, error)
+	// removeStale kills the processes of and removes every job cgroup whose
+	// name ends in suffix, returning their names.
+	removeStale(suffix string) ([]string, error)
 	describe() string
+}
+
+// removeStaleDirs does removeStale in each parent directory (one per v1
+// hierarchy, or the v2 parent).
+func removeStaleDirs(parents []string, suffix string) ([]string, error) {
+	seen := map[string]bool{}
+	var names []string
+	var errs []error
+	for _, parent := range parents {
+		ents, err := os.ReadDir(parent)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		for _, ent := range ents {
+			n := ent.Name()
+			if !ent.IsDir() || !strings.HasPrefix(n, "job-") || !strings.HasSuffix(n, suffix) {
+				continue
+			}
+			dir := filepath.Join(parent, n)
+			if ps, err := readPids(filepath.Join(dir, "cgroup.procs")); err == nil {
+				for _, p := range ps {
+					_ = syscall.Kill(p, syscall.SIGKILL)
+				}
+			}
+			if err := rmdirCgroup(dir); err != nil {
+				errs = append(errs, fmt.Errorf("remove stale cgroup %s: %w", dir, err))
+				continue
+			}
+			if !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		}
+	}
+	return names, errors.Join(errs...)
 }
 
 // cfsPeriod is the CFS bandwidth period (µs) of every job: a job with cpu c
@@ -136,6 +175,21 @@ func newCgroup1Driver(parent string) (*cgroup1Driver, error) {
 func (d *cgroup1Driver) describe() string {
 	p, _ := d.parent(cgroup1.Memory)
 	return fmt.Sprintf("cgroup v1 (%s) under %s", strings.Join(d.names, ","), p)
+}
+
+func (d *cgroup1Driver) removeStale(suffix string) ([]string, error) {
+	var parents []string
+	subsystems, _ := d.hierarchy()
+	for _, s := range subsystems {
+		p, err := d.parent(s.Name())
+		if err != nil {
+			return nil, err
+		}
+		if ps, ok := s.(interface{ Path(string) string }); ok {
+			parents = append(parents, ps.Path(p))
+		}
+	}
+	return removeStaleDirs(parents, suffix)
 }
 
 func (d *cgroup1Driver) create(name string, l limits) (jobCgroup, error) {
@@ -308,6 +362,7 @@ func readKV(path string) (map[string]uint64, error) {
 
 type cgroup2Driver struct {
 	parent string // group path below the unified mount, e.g. /e31
+	swap   bool   // the kernel accounts swap: memory.swap.max exists
 }
 
 const unifiedMount = "/sys/fs/cgroup"
@@ -322,17 +377,24 @@ func newCgroup2Driver(parent string) (*cgroup2Driver, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("cgroup v2 parent %s: %w", group, err)
 	}
-	return &cgroup2Driver{parent: group}, nil
+	_, err := os.Stat(filepath.Join(unifiedMount, group, "memory.swap.max"))
+	return &cgroup2Driver{parent: group, swap: err == nil}, nil
 }
 
 func (d *cgroup2Driver) describe() string { return "cgroup v2 under " + d.parent }
+
+func (d *cgroup2Driver) removeStale(suffix string) ([]string, error) {
+	return removeStaleDirs([]string{filepath.Join(unifiedMount, d.parent)}, suffix)
+}
 
 func (d *cgroup2Driver) create(name string, l limits) (jobCgroup, error) {
 	res := &cgroup2.Resources{CPU: &cgroup2.CPU{}, Memory: &cgroup2.Memory{}, Pids: &cgroup2.Pids{Max: -1}}
 	if l.memoryBytes > 0 {
 		m, zero := l.memoryBytes, int64(0)
 		res.Memory.Max = &m
-		res.Memory.Swap = &zero
+		if d.swap {
+			res.Memory.Swap = &zero
+		}
 	}
 	if l.cpu > 0 {
 		quota := max(int64(l.cpu*cfsPeriod), 1000)
@@ -397,6 +459,9 @@ func drain(cg jobCgroup, warn func(left []int)) error {
 	lastWarn := time.Now()
 	for {
 		left, err := cg.procs()
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENODEV) {
+			return nil // removed, which the kernel allows only when empty
+		}
 		if err != nil {
 			return fmt.Errorf("list job processes: %w", err)
 		}

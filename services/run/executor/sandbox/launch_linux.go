@@ -18,18 +18,22 @@ import (
 // launch describes one job start: everything the launcher thread needs,
 // prepared on the host side beforehand.
 type launch struct {
-	rootDir string // empty host directory where the job's root tmpfs is mounted
-	binds   []bind // mounts into the new root, in order
-	links   []link // symlinks in the new root
-	dirs    []string
-	argv    []string
-	env     []string
-	path    []string // PATH of the job, for a command without a slash
-	uid     int
-	gid     int
-	files   []*os.File // stdin, stdout, stderr
-	capLast int
-	filter  []unix.SockFilter
+	// template is the mount namespace whose root the job's is a copy of
+	// (see buildTemplate).
+	template int
+	binds    []bind // mounts into the new root, in order
+	argv     []string
+	env      []string
+	path     []string // PATH of the job, for a command without a slash
+	uid      int
+	gid      int
+	files    []*os.File // stdin, stdout, stderr
+	capLast  int
+	filter   []unix.SockFilter
+	// hostProc mounts, before the fork, a procfs of the host's pid
+	// namespace showing only the job uid's processes, for kernels that
+	// cannot mount one of the job's pid namespace afterwards.
+	hostProc bool
 	// admit is called with the job's pid while it is stopped right after its
 	// execve, before its first instruction: it puts the pid in the job's
 	// cgroup. It runs on another thread, since this one no longer sees /sys.
@@ -41,7 +45,6 @@ type bind struct {
 	src, dst string // dst relative to the new root
 	readOnly bool
 	noexec   bool
-	file     bool // src is a file, not a directory
 }
 
 type link struct{ name, target string }
@@ -72,28 +75,34 @@ type exited struct {
 // which is what PR_SET_PDEATHSIG ties the job to: if the node agent dies, its
 // jobs die with it.
 func (l *launch) run(start chan<- started, done chan<- exited) {
-	runtime.LockOSThread()
-	if unix.Gettid() == unix.Getpid() {
-		// Never the main thread: it cannot exit (the runtime would park it
-		// for good, still in the job's namespaces), and /proc/self shows the
-		// whole process the main thread's view. Holding it locked makes the
-		// goroutine below start on another thread.
-		locked := make(chan struct{})
-		go func() {
-			runtime.LockOSThread()
-			close(locked)
-			l.launch(start, done)
-		}()
-		<-locked
-		runtime.UnlockOSThread()
-		return
-	}
-	l.launch(start, done)
+	onOwnThread(func() { l.launch(start, done) })
 }
 
-// launch does the work of run on a locked thread other than the main one.
+// onOwnThread runs f on a goroutine locked to an OS thread that is not the
+// main one and that the runtime discards afterwards, for f to change the
+// thread's namespaces, root and credentials at will. It returns once f runs.
+func onOwnThread(f func()) {
+	runtime.LockOSThread()
+	if unix.Gettid() != unix.Getpid() {
+		f()
+		return // deliberately still locked: the thread goes with the goroutine
+	}
+	// Never the main thread: it cannot exit (the runtime would park it for
+	// good, still in the job's namespaces), and /proc/self, which the rest
+	// of the process reads (cgroups, mounts), is its view. Holding it
+	// locked makes the goroutine below start on another thread.
+	locked := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		close(locked)
+		f()
+	}()
+	<-locked
+	runtime.UnlockOSThread()
+}
+
+// launch does the work of run on a thread of its own.
 func (l *launch) launch(start chan<- started, done chan<- exited) {
-	// Deliberately no UnlockOSThread.
 	pid, err := l.start()
 	start <- started{pid: pid, err: err}
 	if err != nil {
@@ -110,18 +119,14 @@ func (l *launch) launch(start chan<- started, done chan<- exited) {
 }
 
 func (l *launch) start() (int, error) {
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-		unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_FS); err != nil {
-		return 0, fmt.Errorf("unshare namespaces: %w", err)
-	}
-	// The host's /proc, kept open to find the job's pid namespace after the
-	// host's mounts are gone from this thread's view.
+	// The host's /proc, kept open to find the job's pid namespace once the
+	// host's mounts are out of this thread's view.
 	hostProc, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("open /proc: %w", err)
 	}
 	defer unix.Close(hostProc)
-	if err := l.buildRoot(); err != nil {
+	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
 	if err := unix.Sethostname([]byte("e31")); err != nil {
@@ -181,8 +186,10 @@ func (l *launch) afterExec(pid, hostProc int) error {
 	if err := l.admit(pid); err != nil {
 		return fmt.Errorf("join cgroup: %w", err)
 	}
-	if err := mountProc(hostProc, pid); err != nil {
-		return err
+	if !l.hostProc {
+		if err := mountProc(hostProc, pid); err != nil {
+			return err
+		}
 	}
 	if err := unix.PtraceDetach(pid); err != nil {
 		return fmt.Errorf("release job from exec stop: %w", err)
@@ -190,77 +197,133 @@ func (l *launch) afterExec(pid, hostProc int) error {
 	return nil
 }
 
-// buildRoot makes the job's filesystem and pivots this thread into it. The
-// new root is a small tmpfs holding only mount points, device nodes and
-// symlinks; it is read-only once built.
-func (l *launch) buildRoot() error {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
-	}
-	root := l.rootDir
-	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID, "size=256k,nr_inodes=512,mode=0755"); err != nil {
-		return fmt.Errorf("mount root tmpfs: %w", err)
-	}
-	unix.Umask(0)
-	for _, d := range l.dirs {
-		if err := unix.Mkdir(filepath.Join(root, d), 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("mkdir %s: %w", d, err)
-		}
-	}
-	for _, d := range devices {
-		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
-			return fmt.Errorf("mknod /dev/%s: %w", d.name, err)
-		}
-	}
-	for _, ln := range l.links {
-		if err := unix.Symlink(ln.target, filepath.Join(root, ln.name)); err != nil {
-			return fmt.Errorf("symlink %s: %w", ln.name, err)
-		}
-	}
-	for _, b := range l.binds {
-		dst := filepath.Join(root, b.dst)
-		if b.file {
-			fd, err := unix.Open(dst, unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-			if err != nil {
-				return fmt.Errorf("mount point %s: %w", b.dst, err)
-			}
+// enterRoot moves this thread into the job's new namespaces and root.
+//
+// The root is a copy of the template mount namespace (whose only mount is a
+// read-only tmpfs of mount points, device nodes and links), so the host's
+// mount table is never copied and nothing needs unmounting. The job's
+// directories are cloned from the host first (open_tree), restricted while
+// detached (mount_setattr) and attached in the copy (move_mount).
+func (l *launch) enterRoot() error {
+	clones := make([]int, 0, len(l.binds))
+	defer func() {
+		for _, fd := range clones {
 			unix.Close(fd)
-		} else if err := unix.Mkdir(dst, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("mount point %s: %w", b.dst, err)
 		}
-		if err := unix.Mount(b.src, dst, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s at %s: %w", b.src, b.dst, err)
+	}()
+	for _, b := range l.binds {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, b.src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("clone %s: %w", b.src, err)
 		}
-		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+		clones = append(clones, fd)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 		if b.readOnly {
-			flags |= unix.MS_RDONLY
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}
 		if b.noexec {
-			flags |= unix.MS_NOEXEC
+			attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
 		}
-		if err := unix.Mount("", dst, "", flags, ""); err != nil {
-			return fmt.Errorf("restrict %s: %w", b.dst, err)
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fmt.Errorf("restrict %s: %w", b.src, err)
 		}
 	}
-	unix.Umask(0o022)
-	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
-		return fmt.Errorf("make root read-only: %w", err)
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
 	}
-	// pivot_root(".", ".") stacks the old root on top of the new one; the
-	// lazy unmount then takes the whole host tree out of this namespace.
-	if err := unix.Chdir(root); err != nil {
-		return fmt.Errorf("chdir new root: %w", err)
+	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("enter template mount namespace: %w", err)
 	}
-	if err := unix.PivotRoot(".", "."); err != nil {
-		return fmt.Errorf("pivot_root: %w", err)
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+		unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
+		return fmt.Errorf("unshare namespaces: %w", err)
 	}
-	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
-		return fmt.Errorf("detach host root: %w", err)
+	for i, b := range l.binds {
+		if err := unix.MoveMount(clones[i], "", unix.AT_FDCWD, "/"+b.dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount %s at /%s: %w", b.src, b.dst, err)
+		}
+	}
+	if l.hostProc {
+		// A new procfs instance (Linux 5.8+), so hidepid applies to it alone.
+		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
+			return fmt.Errorf("mount /proc: %w", err)
+		}
 	}
 	if err := unix.Chdir("/"); err != nil {
 		return fmt.Errorf("chdir /: %w", err)
 	}
 	return nil
+}
+
+// buildTemplate makes the mount namespace every job's is copied from: its
+// root is a read-only tmpfs holding the mount points (dirs), the device
+// nodes of /dev and the links; the host's mount tree is detached from it.
+// mountpoint is a host directory to mount that tmpfs on (in the new
+// namespace only). It returns a file descriptor of the namespace, which
+// keeps it alive.
+func buildTemplate(mountpoint string, dirs []string, links []link) (int, error) {
+	type result struct {
+		fd  int
+		err error
+	}
+	rc := make(chan result, 1)
+	go onOwnThread(func() {
+		fd, err := makeTemplate(mountpoint, dirs, links)
+		rc <- result{fd, err}
+	})
+	r := <-rc
+	return r.fd, r.err
+}
+
+func makeTemplate(root string, dirs []string, links []link) (int, error) {
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
+		return -1, fmt.Errorf("unshare mount namespace: %w", err)
+	}
+	ns, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open mount namespace: %w", err)
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(ns)
+		return -1, err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fail(fmt.Errorf("make mounts private: %w", err))
+	}
+	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID, "size=256k,nr_inodes=512,mode=0755"); err != nil {
+		return fail(fmt.Errorf("mount template tmpfs: %w", err))
+	}
+	unix.Umask(0)
+	for _, d := range append([]string{"dev", "proc"}, dirs...) {
+		if err := unix.Mkdir(filepath.Join(root, d), 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fail(fmt.Errorf("mkdir %s: %w", d, err))
+		}
+	}
+	for _, d := range devices {
+		if err := unix.Mknod(filepath.Join(root, "dev", d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			return fail(fmt.Errorf("mknod /dev/%s: %w", d.name, err))
+		}
+	}
+	for _, ln := range links {
+		if err := unix.Symlink(ln.target, filepath.Join(root, ln.name)); err != nil {
+			return fail(fmt.Errorf("symlink %s: %w", ln.name, err))
+		}
+	}
+	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
+		return fail(fmt.Errorf("make template read-only: %w", err))
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// lazy unmount then takes the whole host tree out of the namespace.
+	if err := unix.Chdir(root); err != nil {
+		return fail(fmt.Errorf("chdir template: %w", err))
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fail(fmt.Errorf("pivot_root: %w", err))
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fail(fmt.Errorf("detach host root: %w", err))
+	}
+	return ns, nil
 }
 
 // devices are the nodes of the job's /dev.

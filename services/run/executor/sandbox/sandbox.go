@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,8 +38,12 @@ type Executor struct {
 	capLast int
 	filter  []unix.SockFilter
 	binds   []bind // system directories, in mount order
-	links   []link // system symlinks
-	log     *slog.Logger
+	// template is a file descriptor of the mount namespace every job's root
+	// is copied from; see buildTemplate.
+	template int
+	// hostProc is the fallback for kernels without procfs pidns=; see probe.
+	hostProc bool
+	log      *slog.Logger
 
 	mu   sync.Mutex
 	jobs map[string]bool
@@ -98,6 +103,9 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
+	if seccompFilter() == nil {
+		return nil, fmt.Errorf("%w: no seccomp filter for %s", ErrNotSupported, runtime.GOARCH)
+	}
 	capLast, err := readInt("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
@@ -113,6 +121,7 @@ func New(cfg Config) (*Executor, error) {
 		jobs:    map[string]bool{},
 		byWS:    map[*executor.Workspace]*job{},
 	}
+	var links []link
 	for _, d := range cfg.SystemDirs {
 		fi, err := os.Lstat(d)
 		if err != nil {
@@ -124,7 +133,7 @@ func New(cfg Config) (*Executor, error) {
 			if err != nil {
 				return nil, fmt.Errorf("sandbox: read link %s: %w", d, err)
 			}
-			e.links = append(e.links, link{name: rel, target: target})
+			links = append(links, link{name: rel, target: target})
 		} else if fi.IsDir() {
 			e.binds = append(e.binds, bind{src: d, dst: rel, readOnly: true})
 		}
@@ -135,16 +144,44 @@ func New(cfg Config) (*Executor, error) {
 	if err := e.probe(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
+	dirs := []string{"etc", "data", "out", "tmp"}
+	for _, b := range e.binds {
+		dirs = append(dirs, b.dst)
+	}
+	links = append(links,
+		link{"dev/fd", "/proc/self/fd"}, link{"dev/stdin", "/proc/self/fd/0"},
+		link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
+		link{"dev/shm", "/tmp"})
+	// Root itself is the template's mount point, in its namespace only.
+	if e.template, err = buildTemplate(root, dirs, links); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	// A node agent that died (SIGKILL, a crash) took its jobs with it
+	// (PR_SET_PDEATHSIG), but not their workspaces and cgroups.
+	if names, err := workspace.RemoveStale(root); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	} else if len(names) > 0 {
+		e.log.Warn("removed stale workspaces", "names", names)
+	}
+	if names, err := cg.removeStale("-" + e.rootTag); err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	} else if len(names) > 0 {
+		e.log.Warn("removed stale job cgroups", "names", names)
+	}
 	e.log.Info("sandbox ready", "root", root, "cgroups", cg.describe())
 	return e, nil
 }
 
-// probe checks the one kernel feature newer than the rest: mounting a proc
-// for a pid namespace other than the caller's.
+// probe checks the two newest kernel features the sandbox uses. A procfs
+// for a pid namespace other than the caller's ("pidns", Linux 6.18) gives
+// the job a /proc of its own pid namespace. Without it, a kernel with
+// per-mount procfs options (hidepid=invisible, Linux 5.8) still works in
+// the fallback mode: the job gets a procfs of the host's pid namespace that
+// shows only processes of its own uid — its own tree, under host pids.
 func (e *Executor) probe() error {
 	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("fsopen proc: %w", err)
+		return fmt.Errorf("fsopen proc (Linux 5.2): %w", err)
 	}
 	defer unix.Close(fs)
 	ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -152,9 +189,14 @@ func (e *Executor) probe() error {
 		return fmt.Errorf("open pid namespace: %w", err)
 	}
 	defer unix.Close(ns)
-	if err := unix.FsconfigSetFd(fs, "pidns", ns); err != nil {
-		return fmt.Errorf("kernel lacks the proc pidns= mount option (Linux 6.18 has it): %w", err)
+	if err := unix.FsconfigSetFd(fs, "pidns", ns); err == nil {
+		return nil
 	}
+	if err := unix.FsconfigSetString(fs, "hidepid", "invisible"); err != nil {
+		return fmt.Errorf("kernel has neither procfs pidns= (Linux 6.18) nor hidepid=invisible (Linux 5.8): %w", err)
+	}
+	e.hostProc = true
+	e.log.Warn("kernel lacks procfs pidns= (Linux 6.18): jobs get the host's /proc limited to their own processes (hidepid=invisible), under host pids; tools that look up /proc/<getpid()>, such as ps, fail in jobs")
 	return nil
 }
 
@@ -343,21 +385,17 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		bind{src: j.ws.Tmp, dst: "tmp"},
 	)
 	l := &launch{
-		rootDir: j.ws.Root,
-		dirs:    []string{"dev", "proc"},
-		binds:   binds,
-		links: append(append([]link(nil), e.links...),
-			link{"dev/fd", "/proc/self/fd"}, link{"dev/stdin", "/proc/self/fd/0"},
-			link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
-			link{"dev/shm", "/tmp"}),
-		argv:    spec.Command,
-		env:     env,
-		path:    path,
-		uid:     j.uid,
-		gid:     j.uid,
-		files:   files,
-		capLast: e.capLast,
-		filter:  e.filter,
+		template: e.template,
+		binds:    binds,
+		argv:     spec.Command,
+		env:      env,
+		path:     path,
+		uid:      j.uid,
+		gid:      j.uid,
+		files:    files,
+		capLast:  e.capLast,
+		filter:   e.filter,
+		hostProc: e.hostProc,
 	}
 	admitted := make(chan admitReq)
 	l.admit = func(pid int) error {

@@ -5,6 +5,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -172,7 +173,8 @@ func TestReleaseRemovesEverything(t *testing.T) {
 	if strings.Contains(mounts, ws.Root) {
 		t.Errorf("workspace still mounted:\n%s", mounts)
 	}
-	for name, dir := range j.cg.(*cgroup1Job).dirs {
+	cg, _ := j.cg.(*cgroup1Job)
+	for name, dir := range cg.dirsOrNil() {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s cgroup %s still there", name, dir)
 		}
@@ -185,4 +187,119 @@ func TestReleaseRemovesEverything(t *testing.T) {
 		t.Fatalf("uid not freed: %v", err)
 	}
 	_ = ws2.Release()
+}
+
+// dirsOrNil is the job's cgroup directories on a v1 host.
+func (j *cgroup1Job) dirsOrNil() map[string]string {
+	if j == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for n, d := range j.dirs {
+		out[string(n)] = d
+	}
+	return out
+}
+
+// TestConcurrentJobs runs jobs at once on one executor: each sees only its
+// own data, writes only its own output, and gets a uid of its own.
+func TestConcurrentJobs(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{})
+	const n = 16
+	type result struct {
+		i   int
+		r   *ran
+		err string
+	}
+	results := make(chan result, n)
+	for i := range n {
+		go func() {
+			s := spec(fmt.Sprintf("many-%d", i), sh(`cat /data/id > /out/id; ls /data | wc -l > /out/n; id -u > /out/uid`))
+			ws, err := e.Prepare(context.Background(), s)
+			if err != nil {
+				results <- result{i: i, err: err.Error()}
+				return
+			}
+			defer ws.Release()
+			if err := os.WriteFile(filepath.Join(ws.DataDir, "id"), []byte(strconv.Itoa(i)), 0o644); err != nil {
+				results <- result{i: i, err: err.Error()}
+				return
+			}
+			res, err := e.Run(context.Background(), ws)
+			if err != nil {
+				results <- result{i: i, err: err.Error()}
+				return
+			}
+			r := &ran{ws: ws, res: res}
+			r.stdout = readFileQuiet(filepath.Join(ws.OutDir, "id")) + " " +
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "n"))) + " " +
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "uid")))
+			results <- result{i: i, r: r}
+		}()
+	}
+	uids := map[string]int{}
+	for range n {
+		res := <-results
+		if res.err != "" {
+			t.Errorf("job %d: %s", res.i, res.err)
+			continue
+		}
+		f := strings.Fields(res.r.stdout)
+		if len(f) != 3 || f[0] != strconv.Itoa(res.i) || f[1] != "1" {
+			t.Errorf("job %d saw %q, want its own id and one data file", res.i, res.r.stdout)
+			continue
+		}
+		if prev, ok := uids[f[2]]; ok {
+			t.Errorf("jobs %d and %d ran with the same uid %s", prev, res.i, f[2])
+		}
+		uids[f[2]] = res.i
+	}
+}
+
+func readFileQuiet(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// TestStaleCleanup: a node agent that died left a workspace and a cgroup
+// (here with a job still in it); the next executor over the same root
+// removes both and kills the job.
+func TestStaleCleanup(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	old := newExecutor(t, Config{Root: root})
+	ws := prepare(t, old, spec("stale", sh("echo up > /out/up; while :; do sleep 1; done")))
+	done := make(chan executor.Result, 1)
+	go func() {
+		res, err := old.Run(context.Background(), ws)
+		if err != nil {
+			t.Errorf("run: %v", err)
+		}
+		done <- res
+	}()
+	waitFor(t, "job to start", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(ws.OutDir, "up"))
+		return err == nil
+	})
+	uid := old.jobOf(ws).uid
+
+	newExecutor(t, Config{Root: root})
+	select {
+	case res := <-done:
+		if res.Outcome != events.Failed || !strings.Contains(res.Reason, "SIGKILL") {
+			t.Errorf("stale job ended %s (%s), want killed", res.Outcome, res.Reason)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stale job still running")
+	}
+	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale workspace still there: %v", err)
+	}
+	if strings.Contains(readFile(t, "/proc/self/mountinfo"), ws.Root) {
+		t.Error("stale workspace still mounted")
+	}
+	if left := hostProcsOfUID(t, uid); len(left) != 0 {
+		t.Errorf("stale job processes alive: %v", left)
+	}
 }
