@@ -31,6 +31,8 @@ e2e:
 ## bench: N trivial jobs through the whole life in e31 dev (BENCH_N, default 2000).
 bench: build
 	BENCH_N=$(BENCH_N) $(BIN) bench
+	$(BIN) bench stage
+	$(BIN) bench ledger
 
 images:
 	./deploy/build-images.sh

@@ -1,37 +1,56 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/cmd/e31/internal/audit"
 	"github.com/e31net/e31/pkg/api"
-	"github.com/e31net/e31/pkg/events"
 )
 
 func auditCmd(a *app) *cobra.Command {
 	var asJSON bool
-	var from string
+	var from, records string
+	var sinceHeads []string
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Rebuild every hold record from the event log and compare with the ledger",
+		Short: "Rebuild every hold record from the event log, check the log is whole, compare with the ledger",
 		Long: `Replay the event log from its first event, rebuild every hold record
 independently of the ledger, and compare them field by field with the ledger's.
-Also checks that the log is whole: every job's events in a legal order, no
-event stored twice, every hold of a finished job released, and no node ever
-held beyond its capacity. Exit status 0 only if nothing was found.
+Also checks that the log is whole: stream sequences without a gap, no message
+or event stored twice, every job's events in a legal order, every hold of a
+finished job released, and no node ever held beyond its capacity (cpu,
+memory, gpu, disk). The hash chain over the log is recomputed from the first
+message and must pass through the ledger's head, and through every head given
+with --since-head: a head kept from earlier ('e31 ledger --head') proves that
+nothing at or before its sequence was changed, inserted or removed since.
+Exit status 0 only if nothing was found.
 
 With --from FILE, audits an export made with 'e31 events --json' with no server
-at all (records are then rebuilt and the log checked, but there is no ledger to
-compare with).`,
+at all. With --records FILE as well (the output of 'e31 ledger --json', or of
+'e31 ledger ID --json'), the records are compared with that copy: an event
+changed in the log shows as a different digest at its sequence.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			au := audit.New()
+			var heads []api.Head
+			for _, s := range sinceHeads {
+				h, err := api.ParseHead(s)
+				if err != nil {
+					return usageErr("--since-head: %v", err)
+				}
+				heads = append(heads, h)
+			}
+			// An audit holds the whole log's history in memory and then lets
+			// go of it: collecting less often is a third faster.
+			defer debug.SetGCPercent(debug.SetGCPercent(400))
 			var rep *audit.Report
 			if from != "" {
 				f, err := os.Open(from)
@@ -39,40 +58,47 @@ compare with).`,
 					return usageErr("--from: %v", err)
 				}
 				defer f.Close()
-				sc := bufio.NewScanner(f)
-				sc.Buffer(make([]byte, 1<<20), 4<<20)
-				line := 0
-				for sc.Scan() {
-					line++
-					var m rawEvent
-					if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-						return usageErr("%s:%d: not an exported event: %v", from, line, err)
+				au := audit.New(audit.Options{Heads: heads})
+				if err := au.ReadExport(f); err != nil {
+					var bad *audit.ExportError
+					if errors.As(err, &bad) {
+						return usageErr("%s: %v", from, err)
 					}
-					au.Add(audit.Raw{Seq: m.Seq, Subject: m.Subject, Headers: natsHeader(m.Headers), Body: m.Body})
-				}
-				if err := sc.Err(); err != nil {
-					return usageErr("%s: %v", from, err)
+					return fmt.Errorf("%s: %w", from, err)
 				}
 				rep = au.Finish()
+				if records != "" {
+					recs, all, err := readRecords(records)
+					if err != nil {
+						return err
+					}
+					rep.Compare(recs, all)
+				}
 			} else {
+				if records != "" {
+					return usageErr("--records compares a copy of the records with a copy of the log: give --from too")
+				}
 				c, err := a.dial(ctx)
 				if err != nil {
 					return err
 				}
 				defer c.close()
-				err = c.scan(ctx, []string{events.JobSubjects, events.NodeSubjects}, false, func(m rawEvent) error {
-					au.Add(audit.Raw{Seq: m.Seq, Subject: m.Subject, Headers: natsHeader(m.Headers), Body: m.Body})
-					return nil
-				})
-				if err != nil {
+				// The ledger's head is taken before the log is read, so the
+				// log read covers it: the two chains must agree there.
+				var info api.LedgerInfo
+				if err := c.request(ctx, api.LedgerInfoSubject, nil, &info, 10*time.Second); err != nil {
 					return err
+				}
+				au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})
+				if err := au.ReadStream(ctx, c.js); err != nil {
+					return troubleErr(err)
 				}
 				rep = au.Finish()
 				recs, err := c.allRecords(ctx, api.ListRequest{})
 				if err != nil {
 					return err
 				}
-				rep.Compare(recs)
+				rep.Compare(recs, true)
 			}
 			if asJSON {
 				if err := writeJSON(a.out, rep); err != nil {
@@ -96,5 +122,28 @@ compare with).`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringVar(&from, "from", "", "audit an export from 'e31 events --json' instead of the server")
+	cmd.Flags().StringVar(&records, "records", "", "with --from: compare with these records ('e31 ledger --json')")
+	cmd.Flags().StringArrayVar(&sinceHeads, "since-head", nil, "SEQ:HASH from 'e31 ledger --head': prove nothing at or before SEQ changed (repeatable)")
 	return cmd
+}
+
+// readRecords reads a copy of the ledger's records: a list ('e31 ledger
+// --json'), which is all of them, or one record ('e31 ledger ID --json').
+func readRecords(path string) ([]*api.HoldRecord, bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false, usageErr("--records: %v", err)
+	}
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		var r api.HoldRecord
+		if err := json.Unmarshal(t, &r); err != nil {
+			return nil, false, usageErr("--records %s: not a hold record: %v", path, err)
+		}
+		return []*api.HoldRecord{&r}, false, nil
+	}
+	var recs []*api.HoldRecord
+	if err := json.Unmarshal(b, &recs); err != nil {
+		return nil, false, usageErr("--records %s: not a list of hold records: %v", path, err)
+	}
+	return recs, true, nil
 }

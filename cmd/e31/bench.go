@@ -66,6 +66,9 @@ summary. BENCH_N sets --jobs.`,
 	f.IntVar(&o.nodes, "nodes", 1, "compute nodes")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
 	f.StringVar(&o.profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
+	cmd.AddCommand(benchSchedulerCmd(a))
+	cmd.AddCommand(benchStageCmd(a))
+	cmd.AddCommand(benchLedgerCmd(a))
 	return cmd
 }
 

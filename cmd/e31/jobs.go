@@ -14,7 +14,6 @@ import (
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/stage"
 )
 
 func waitCmd(a *app) *cobra.Command {
@@ -166,13 +165,16 @@ type status struct {
 
 func outputCmd(a *app) *cobra.Command {
 	var dir string
-	var quiet bool
+	var quiet, del bool
 	cmd := &cobra.Command{
 		Use:   "output ID",
 		Short: "Write a job's returned output files into a directory",
 		Long: `Write the files the job returned into DIR (default: a folder named after the
 job id), checking every file against its digest. Any mismatch is an error:
-output is never written as complete when it is not.`,
+output is never written as complete when it is not.
+
+With --delete, delete the job's output from the store instead; with -o DIR
+and --delete, write it first and delete it once it is written and checked.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -192,6 +194,12 @@ output is never written as complete when it is not.`,
 			default:
 				return &exitError{exitFailed, fmt.Errorf("job %s is %s: its output is returned when it stops (e31 wait %s)", rec.Job, rec.State, rec.Job)}
 			}
+			if del && dir == "" {
+				return c.deleteStored(ctx, rec.Job, events.WhatOutput, "", 30*time.Second)
+			}
+			if at := rec.Output.DeletedAt; at != nil {
+				return &exitError{exitFailed, fmt.Errorf("job %s: its output was deleted at %s", rec.Job, at.UTC().Format(time.RFC3339))}
+			}
 			if dir == "" {
 				dir = rec.Job
 			}
@@ -199,7 +207,7 @@ output is never written as complete when it is not.`,
 			if err != nil {
 				return err
 			}
-			if err := stage.Fetch(ctx, store, rec.Output.List, dir, progressFor(a.errOut, quiet)); err != nil {
+			if err := fetchOutput(ctx, store, rec.Output, dir, progressFor(a.errOut, quiet)); err != nil {
 				return &exitError{exitFailed, fmt.Errorf("output of %s: %w", rec.Job, err)}
 			}
 			note := ""
@@ -210,11 +218,15 @@ output is never written as complete when it is not.`,
 			if len(rec.Output.Missing) > 0 {
 				fmt.Fprintf(a.out, "missing: %s\n", strings.Join(rec.Output.Missing, ", "))
 			}
+			if del {
+				return c.deleteStored(ctx, rec.Job, events.WhatOutput, "", 30*time.Second)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringVarP(&dir, "output", "o", "", "directory to write into")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	cmd.Flags().BoolVar(&del, "delete", false, "delete the output from the store (after writing it, with -o)")
 	return cmd
 }
 
@@ -251,95 +263,6 @@ func cancelCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func ledgerCmd(a *app) *cobra.Command {
-	var asJSON bool
-	var q api.ListRequest
-	var since, until string
-	cmd := &cobra.Command{
-		Use:   "ledger [ID]",
-		Short: "Show hold records: one job's, or all of them (filtered)",
-		Args:  cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			if len(args) == 1 {
-				rec, err := c.currentRecord(ctx, args[0])
-				if err != nil {
-					return err
-				}
-				if asJSON {
-					return writeJSON(a.out, rec)
-				}
-				printRecord(a.out, rec)
-				return nil
-			}
-			for flag, t := range map[string]struct {
-				s string
-				v *time.Time
-			}{"--since": {since, &q.Since}, "--until": {until, &q.Until}} {
-				if t.s == "" {
-					continue
-				}
-				v, err := time.Parse(time.RFC3339, t.s)
-				if err != nil {
-					return usageErr("%s %q: expected an RFC 3339 time such as 2026-12-01T00:00:00Z", flag, t.s)
-				}
-				*t.v = v
-			}
-			recs, err := c.allRecords(ctx, q)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.out, recs)
-			}
-			fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10s  %s\n", "JOB", "STATE", "OUTCOME", "NODE", "HELD_S", "NAME")
-			for _, r := range recs {
-				fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10.3f  %s\n", r.Job, r.State, r.Outcome, r.Node, r.HeldSeconds, r.Name)
-			}
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.Flags().StringVar(&q.Submitter, "submitter", "", "only this submitter's jobs")
-	cmd.Flags().StringVar(&q.Node, "node", "", "only jobs held on this node")
-	cmd.Flags().StringVar(&q.Sweep, "sweep", "", "only the jobs of this sweep")
-	cmd.Flags().StringVar(&since, "since", "", "only jobs submitted at or after this time (RFC 3339)")
-	cmd.Flags().StringVar(&until, "until", "", "only jobs submitted before this time (RFC 3339)")
-	return cmd
-}
-
-// allRecords pages through the ledger as of now.
-func (c *client) allRecords(ctx context.Context, q api.ListRequest) ([]*api.HoldRecord, error) {
-	seq, err := c.lastSeq(ctx)
-	if err != nil {
-		return nil, err
-	}
-	q.MinSeq = seq
-	var all []*api.HoldRecord
-	for {
-		var reply api.ListReply
-		if err := c.request(ctx, api.LedgerList, q, &reply, 30*time.Second); err != nil {
-			return nil, err
-		}
-		if reply.Error != "" {
-			return nil, errors.New(reply.Error)
-		}
-		if reply.Applied < seq {
-			return nil, troubleErr(fmt.Errorf("the ledger has read the log up to #%d, not yet #%d; try again", reply.Applied, seq))
-		}
-		all = append(all, reply.Records...)
-		if !reply.More || len(reply.Records) == 0 {
-			return all, nil
-		}
-		q.After = reply.Records[len(reply.Records)-1].Job
-	}
-}
-
 func eventsCmd(a *app) *cobra.Command {
 	var follow, asJSON bool
 	cmd := &cobra.Command{
@@ -356,7 +279,9 @@ as stored: an export that 'e31 audit --from FILE' can check with no server.`,
 				return err
 			}
 			defer c.close()
-			filters := []string{events.JobSubjects, events.NodeSubjects}
+			// The whole stream, whatever its subjects: the export is what
+			// the ledger's hash chain runs over.
+			var filters []string
 			if len(args) == 1 {
 				if !events.ValidID(args[0]) {
 					return usageErr("%q is not a job id", args[0])

@@ -44,7 +44,8 @@ func printRecord(w io.Writer, r *api.HoldRecord) {
 		fmt.Fprintln(w, line)
 	}
 	if len(r.Attempts) > 0 {
-		fmt.Fprintf(w, "meter    %.3f s held\n", r.HeldSeconds)
+		fmt.Fprintf(w, "meter    %.3f s held: %.3f cpu-core-s, %.3f memory-GiB-s, %.3f gpu-s\n",
+			r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds)
 		fmt.Fprintf(w, "usage    %.3f cpu-seconds, %s peak memory\n", r.Usage.CPUSeconds, humanBytes(r.Usage.MaxRSSBytes))
 	}
 	if r.Output.Files > 0 || len(r.Output.Missing) > 0 || r.State == api.StateReleased {
@@ -55,7 +56,13 @@ func printRecord(w io.Writer, r *api.HoldRecord) {
 		if len(r.Output.Missing) > 0 {
 			out += "; missing: " + strings.Join(r.Output.Missing, ", ")
 		}
+		if r.Output.DeletedAt != nil {
+			out += "; deleted " + r.Output.DeletedAt.Format(time.RFC3339)
+		}
 		fmt.Fprintf(w, "output   %s\n", out)
+	}
+	if r.DataDeletedAt != nil {
+		fmt.Fprintf(w, "data     deleted %s\n", r.DataDeletedAt.Format(time.RFC3339))
 	}
 }
 

@@ -137,7 +137,7 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn, error (default $E31_LOG or info)")
 	root.AddCommand(
 		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a),
-		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a),
+		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a), dataCmd(a),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -18,6 +20,25 @@ type rawEvent struct {
 	Subject string              `json:"subject"`
 	Headers map[string][]string `json:"headers"`
 	Body    json.RawMessage     `json:"body"`
+	// BodyBase64 is the body's exact bytes when they would not come back
+	// from the JSON above (not JSON, or not compact): the export must give
+	// an auditor the digests the ledger computed.
+	BodyBase64 string `json:"body_base64,omitempty"`
+}
+
+// exactJSON reports whether b is JSON that encoding it as a RawMessage
+// leaves byte for byte as it is: compact, with HTML characters escaped.
+func exactJSON(b []byte) bool {
+	if !json.Valid(b) {
+		return false
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, b); err != nil {
+		return false
+	}
+	var e bytes.Buffer
+	json.HTMLEscape(&e, c.Bytes())
+	return bytes.Equal(e.Bytes(), b)
 }
 
 func natsHeader(h map[string][]string) nats.Header { return nats.Header(h) }
@@ -53,11 +74,15 @@ func (c *client) scan(ctx context.Context, filters []string, follow bool, fn fun
 			return err
 		}
 		body := json.RawMessage(m.Data())
+		var exact string
+		if !exactJSON(body) {
+			exact = base64.StdEncoding.EncodeToString(m.Data())
+		}
 		if !json.Valid(body) {
 			b, _ := json.Marshal(string(m.Data()))
 			body = b
 		}
-		if err := fn(rawEvent{Seq: md.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Body: body}); err != nil {
+		if err := fn(rawEvent{Seq: md.Sequence.Stream, Subject: m.Subject(), Headers: m.Headers(), Body: body, BodyBase64: exact}); err != nil {
 			return err
 		}
 		if !follow && md.NumPending == 0 {

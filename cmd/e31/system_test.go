@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -54,7 +55,7 @@ func (ts *testSystem) start(nodes int) {
 	a.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx := context.Background()
 	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
-		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: testExecutor, grace: 500 * time.Millisecond,
+		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: cmp.Or(ts.opts.executor, testExecutor), grace: 500 * time.Millisecond,
 		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)

@@ -60,7 +60,7 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		if err != nil {
 			return nil, err
 		}
-		return output.New(js, output.Config{Source: source, Logger: log, Verifier: output.StoreVerifier{Store: store}})
+		return output.New(js, output.Config{Source: source, Logger: log, Store: store})
 	case "release":
 		return release.New(js, release.Config{Source: source, Logger: log})
 	case "ledger":

@@ -76,6 +76,9 @@ type HoldRecord struct {
 	GPUSeconds       float64      `json:"gpu_seconds"`
 	Usage            events.Usage `json:"usage"`
 	Output           Output       `json:"output"`
+	// DataDeletedAt is when the job's staged data was deleted: the ce-time
+	// of Deleted.
+	DataDeletedAt *time.Time `json:"data_deleted_at,omitempty"`
 
 	Attempts []Attempt  `json:"attempts,omitempty"`
 	Events   []EventRef `json:"events"`
@@ -102,6 +105,12 @@ type Output struct {
 	Partial bool                `json:"partial"`
 	Missing []string            `json:"missing"`
 	List    []events.OutputFile `json:"list,omitempty"`
+	// Manifest is the digest of the manifest of every returned file: List
+	// has only the first of them when there are many.
+	Manifest string `json:"manifest,omitempty"`
+	// DeletedAt is when the output was deleted (its retention passed, or
+	// its submitter asked): the ce-time of Deleted. The record stays.
+	DeletedAt *time.Time `json:"deleted_at,omitempty"`
 }
 
 // Resources are what was held for an attempt, as ComputeHeld says.

@@ -63,6 +63,11 @@ type SubscriberConfig struct {
 	// after that long without a subscriber: for consumers named after one
 	// instance of a service, which may never come back.
 	InactiveThreshold time.Duration
+	// StartSeq, when set, starts a consumer that does not exist yet at that
+	// stream sequence: a projection that has just rebuilt itself from the
+	// log need not read it all again. An existing consumer goes on from
+	// where it was.
+	StartSeq uint64
 	// Logger for problems the Subscriber cannot return; default slog.Default().
 	Logger *slog.Logger
 }
@@ -176,6 +181,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	if s.cfg.DeliverNew {
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	if s.cfg.StartSeq > 1 {
+		if existing, err := s.js.Consumer(ctx, s.cfg.Stream, cc.Durable); err == nil {
+			cc.DeliverPolicy, cc.OptStartSeq = existing.CachedInfo().Config.DeliverPolicy, existing.CachedInfo().Config.OptStartSeq
+		} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.cfg.StartSeq
+		} else {
+			s.wg.Done()
+			return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
+		}
 	}
 	if len(filters) == 1 {
 		cc.FilterSubject = filters[0]

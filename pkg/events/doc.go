@@ -27,9 +27,13 @@
 //	  - CancelRequested / JobCancelled: a submitter asked to stop the job; a job
 //	    that was never held ends with JobCancelled.
 //	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity.
+//	  - DeleteRequested / Deleted: after the job's end, its staged data or its
+//	    output was deleted, asked for or because its retention passed (see
+//	    retention.go).
 //
-// A job is over when its last event is JobRejected, JobCancelled or a final
-// ComputeReleased.
+// A job is over once it logged JobRejected, JobCancelled or a final
+// ComputeReleased. After that only deletions (and a late CancelRequested,
+// which changes nothing) may follow; see AfterEnd.
 //
 // # Rules for changing this package
 //

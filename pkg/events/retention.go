@@ -110,10 +110,10 @@ const MaxListedFiles = 1000
 
 // maxListedBytes bounds the JSON of the files an event lists, so that the
 // rest of the event (the declaration, what is missing) still fits.
-const maxListedBytes = 64 << 10
+const maxListedBytes = 96 << 10
 
 // Listed returns the first of files that one event lists: at most
-// MaxListedFiles, and no more than fit in a quarter of an event's body.
+// MaxListedFiles, and no more than fit in 96 KiB of an event's 256.
 func Listed(files []OutputFile) []OutputFile {
 	size := 0
 	for i, f := range files {
@@ -184,4 +184,31 @@ func TimerStreamConfig(o StreamOptions) jetstream.StreamConfig {
 		AllowMsgTTL:       true,
 		Duplicates:        DuplicateWindow,
 	}
+}
+
+// DeletedOf finds the deletion of what (WhatData or WhatOutput) in one
+// job's history: a job whose output was deleted cannot be used as from_job.
+func DeletedOf(history []Envelope, what string) (Envelope, bool) {
+	for _, e := range history {
+		if d, ok := e.Event.(*Deleted); ok && d.What == what {
+			return e, true
+		}
+	}
+	return Envelope{}, false
+}
+
+// DeletedReason says, for people, that and when something was deleted.
+func DeletedReason(e Envelope) string {
+	d, _ := e.Event.(*Deleted)
+	if d == nil {
+		return ""
+	}
+	why := "its retention passed"
+	if d.Cause == CauseRequested {
+		why = "on request"
+		if d.By != "" {
+			why += " of " + d.By
+		}
+	}
+	return "its " + d.What + " was deleted at " + e.Time.UTC().Format(time.RFC3339) + ", " + why
 }

@@ -48,7 +48,9 @@
 // and DefaultDisk; request.limit has no default. Each output is a path or a
 // glob (path.Match syntax) relative to /out, required unless written as
 // {path: p, required: false}. Local data paths are resolved against the job
-// file's folder; ~ is not expanded.
+// file's folder; ~ is not expanded. retention (MinRetention to MaxRetention)
+// is how long the job's data and output are kept after it ends; left out,
+// the spec carries nothing and events.DefaultRetention applies.
 //
 // # Bounds
 //

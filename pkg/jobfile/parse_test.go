@@ -269,8 +269,8 @@ func TestParseInvalid(t *testing.T) {
 		{"a string", "work", `job.yaml:1:1: expected a mapping with work and request (and optionally name, data, output), got "work"`},
 
 		// Keys.
-		{"unknown top-level field", ok + "priority: 1\n", `job.yaml:3:1: priority: unknown field (expected one of: data, name, output, request, work)`},
-		{"unknown odd key", ok + "\"a b\": 1\n", `job.yaml:3:1: ["a b"]: unknown field (expected one of: data, name, output, request, work)`},
+		{"unknown top-level field", ok + "priorty: 1\n", `job.yaml:3:1: priorty: unknown field (expected one of: after, data, name, output, priority, request, retention, sweep, wait_for_node, work)`},
+		{"unknown odd key", ok + "\"a b\": 1\n", `job.yaml:3:1: ["a b"]: unknown field (expected one of: after, data, name, output, priority, request, retention, sweep, wait_for_node, work)`},
 		{"duplicate top-level key", ok + "work: {command: [b]}\n", `job.yaml:3:1: work: duplicate key (first given at 1:1)`},
 		{"duplicate key in JSON", `{"work": {"command": ["a"], "command": ["b"]}, "request": {"limit": 1}}`, `job.yaml:1:29: work.command: duplicate key (first given at 1:11)`},
 		{"anchor and alias", "work: &w {command: [a]}\nrequest: {limit: *w}\n", `job.yaml:1:7: work: YAML anchors (&name) are not supported in a job file
@@ -531,7 +531,7 @@ func TestTooManyProblems(t *testing.T) {
 	if len(e.Problems) != MaxProblems+1 {
 		t.Fatalf("%d problems, want %d", len(e.Problems), MaxProblems+1)
 	}
-	if got, want := e.Problems[MaxProblems-1].String(), "job.yaml:52:1: x: unknown field (expected one of: data, name, output, request, work)"; got != want {
+	if got, want := e.Problems[MaxProblems-1].String(), "job.yaml:52:1: x: unknown field (expected one of: after, data, name, output, priority, request, retention, sweep, wait_for_node, work)"; got != want {
 		t.Errorf("last problem listed: %s, want %s", got, want)
 	}
 	if got, want := e.Problems[MaxProblems].String(), "job.yaml: and 10 more problems"; got != want {

@@ -70,4 +70,23 @@
 // Small files are dominated by round trips to the store, so files move
 // [Parallel] at a time, and every content is sent once however many files
 // share it.
+//
+// # Output
+//
+// A job's output is stored like an uploaded folder: [Collect] stores every
+// file, then the manifest of them all (with the execute bit of each), and
+// names it in Collected.Manifest. Events are bounded, so they list only the
+// first files (events.Listed) and count the rest; the manifest is what says
+// what was returned. [FetchDir] brings it back whole, and [OutputRef] hands
+// it to a later job (from_job) as it is, without passing through a client.
+//
+// # Deleting
+//
+// The store is content addressed, so one object may belong to many jobs: a
+// file two jobs staged, a part shared by two large files, a job's output
+// that a later job staged. Nothing here decides what may go. An [Expander]
+// names the objects a file or folder is stored in (its blob or part list
+// and parts, a folder's manifest and every file's), so that the owner of
+// the store (OUTPUT) can count, for every object, the live jobs that hold
+// it, and [DeleteObjects] removes only what no live job holds.
 package stage

@@ -48,7 +48,8 @@ var (
 
 // Store is where content-addressed blobs live. JetStream's object store is
 // the default ([NewObjectStore]); an S3-compatible one can be added later by
-// implementing this. A Store only moves and checks bytes: this package
+// implementing this and passing stagetest.TestStore, the contract every
+// Store keeps (README.md, "Stores", says what it would take). A Store only moves and checks bytes: this package
 // chooses the names (see the package documentation) and a Store must not
 // interpret them beyond using them as keys.
 //

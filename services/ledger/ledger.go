@@ -1,14 +1,9 @@
-// Package ledger is the LEDGER: it projects the event log into one hold
-// record per job (DESIGN.md's public record) and answers queries about them.
-// It is rebuilt from the log on every start and answers while it catches up,
-// saying how far it has read; a query can ask it to wait until it has
-// applied a given sequence, so that a client that saw an event reads a
-// record that includes it.
 package ledger
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -25,22 +20,28 @@ import (
 
 // Config configures the service.
 type Config struct {
+	// Source names this instance in its query service's metadata, e.g.
+	// "e31/ledger/host-1". The ledger appends nothing to the log.
 	Source string
 	Logger *slog.Logger
+	// Workers digest and decode messages in parallel; default GOMAXPROCS.
+	Workers int
 }
 
 // Service is the LEDGER. Several may run; each keeps its own projection.
+// Its query handlers may be called concurrently with the fold: every
+// access to the projection holds mu.
 type Service struct {
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	pub  *bus.Publisher
-	log  *slog.Logger
-	name string
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log *slog.Logger
+	cfg Config
 
 	mu       sync.Mutex
 	proj     *Projection
 	changed  chan struct{} // closed and replaced whenever proj moves on
 	caughtUp bool
+	ready    chan struct{} // closed once the log read at start is applied
 }
 
 // New returns a Service.
@@ -51,9 +52,13 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/ledger"
 	}
-	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, nil), log: cfg.Logger.With("service", "ledger"),
-		proj: NewProjection(), changed: make(chan struct{})}, nil
+	return &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
+		proj: NewProjection(), changed: make(chan struct{}), ready: make(chan struct{})}, nil
 }
+
+// CaughtUp is closed once the ledger has applied the whole log as it was
+// when it started reading: the end of the rebuild.
+func (s *Service) CaughtUp() <-chan struct{} { return s.ready }
 
 // Run serves queries at once, rebuilds the records from the log, then
 // follows it until ctx ends.
@@ -61,49 +66,62 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "e31-ledger", Version: "0.1.0", Description: "hold records"})
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "e31-ledger", Version: "0.2.0", Description: "hold records",
+		Metadata: map[string]string{"source": s.cfg.Source}})
 	if err != nil {
 		return fmt.Errorf("ledger: query service: %w", err)
 	}
-	defer svc.Stop()
+	defer func() { _ = svc.Stop() }()
 	for subject, h := range map[string]micro.HandlerFunc{
 		api.LedgerRecord:      s.serveRecord,
 		api.LedgerList:        s.serveList,
 		api.LedgerInfoSubject: s.serveInfo,
+		api.LedgerTotals:      s.serveTotals,
 	} {
 		name := subject[len("e31.api.ledger."):]
 		if err := svc.AddEndpoint(name, h, micro.WithEndpointSubject(subject)); err != nil {
 			return fmt.Errorf("ledger: endpoint %s: %w", subject, err)
 		}
 	}
-	start := time.Now()
-	if _, err := bus.Replay(ctx, s.js, bus.ReplayOptions{Logger: s.log}, s.apply); err != nil {
-		return fmt.Errorf("ledger: rebuild from the log: %w", err)
+	s.dropOldConsumer(ctx)
+	if err := s.follow(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("ledger: follow the log: %w", err)
 	}
-	s.mu.Lock()
-	s.caughtUp = true
-	n, applied := len(s.proj.records), s.proj.Applied()
-	s.mu.Unlock()
-	s.log.Info("records rebuilt from the log", "records", n, "seq", applied, "took", time.Since(start).Round(time.Millisecond))
-	return bus.Run(ctx, s.js, s.pub, "ledger", s.log, bus.Handler{
-		Name:       "ledger",
-		Topic:      events.JobSubjects + " " + events.NodeSubjects,
-		Subscriber: bus.SubscriberConfig{Durable: "ledger", Lanes: 1, MaxAckPending: 4096},
-		Handle:     func(_ context.Context, env events.Envelope) error { return s.apply(env) },
-	})
+	return nil
 }
 
-// apply folds an event in and wakes queries waiting for it.
-func (s *Service) apply(env events.Envelope) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if env.Seq <= s.proj.Applied() {
-		return nil
+// dropOldConsumer deletes the durable consumer earlier versions followed
+// the log with: nothing reads it any more, and left alone it would keep its
+// state on the server for ever.
+func (s *Service) dropOldConsumer(ctx context.Context) {
+	name := bus.ConsumerName("ledger", events.JobSubjects+" "+events.NodeSubjects)
+	if err := s.js.DeleteConsumer(ctx, events.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.Warn("could not delete the old durable consumer", "consumer", name, "err", err)
 	}
-	s.proj.Apply(env)
+}
+
+// applyBatch folds prepared messages in and wakes queries waiting for them.
+// It reports whether this batch ended the rebuild.
+func (s *Service) applyBatch(xs []Prepared, last bool) bool {
+	s.mu.Lock()
+	gaps := s.proj.gaps
+	for _, x := range xs {
+		s.proj.ApplyPrepared(x)
+	}
+	if s.proj.gaps != gaps {
+		s.log.Warn("the log has a gap: a message's sequence does not follow the one before", "seq", s.proj.Applied())
+	}
 	close(s.changed)
 	s.changed = make(chan struct{})
-	return nil
+	first := last && !s.caughtUp
+	if first {
+		s.caughtUp = true
+	}
+	s.mu.Unlock()
+	if first {
+		close(s.ready)
+	}
+	return first
 }
 
 // waitFor blocks until the projection has applied seq, or d passes.
@@ -143,7 +161,7 @@ func (s *Service) serveRecord(req micro.Request) {
 	defer s.mu.Unlock()
 	reply := api.RecordReply{Applied: applied}
 	if applied < q.MinSeq {
-		reply.Error = fmt.Sprintf("the ledger has read the log up to #%d, not yet #%d", applied, q.MinSeq)
+		reply.Error = fmt.Sprintf("the ledger is catching up: it has read the log up to #%d, not yet #%d", applied, q.MinSeq)
 	} else if r := s.proj.Record(q.Job); r != nil {
 		reply.Record = r
 	} else {
@@ -167,18 +185,37 @@ func (s *Service) serveList(req micro.Request) {
 	s.respond(req, api.ListReply{Records: recs, More: more, Applied: applied})
 }
 
+func (s *Service) serveTotals(req micro.Request) {
+	var q api.TotalsRequest
+	if len(req.Data()) > 0 {
+		if err := json.Unmarshal(req.Data(), &q); err != nil {
+			_ = req.RespondJSON(api.TotalsReply{Error: "bad totals request: " + err.Error()})
+			return
+		}
+	}
+	applied := s.waitFor(q.MinSeq, waitOf(0))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.respond(req, api.TotalsReply{Submitters: s.proj.Totals(q), Applied: applied})
+}
+
 func (s *Service) serveInfo(req micro.Request) {
 	var last uint64
 	if st, err := s.js.Stream(context.Background(), events.Stream); err == nil {
 		last = st.CachedInfo().State.LastSeq
 	}
+	_ = req.RespondJSON(s.info(last))
+}
+
+// info says how far the ledger has read, against the log's last sequence.
+func (s *Service) info(last uint64) api.LedgerInfo {
 	s.mu.Lock()
-	info := api.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: len(s.proj.records), CaughtUp: s.caughtUp}
+	info := api.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.caughtUp, Head: s.proj.Head()}
 	s.mu.Unlock()
 	if last > info.Applied {
 		info.Behind = last - info.Applied
 	}
-	_ = req.RespondJSON(info)
+	return info
 }
 
 // respond marshals while the lock is held (records change under it).

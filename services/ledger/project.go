@@ -1,24 +1,49 @@
 package ledger
 
 import (
+	"crypto/sha256"
+	"hash"
+	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 )
 
+// gib is the unit of memory in the meter: memory_gib_seconds.
+const gib = 1 << 30
+
 // Projection folds the log into one hold record per job. Applying the same
 // event twice, or an event at or below the last applied sequence, changes
 // nothing. It is not safe for concurrent use.
+//
+// Fed stored messages (ApplyStored, ApplyPrepared), it also keeps the hash
+// chain over the log and the digests of the events behind every record; fed
+// decoded events (Apply), it builds the same records without them.
 type Projection struct {
 	records map[string]*api.HoldRecord
-	order   []string // jobs by their first event, for listing
+	jobs    map[string]*jobState
+	order   []string       // jobs by their first event, for listing
+	pos     map[string]int // each job's place in order, for paging
 	applied uint64
+
+	chain   chain
+	read    uint64 // messages hashed into the chain
+	skipped uint64 // messages that are not events this version knows
+	gaps    uint64 // times a message's sequence did not follow the last one
+}
+
+// jobState is what the projection keeps about a job beyond its record.
+type jobState struct {
+	ids    []string  // the ce-id of every event listed in the record
+	digest hash.Hash // running SHA-256 over the listed events' digests
 }
 
 // NewProjection returns an empty projection.
 func NewProjection() *Projection {
-	return &Projection{records: map[string]*api.HoldRecord{}}
+	return &Projection{records: map[string]*api.HoldRecord{}, jobs: map[string]*jobState{}, pos: map[string]int{}}
 }
 
 // Applied is the last sequence applied.
@@ -27,7 +52,64 @@ func (p *Projection) Applied() uint64 { return p.applied }
 // Record returns the record of a job, or nil.
 func (p *Projection) Record(job string) *api.HoldRecord { return p.records[job] }
 
-// Apply folds one event in.
+// Len is the number of records.
+func (p *Projection) Len() int { return len(p.records) }
+
+// Head is the hash chain over every stored message applied so far; empty
+// for a projection fed only decoded events.
+func (p *Projection) Head() api.Head { return p.chain.head() }
+
+// Stored is one message exactly as the stream holds it.
+type Stored struct {
+	Seq     uint64
+	Subject string
+	Header  nats.Header
+	Data    []byte
+}
+
+// Prepared is a stored message digested and decoded, ready to be applied
+// in log order. Preparing is the costly part of applying and needs nothing
+// but the message, so messages are prepared in parallel.
+type Prepared struct {
+	seq    uint64
+	digest [32]byte
+	env    events.Envelope
+	err    error
+}
+
+// Prepare digests and decodes m. It is safe to call concurrently.
+func Prepare(m Stored) Prepared {
+	x := Prepared{seq: m.Seq, digest: eventDigest(m.Seq, m.Subject, m.Header, m.Data)}
+	x.env, x.err = events.Decode(m.Subject, m.Header, m.Data)
+	x.env.Seq = m.Seq
+	return x
+}
+
+// ApplyStored applies one stored message: see ApplyPrepared.
+func (p *Projection) ApplyStored(m Stored) { p.ApplyPrepared(Prepare(m)) }
+
+// ApplyPrepared moves the chain past a prepared message and folds its event
+// in. A message that does not decode is in the chain but in no record:
+// nobody can say what it means, but nobody may remove it unseen either.
+func (p *Projection) ApplyPrepared(x Prepared) {
+	if x.seq <= p.applied {
+		return
+	}
+	if p.applied > 0 && x.seq != p.applied+1 {
+		p.gaps++
+	}
+	p.chain.add(x.seq, x.digest)
+	p.read++
+	p.applied = x.seq
+	if x.err != nil {
+		p.skipped++
+		return
+	}
+	p.fold(x.env, &x.digest)
+}
+
+// Apply folds one decoded event in. It does not move the chain: use it for
+// events whose stored bytes are not at hand, never mixed with ApplyStored.
 func (p *Projection) Apply(env events.Envelope) {
 	if env.Seq != 0 && env.Seq <= p.applied {
 		return
@@ -35,21 +117,53 @@ func (p *Projection) Apply(env events.Envelope) {
 	if env.Seq > p.applied {
 		p.applied = env.Seq
 	}
-	if _, isNode := env.Event.(*events.NodeAnnounced); isNode {
+	p.fold(env, nil)
+}
+
+// fold adds one event to its job's record.
+//
+// The rules, which the audit derives again from the written definition:
+// node events are in no record; an event the job's log already holds (the
+// same ce-id, stored again after the duplicate window) is listed but
+// changes nothing, except a repeated JobRequested, a client's request
+// under a used id, which SUBMIT refuses and which is no part of the job.
+func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
+	if isNodeEvent(env) {
 		return
 	}
 	job := env.Subject
-	r := p.records[job]
+	r, js := p.records[job], p.jobs[job]
 	if r == nil {
+		// Strings decoded from headers share the message's header block:
+		// what the projection keeps is copied, so that it keeps no message.
+		job = strings.Clone(job)
 		r = &api.HoldRecord{Job: job, State: api.StateSubmitted, Output: api.Output{Missing: []string{}}, Events: []api.EventRef{}}
-		p.records[job] = r
+		js = &jobState{}
+		p.records[job], p.jobs[job] = r, js
+		p.pos[job] = len(p.order)
 		p.order = append(p.order, job)
-	} else if _, again := env.Event.(*events.JobRequested); again {
-		// A second request under a used id is refused by SUBMIT; it is not
-		// part of this job's record.
+	}
+	repeated := false
+	for _, id := range js.ids {
+		repeated = repeated || id == env.ID
+	}
+	if repeated && env.Type == events.TypeJobRequested {
 		return
 	}
-	r.Events = append(r.Events, api.EventRef{Seq: env.Seq, Type: events.Name(env.Type)})
+	js.ids = append(js.ids, strings.Clone(env.ID))
+	ref := api.EventRef{Seq: env.Seq, Type: events.Name(env.Type)}
+	if digest != nil {
+		if js.digest == nil {
+			js.digest = sha256.New()
+		}
+		js.digest.Write(digest[:])
+		ref.Digest = sha256Text(digest[:])
+		r.EventsDigest = sha256Text(js.digest.Sum(nil))
+	}
+	r.Events = append(r.Events, ref)
+	if repeated {
+		return
+	}
 	at := env.Time.UTC()
 	switch e := env.Event.(type) {
 	case *events.JobRequested:
@@ -62,12 +176,16 @@ func (p *Projection) Apply(env events.Envelope) {
 		r.State, r.Outcome, r.Reason = api.StateRejected, events.Rejected, e.Reason
 	case *events.JobCancelled:
 		r.State, r.Outcome, r.Reason = api.StateCancelled, events.Cancelled, e.Reason
+	case *events.Deleted:
+		if e.What == events.WhatOutput {
+			r.Output.DeletedAt = &at
+		} else {
+			r.DataDeletedAt = &at
+		}
 	case *events.ComputeHeld:
 		a := p.attempt(r, e.Attempt)
-		if a.HeldAt != nil {
-			return
-		}
 		a.Node, a.HeldAt = e.Node, &at
+		a.Held = api.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes}
 		r.State = api.StateHeld
 	case *events.RunStarted:
 		p.attempt(r, e.Attempt).StartedAt = &at
@@ -90,16 +208,13 @@ func (p *Projection) Apply(env events.Envelope) {
 		if missing == nil {
 			missing = []string{}
 		}
-		r.Output = api.Output{Files: len(e.Files), Bytes: e.Bytes, Partial: e.Partial, Missing: missing, List: e.Files}
+		r.Output = api.Output{Files: e.FileCount(), Bytes: e.Bytes, Partial: e.Partial, Missing: missing, List: e.Files, Manifest: e.Manifest}
 		r.State = api.StateReturned
 	case *events.ComputeReleased:
 		a := p.attempt(r, e.Attempt)
-		if a.ReleasedAt != nil {
-			return
-		}
 		a.ReleasedAt = &at
 		if a.HeldAt != nil {
-			a.HeldSeconds = at.Sub(*a.HeldAt).Seconds()
+			meter(a, at.Sub(*a.HeldAt).Seconds())
 		}
 		if a.Outcome == "" {
 			a.Outcome = e.Outcome
@@ -110,6 +225,24 @@ func (p *Projection) Apply(env events.Envelope) {
 		}
 	}
 	p.summarize(r)
+}
+
+// meter sets an attempt's meter for held seconds: the resources it held
+// times the time it held them.
+func meter(a *api.Attempt, held float64) {
+	a.HeldSeconds = held
+	a.CPUCoreSeconds = a.Held.CPU * held
+	a.MemoryGiBSeconds = float64(a.Held.MemoryBytes) / gib * held
+	a.GPUSeconds = float64(a.Held.GPU) * held
+}
+
+// isNodeEvent reports whether env is about a node rather than a job.
+func isNodeEvent(env events.Envelope) bool {
+	subject := env.NATSSubject
+	if subject == "" {
+		subject, _ = events.SubjectOf(env.Subject, env.Event)
+	}
+	return strings.HasPrefix(subject, "e31.node.")
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.
@@ -124,7 +257,8 @@ func (p *Projection) attempt(r *api.HoldRecord, n int) *api.Attempt {
 }
 
 // summarize copies the last attempt to the top of the record and totals the
-// meter.
+// meter. The outcome is the last attempt's, even when it has none yet: a
+// job held again after a lost node is not node_lost while it runs.
 func (p *Projection) summarize(r *api.HoldRecord) {
 	if len(r.Attempts) == 0 {
 		return
@@ -134,14 +268,16 @@ func (p *Projection) summarize(r *api.HoldRecord) {
 	r.HeldAt, r.StartedAt, r.StoppedAt = last.HeldAt, last.StartedAt, last.StoppedAt
 	r.OutputReturnedAt, r.ReleasedAt = last.OutputReturnedAt, last.ReleasedAt
 	r.Usage, r.ExitCode = last.Usage, last.ExitCode
-	if last.Outcome != "" && r.State != api.StateCancelled && r.State != api.StateRejected {
+	if r.State != api.StateCancelled && r.State != api.StateRejected {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
-	var total float64
+	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
 	for _, a := range r.Attempts {
-		total += a.HeldSeconds
+		r.HeldSeconds += a.HeldSeconds
+		r.CPUCoreSeconds += a.CPUCoreSeconds
+		r.MemoryGiBSeconds += a.MemoryGiBSeconds
+		r.GPUSeconds += a.GPUSeconds
 	}
-	r.HeldSeconds = total
 }
 
 func requestOf(s events.JobSpec) api.Request {
@@ -158,13 +294,8 @@ func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
 		limit = 200
 	}
 	start := 0
-	if q.After != "" {
-		for i, id := range p.order {
-			if id == q.After {
-				start = i + 1
-				break
-			}
-		}
+	if i, ok := p.pos[q.After]; ok && q.After != "" {
+		start = i + 1
 	}
 	var out []*api.HoldRecord
 	for i := start; i < len(p.order); i++ {

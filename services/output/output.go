@@ -1,8 +1,3 @@
-// Package output is the OUTPUT step. RUN collects what a job left under /out
-// into the store as it stops; OUTPUT checks that every collected file is
-// stored intact, decides the attempt's final outcome (a job that exited 0
-// without a required output did not succeed; one that did not finish
-// returns what it had, marked partial) and records OutputReturned.
 package output
 
 import (
@@ -11,17 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
 )
 
 // Verifier checks that one returned file is stored intact. It returns an
 // error wrapping ErrDamaged when the file is missing or does not match its
 // digest, and any other error when it could not tell (the check is retried).
+// It is called for many files at once.
 type Verifier interface {
 	VerifyFile(ctx context.Context, f events.OutputFile) error
 }
@@ -30,26 +28,61 @@ type Verifier interface {
 // not match its digest.
 var ErrDamaged = errors.New("output: stored file is missing or damaged")
 
+// DefaultDeleteGrace is how long after a deletion is recorded the objects
+// it frees are removed from the store. Until then a job that reuses the
+// same bytes (a client that found them stored and did not send them again,
+// a node whose output matches them) has time to get its own reference into
+// the log; its SUBMIT check or its collection takes far less.
+const DefaultDeleteGrace = 15 * time.Minute
+
 // Config configures the service.
 type Config struct {
-	Source   string
-	Logger   *slog.Logger
-	Now      func() time.Time
+	Source string
+	Logger *slog.Logger
+	Now    func() time.Time
+	// Verifier checks returned files; default StoreVerifier over Store.
 	Verifier Verifier
+	// Store is the data store. With it, OUTPUT reads output manifests (so
+	// it verifies every file, however many an event lists), stores the
+	// manifest of what it returns, and deletes what retention or a
+	// submitter's request frees. Without one it verifies the files listed
+	// in events only, and deletes nothing.
+	Store stage.Store
+	// DeleteGrace is the time between a deletion and the sweep that removes
+	// the freed objects; default DefaultDeleteGrace.
+	DeleteGrace time.Duration
 }
 
-// Service is the OUTPUT step; any number may run.
+// Service is the OUTPUT step; any number may run. Each instance keeps its
+// own projection of the log (Refs); timers and deletions are shared work.
 type Service struct {
 	js     jetstream.JetStream
 	pub    *bus.Publisher
 	log    *slog.Logger
 	verify Verifier
+	store  stage.Store
+	grace  time.Duration
+	now    func() time.Time
+
+	// mu guards refs, applied and caughtUp; changed is closed and replaced
+	// whenever refs moves on.
+	mu       sync.Mutex
+	refs     *Refs
+	changed  chan struct{}
+	caughtUp bool
+
+	// sweepMu serializes sweeps, which share the object index.
+	sweepMu sync.Mutex
+	index   *objectIndex
 }
 
 // New returns a Service on js.
 func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if cfg.Verifier == nil && cfg.Store != nil {
+		cfg.Verifier = StoreVerifier{Store: cfg.Store}
+	}
 	if cfg.Verifier == nil {
-		return nil, errors.New("output: a Verifier is required")
+		return nil, errors.New("output: a Verifier or a Store is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -57,20 +90,63 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/output"
 	}
-	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "output"), verify: cfg.Verifier}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DeleteGrace <= 0 {
+		cfg.DeleteGrace = DefaultDeleteGrace
+	}
+	s := &Service{
+		js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "output"),
+		verify: cfg.Verifier, store: cfg.Store, grace: cfg.DeleteGrace, now: cfg.Now,
+		refs: NewRefs(), changed: make(chan struct{}),
+	}
+	if cfg.Store != nil {
+		s.index = newObjectIndex(stage.NewExpander(cfg.Store))
+	}
+	return s, nil
 }
 
-// Run handles events until ctx ends.
+// Run handles events until ctx ends: stopped jobs, and, with a Store, the
+// retention of what jobs stored.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
-	return bus.Run(ctx, s.js, s.pub, "output", s.log, bus.Handler{
+	returned := bus.Handler{
 		Name:       "output",
 		Topic:      events.KindSubject(events.TypeRunStopped),
 		Subscriber: bus.SubscriberConfig{Durable: "output", Lanes: 16},
 		Handle:     s.Handle,
+	}
+	if s.store == nil {
+		return bus.Run(ctx, s.js, s.pub, "output", s.log, returned)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("output: follow the log: %w", err)
+			cancel()
+		}
 	})
+	stopAPI, err := s.serveAPI()
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	defer stopAPI()
+	err = s.runHandlers(ctx, returned)
+	cancel()
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		err = errors.Join(err, e)
+	}
+	return err
 }
 
 // Handle verifies what a stopped job left and records it as returned.
@@ -79,69 +155,239 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	if !ok {
 		return nil
 	}
-	var damaged []string
-	for _, f := range stopped.Output.Files {
-		err := s.verify.VerifyFile(ctx, f)
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrDamaged):
-			s.log.Warn("returned file is damaged", "job", env.Subject, "path", f.Path, "err", err)
-			damaged = append(damaged, f.Path)
-		default:
-			return fmt.Errorf("verify %s of %s: %w", f.Path, env.Subject, err)
-		}
+	c, err := s.check(ctx, env.Subject, stopped)
+	if err != nil {
+		return fmt.Errorf("verify output of %s attempt %d: %w", env.Subject, stopped.Attempt, err)
 	}
 	stored, err := s.pub.React(ctx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return Decide(*stopped, damaged, after), nil
+		return decide(*stopped, c, after), nil
 	})
 	if err != nil {
 		return fmt.Errorf("return output of %s attempt %d: %w", env.Subject, stopped.Attempt, err)
 	}
 	for _, e := range stored {
-		s.log.Info("output returned", "job", env.Subject, "attempt", stopped.Attempt, "files", len(stopped.Output.Files), "seq", e.Seq)
+		s.log.Info("output returned", "job", env.Subject, "attempt", stopped.Attempt, "files", stopped.Output.FileCount(), "seq", e.Seq)
 	}
 	return nil
+}
+
+// checked is what verifying a stop's output found.
+type checked struct {
+	// damaged lists the files missing from the store or not matching their
+	// digests, in path order; damagedBytes is their size.
+	damaged      []string
+	damagedBytes int64
+	// lost counts files that cannot even be named: the stop's manifest is
+	// missing or damaged, and its event lists only some files.
+	lost      int
+	lostBytes int64
+	// manifest names the folder of the files returned ("" if none is).
+	manifest string
+}
+
+// check verifies every collected file, Parallel at a time: those the
+// event lists, and with a Store every one its manifest names. When files
+// are damaged it stores the manifest of those that are not, so that what
+// OutputReturned names is exactly what can be fetched.
+func (s *Service) check(ctx context.Context, job string, stopped *events.RunStopped) (checked, error) {
+	var c checked
+	out := stopped.Output
+	files := out.Files
+	if out.Manifest != "" && s.store != nil {
+		all, err := stage.ManifestFiles(ctx, s.store, out.Manifest)
+		switch {
+		case err == nil:
+			files = all
+		case isDamage(err):
+			s.log.Warn("output manifest is missing or damaged", "job", job, "manifest", out.Manifest, "err", err)
+			var listed int64
+			for _, f := range out.Files {
+				listed += f.Bytes
+			}
+			c.lost, c.lostBytes = out.FileCount()-len(out.Files), out.Bytes-listed
+		default:
+			return c, err
+		}
+	}
+	bad := make([]bool, len(files))
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	err := eachFile(ctx, len(files), func(ctx context.Context, i int) error {
+		err := s.verify.VerifyFile(ctx, files[i])
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrDamaged):
+			s.log.Warn("returned file is damaged", "job", job, "path", files[i].Path, "err", err)
+			bad[i] = true
+		default:
+			mu.Lock()
+			if first == nil {
+				first = fmt.Errorf("%s: %w", files[i].Path, err)
+			}
+			mu.Unlock()
+			return first
+		}
+		return nil
+	})
+	if err != nil {
+		return c, err
+	}
+	var good []events.OutputFile
+	for i, f := range files {
+		if bad[i] {
+			c.damaged = append(c.damaged, f.Path)
+			c.damagedBytes += f.Bytes
+		} else {
+			good = append(good, f)
+		}
+	}
+	switch {
+	case len(c.damaged) == 0 && c.lost == 0:
+		c.manifest = out.Manifest
+	case s.store != nil && len(good) > 0:
+		d, err := stage.PutManifest(ctx, s.store, good)
+		if err != nil {
+			return c, fmt.Errorf("store the manifest of what is returned: %w", err)
+		}
+		c.manifest = d
+	}
+	return c, nil
+}
+
+// eachFile runs fn for every index on 16 goroutines and returns the first
+// error.
+func eachFile(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		next  int
+		first error
+	)
+	for range min(n, 16) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				i := next
+				next++
+				stop := first != nil || i >= n
+				mu.Unlock()
+				if stop {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// isDamage reports whether err says stored data is missing or not intact.
+func isDamage(err error) bool {
+	for _, target := range []error{stage.ErrNotFound, stage.ErrCorrupt, stage.ErrBadManifest, stage.ErrBadRef, stage.ErrUnsafePath} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // Decide is what OUTPUT appends for a stopped attempt: nothing if its output
 // was already returned; otherwise the verified files and the final outcome.
 // damaged lists collected files that failed verification: they are not
-// returned, and the job is not reported as succeeded without them.
+// returned, and the job is not reported as succeeded without them. The
+// stop's manifest is returned with the files when nothing is damaged.
 func Decide(stopped events.RunStopped, damaged []string, after []events.Envelope) []events.Event {
+	c := checked{damaged: damaged}
+	bad := make(map[string]bool, len(damaged))
+	for _, d := range damaged {
+		bad[d] = true
+	}
+	for _, f := range stopped.Output.Files {
+		if bad[f.Path] {
+			c.damagedBytes += f.Bytes
+		}
+	}
+	if len(damaged) == 0 {
+		c.manifest = stopped.Output.Manifest
+	}
+	return decide(stopped, c, after)
+}
+
+// maxMissingListed bounds the damaged paths an OutputReturned adds to
+// Missing and its reason names: the event must stay small.
+const maxMissingListed = 100
+
+// decide is Decide with everything check found.
+func decide(stopped events.RunStopped, c checked, after []events.Envelope) []events.Event {
 	for _, e := range after {
 		if r, ok := e.Event.(*events.OutputReturned); ok && r.Attempt == stopped.Attempt {
 			return nil
 		}
 	}
-	bad := make(map[string]bool, len(damaged))
-	for _, d := range damaged {
+	bad := make(map[string]bool, len(c.damaged))
+	for _, d := range c.damaged {
 		bad[d] = true
 	}
+	out := stopped.Output
 	ret := events.OutputReturned{
-		Hold:    stopped.Hold,
-		Outcome: stopped.Outcome,
-		Reason:  stopped.Reason,
-		Files:   []events.OutputFile{},
-		Missing: append([]string{}, stopped.Output.Missing...),
+		Hold:     stopped.Hold,
+		Outcome:  stopped.Outcome,
+		Reason:   stopped.Reason,
+		Files:    []events.OutputFile{},
+		Missing:  append([]string{}, out.Missing...),
+		Manifest: c.manifest,
 	}
-	for _, f := range stopped.Output.Files {
+	var listedBytes int64
+	for _, f := range out.Files {
 		if bad[f.Path] {
 			ret.Missing = append(ret.Missing, f.Path)
 			continue
 		}
 		ret.Files = append(ret.Files, f)
-		ret.Bytes += f.Bytes
+		listedBytes += f.Bytes
+	}
+	// Damaged files beyond those listed are named too, up to a bound.
+	for _, d := range c.damaged {
+		if len(ret.Missing) >= len(out.Missing)+maxMissingListed {
+			break
+		}
+		if !listedPath(out.Files, d) {
+			ret.Missing = append(ret.Missing, d)
+		}
+	}
+	count := out.FileCount() - len(c.damaged) - c.lost
+	if count > len(ret.Files) {
+		ret.Count = count
+		ret.Bytes = out.Bytes - c.damagedBytes - c.lostBytes
+	} else {
+		ret.Bytes = listedBytes
 	}
 	switch stopped.Outcome {
 	case events.LimitExceeded, events.OutOfMemory, events.Cancelled, events.NodeLost:
 		// The job did not run to its end: what it had is returned, as partial.
 		ret.Partial = true
 	}
+	var problems []string
+	if len(c.damaged) > 0 {
+		problems = append(problems, "output failed verification: "+joinBounded(c.damaged))
+	}
+	if c.lost > 0 {
+		problems = append(problems, fmt.Sprintf("output manifest %s is missing or damaged: %d unlisted file(s) not returned", out.Manifest, c.lost))
+	}
 	if ret.Outcome == events.Succeeded {
-		var problems []string
-		if len(damaged) > 0 {
-			problems = append(problems, "output failed verification: "+strings.Join(damaged, ", "))
-		}
 		if missing := requiredMissing(stopped); len(missing) > 0 {
 			problems = append(problems, "required output missing: "+strings.Join(missing, ", "))
 		}
@@ -151,6 +397,23 @@ func Decide(stopped events.RunStopped, damaged []string, after []events.Envelope
 		}
 	}
 	return []events.Event{ret}
+}
+
+func listedPath(files []events.OutputFile, p string) bool {
+	for _, f := range files {
+		if f.Path == p {
+			return true
+		}
+	}
+	return false
+}
+
+// joinBounded names at most maxMissingListed paths, and counts the rest.
+func joinBounded(paths []string) string {
+	if len(paths) <= maxMissingListed {
+		return strings.Join(paths, ", ")
+	}
+	return strings.Join(paths[:maxMissingListed], ", ") + fmt.Sprintf(" and %d more", len(paths)-maxMissingListed)
 }
 
 // requiredMissing lists the declared outputs that are required and matched

@@ -37,12 +37,14 @@ func (a res) plus(b res) res {
 }
 
 type node struct {
-	name    string
-	boot    string
-	cap     res
-	used    res
-	expired bool // its lease lapsed: it holds nothing new until it announces again
-	holds   map[string]*job
+	name string
+	boot string
+	cap  res
+	used res
+	// containers says the node runs jobs that name an image.
+	containers bool
+	expired    bool // its lease lapsed: it holds nothing new until it announces again
+	holds      map[string]*job
 }
 
 type jobState int
@@ -127,6 +129,8 @@ type Pool struct {
 	// a cancel, a rejection, or a first check that some node could hold
 	// them. Decide looks at these only, so a long queue costs nothing here.
 	attention map[string]*job
+	// live caches the live nodes by name; nil when a node changed.
+	live []*node
 	// unchecked holds jobs queued while no node was live: once one
 	// announces, they need the check whether any node could hold them.
 	unchecked map[string]*job
@@ -171,6 +175,8 @@ func (p *Pool) Apply(env events.Envelope) {
 		// through their own events.
 		n.boot, n.expired = e.Boot, false
 		n.cap = resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		n.containers = e.Labels[LabelContainers] == "true"
+		p.live = nil
 		for id, j := range p.unchecked {
 			p.attention[id] = j
 			delete(p.unchecked, id)
@@ -179,6 +185,7 @@ func (p *Pool) Apply(env events.Envelope) {
 	case *events.NodeExpired:
 		if n := p.nodes[e.Node]; n != nil && n.boot == e.Boot {
 			n.expired = true
+			p.live = nil
 		}
 		return
 	}
@@ -274,6 +281,7 @@ func (p *Pool) Apply(env events.Envelope) {
 func (p *Pool) node(name string) *node {
 	n := p.nodes[name]
 	if n == nil {
+		p.live = nil
 		n = &node{name: name, holds: map[string]*job{}}
 		p.nodes[name] = n
 	}
@@ -393,19 +401,19 @@ func (p *Pool) Decide(max int) []Decision {
 		case len(live) == 0:
 			p.unchecked[j.id] = j
 			delete(p.attention, j.id)
-		case !p.everFitsLive(j.need, live):
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{
-				Reason: fmt.Sprintf("no node in the pool can ever hold it: it needs %s and the largest node has %s (set wait_for_node to wait for a larger one)",
-					describe(j.need), describe(p.largest()))}})
+		case !p.everFitsLive(j, live):
+			reason := fmt.Sprintf("no node in the pool can ever hold it: it needs %s and the largest node has %s (set wait_for_node to wait for a larger one)",
+				describe(j.need), describe(p.largest()))
+			if j.spec.Work.Image != "" && !p.anyContainers(live) {
+				reason = "no node in the pool can ever hold it: it names an image and no node runs containers (set wait_for_node to wait for one)"
+			}
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: reason}})
 		default:
 			delete(p.attention, j.id)
 		}
 	}
-	for _, name := range p.sortedNodes() {
+	for _, name := range p.expiredNodes() {
 		n := p.nodes[name]
-		if !n.expired {
-			continue
-		}
 		for _, j := range p.sorted(n.holds) {
 			if !j.lost && !j.stopped {
 				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.HoldLost{
@@ -427,10 +435,14 @@ func (p *Pool) sorted(m map[string]*job) []*job {
 	return out
 }
 
-func (p *Pool) sortedNodes() []string {
-	out := make([]string, 0, len(p.nodes))
-	for name := range p.nodes {
-		out = append(out, name)
+// expiredNodes lists the nodes whose lease lapsed and that still hold
+// something, by name.
+func (p *Pool) expiredNodes() []string {
+	var out []string
+	for name, n := range p.nodes {
+		if n.expired && len(n.holds) > 0 {
+			out = append(out, name)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -442,21 +454,31 @@ func (p *Pool) holdOf(j *job) events.Hold {
 }
 
 // holds walks the waiting jobs in scheduling order and holds what fits.
+//
+// It costs the same whatever the queue's length: it looks at no more than
+// MaxScan jobs, and skips a job that cannot fit anywhere now in constant
+// time, by comparing it with the most any node has free (dimension by
+// dimension, an upper bound). The reservation for the first job that does
+// not fit is computed only once a later job could start ahead of it.
 func (p *Pool) holds(now time.Time, max int) []Decision {
 	live := p.liveNodes()
 	if len(live) == 0 || p.nWait == 0 {
 		return nil
 	}
-	free := make(map[string]res, len(live))
-	for _, n := range live {
-		free[n.name] = n.cap.minus(n.used)
+	free := make([]res, len(live))
+	var capBound res
+	for i, n := range live {
+		free[i] = n.cap.minus(n.used)
+		capBound = upper(capBound, n.cap)
 	}
+	freeBound := bound(free)
 	usage := make(map[string]int64, len(p.usage))
 	for s, u := range p.usage {
 		usage[s] = u
 	}
 	var out []Decision
-	var resv *reservation
+	var blocked *job      // the first job in order that does not fit now
+	var resv *reservation // where and when it will, once needed
 	scanned := 0
 	for _, prio := range p.priorities() {
 		h := &subHeap{usage: usage}
@@ -465,32 +487,51 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 		}
 		heap.Init(h)
 		for h.Len() > 0 && len(out) < max && scanned < p.cfg.MaxScan {
+			if freeBound.milliCPU <= 0 || freeBound.memory <= 0 {
+				// The pool is full: no job can start, however deep the queue.
+				return out
+			}
 			c := heap.Pop(h).(cursor)
 			j := c.e.Value.(*job)
 			scanned++
-			c.e = c.e.Next()
-			if j.cancel || j.rejection != "" || !p.everFitsLive(j.need, live) {
-				if c.e != nil {
-					heap.Push(h, c)
+			if c.e = c.e.Next(); c.e != nil {
+				heap.Push(h, c)
+			}
+			if j.cancel || j.rejection != "" || !j.need.fits(capBound) {
+				continue
+			}
+			i := -1
+			if j.need.fits(freeBound) {
+				i = p.pick(live, free, j, now, nil)
+				if i >= 0 && blocked != nil {
+					// j would start ahead of an earlier job that waits: only
+					// where that cannot delay it.
+					if resv == nil {
+						resv = p.reserve(blocked, live, free, now)
+					}
+					i = p.pick(live, free, j, now, resv)
+				}
+			}
+			if i < 0 {
+				if blocked == nil && p.everFitsLive(j, live) {
+					blocked = j
 				}
 				continue
 			}
-			name := p.pick(free, j, now, resv)
-			if name != "" {
-				free[name] = free[name].minus(j.need)
-				usage[j.submitter] += j.need.milliCPU
-				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
-					Hold: events.Hold{Attempt: j.attempt + 1, Node: name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
-						GPU: j.spec.Request.GPU, DiskBytes: j.spec.Request.DiskBytes},
-					Submitter: j.submitter,
-					Spec:      j.spec,
-				}})
-			} else if resv == nil {
-				resv = p.reserve(j, free, now)
+			n := live[i]
+			free[i] = free[i].minus(j.need)
+			freeBound = bound(free)
+			if resv != nil && n.name == resv.node && now.Add(j.limit+p.cfg.Grace).After(resv.at) {
+				resv.extra = resv.extra.minus(j.need)
 			}
-			if c.e != nil {
-				heap.Push(h, c)
-			}
+			usage[j.submitter] += j.need.milliCPU
+			h.fix(j.submitter)
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
+				Hold: events.Hold{Attempt: j.attempt + 1, Node: n.name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
+					GPU: j.spec.Request.GPU, DiskBytes: j.spec.Request.DiskBytes},
+				Submitter: j.submitter,
+				Spec:      j.spec,
+			}})
 		}
 		if len(out) >= max || scanned >= p.cfg.MaxScan {
 			break
@@ -499,30 +540,40 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 	return out
 }
 
-// pick chooses a node for j now, or "" if none may hold it. With a
-// reservation for an earlier job, j may only take what cannot delay it.
-func (p *Pool) pick(free map[string]res, j *job, now time.Time, resv *reservation) string {
-	best := ""
-	for name, f := range free {
-		if !j.need.fits(f) {
+// upper is the larger of a and b in every dimension.
+func upper(a, b res) res {
+	return res{max(a.milliCPU, b.milliCPU), max(a.memory, b.memory), max(a.gpu, b.gpu), max(a.disk, b.disk)}
+}
+
+// bound is the most any node has free, dimension by dimension.
+func bound(free []res) res {
+	var b res
+	for _, f := range free {
+		b = upper(b, f)
+	}
+	return b
+}
+
+// pick chooses the node for j now (an index into live), or -1 if none may
+// hold it. With a reservation for an earlier job, j may only take what
+// cannot delay it.
+func (p *Pool) pick(live []*node, free []res, j *job, now time.Time, resv *reservation) int {
+	best := -1
+	for i, n := range live {
+		f := free[i]
+		if !j.need.fits(f) || !p.runs(n, j) {
 			continue
 		}
-		if resv != nil && name == resv.node {
+		if resv != nil && n.name == resv.node {
 			endsBefore := !now.Add(j.limit + p.cfg.Grace).After(resv.at)
 			if !endsBefore && !j.need.fits(resv.extra) {
 				continue
 			}
 		}
-		// The node with the most free cpu spreads work; by name among equals,
-		// so that decisions are repeatable.
-		if best == "" || f.milliCPU > free[best].milliCPU || (f.milliCPU == free[best].milliCPU && name < best) {
-			best = name
-		}
-	}
-	if best != "" && resv != nil && best == resv.node {
-		endsBefore := !now.Add(j.limit + p.cfg.Grace).After(resv.at)
-		if !endsBefore {
-			resv.extra = resv.extra.minus(j.need)
+		// The node with the most free cpu spreads work; by name among equals
+		// (live is sorted), so that decisions are repeatable.
+		if best < 0 || f.milliCPU > free[best].milliCPU {
+			best = i
 		}
 	}
 	return best
@@ -530,18 +581,17 @@ func (p *Pool) pick(free map[string]res, j *job, now time.Time, resv *reservatio
 
 // reserve finds the node and time at which j will fit, counting on every
 // held job to be gone by its limit plus grace, and on nothing else.
-func (p *Pool) reserve(j *job, free map[string]res, now time.Time) *reservation {
+func (p *Pool) reserve(j *job, live []*node, free []res, now time.Time) *reservation {
 	var best *reservation
-	for name, f := range free {
-		n := p.nodes[name]
-		if !j.need.fits(n.cap) {
+	for i, n := range live {
+		if !j.need.fits(n.cap) || !p.runs(n, j) {
 			continue
 		}
 		type ending struct {
 			at   time.Time
 			give res
 		}
-		var ends []ending
+		ends := make([]ending, 0, len(n.holds))
 		for _, h := range n.holds {
 			at := h.heldAt.Add(h.limit + p.cfg.Grace)
 			if at.Before(now) {
@@ -550,7 +600,7 @@ func (p *Pool) reserve(j *job, free map[string]res, now time.Time) *reservation 
 			ends = append(ends, ending{at, h.need})
 		}
 		sort.Slice(ends, func(a, b int) bool { return ends[a].at.Before(ends[b].at) })
-		have, at := f, now
+		have, at := free[i], now
 		for _, e := range ends {
 			if j.need.fits(have) {
 				break
@@ -560,8 +610,8 @@ func (p *Pool) reserve(j *job, free map[string]res, now time.Time) *reservation 
 		if !j.need.fits(have) {
 			continue
 		}
-		if best == nil || at.Before(best.at) || (at.Equal(best.at) && name < best.node) {
-			best = &reservation{job: j, node: name, at: at, extra: have.minus(j.need)}
+		if best == nil || at.Before(best.at) {
+			best = &reservation{job: j, node: n.name, at: at, extra: have.minus(j.need)}
 		}
 	}
 	return best
@@ -576,21 +626,36 @@ func (p *Pool) priorities() []int {
 	return out
 }
 
+// liveNodes lists the nodes that may hold jobs, by name. The slice is
+// shared: callers must not change it.
 func (p *Pool) liveNodes() []*node {
-	var out []*node
+	if p.live != nil {
+		return p.live
+	}
+	out := []*node{}
 	for _, n := range p.nodes {
 		if !n.expired && n.cap.milliCPU > 0 {
 			out = append(out, n)
 		}
 	}
+	sort.Slice(out, func(a, b int) bool { return out[a].name < out[b].name })
+	p.live = out
 	return out
 }
 
-func (p *Pool) everFits(need res) bool { return p.everFitsLive(need, p.liveNodes()) }
+// LabelContainers is the node label of nodes that run jobs naming an image
+// (run.LabelContainers; RENT does not import RUN).
+const LabelContainers = "containers"
 
-func (p *Pool) everFitsLive(need res, live []*node) bool {
+// runs reports whether n can run j at all: a job that names an image needs
+// a node with a container engine.
+func (p *Pool) runs(n *node, j *job) bool { return j.spec.Work.Image == "" || n.containers }
+
+func (p *Pool) everFits(j *job) bool { return p.everFitsLive(j, p.liveNodes()) }
+
+func (p *Pool) everFitsLive(j *job, live []*node) bool {
 	for _, n := range live {
-		if need.fits(n.cap) {
+		if j.need.fits(n.cap) && p.runs(n, j) {
 			return true
 		}
 	}
@@ -672,7 +737,7 @@ func (p *Pool) Why(id string) api.WhyReply {
 		r.Reason = "cancel requested; it will not be held"
 	case len(p.liveNodes()) == 0:
 		r.Reason = "no compute node has joined the pool yet"
-	case !p.everFits(j.need):
+	case !p.everFits(j):
 		r.Reason = fmt.Sprintf("needs %s; the largest node has %s: no node in the pool can hold it, and it waits for one to join (wait_for_node)", describe(j.need), describe(p.largest()))
 	case r.Position == 1:
 		r.Reason = fmt.Sprintf("next in line: needs %s; the node with the most free has %s (%s in all)", describe(j.need), describe(p.mostFree()), describe(p.total()))
@@ -700,6 +765,15 @@ func (p *Pool) position(j *job) int {
 		}
 	}
 	return pos
+}
+
+func (p *Pool) anyContainers(live []*node) bool {
+	for _, n := range live {
+		if n.containers {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Pool) largest() res {
@@ -753,4 +827,14 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.3g %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// fix restores the heap's order after a submitter's usage grew.
+func (h *subHeap) fix(submitter string) {
+	for i := range h.items {
+		if h.items[i].q.submitter == submitter {
+			heap.Fix(h, i)
+			return
+		}
+	}
 }

@@ -153,8 +153,9 @@ func (s *Service) Run(ctx context.Context) error {
 		Topic: events.JobSubjects + " " + events.NodeSubjects,
 		// One lane: the pool must see the log in order. Each instance reads
 		// the whole log on a consumer of its own.
-		Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour},
-		Handle:     s.Handle,
+		Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour,
+			StartSeq: s.replayed + 1},
+		Handle: s.Handle,
 	})
 	wg.Wait()
 	return err
@@ -173,10 +174,11 @@ func (s *Service) Run(ctx context.Context) error {
 // in batches rather than one durable write at a time. Nothing is lost if
 // RENT dies in between: on start it rebuilds the pool and decides again.
 func (s *Service) Handle(_ context.Context, env events.Envelope) error {
-	s.mu.Lock()
-	if env.Seq > s.replayed {
-		s.pool.Apply(env)
+	if env.Seq <= s.replayed {
+		return nil
 	}
+	s.mu.Lock()
+	s.pool.Apply(env)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

@@ -48,7 +48,8 @@ type Config struct {
 	Store    stage.Store
 	// Grace is how long a job has between SIGTERM and SIGKILL.
 	Grace time.Duration
-	// MaxOutputBytes bounds what one job may return.
+	// MaxOutputBytes bounds what one job may return when its hold carries
+	// no disk; otherwise the hold's DiskBytes (request.disk) does.
 	MaxOutputBytes int64
 
 	Source string
@@ -163,9 +164,16 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	if err != nil {
 		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
 	}
+	labels := map[string]string{}
+	for k, v := range s.cfg.Labels {
+		labels[k] = v
+	}
+	if c, ok := s.cfg.Executor.(interface{ Containers() bool }); ok && c.Containers() {
+		labels[LabelContainers] = "true"
+	}
 	ann := events.NodeAnnounced{
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
-		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: s.cfg.Labels,
+		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 	}
 	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
@@ -330,7 +338,10 @@ func (s *Service) outputOf(ctx context.Context, job string) (events.DataRef, err
 	if !over || outcome != events.Succeeded || ret == nil {
 		return events.DataRef{}, fmt.Errorf("job %s has not succeeded (outcome %q)", job, outcome)
 	}
-	return stage.DirRef(ctx, s.cfg.Store, ret.Files)
+	if d, gone := events.DeletedOf(history, events.WhatOutput); gone {
+		return events.DataRef{}, fmt.Errorf("job %s: %s", job, events.DeletedReason(d))
+	}
+	return stage.OutputRef(ctx, s.cfg.Store, ret.Manifest, ret.Files)
 }
 
 func (s *Service) forget(job string, attempt int) {
@@ -390,12 +401,18 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	spec := held.Spec
 	stopped := events.RunStopped{Hold: held.Hold,
 		Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}}
+	// A failure before the job ran is the job's (bad data, say) unless it
+	// was stopped meanwhile: then the stop says why.
 	fail := func(format string, args ...any) events.RunStopped {
 		stopped.Outcome = events.Failed
 		stopped.Reason = fmt.Sprintf(format, args...)
-		if context.Cause(ctx) == errShutdown {
-			stopped.Outcome = events.NodeLost
-			stopped.Reason = "the node shut down before the job started"
+		switch context.Cause(ctx) {
+		case errShutdown:
+			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down before the job started"
+		case errFenced:
+			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease before the job started"
+		case errCancelRequested:
+			stopped.Outcome, stopped.Reason = events.Cancelled, "cancelled before it started"
 		}
 		return stopped
 	}
@@ -456,7 +473,19 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	// Whatever the job left is returned, on every path.
 	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-	collected, err := stage.Collect(collectCtx, s.cfg.Store, ws.OutDir, spec.Output, s.cfg.MaxOutputBytes)
+	// The job's declared disk bounds its output too; the node's bound is
+	// for holds that carry none.
+	bound := held.DiskBytes
+	if bound <= 0 {
+		bound = s.cfg.MaxOutputBytes
+	}
+	collected, err := stage.Collect(collectCtx, s.cfg.Store, ws.OutDir, spec.Output, bound)
+	tooLarge, size := errors.Is(err, stage.ErrOutputTooLarge) && collected.Bytes > bound, collected.Bytes
+	if tooLarge {
+		// Nothing was stored, and returning some of it would pass truncated
+		// output off as complete: none is returned, and the reason says why.
+		collected = events.Collected{}
+	}
 	collected.Declared = spec.Output
 	if collected.Files == nil {
 		collected.Files = []events.OutputFile{}
@@ -467,6 +496,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	stopped.Output = collected
 	if err != nil {
 		reason := fmt.Sprintf("collecting output: %v", err)
+		if tooLarge {
+			reason = fmt.Sprintf("output is %d bytes, over the job's bound of %d (request.disk)", size, bound)
+		}
 		if stopped.Outcome == events.Succeeded {
 			stopped.Outcome = events.Failed
 			stopped.Reason = reason

@@ -1,13 +1,79 @@
 package run
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/executor/container"
+	"github.com/e31net/e31/services/run/executor/sandbox"
 )
 
-// openSandbox returns the sandbox executor.
+// LabelContainers is the node label that says the node runs jobs that name
+// an image; RENT holds such jobs only on nodes that carry it.
+const LabelContainers = "containers"
+
+// openSandbox returns the sandbox executor, with the container executor for
+// jobs that name an image when a Docker engine answers. With kind "auto" a
+// host that cannot sandbox gets the plain process executor, loudly.
 func openSandbox(kind, root string, log *slog.Logger) (executor.Executor, error) {
-	log.Warn("the sandbox executor is not wired in yet; using plain child processes")
-	return executor.NewProcess(root)
+	sb, err := sandbox.New(sandbox.Config{Root: root, Logger: log})
+	if err != nil {
+		if kind == ExecAuto && errors.Is(err, sandbox.ErrNotSupported) {
+			log.Warn("this host cannot sandbox jobs; running them as plain child processes, NOT isolated", "why", err)
+			return executor.NewProcess(root)
+		}
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	r := &byImage{plain: sb}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ce, err := container.New(ctx, container.Config{Root: root, UIDBase: 3000000, Logger: log}); err == nil {
+		r.containers = ce
+		log.Info("jobs that name an image run as containers")
+	} else {
+		log.Info("no container engine: jobs that name an image are not held here", "why", err)
+	}
+	return r, nil
+}
+
+// byImage runs jobs that name an image as containers, the others in the
+// sandbox.
+type byImage struct {
+	plain      executor.Executor
+	containers executor.Executor
+}
+
+// Containers reports whether jobs that name an image can run here.
+func (b *byImage) Containers() bool { return b.containers != nil }
+
+func (b *byImage) pick(spec executor.Spec) (executor.Executor, error) {
+	if spec.Image == "" {
+		return b.plain, nil
+	}
+	if b.containers == nil {
+		return nil, fmt.Errorf("run: job %s names image %s, and this node has no container engine", spec.JobID, spec.Image)
+	}
+	return b.containers, nil
+}
+
+// Prepare implements executor.Executor.
+func (b *byImage) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
+	e, err := b.pick(spec)
+	if err != nil {
+		return nil, err
+	}
+	return e.Prepare(ctx, spec)
+}
+
+// Run implements executor.Executor.
+func (b *byImage) Run(ctx context.Context, ws *executor.Workspace) (executor.Result, error) {
+	e, err := b.pick(ws.Spec)
+	if err != nil {
+		return executor.Result{}, err
+	}
+	return e.Run(ctx, ws)
 }

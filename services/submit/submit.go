@@ -238,7 +238,10 @@ func (s *Service) outputOf(ctx context.Context, job string) (ref events.DataRef,
 	case outcome != events.Succeeded || ret == nil:
 		return ref, false, fmt.Sprintf("from_job %s did not succeed (%s)", job, outcome), nil
 	}
-	ref, err = stage.DirRef(ctx, s.store, ret.Files)
+	if d, gone := events.DeletedOf(history, events.WhatOutput); gone {
+		return ref, false, fmt.Sprintf("from_job %s: %s", job, events.DeletedReason(d)), nil
+	}
+	ref, err = stage.OutputRef(ctx, s.store, ret.Manifest, ret.Files)
 	if err != nil {
 		if isBadData(err) {
 			return ref, false, fmt.Sprintf("from_job %s: its output is no longer intact: %v", job, err), nil

@@ -1,20 +1,12 @@
-// Package audit rebuilds every hold record from the raw event log, checks
-// that the log is whole, and compares the rebuilt records with the ledger's.
-//
-// It shares nothing with the ledger's projection but the event types: it
-// reads raw stored messages, groups them by job, and derives each record
-// from the job's whole history at once, where the ledger folds events one by
-// one as they come. Two independent derivations that agree field by field
-// are the evidence that the records follow from the log.
 package audit
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
-	"reflect"
+	"runtime"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -40,22 +32,36 @@ type Finding struct {
 
 // Kinds of finding.
 const (
-	Undecodable = "undecodable"
-	Duplicate   = "duplicate"
-	Order       = "order"
-	Unreleased  = "unreleased"
-	Capacity    = "capacity"
-	Mismatch    = "mismatch"
-	MissingRec  = "missing_record"
-	ExtraRec    = "extra_record"
+	Undecodable  = "undecodable"  // a message that is not a valid event
+	Gap          = "gap"          // stream sequences missing from the log
+	Duplicate    = "duplicate"    // a message, or a service's event, stored twice
+	Order        = "order"        // an event where the life of a job does not allow it
+	Inconsistent = "inconsistent" // an event that contradicts itself or its hold
+	Unreleased   = "unreleased"   // compute still held for a job that is over
+	Clock        = "clock"        // compute released before it was held
+	Capacity     = "capacity"     // a node held beyond what it has, or while expired
+	Chain        = "chain"        // the log does not pass through a chain head
+	Mismatch     = "mismatch"     // the ledger's record differs from the log's
+	MissingRec   = "missing_record"
+	ExtraRec     = "extra_record"
 )
 
 // Report is what an audit found.
 type Report struct {
-	Events   int       `json:"events"`
-	Jobs     int       `json:"jobs"`
-	LastSeq  uint64    `json:"last_seq"`
-	Findings []Finding `json:"findings"`
+	Events  int    `json:"events"`
+	Jobs    int    `json:"jobs"`
+	LastSeq uint64 `json:"last_seq"`
+	// Head is the chain over every message read: give it to a later audit
+	// as --since-head.
+	Head api.Head `json:"head"`
+	// Checked lists the heads the chain was checked against.
+	Checked []api.Head `json:"checked,omitempty"`
+	// Skipped counts events of types this version does not know, by type:
+	// they are in the chain, but nothing else can be said of them.
+	Skipped  map[string]int `json:"skipped,omitempty"`
+	Findings []Finding      `json:"findings"`
+	// Compared counts the ledger's records compared with the rebuilt ones.
+	Compared int `json:"compared,omitempty"`
 	// Moving counts jobs whose ledger record already includes events logged
 	// after the audit read the log: they are not compared this time.
 	Moving  int                        `json:"moving,omitempty"`
@@ -65,353 +71,347 @@ type Report struct {
 // OK reports whether nothing was found.
 func (r *Report) OK() bool { return len(r.Findings) == 0 }
 
-// Auditor accumulates the log, one message at a time, in log order.
-type Auditor struct {
-	rep    Report
-	jobs   map[string][]events.Envelope
-	order  []string
-	ids    map[string]uint64
-	nodes  map[string]*nodeUse
-	lastAt map[string]uint64
+// Options configures an Auditor.
+type Options struct {
+	// Heads are chain heads the log must pass through: from an earlier
+	// `e31 ledger --head`, kept by the auditor.
+	Heads []api.Head
+	// LedgerHead is the ledger's head now: its chain must be the audit's.
+	LedgerHead api.Head
+	// Workers decode messages in parallel when reading; default GOMAXPROCS.
+	Workers int
 }
 
-type nodeUse struct{ capMilli, usedMilli, capMem, usedMem int64 }
+// Auditor accumulates the log, one message at a time, in log order, then
+// derives and checks every record in Finish. It is not safe for concurrent
+// use; Read* decode in parallel and feed it in order.
+type Auditor struct {
+	opts  Options
+	rep   Report
+	chain HashChain
+	heads map[uint64][]headCheck // heads to check, by sequence
+	seen  bitset                 // sequences read
+
+	jobs  map[string]*job
+	order []string
+	nodes map[string]*node
+	holds map[holdKey]*holdUse // attempts held and not yet released
+}
+
+// job is one job's history as read.
+type job struct {
+	facts []fact
+}
+
+// fact is one event of a job, reduced to what the record and the checks
+// need, so that a million of them fit in memory.
+type fact struct {
+	seq    uint64
+	typ    string
+	id     string
+	at     time.Time
+	digest [32]byte
+	ev     events.Event // slimmed: see slim
+	repeat bool         // the job's log already held this ce-id
+}
+
+// decoded is one message digested, decoded and checked on its own, ready
+// to be ingested in log order.
+type decoded struct {
+	raw    Raw
+	digest [32]byte
+	env    events.Envelope
+	err    error
+	id     string   // the ce-id, apart from the header block that holds it
+	wrong  []string // what the message gets wrong on its own
+}
 
 // New returns an empty Auditor.
-func New() *Auditor {
-	return &Auditor{jobs: map[string][]events.Envelope{}, ids: map[string]uint64{}, nodes: map[string]*nodeUse{}}
+func New(opts Options) *Auditor {
+	a := &Auditor{opts: opts, heads: map[uint64][]headCheck{}, jobs: map[string]*job{}, nodes: map[string]*node{},
+		holds: map[holdKey]*holdUse{}}
+	for _, h := range opts.Heads {
+		a.heads[h.Seq] = append(a.heads[h.Seq], headCheck{h, false})
+	}
+	if h := opts.LedgerHead; h.Seq > 0 {
+		a.heads[h.Seq] = append(a.heads[h.Seq], headCheck{h, true})
+	}
+	return a
 }
 
 // Add reads one message. Messages must come in log order.
 func (a *Auditor) Add(m Raw) {
-	a.rep.Events++
-	if m.Seq > a.rep.LastSeq {
-		a.rep.LastSeq = m.Seq
-	}
-	env, err := events.Decode(m.Subject, m.Headers, m.Body)
-	if err != nil {
-		a.find(Finding{Seq: m.Seq, Kind: Undecodable, Detail: err.Error()})
+	var d decoded
+	decodeInto(&d, m)
+	a.ingest(&d)
+}
+
+// decodeInto digests and decodes one message; it is safe to call
+// concurrently.
+func decodeInto(d *decoded, m Raw) {
+	d.raw, d.digest = m, Digest(m)
+	d.env, d.err = events.Decode(m.Subject, m.Headers, m.Body)
+	if d.err != nil {
 		return
 	}
+	env := &d.env
 	env.Seq = m.Seq
-	if prev, dup := a.ids[env.ID]; dup {
-		a.find(Finding{Job: env.Subject, Seq: m.Seq, Kind: Duplicate, Detail: fmt.Sprintf("event id %s was already stored at #%d", env.ID, prev)})
-		return
+	env.Event = slim(env.Event)
+	d.id = strings.Clone(env.ID)
+	if want := events.ID(env.Subject, env.Event); env.ID != want {
+		d.wrong = append(d.wrong, fmt.Sprintf("ce-id is %q, but a %s about %s has the id %q", env.ID, events.Name(env.Type), env.Subject, want))
 	}
-	a.ids[env.ID] = env.Seq
-	a.capacity(env)
-	if _, isNode := env.Event.(*events.NodeAnnounced); isNode {
-		return
+	if vs := m.Headers.Values(events.HeaderMsgID); len(vs) > 0 && vs[0] != env.ID {
+		d.wrong = append(d.wrong, fmt.Sprintf("Nats-Msg-Id is %q, not the ce-id %q", vs[0], env.ID))
 	}
-	if _, seen := a.jobs[env.Subject]; !seen {
-		a.order = append(a.order, env.Subject)
-	}
-	a.jobs[env.Subject] = append(a.jobs[env.Subject], env)
 }
 
-// capacity tracks what is held on each node at every instant of the log.
-func (a *Auditor) capacity(env events.Envelope) {
-	switch e := env.Event.(type) {
-	case *events.NodeAnnounced:
-		n := a.node(e.Node)
-		n.capMilli, n.capMem = int64(math.Round(e.CPU*1000)), e.MemoryBytes
+// slim drops from an event what no record or check reads (the job's
+// declaration beyond its name and request, the files RUN collected), so
+// that the audit of a long log fits in memory.
+func slim(ev events.Event) events.Event {
+	switch e := ev.(type) {
+	case *events.JobRequested:
+		e.Spec = slimSpec(e.Spec)
+	case *events.JobSubmitted:
+		e.Spec = slimSpec(e.Spec)
 	case *events.ComputeHeld:
-		n := a.node(e.Node)
-		n.usedMilli += int64(math.Round(e.CPU * 1000))
-		n.usedMem += e.MemoryBytes
-		if n.usedMilli > n.capMilli || n.usedMem > n.capMem {
-			a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Capacity, Detail: fmt.Sprintf(
-				"node %s held beyond its capacity: %g of %g cpu, %d of %d bytes of memory",
-				e.Node, float64(n.usedMilli)/1000, float64(n.capMilli)/1000, n.usedMem, n.capMem)})
+		e.Spec = events.JobSpec{}
+	case *events.RunStopped:
+		e.Output = events.Collected{}
+	}
+	return ev
+}
+
+func slimSpec(s events.JobSpec) events.JobSpec {
+	return events.JobSpec{Name: s.Name, Request: s.Request, Sweep: s.Sweep}
+}
+
+// ingest takes one decoded message, in log order.
+func (a *Auditor) ingest(d *decoded) {
+	m := d.raw
+	a.rep.Events++
+	a.chain.Add(m.Seq, d.digest)
+	for _, h := range a.heads[m.Seq] {
+		a.checkHead(h)
+	}
+	delete(a.heads, m.Seq)
+	if a.seen.has(m.Seq) {
+		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Duplicate, Detail: fmt.Sprintf("message #%d appears twice in the log", m.Seq)})
+		return
+	}
+	if m.Seq < a.rep.LastSeq {
+		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Order, Detail: fmt.Sprintf("message #%d comes after #%d: out of stream order", m.Seq, a.rep.LastSeq)})
+	}
+	a.seen.set(m.Seq)
+	a.rep.LastSeq = max(a.rep.LastSeq, m.Seq)
+	if d.err != nil {
+		if events.IsUnknownType(d.err) {
+			if a.rep.Skipped == nil {
+				a.rep.Skipped = map[string]int{}
+			}
+			a.rep.Skipped[m.Headers.Get(events.HeaderType)]++
+			return
 		}
-	case *events.ComputeReleased:
-		n := a.node(e.Node)
-		n.usedMilli -= int64(math.Round(e.CPU * 1000))
-		n.usedMem -= e.MemoryBytes
+		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Undecodable, Detail: d.err.Error()})
+		return
+	}
+	env := &d.env
+	for _, w := range d.wrong {
+		a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Inconsistent, Detail: w})
+	}
+	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
+	if strings.HasPrefix(env.NATSSubject, "e31.node.") {
+		a.nodeEvent(f, env.Subject)
+		return
+	}
+	j := a.jobs[env.Subject]
+	if j == nil {
+		// Most jobs have eight events or fewer; the id is cloned so that
+		// it does not hold the header block it came in.
+		j = &job{facts: make([]fact, 0, 8)}
+		id := strings.Clone(env.Subject)
+		a.jobs[id] = j
+		a.order = append(a.order, id)
+	}
+	for i := range j.facts {
+		if j.facts[i].id == f.id {
+			f.repeat = true
+			if !isRequest(f.typ) {
+				a.find(Finding{Job: env.Subject, Seq: f.seq, Kind: Duplicate, Detail: fmt.Sprintf(
+					"%s %s was already stored at #%d", events.Name(f.typ), f.id, j.facts[i].seq)})
+			}
+			break
+		}
+	}
+	j.facts = append(j.facts, f)
+	if !f.repeat {
+		a.capacity(env.Subject, f)
 	}
 }
 
-func (a *Auditor) node(name string) *nodeUse {
-	n := a.nodes[name]
-	if n == nil {
-		n = &nodeUse{}
-		a.nodes[name] = n
+// typeNames maps each event type to itself, held apart from the header
+// blocks the types arrive in: a fact keeps its type, not the message.
+var typeNames = func() map[string]string {
+	m := map[string]string{}
+	for _, t := range events.Types() {
+		m[t] = t
 	}
-	return n
+	return m
+}()
+
+// isRequest reports whether a type is a client's request, which may be
+// repeated: asking twice is no fault, and changes nothing.
+func isRequest(typ string) bool {
+	switch typ {
+	case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested:
+		return true
+	}
+	return false
+}
+
+// headCheck is a head to check, and whether it is the ledger's.
+type headCheck struct {
+	api.Head
+	ledger bool
+}
+
+// checkHead checks the chain, just past h.Seq, against a head.
+func (a *Auditor) checkHead(h headCheck) {
+	a.rep.Checked = append(a.rep.Checked, h.Head)
+	got := a.chain.Head()
+	switch {
+	case got.Hash == h.Hash:
+	case h.ledger:
+		a.find(Finding{Seq: h.Seq, Kind: Chain, Detail: fmt.Sprintf(
+			"the ledger's chain head is %s, but recomputed from the first message the chain is %s at #%d: the ledger read a different log",
+			h.Head, got.Hash, h.Seq)})
+	default:
+		a.find(Finding{Seq: h.Seq, Kind: Chain, Detail: fmt.Sprintf(
+			"the chain does not pass through %s: recomputed from the first message it is %s at #%d, so something at or before #%d was changed, inserted or removed",
+			h.Head, got.Hash, h.Seq, h.Seq)})
+	}
 }
 
 func (a *Auditor) find(f Finding) { a.rep.Findings = append(a.rep.Findings, f) }
 
-// Finish derives every job's record and checks each job's history.
-func (a *Auditor) Finish() *Report {
-	a.rep.Records = make(map[string]*api.HoldRecord, len(a.jobs))
-	for _, id := range a.order {
-		rec, findings := derive(id, a.jobs[id])
-		a.rep.Records[id] = rec
-		a.rep.Findings = append(a.rep.Findings, findings...)
+// jobOf is the job id in a job event's subject, if it is one.
+func jobOf(subject string) string {
+	rest, ok := strings.CutPrefix(subject, "e31.job.")
+	if !ok {
+		return ""
 	}
-	a.rep.Jobs = len(a.jobs)
+	id, _, _ := strings.Cut(rest, ".")
+	return id
+}
+
+// Finish derives every job's record, checks each job's history and what
+// was not read, and returns the report.
+func (a *Auditor) Finish() *Report {
+	for seq, hs := range a.heads {
+		for _, h := range hs {
+			a.rep.Checked = append(a.rep.Checked, h.Head)
+			a.find(Finding{Seq: seq, Kind: Chain, Detail: fmt.Sprintf(
+				"the log has no message #%d, so it cannot pass through the head %s: it was removed, or the log was cut short", seq, h.Head)})
+		}
+	}
+	a.heads = nil
+	for _, g := range a.seen.gaps(a.rep.LastSeq) {
+		detail := fmt.Sprintf("message #%d is missing from the log", g[0])
+		if g[1] > g[0] {
+			detail = fmt.Sprintf("messages #%d to #%d are missing from the log", g[0], g[1])
+		}
+		a.find(Finding{Seq: g[0], Kind: Gap, Detail: detail})
+	}
+	// Jobs are independent: derive them on every core.
+	type result struct {
+		rec      *api.HoldRecord
+		findings []Finding
+	}
+	results := make([]result, len(a.order))
+	workers := a.opts.Workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var wg sync.WaitGroup
+	chunk := (len(a.order) + workers - 1) / max(workers, 1)
+	for start := 0; start < len(a.order); start += max(chunk, 1) {
+		end := min(start+max(chunk, 1), len(a.order))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := start; i < end; i++ {
+				rec, fs := derive(a.order[i], a.jobs[a.order[i]].facts)
+				results[i] = result{rec, fs}
+			}
+		}()
+	}
+	wg.Wait()
+	a.rep.Records = make(map[string]*api.HoldRecord, len(a.order))
+	for i, id := range a.order {
+		a.rep.Records[id] = results[i].rec
+		a.rep.Findings = append(a.rep.Findings, results[i].findings...)
+	}
+	a.rep.Jobs = len(a.order)
+	a.rep.Head = a.chain.Head()
+	// Findings about the log come in the order of the log; those about a
+	// job as a whole after them.
+	sort.SliceStable(a.rep.Findings, func(i, j int) bool {
+		si, sj := a.rep.Findings[i].Seq, a.rep.Findings[j].Seq
+		return si != 0 && (sj == 0 || si < sj)
+	})
+	if a.rep.Findings == nil {
+		a.rep.Findings = []Finding{}
+	}
 	return &a.rep
 }
 
-// step is where an event may come in an attempt's life, in order.
-var step = map[string]int{
-	events.TypeComputeHeld: 1, events.TypeRunStarted: 2, events.TypeRunStopped: 3,
-	// A lost node's attempt ends with HoldLost instead of being stopped and
-	// returned: it may follow the hold or the start, and only the release
-	// may follow it.
-	events.TypeHoldLost:       4,
-	events.TypeOutputReturned: 4, events.TypeComputeReleased: 5,
+// bitset records which sequences were read.
+type bitset []uint64
+
+func (b *bitset) set(n uint64) {
+	i := int(n / 64)
+	for i >= len(*b) {
+		*b = append(*b, 0)
+	}
+	(*b)[i] |= 1 << (n % 64)
 }
 
-// derive builds one job's record from its whole history and checks it.
-func derive(job string, evs []events.Envelope) (*api.HoldRecord, []Finding) {
-	var findings []Finding
-	bad := func(e events.Envelope, kind, format string, args ...any) {
-		findings = append(findings, Finding{Job: job, Seq: e.Seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
-	}
-	// A second request under a used id is refused by SUBMIT and is no part of the job.
-	kept := evs[:0:0]
-	for i, e := range evs {
-		if e.Type == events.TypeJobRequested && i > 0 {
+func (b bitset) has(n uint64) bool {
+	i := int(n / 64)
+	return i < len(b) && b[i]&(1<<(n%64)) != 0
+}
+
+// gaps lists the ranges of sequences from 1 to last that were not read.
+func (b bitset) gaps(last uint64) [][2]uint64 {
+	var out [][2]uint64
+	for n := uint64(1); n <= last; n++ {
+		if b.has(n) {
 			continue
 		}
-		kept = append(kept, e)
-	}
-	rec := &api.HoldRecord{Job: job, Events: make([]api.EventRef, 0, len(kept)), Output: api.Output{Missing: []string{}}}
-	for _, e := range kept {
-		rec.Events = append(rec.Events, api.EventRef{Seq: e.Seq, Type: events.Name(e.Type)})
-	}
-
-	type attempt struct {
-		a    api.Attempt
-		last int
-		ret  *events.OutputReturned
-	}
-	attempts := map[int]*attempt{}
-	var numbers []int
-	var submitted, ended *events.Envelope
-	state := api.StateSubmitted
-	for i := range kept {
-		e := kept[i]
-		t := e.Time.UTC()
-		if ended != nil {
-			bad(e, Order, "%s after the job ended with %s at #%d", events.Name(e.Type), events.Name(ended.Type), ended.Seq)
+		start := n
+		for n+1 <= last && !b.has(n+1) {
+			n++
 		}
-		if h, ok := events.HoldOf(e.Event); ok {
-			at := attempts[h.Attempt]
-			if at == nil {
-				if e.Type != events.TypeComputeHeld {
-					bad(e, Order, "%s for attempt %d, which was never held", events.Name(e.Type), h.Attempt)
-				}
-				if submitted == nil {
-					bad(e, Order, "compute held for a job that was never submitted")
-				}
-				at = &attempt{a: api.Attempt{Attempt: h.Attempt, Node: h.Node}}
-				attempts[h.Attempt] = at
-				numbers = append(numbers, h.Attempt)
-			}
-			if s := step[e.Type]; s <= at.last {
-				bad(e, Order, "%s for attempt %d out of order", events.Name(e.Type), h.Attempt)
-			} else {
-				at.last = s
-			}
-			switch ev := e.Event.(type) {
-			case *events.ComputeHeld:
-				at.a.HeldAt, state = &t, api.StateHeld
-			case *events.RunStarted:
-				at.a.StartedAt, state = &t, api.StateRunning
-			case *events.RunStopped:
-				at.a.StoppedAt, state = &t, api.StateStopped
-				at.a.ExitCode, at.a.Usage = ev.ExitCode, ev.Usage
-				at.a.Outcome, at.a.Reason = ev.Outcome, ev.Reason
-			case *events.HoldLost:
-				state = api.StateStopped
-				at.a.Outcome, at.a.Reason = events.NodeLost, ev.Reason
-			case *events.OutputReturned:
-				at.a.OutputReturnedAt, state = &t, api.StateReturned
-				at.a.Outcome = ev.Outcome
-				if ev.Reason != "" {
-					at.a.Reason = ev.Reason
-				}
-				at.ret = ev
-				rec.Output = outputOf(ev)
-			case *events.ComputeReleased:
-				at.a.ReleasedAt = &t
-				if at.a.HeldAt != nil {
-					at.a.HeldSeconds = t.Sub(*at.a.HeldAt).Seconds()
-				}
-				if at.a.Outcome == "" {
-					at.a.Outcome = ev.Outcome
-				}
-				state = api.StateWaiting
-				if ev.Final {
-					state = api.StateReleased
-					ended = &kept[i]
-				}
-			}
-			continue
-		}
-		switch ev := e.Event.(type) {
-		case *events.JobRequested:
-			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, request(ev.Spec), ev.Spec.Sweep
-		case *events.JobSubmitted:
-			if submitted != nil {
-				bad(e, Duplicate, "submitted again (first at #%d)", submitted.Seq)
-			}
-			submitted = &kept[i]
-			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, request(ev.Spec), ev.Spec.Sweep
-			rec.SubmittedAt, state = &t, api.StateWaiting
-		case *events.JobRejected:
-			state, rec.Outcome, rec.Reason = api.StateRejected, events.Rejected, ev.Reason
-			ended = &kept[i]
-		case *events.JobCancelled:
-			state, rec.Outcome, rec.Reason = api.StateCancelled, events.Cancelled, ev.Reason
-			ended = &kept[i]
-		}
+		out = append(out, [2]uint64{start, n})
 	}
-	rec.State = state
-	for _, n := range numbers {
-		at := attempts[n]
-		rec.Attempts = append(rec.Attempts, at.a)
-		rec.HeldSeconds += at.a.HeldSeconds
-		if ended != nil && at.a.ReleasedAt == nil {
-			findings = append(findings, Finding{Job: job, Kind: Unreleased, Detail: fmt.Sprintf("attempt %d on %s was held and never released, but the job is over", n, at.a.Node)})
-		}
-	}
-	if len(numbers) > 0 {
-		last := rec.Attempts[len(rec.Attempts)-1]
-		rec.Node, rec.HeldAt, rec.StartedAt, rec.StoppedAt = last.Node, last.HeldAt, last.StartedAt, last.StoppedAt
-		rec.OutputReturnedAt, rec.ReleasedAt, rec.Usage, rec.ExitCode = last.OutputReturnedAt, last.ReleasedAt, last.Usage, last.ExitCode
-		if last.Outcome != "" && state != api.StateRejected && state != api.StateCancelled {
-			rec.Outcome, rec.Reason = last.Outcome, last.Reason
-		}
-	}
-	return rec, findings
-}
-
-func outputOf(r *events.OutputReturned) api.Output {
-	missing := r.Missing
-	if missing == nil {
-		missing = []string{}
-	}
-	return api.Output{Files: len(r.Files), Bytes: r.Bytes, Partial: r.Partial, Missing: missing, List: r.Files}
-}
-
-func request(s events.JobSpec) api.Request {
-	return api.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
-}
-
-// Compare checks the ledger's records against the rebuilt ones, field by
-// field, and adds a finding for every difference.
-func (r *Report) Compare(ledger []*api.HoldRecord) {
-	seen := map[string]bool{}
-	for _, l := range ledger {
-		seen[l.Job] = true
-		if n := len(l.Events); n > 0 && l.Events[n-1].Seq > r.LastSeq {
-			r.Moving++
-			continue
-		}
-		mine, ok := r.Records[l.Job]
-		if !ok {
-			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: ExtraRec, Detail: "the ledger has a record for a job with no events in the log"})
-			continue
-		}
-		for _, d := range diff(toMap(l), toMap(mine), "") {
-			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: d})
-		}
-	}
-	ids := make([]string, 0, len(r.Records))
-	for id := range r.Records {
-		if !seen[id] && r.Moving == 0 {
-			ids = append(ids, id)
-		}
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
-		r.Findings = append(r.Findings, Finding{Job: id, Kind: MissingRec, Detail: "the log has this job but the ledger has no record of it"})
-	}
-}
-
-func toMap(v any) map[string]any {
-	b, _ := json.Marshal(v)
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	return m
-}
-
-// diff lists the paths where ledger and audit disagree.
-func diff(ledger, audit any, path string) []string {
-	lm, lok := ledger.(map[string]any)
-	am, aok := audit.(map[string]any)
-	if lok && aok {
-		keys := map[string]bool{}
-		for k := range lm {
-			keys[k] = true
-		}
-		for k := range am {
-			keys[k] = true
-		}
-		sorted := make([]string, 0, len(keys))
-		for k := range keys {
-			sorted = append(sorted, k)
-		}
-		sort.Strings(sorted)
-		var out []string
-		for _, k := range sorted {
-			out = append(out, diff(lm[k], am[k], join(path, k))...)
-		}
-		return out
-	}
-	ll, lok := ledger.([]any)
-	al, aok := audit.([]any)
-	if lok && aok && len(ll) == len(al) {
-		var out []string
-		for i := range ll {
-			out = append(out, diff(ll[i], al[i], fmt.Sprintf("%s[%d]", path, i))...)
-		}
-		return out
-	}
-	if closeEnough(ledger, audit) {
-		return nil
-	}
-	return []string{fmt.Sprintf("%s: ledger has %s, the log gives %s", path, show(ledger), show(audit))}
-}
-
-// closeEnough compares leaves; seconds are compared to the microsecond,
-// which is finer than any clock that stamped them.
-func closeEnough(a, b any) bool {
-	fa, aok := a.(float64)
-	fb, bok := b.(float64)
-	if aok && bok {
-		return math.Abs(fa-fb) < 1e-6
-	}
-	return reflect.DeepEqual(a, b)
-}
-
-func join(path, k string) string {
-	if path == "" {
-		return k
-	}
-	return path + "." + k
-}
-
-func show(v any) string {
-	if v == nil {
-		return "nothing"
-	}
-	b, _ := json.Marshal(v)
-	s := string(b)
-	if len(s) > 80 {
-		s = s[:77] + "..."
-	}
-	return s
+	return out
 }
 
 // Summary is one line for people.
 func (r *Report) Summary() string {
 	if r.OK() {
-		return fmt.Sprintf("audit passed: %d events, %d jobs, every record rebuilt from the log matches the ledger", r.Events, r.Jobs)
+		s := fmt.Sprintf("audit passed: %d events, %d jobs; the log is whole", r.Events, r.Jobs)
+		if r.Compared > 0 {
+			s += fmt.Sprintf(" and every record rebuilt from it matches the ledger's (%d compared)", r.Compared)
+		}
+		if len(r.Checked) > 0 {
+			s += fmt.Sprintf("; it passes through %d head(s)", len(r.Checked))
+		}
+		if len(r.Checked) == 0 && r.Compared == 0 {
+			s += " (with no head and no records to hold it against, a changed event would go unseen)"
+		}
+		return s + "; chain head " + r.Head.String()
 	}
 	kinds := map[string]int{}
 	for _, f := range r.Findings {

@@ -268,7 +268,7 @@ func TestForkBomb(t *testing.T) {
 	t.Parallel()
 	e := newExecutor(t, Config{PidsMax: 64})
 	s := spec("bomb", sh(`b() { b | b & }; b; while :; do sleep 1; done`))
-	s.Limit = 2 * time.Second
+	s.Limit = 3 * time.Second
 	ws := prepare(t, e, s)
 	j := e.jobOf(ws)
 	r := finish(t, context.Background(), e, ws)
@@ -463,7 +463,7 @@ echo up > /out/up
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := spec("daemon-"+c.name, sh(c.script))
-			s.Limit = time.Second
+			s.Limit = 2 * time.Second
 			r := runJob(t, e, s, nil)
 			if r.res.Outcome != c.outcome {
 				t.Errorf("outcome %s (%s), want %s", r.res.Outcome, r.res.Reason, c.outcome)

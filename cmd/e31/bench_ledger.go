@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/e31net/e31/cmd/e31/internal/audit"
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/ledger"
+)
+
+type benchLedgerOptions struct {
+	events  int
+	profile string
+	keep    bool
+}
+
+func benchLedgerCmd(a *app) *cobra.Command {
+	var o benchLedgerOptions
+	cmd := &cobra.Command{
+		Use:   "ledger",
+		Short: "Measure the audit's replay rate and the ledger's rebuild time over a long log",
+		Long: `Write --events synthetic but valid job events (about 8 a job: successes,
+failures, cancels, lost nodes held again, rejections, deletions, over 16 nodes)
+into an embedded server with --sync interval, then time on this machine:
+
+  audit:  'e31 audit's independent replay of the whole log: reading every
+          message, digests and the hash chain, rebuilding every record and
+          every check (events per second);
+  ledger: the LEDGER rebuilding every record and its chain from scratch, from
+          start until it has caught up with the log.
+
+Both must find the log whole and agree on its chain head. The last line is
+one machine-readable summary.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.events <= 0 {
+				return usageErr("--events must be positive")
+			}
+			return runBenchLedger(cmd.Context(), a.out, o)
+		},
+	}
+	cmd.Flags().IntVar(&o.events, "events", 1_000_000, "events to write")
+	cmd.Flags().StringVar(&o.profile, "cpuprofile", "", "write CPU profiles of the audit's replay to this file, and of the ledger's rebuild to FILE.ledger")
+	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the temporary directory")
+	return cmd
+}
+
+func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) error {
+	dir, err := os.MkdirTemp("", "e31-bench-ledger-")
+	if err != nil {
+		return err
+	}
+	if !o.keep {
+		defer os.RemoveAll(dir)
+	}
+	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
+	if err != nil {
+		return troubleErr(err)
+	}
+	defer b.Shutdown(context.Background())
+	nc, err := b.Connect("bench")
+	if err != nil {
+		return troubleErr(err)
+	}
+	defer nc.Close()
+	js, err := connect.Ready(ctx, nc)
+	if err != nil {
+		return troubleErr(err)
+	}
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		return troubleErr(err)
+	}
+	fmt.Fprintf(out, "e31 bench ledger: %d cores, sync=interval, in %s\n", runtime.NumCPU(), dir)
+
+	start := time.Now()
+	n, jobs, err := writeSyntheticLog(ctx, js, o.events)
+	if err != nil {
+		return err
+	}
+	wrote := time.Since(start)
+	fmt.Fprintf(out, "wrote %d events (%d jobs) in %s: %.0f events/s, published asynchronously\n", n, jobs, wrote.Round(time.Millisecond), float64(n)/wrote.Seconds())
+
+	// The floor: reading alone, through NATS, with the server on the same cores.
+	start, cpu0 := time.Now(), cpuTime()
+	read, err := readOnly(ctx, js)
+	if err != nil {
+		return fmt.Errorf("bench ledger: read the log: %w", err)
+	}
+	readTook, readCPU := time.Since(start), cpuTime()-cpu0
+	fmt.Fprintf(out, "read only (the floor): %d events in %s (%.1f cpu-seconds, server included): %.0f events/s\n",
+		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds())
+
+	// The audit's replay, as `e31 audit` runs it.
+	runtime.GC()
+	old := debug.SetGCPercent(400) // as `e31 audit` runs
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	start, cpu0 = time.Now(), cpuTime()
+	au := audit.New(audit.Options{})
+	if err := au.ReadStream(ctx, js); err != nil {
+		return err
+	}
+	rep := au.Finish()
+	auditTook, auditCPU := time.Since(start), cpuTime()-cpu0
+	if o.profile != "" {
+		pprof.StopCPUProfile()
+	}
+	debug.SetGCPercent(old)
+	auditRate := float64(rep.Events) / auditTook.Seconds()
+	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s; %s\n",
+		rep.Events, rep.Jobs, auditTook.Round(time.Millisecond), auditCPU.Seconds(), auditRate, rep.Summary())
+	if !rep.OK() {
+		for _, f := range rep.Findings[:min(len(rep.Findings), 10)] {
+			fmt.Fprintf(out, "  %s %s #%d: %s\n", f.Kind, f.Job, f.Seq, f.Detail)
+		}
+		return &exitError{exitFailed, errors.New("bench ledger: the audit found the synthetic log wrong")}
+	}
+	auditHead := rep.Head
+	rep, au = nil, nil
+	runtime.GC()
+
+	// The ledger's rebuild from scratch, as on every start.
+	if o.profile != "" {
+		f, err := os.Create(o.profile + ".ledger")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	start, cpu0 = time.Now(), cpuTime()
+	svc, err := ledger.New(nc, js, ledger.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	select {
+	case <-svc.CaughtUp():
+	case err := <-done:
+		stop()
+		return fmt.Errorf("bench ledger: the ledger stopped: %w", err)
+	case <-ctx.Done():
+		stop()
+		return ctx.Err()
+	}
+	rebuilt, rebuildCPU := time.Since(start), cpuTime()-cpu0
+	if o.profile != "" {
+		pprof.StopCPUProfile()
+	}
+	var info api.LedgerInfo
+	err = askJSON(nc, api.LedgerInfoSubject, &info)
+	ledgerHead := info.Head.String()
+	stop()
+	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {
+		return rerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "ledger rebuild from scratch: %d events in %s (%.1f cpu-seconds, server included): %.0f events/s\n",
+		n, rebuilt.Round(time.Millisecond), rebuildCPU.Seconds(), float64(n)/rebuilt.Seconds())
+	if ledgerHead != auditHead.String() {
+		return &exitError{exitFailed, fmt.Errorf("bench ledger: the ledger's head %s is not the audit's %s", ledgerHead, auditHead)}
+	}
+	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
+	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f cores=%d\n",
+		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, rebuilt.Seconds(), float64(n)/rebuilt.Seconds(),
+		auditCPU.Seconds(), rebuildCPU.Seconds(), runtime.NumCPU())
+	return nil
+}
+
+// askJSON asks a query endpoint and decodes the reply.
+func askJSON(nc *nats.Conn, subject string, reply any) error {
+	m, err := nc.Request(subject, nil, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if err := json.Unmarshal(m.Data, reply); err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	return nil
+}
+
+// syntheticJobs is one round of the synthetic log: six jobs, 48 events,
+// so eight a job, covering every path of a job's life.
+func syntheticJobs(round int, base time.Time) [][]events.Envelope {
+	const nodes = 16
+	spec := events.JobSpec{Name: "bench", Work: events.Work{Command: []string{"/bin/sh", "-c", "true"}},
+		Request: events.Request{CPU: 1, MemoryBytes: 2 << 30, GPU: 0, DiskBytes: 1 << 30, LimitSeconds: 600}}
+	gpuSpec := spec
+	gpuSpec.Request.GPU = 1
+	zero, three := 0, 3
+	none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}}
+	out := make([][]events.Envelope, 0, 6)
+	for k := 0; k < 6; k++ {
+		i := round*6 + k
+		job := fmt.Sprintf("job-%08d", i)
+		who := fmt.Sprintf("team-%d", i%7)
+		s := spec
+		if k == 0 {
+			s = gpuSpec
+		}
+		node := func(attempt int) string { return fmt.Sprintf("node-%02d", (i+attempt)%nodes) }
+		hold := func(attempt int) events.Hold {
+			return events.Hold{Attempt: attempt, Node: node(attempt), CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes,
+				GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes}
+		}
+		var evs []events.Event
+		add := func(e ...events.Event) { evs = append(evs, e...) }
+		run := func(h events.Hold, outcome events.Outcome, exit *int, final bool) {
+			add(events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, events.RunStarted{Hold: h},
+				events.RunStopped{Hold: h, Outcome: outcome, ExitCode: exit, Usage: events.Usage{CPUSeconds: 0.5, MaxRSSBytes: 64 << 20}, Output: none},
+				events.OutputReturned{Hold: h, Outcome: outcome, Files: []events.OutputFile{}, Missing: []string{}},
+				events.ComputeReleased{Hold: h, Outcome: outcome, Final: final})
+		}
+		add(events.JobRequested{Submitter: who, Spec: s})
+		switch k {
+		case 0: // succeeded (7)
+			add(events.JobSubmitted{Submitter: who, Spec: s})
+			run(hold(1), events.Succeeded, &zero, true)
+		case 1: // failed (7)
+			add(events.JobSubmitted{Submitter: who, Spec: s})
+			run(hold(1), events.Failed, &three, true)
+		case 2: // cancelled while it ran (8)
+			h := hold(1)
+			add(events.JobSubmitted{Submitter: who, Spec: s}, events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, events.RunStarted{Hold: h},
+				events.CancelRequested{By: who}, events.RunStopped{Hold: h, Outcome: events.Cancelled, Output: none},
+				events.OutputReturned{Hold: h, Outcome: events.Cancelled, Partial: true, Files: []events.OutputFile{}, Missing: []string{}},
+				events.ComputeReleased{Hold: h, Outcome: events.Cancelled, Final: true})
+		case 3: // its node restarted while it ran, then it succeeded (12)
+			add(events.JobSubmitted{Submitter: who, Spec: s})
+			run(hold(1), events.NodeLost, nil, false)
+			run(hold(2), events.Succeeded, &zero, true)
+		case 4: // rejected (2)
+			add(events.JobRejected{Reason: "request.limit: required"})
+		case 5: // its node's lease lapsed, then it ran out of memory; its output deleted (12)
+			h := hold(1)
+			add(events.JobSubmitted{Submitter: who, Spec: s}, events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, events.RunStarted{Hold: h},
+				events.HoldLost{Hold: h, Reason: "the node's lease lapsed"}, events.ComputeReleased{Hold: h, Outcome: events.NodeLost})
+			run(hold(2), events.OutOfMemory, nil, true)
+			add(events.DeleteRequested{What: events.WhatOutput, By: who})
+		}
+		envs := make([]events.Envelope, len(evs))
+		for j, ev := range evs {
+			envs[j] = events.New(job, ev, "e31/bench", base)
+		}
+		out = append(out, envs)
+	}
+	return out
+}
+
+// writeSyntheticLog publishes at least n events: node announcements, then
+// rounds of jobs whose lives interleave, as jobs on a busy pool do. It
+// publishes asynchronously, waiting for acknowledgements now and then.
+func writeSyntheticLog(ctx context.Context, js jetstream.JetStream, n int) (written, jobs int, err error) {
+	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	tick := func() time.Time {
+		base = base.Add(10 * time.Microsecond)
+		return base
+	}
+	pending := 0
+	publish := func(env events.Envelope) error {
+		env.Time = tick()
+		m, err := env.Msg()
+		if err != nil {
+			return err
+		}
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			return fmt.Errorf("bench ledger: publish: %w", err)
+		}
+		written++
+		if pending++; pending == 2000 {
+			pending = 0
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	for i := 0; i < 16; i++ {
+		name := fmt.Sprintf("node-%02d", i)
+		if err := publish(events.New(name, events.NodeAnnounced{Node: name, Boot: "b1", CPU: 16, MemoryBytes: 64 << 30, GPU: 4, DiskBytes: 1 << 40}, "e31/bench", base)); err != nil {
+			return written, jobs, err
+		}
+	}
+	// Eight rounds at a time: 48 jobs whose events interleave.
+	for round := 0; written < n; round += 8 {
+		var lives [][]events.Envelope
+		for r := round; r < round+8; r++ {
+			lives = append(lives, syntheticJobs(r, base)...)
+		}
+		jobs += len(lives)
+		for step := 0; ; step++ {
+			more := false
+			for _, life := range lives {
+				if step < len(life) {
+					more = true
+					if err := publish(life[step]); err != nil {
+						return written, jobs, err
+					}
+				}
+			}
+			if !more {
+				break
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return written, jobs, ctx.Err()
+	}
+	return written, jobs, nil
+}
+
+// cpuTime is the CPU time this process has used, user and system: on a
+// machine others share, the figure that wall-clock rates depend on.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// readOnly reads every message of the log through an ordered consumer and
+// does nothing else: the floor under any replay on this machine.
+func readOnly(ctx context.Context, js jetstream.JetStream) (int, error) {
+	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
+	}
+	pending := cons.CachedInfo().NumPending
+	iter, err := cons.Messages(jetstream.PullMaxMessages(2048))
+	if err != nil {
+		return 0, err
+	}
+	defer iter.Stop()
+	n := 0
+	for read := uint64(0); read < pending; read++ {
+		m, err := iter.Next()
+		if err != nil {
+			return n, err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return n, err
+		}
+		n++
+		if md.NumPending == 0 {
+			break
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,279 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/rent"
+)
+
+func benchSchedulerCmd(a *app) *cobra.Command {
+	var jobs, nodes, decisions int
+	cmd := &cobra.Command{
+		Use:   "scheduler",
+		Short: "Measure RENT with a deep queue: decisions per second and memory per queued job",
+		Long: `Queue --jobs jobs over --nodes node announcements, as real events on an
+embedded server, then start RENT alone: it rebuilds from the log and holds
+what fits; a releaser gives every hold back at once, so RENT keeps deciding
+with the queue still deep. Reports the rebuild time, decisions per second end
+to end, the cost of one decision at a short and at the full queue (in memory),
+and the heap per queued job.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runBenchScheduler(cmd.Context(), a.out, jobs, nodes, decisions)
+		},
+	}
+	cmd.Flags().IntVar(&jobs, "jobs", 100000, "jobs queued")
+	cmd.Flags().IntVar(&nodes, "nodes", 1000, "nodes announced")
+	cmd.Flags().IntVar(&decisions, "decisions", 20000, "holds to measure end to end")
+	return cmd
+}
+
+// benchSpec is a queued job of the scheduler bench.
+func benchSpec(i int) events.JobSpec {
+	return events.JobSpec{Name: "sched", Work: events.Work{Command: []string{"/bin/true"}}, Priority: i%5 - 2,
+		Request: events.Request{CPU: 1, MemoryBytes: 256 << 20, DiskBytes: 64 << 20, LimitSeconds: float64(60 + i%600)}}
+}
+
+func runBenchScheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) error {
+	// Memory and pure decision cost, in memory first.
+	perJob, short, deep := poolCosts(jobs, nodes)
+	fmt.Fprintf(out, "scheduler (in memory): %.0f bytes of heap per queued job; one decision costs %.1f µs with %d queued and %.1f µs with %d queued\n",
+		perJob, short, min(jobs, 1000), deep, jobs)
+
+	dir, err := os.MkdirTemp("", "e31-bench-sched-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
+	if err != nil {
+		return err
+	}
+	defer b.Shutdown(context.Background())
+	nc, err := b.Connect("bench")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := connect.Ready(ctx, nc)
+	if err != nil {
+		return err
+	}
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		return err
+	}
+	pub := bus.NewPublisher(js, "e31/bench", nil)
+	var batch []bus.Pending
+	flush := func() error {
+		_, errs := pub.AppendBatch(ctx, batch)
+		batch = batch[:0]
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("n%04d", i)
+		// The nodes hold leases, as live ones do, or RENT would count them lost.
+		if _, err := kv.Put(ctx, "node."+name, []byte("b1")); err != nil {
+			return err
+		}
+		batch = append(batch, bus.Pending{Subject: name, Event: events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
+	}
+	start := time.Now()
+	for i := 0; i < jobs; i++ {
+		batch = append(batch, bus.Pending{Subject: fmt.Sprintf("job-%06d", i), Event: events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}})
+		if len(batch) == 1024 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "scheduler: %d jobs and %d nodes logged in %s\n", jobs, nodes, time.Since(start).Round(time.Millisecond))
+
+	// The releaser gives back every hold as soon as it is logged.
+	var held atomic.Int64
+	firstHolds := make(chan time.Duration, 1)
+	done := make(chan time.Duration, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go releaseHolds(rctx, js, pub, &held, int64(nodes*4), int64(nodes*4+decisions), firstHolds, done)
+
+	svc, err := rent.New(nc, js, rent.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "bench"})
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	go func() { _ = svc.Run(rctx) }()
+	var fill time.Duration
+	select {
+	case fill = <-firstHolds:
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("bench: RENT did not fill the pool in 5 minutes (%d holds)", held.Load())
+	}
+	fmt.Fprintf(out, "scheduler: rebuilt and filled %d slots in %s (%.0f holds/s from a cold start)\n",
+		nodes*4, fill.Round(time.Millisecond), float64(nodes*4)/fill.Seconds())
+	var steady time.Duration
+	select {
+	case steady = <-done:
+	case <-time.After(10 * time.Minute):
+		return fmt.Errorf("bench: only %d holds in 10 minutes", held.Load())
+	}
+	rate := float64(decisions) / (steady - fill).Seconds()
+	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end\n", decisions, jobs-nodes*4-decisions, rate)
+	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f\n",
+		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds())
+	return nil
+}
+
+// releaseHolds follows the holds and counts them. The first fill holds stay held;
+// every hold after that is released at once, in batches, so that RENT keeps
+// deciding with a deep queue. first reports when fill holds were made, done
+// when total were.
+func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publisher, held *atomic.Int64, fill, total int64, first, done chan<- time.Duration) {
+	start := time.Now()
+	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"e31.job.*.held.*"}})
+	if err != nil {
+		return
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return
+	}
+	context.AfterFunc(ctx, iter.Stop)
+	var batch []bus.Pending
+	var firstFill []bus.Pending
+	for {
+		m, err := iter.Next()
+		if err != nil {
+			return
+		}
+		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			continue
+		}
+		h := env.Event.(*events.ComputeHeld)
+		rel := bus.Pending{Subject: env.Subject, Event: events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true}}
+		n := held.Add(1)
+		switch {
+		case n == total:
+			done <- time.Since(start)
+			return
+		case n < fill:
+			firstFill = append(firstFill, rel)
+			continue
+		case n == fill:
+			first <- time.Since(start)
+			// From here on, capacity comes back as fast as it is taken.
+			batch = append(batch, firstFill...)
+			firstFill = nil
+		}
+		batch = append(batch, rel)
+		if md, err := m.Metadata(); len(batch) >= 256 || err == nil && md.NumPending == 0 {
+			for len(batch) > 0 {
+				n := min(len(batch), 256)
+				if _, errs := pub.AppendBatch(ctx, batch[:n]); errors.Join(errs...) != nil {
+					fmt.Fprintln(os.Stderr, "bench: release:", errors.Join(errs...))
+				}
+				batch = batch[n:]
+			}
+		}
+	}
+}
+
+// poolCosts measures the pool in memory: the heap one queued job takes,
+// and the cost of one decision with a short and with a full queue.
+func poolCosts(jobs, nodes int) (perJob, shortUS, deepUS float64) {
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	p := rent.NewPool(rent.PoolConfig{}, nil)
+	for i := 0; i < jobs; i++ {
+		env := events.New(fmt.Sprintf("job-%06d", i), events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}, "bench", time.Now())
+		env.Seq = uint64(i + 1)
+		p.Apply(env)
+	}
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	perJob = float64(after.HeapAlloc-before.HeapAlloc) / float64(jobs)
+	runtime.KeepAlive(p)
+	return perJob, decideCost(min(jobs, 1000), nodes), decideCost(jobs, nodes)
+}
+
+// decideCost is the time of one Decide that makes one hold after one
+// release, with queued jobs waiting behind a full pool.
+func decideCost(queued, nodes int) float64 {
+	p := rent.NewPool(rent.PoolConfig{}, nil)
+	seq := uint64(0)
+	apply := func(subject string, ev events.Event) events.Envelope {
+		seq++
+		env := events.New(subject, ev, "bench", time.Now())
+		env.Seq = seq
+		p.Apply(env)
+		return env
+	}
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("n%04d", i)
+		apply(name, events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40})
+	}
+	total := queued + nodes*4
+	for i := 0; i < total; i++ {
+		apply(fmt.Sprintf("job-%06d", i), events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)})
+	}
+	var holds []events.ComputeHeld
+	var ids []string
+	for {
+		ds := p.Decide(256)
+		if len(ds) == 0 {
+			break
+		}
+		for _, d := range ds {
+			apply(d.Job, d.Event)
+			if h, ok := d.Event.(events.ComputeHeld); ok {
+				holds, ids = append(holds, h), append(ids, d.Job)
+			}
+		}
+	}
+	const rounds = 3000
+	var spent time.Duration
+	for r := 0; r < rounds && len(holds) > 0; r++ {
+		h, id := holds[0], ids[0]
+		holds, ids = holds[1:], ids[1:]
+		apply(id, events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
+		t0 := time.Now()
+		ds := p.Decide(256)
+		spent += time.Since(t0)
+		for _, d := range ds {
+			apply(d.Job, d.Event)
+			if nh, ok := d.Event.(events.ComputeHeld); ok {
+				holds, ids = append(holds, nh), append(ids, d.Job)
+			}
+		}
+	}
+	return float64(spent.Microseconds()) / rounds
+}

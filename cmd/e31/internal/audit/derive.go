@@ -1,0 +1,266 @@
+package audit
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"time"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// phase is where a job is in its life, for the order check.
+type phase int
+
+const (
+	unrequested phase = iota // nothing yet but, perhaps, a request to cancel or delete
+	requested
+	waiting // submitted, or released to be held again
+	holding // an attempt is held
+	over
+)
+
+func (p phase) String() string {
+	return [...]string{"had not been requested", "had not been submitted", "was waiting", "was held", "was over"}[p]
+}
+
+// step is where an attempt is in its life.
+type step int
+
+const (
+	held step = iota + 1
+	started
+	stopped
+	lost // HoldLost: only the release may follow
+	returned
+	released
+)
+
+func (s step) String() string {
+	return [...]string{"", "held", "started", "stopped", "lost", "returned", "released"}[s]
+}
+
+// attempt is one attempt being rebuilt.
+type attempt struct {
+	a      api.Attempt
+	step   step
+	hold   events.Hold // as ComputeHeld gave it
+	heldAt uint64      // sequence of the ComputeHeld
+}
+
+// meter is what the attempt held times how long: held seconds and
+// resource-time, from ComputeHeld's ce-time to ComputeReleased's.
+func (at *attempt) meter(releasedAt time.Time) {
+	s := releasedAt.Sub(*at.a.HeldAt).Seconds()
+	at.a.HeldSeconds = s
+	at.a.CPUCoreSeconds = at.a.Held.CPU * s
+	at.a.MemoryGiBSeconds = float64(at.a.Held.MemoryBytes) / (1 << 30) * s
+	at.a.GPUSeconds = float64(at.a.Held.GPU) * s
+}
+
+// derive builds one job's record from its whole history and checks the
+// history against the life of a job.
+func derive(jobID string, facts []fact) (*api.HoldRecord, []Finding) {
+	var findings []Finding
+	bad := func(f fact, kind, format string, args ...any) {
+		findings = append(findings, Finding{Job: jobID, Seq: f.seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+	rec := &api.HoldRecord{Job: jobID, State: api.StateSubmitted, Output: api.Output{Missing: []string{}}, Events: make([]api.EventRef, 0, len(facts))}
+	sum := sha256.New()
+	byNumber := map[int]*attempt{}
+	var attempts []*attempt
+	ph := unrequested
+	last := 0 // the highest attempt held
+	var cancelAsked bool
+	var end *fact
+	var endOutcome events.Outcome
+	var endReason string
+
+	for i := range facts {
+		f := facts[i]
+		// A repeated request under a used id is refused by SUBMIT and is no
+		// part of the job.
+		if f.repeat && f.typ == events.TypeJobRequested {
+			continue
+		}
+		rec.Events = append(rec.Events, api.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
+		sum.Write(f.digest[:])
+		if f.repeat {
+			continue
+		}
+		name := events.Name(f.typ)
+		if ph == over && f.typ != events.TypeCancelRequested && !events.AfterEnd(f.ev) {
+			bad(f, Order, "%s after the job ended with %s at #%d", name, events.Name(end.typ), end.seq)
+		}
+		t := f.at
+		if h, ok := events.HoldOf(f.ev); ok {
+			at := byNumber[h.Attempt]
+			if at == nil {
+				if f.typ != events.TypeComputeHeld {
+					bad(f, Order, "%s for attempt %d, which was never held", name, h.Attempt)
+				}
+				at = &attempt{a: api.Attempt{Attempt: h.Attempt}}
+				byNumber[h.Attempt] = at
+				attempts = append(attempts, at)
+			} else if at.step >= held && h != at.hold {
+				bad(f, Inconsistent, "%s for attempt %d names node %s with %g cpu, %d bytes, %d gpu, %d disk, but it was held on %s with %g cpu, %d bytes, %d gpu, %d disk at #%d",
+					name, h.Attempt, h.Node, h.CPU, h.MemoryBytes, h.GPU, h.DiskBytes,
+					at.hold.Node, at.hold.CPU, at.hold.MemoryBytes, at.hold.GPU, at.hold.DiskBytes, at.heldAt)
+			}
+			// may lists the steps an event may follow.
+			may := func(next step, after ...step) {
+				ok := false
+				for _, s := range after {
+					ok = ok || at.step == s
+				}
+				if !ok && at.step != 0 {
+					bad(f, Order, "%s for attempt %d, which was %s", name, h.Attempt, at.step)
+				}
+				if next > at.step {
+					at.step = next
+				}
+			}
+			switch ev := f.ev.(type) {
+			case *events.ComputeHeld:
+				if at.step != 0 {
+					bad(f, Order, "attempt %d held again (first at #%d)", h.Attempt, at.heldAt)
+					break
+				}
+				if ph != waiting {
+					bad(f, Order, "attempt %d held while the job %s", h.Attempt, ph)
+				}
+				if h.Attempt != last+1 {
+					bad(f, Order, "attempt %d held after attempt %d", h.Attempt, last)
+				}
+				at.step, at.hold, at.heldAt = held, h, f.seq
+				at.a.Node, at.a.HeldAt = ev.Node, &t
+				at.a.Held = api.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes}
+				last = max(last, h.Attempt)
+				ph = holding
+				rec.State = api.StateHeld
+			case *events.RunStarted:
+				may(started, held)
+				at.a.StartedAt = &t
+				rec.State = api.StateRunning
+			case *events.RunStopped:
+				may(stopped, held, started)
+				at.a.StoppedAt = &t
+				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason
+				rec.State = api.StateStopped
+			case *events.HoldLost:
+				may(lost, held, started)
+				at.a.Outcome, at.a.Reason = events.NodeLost, ev.Reason
+				rec.State = api.StateStopped
+			case *events.OutputReturned:
+				may(returned, stopped)
+				at.a.OutputReturnedAt = &t
+				at.a.Outcome = ev.Outcome
+				if ev.Reason != "" {
+					at.a.Reason = ev.Reason
+				}
+				missing := ev.Missing
+				if missing == nil {
+					missing = []string{}
+				}
+				rec.Output = api.Output{Files: ev.FileCount(), Bytes: ev.Bytes, Partial: ev.Partial, Missing: missing, List: ev.Files, Manifest: ev.Manifest}
+				rec.State = api.StateReturned
+			case *events.ComputeReleased:
+				if at.step == released {
+					bad(f, Order, "attempt %d released again", h.Attempt)
+					break
+				}
+				may(released, returned, lost)
+				at.a.ReleasedAt = &t
+				if at.a.HeldAt != nil {
+					at.meter(t)
+					if t.Before(*at.a.HeldAt) {
+						bad(f, Clock, "attempt %d released at %s, %s before it was held at #%d", h.Attempt,
+							t.Format(time.RFC3339Nano), at.a.HeldAt.Sub(t), at.heldAt)
+					}
+				}
+				if at.a.Outcome == "" {
+					at.a.Outcome = ev.Outcome
+				}
+				rec.State = api.StateWaiting
+				if ph == holding {
+					ph = waiting
+				}
+				if ev.Final {
+					rec.State, ph, end = api.StateReleased, over, &facts[i]
+				}
+			}
+			continue
+		}
+		switch ev := f.ev.(type) {
+		case *events.JobRequested:
+			if ph != unrequested {
+				bad(f, Order, "requested after the job %s", ph)
+			} else {
+				ph = requested
+			}
+			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
+		case *events.JobSubmitted:
+			if ph != requested {
+				bad(f, Order, "submitted, but the job %s", ph)
+			}
+			if ph < waiting {
+				ph = waiting
+			}
+			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
+			rec.SubmittedAt, rec.State = &t, api.StateWaiting
+		case *events.JobRejected:
+			if ph != requested && ph != waiting {
+				bad(f, Order, "rejected, but the job %s", ph)
+			}
+			rec.State, ph, end = api.StateRejected, over, &facts[i]
+			endOutcome, endReason = events.Rejected, ev.Reason
+		case *events.JobCancelled:
+			if ph != requested && ph != waiting {
+				bad(f, Order, "cancelled, but the job %s", ph)
+			}
+			if !cancelAsked {
+				bad(f, Order, "cancelled, but nobody asked to cancel it")
+			}
+			rec.State, ph, end = api.StateCancelled, over, &facts[i]
+			endOutcome, endReason = events.Cancelled, ev.Reason
+		case *events.CancelRequested:
+			cancelAsked = true
+		case *events.Deleted:
+			if ev.What == events.WhatOutput {
+				rec.Output.DeletedAt = &t
+			} else {
+				rec.DataDeletedAt = &t
+			}
+		}
+	}
+	if len(rec.Events) > 0 {
+		rec.EventsDigest = digestText(sum.Sum(nil))
+	}
+	if rec.State == api.StateRejected || rec.State == api.StateCancelled || (len(attempts) == 0 && endOutcome != "") {
+		rec.Outcome, rec.Reason = endOutcome, endReason
+	}
+	for _, at := range attempts {
+		rec.Attempts = append(rec.Attempts, at.a)
+		rec.HeldSeconds += at.a.HeldSeconds
+		rec.CPUCoreSeconds += at.a.CPUCoreSeconds
+		rec.MemoryGiBSeconds += at.a.MemoryGiBSeconds
+		rec.GPUSeconds += at.a.GPUSeconds
+		if ph == over && at.a.HeldAt != nil && at.a.ReleasedAt == nil {
+			findings = append(findings, Finding{Job: jobID, Seq: at.heldAt, Kind: Unreleased, Detail: fmt.Sprintf(
+				"attempt %d on %s was held at #%d and never released, but the job ended at #%d", at.a.Attempt, at.a.Node, at.heldAt, end.seq)})
+		}
+	}
+	if n := len(rec.Attempts); n > 0 {
+		lastA := rec.Attempts[n-1]
+		rec.Node, rec.HeldAt, rec.StartedAt, rec.StoppedAt = lastA.Node, lastA.HeldAt, lastA.StartedAt, lastA.StoppedAt
+		rec.OutputReturnedAt, rec.ReleasedAt, rec.Usage, rec.ExitCode = lastA.OutputReturnedAt, lastA.ReleasedAt, lastA.Usage, lastA.ExitCode
+		if rec.State != api.StateRejected && rec.State != api.StateCancelled {
+			rec.Outcome, rec.Reason = lastA.Outcome, lastA.Reason
+		}
+	}
+	return rec, findings
+}
+
+func requestOf(s events.JobSpec) api.Request {
+	return api.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
+}

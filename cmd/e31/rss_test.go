@@ -1,0 +1,99 @@
+//go:build linux
+
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// TestSubmitOfOneGiBKeepsTheCLISmall builds the e31 binary, submits a job
+// with 1 GiB of data with it, as a user would, and reads the CLI's peak
+// resident memory from the kernel (rusage of the child): it stays under
+// 100 MiB whatever the size of the data, because files are hashed and sent
+// through fixed buffers. It needs about 2 GiB of disk and half a minute;
+// -short or E31_STAGE_HUGE=0 skips it.
+func TestSubmitOfOneGiBKeepsTheCLISmall(t *testing.T) {
+	if testing.Short() || os.Getenv("E31_STAGE_HUGE") == "0" {
+		t.Skip("stages 1 GiB; skipped with -short or E31_STAGE_HUGE=0")
+	}
+	const size = 1 << 30
+	const limit = 100 << 20
+
+	bin := filepath.Join(t.TempDir(), "e31")
+	built := time.Now()
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Logf("built e31 in %s", time.Since(built).Round(time.Millisecond))
+	ts := startSystem(t, t.TempDir(), 1)
+
+	// A job no node can hold: it is refused once staged, so that only the
+	// staging is measured.
+	job := writeJob(t, `
+work: {command: ["/bin/true"]}
+data: [{name: big, path: ./big.bin}]
+request: {cpu: 64, memory: 32MiB, limit: 1m}
+`, nil)
+	want := writeRandomFile(t, filepath.Join(filepath.Dir(job), "big.bin"), size)
+
+	start := time.Now()
+	cmd := exec.Command(bin, "submit", "--quiet", "--json", job, "--nats", ts.url, "--log-level", "warn")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("e31 submit: %v: %s", err, out)
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		t.Fatal("no rusage for the child")
+	}
+	peak := ru.Maxrss << 10 // kilobytes on Linux
+	t.Logf("e31 submit of 1 GiB: %s (%.0f MB/s, hashing included), peak RSS %d MiB", took.Round(time.Millisecond), size/took.Seconds()/1e6, peak>>20)
+	if peak >= limit {
+		t.Errorf("the CLI's peak RSS was %d MiB staging 1 GiB; the bound is %d MiB", peak>>20, limit>>20)
+	}
+
+	var r struct{ ID string }
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("e31 submit printed %q", out)
+	}
+	evs, err := ts.c.jobEvents(ctxTimeout(t, 10*time.Second), r.ID)
+	if err != nil || len(evs) == 0 {
+		t.Fatalf("job %s: %v", r.ID, err)
+	}
+	req, ok := evs[0].Event.(*events.JobRequested)
+	if !ok || len(req.Spec.Data) != 1 || req.Spec.Data[0].Digest != want || req.Spec.Data[0].Bytes != size {
+		t.Fatalf("first event %+v; want a request for %s", evs[0].Event, want)
+	}
+}
+
+// writeRandomFile writes size pseudo-random bytes and returns their digest.
+func writeRandomFile(t *testing.T, p string, size int64) string {
+	t.Helper()
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(io.MultiWriter(f, h), rand.NewChaCha8([32]byte{6}), size); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,208 @@
+package output_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/output"
+)
+
+// storeVerifier checks returned files against the real store, the way the
+// deployed one does: missing or damaged is ErrDamaged, anything else is
+// "could not tell".
+type storeVerifier struct{ store stage.Store }
+
+func (v storeVerifier) VerifyFile(ctx context.Context, f events.OutputFile) error {
+	err := stage.Verify(ctx, v.store, events.DataRef{Name: f.Path, Digest: f.Digest, Kind: stage.KindFile, Bytes: f.Bytes})
+	if errors.Is(err, stage.ErrNotFound) || errors.Is(err, stage.ErrCorrupt) {
+		return fmt.Errorf("%w: %v", output.ErrDamaged, err)
+	}
+	return err
+}
+
+// flakyVerifier cannot reach the store while down is set.
+type flakyVerifier struct {
+	output.Verifier
+	down atomic.Bool
+}
+
+var errUnreachable = errors.New("store unreachable")
+
+func (v *flakyVerifier) VerifyFile(ctx context.Context, f events.OutputFile) error {
+	if v.down.Load() {
+		return errUnreachable
+	}
+	return v.Verifier.VerifyFile(ctx, f)
+}
+
+type fixture struct {
+	ctx   context.Context
+	js    jetstream.JetStream
+	pub   *bus.Publisher
+	store stage.Store
+}
+
+func start(t *testing.T) *fixture {
+	t.Helper()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 15*time.Second)
+	obs, err := js.ObjectStore(ctx, events.DataBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{ctx: ctx, js: js, pub: bus.NewPublisher(js, "e31/test", nil), store: stage.NewObjectStore(obs)}
+}
+
+func (f *fixture) service(t *testing.T, v output.Verifier) *output.Service {
+	t.Helper()
+	svc, err := output.New(f.js, output.Config{Verifier: v, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// upload stores content as RUN's collection would and returns the file.
+func (f *fixture) upload(t *testing.T, path, content string) events.OutputFile {
+	t.Helper()
+	local := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(local, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := stage.Upload(f.ctx, f.store, local, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events.OutputFile{Path: path, Bytes: ref.Bytes, Digest: ref.Digest}
+}
+
+// stop logs attempt 1 of a job as held, started and stopped with outcome,
+// having collected files, and returns the RunStopped.
+func (f *fixture) stop(t *testing.T, job string, outcome events.Outcome, files ...events.OutputFile) events.Envelope {
+	t.Helper()
+	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
+	decl := []events.OutputDecl{{Path: "result.csv", Required: true}}
+	var bytes int64
+	for _, file := range files {
+		bytes += file.Bytes
+	}
+	var last events.Envelope
+	for _, ev := range []events.Event{
+		events.ComputeHeld{Hold: h, Submitter: "alice"},
+		events.RunStarted{Hold: h},
+		events.RunStopped{Hold: h, Outcome: outcome, Output: events.Collected{Files: files, Missing: []string{}, Bytes: bytes, Declared: decl}},
+	} {
+		env, err := f.pub.Append(f.ctx, job, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = env
+	}
+	return last
+}
+
+// returned is every OutputReturned in the job's log.
+func (f *fixture) returned(t *testing.T, job string) []*events.OutputReturned {
+	t.Helper()
+	evs, err := bus.ReadJob(f.ctx, f.js, job, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*events.OutputReturned
+	for _, e := range evs {
+		if r, ok := e.Event.(*events.OutputReturned); ok {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestHandleReturnsOnceWhenAStopIsDeliveredTwice(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	svc := f.service(t, storeVerifier{f.store})
+	file := f.upload(t, "result.csv", "a,b\n1,2\n")
+	trigger := f.stop(t, "job-1", events.Succeeded, file)
+
+	for range 2 {
+		if err := svc.Handle(f.ctx, trigger); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ret := f.returned(t, "job-1")
+	if len(ret) != 1 {
+		t.Fatalf("output returned %d times, want once", len(ret))
+	}
+	if r := ret[0]; r.Outcome != events.Succeeded || r.Attempt != 1 || !slices.Equal(r.Files, []events.OutputFile{file}) || r.Bytes != file.Bytes || r.Partial {
+		t.Errorf("OutputReturned = %+v, want attempt 1 succeeded with %+v", r, file)
+	}
+}
+
+func TestHandleDoesNotReturnAFileMissingFromTheStore(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	svc := f.service(t, storeVerifier{f.store})
+	good := f.upload(t, "result.csv", "a,b\n")
+	lost := events.OutputFile{Path: "extra.bin", Bytes: 4, Digest: "sha256:" + strings.Repeat("0", 64)}
+
+	if err := svc.Handle(f.ctx, f.stop(t, "job-1", events.Succeeded, good, lost)); err != nil {
+		t.Fatal(err)
+	}
+
+	ret := f.returned(t, "job-1")
+	if len(ret) != 1 {
+		t.Fatalf("output returned %d times, want once", len(ret))
+	}
+	r := ret[0]
+	if r.Outcome != events.Failed || !strings.Contains(r.Reason, "extra.bin") {
+		t.Errorf("outcome %s (%q), want failed naming extra.bin", r.Outcome, r.Reason)
+	}
+	if !slices.Equal(r.Files, []events.OutputFile{good}) || !slices.Contains(r.Missing, "extra.bin") {
+		t.Errorf("returned %+v, missing %q; want only result.csv, extra.bin missing", r.Files, r.Missing)
+	}
+}
+
+// TestHandleRecordsNothingWhenItCannotTell: a store that does not answer is
+// not damage. The handler fails (to be retried), and the retry returns the
+// output.
+func TestHandleRecordsNothingWhenItCannotTell(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	v := &flakyVerifier{Verifier: storeVerifier{f.store}}
+	v.down.Store(true)
+	svc := f.service(t, v)
+	trigger := f.stop(t, "job-1", events.Succeeded, f.upload(t, "result.csv", "x\n"))
+
+	err := svc.Handle(f.ctx, trigger)
+	if !errors.Is(err, errUnreachable) || bus.IsPermanent(err) {
+		t.Fatalf("Handle with the store down: err = %v, want a retryable error", err)
+	}
+	if ret := f.returned(t, "job-1"); len(ret) != 0 {
+		t.Fatalf("returned %+v while the store was down, want nothing", ret)
+	}
+
+	v.down.Store(false)
+	if err := svc.Handle(f.ctx, trigger); err != nil {
+		t.Fatal(err)
+	}
+	if ret := f.returned(t, "job-1"); len(ret) != 1 || ret[0].Outcome != events.Succeeded {
+		t.Errorf("after the retry, returned %+v, want one success", ret)
+	}
+}

@@ -1,0 +1,274 @@
+package output
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// Root is stored data a job holds: one file, or one folder (by the digest
+// of its manifest). A job's staged inputs and its output are roots; the
+// objects they are stored in are found by expanding them (stage.Expander).
+type Root struct {
+	Kind   string // stage.KindFile or stage.KindDir
+	Digest string
+}
+
+// Held is what one job keeps in the store, as the log tells it.
+type Held struct {
+	Job       string
+	Name      string
+	Submitter string
+	// Retention is how long the job's data and output live after its end.
+	Retention time.Duration
+	// Over is set once the job ended, at End.
+	Over bool
+	End  time.Time
+
+	// Data and Output are the roots the job holds, until they are deleted.
+	Data, Output map[Root]bool
+	// What the submitter sees: the staged inputs, and what the last
+	// attempt returned.
+	DataFiles, OutputFiles int
+	DataBytes, OutputBytes int64
+
+	// Requested says what a DeleteRequested asked to delete (and who).
+	Requested map[string]string
+	// Deleted says when each of data and output was deleted.
+	Deleted map[string]time.Time
+	// Dropped are the roots deleted: their objects go at the next sweep,
+	// unless another job holds them.
+	Dropped map[Root]bool
+}
+
+// Expires is when the job's data and output are due to be deleted; zero
+// while the job runs.
+func (h *Held) Expires() time.Time {
+	if !h.Over {
+		return time.Time{}
+	}
+	return h.End.Add(h.Retention)
+}
+
+// holds reports whether the job still holds something of what (WhatData or
+// WhatOutput) that is not deleted.
+func (h *Held) holds(what string) bool {
+	if _, gone := h.Deleted[what]; gone {
+		return false
+	}
+	return len(h.roots(what)) > 0
+}
+
+func (h *Held) roots(what string) map[Root]bool {
+	if what == events.WhatData {
+		return h.Data
+	}
+	return h.Output
+}
+
+// Timer kinds OUTPUT schedules.
+const (
+	// timerExpire fires when a job's retention passes.
+	timerExpire = "expire"
+	// timerDelete fires at once for a deletion a submitter asked for.
+	timerDelete = "delete"
+	// timerSweep fires a grace period after a deletion: the objects no
+	// live job holds any more leave the store.
+	timerSweep = "sweep"
+)
+
+// Timer asks for work on a job at a time: a scheduled message.
+type Timer struct {
+	Kind string
+	Job  string
+	At   time.Time
+}
+
+// Refs is OUTPUT's projection of the log: for every job, the stored data it
+// holds, and for every root, how many (job, data or output) hold it — the
+// reference counts that say what a deletion may remove, since one blob may
+// belong to many jobs. It is rebuilt from the log on every start. Applying
+// an event at or below the last applied sequence changes nothing. It is not
+// safe for concurrent use.
+type Refs struct {
+	jobs    map[string]*Held
+	count   map[Root]int
+	applied uint64
+}
+
+// NewRefs returns an empty projection.
+func NewRefs() *Refs {
+	return &Refs{jobs: map[string]*Held{}, count: map[Root]int{}}
+}
+
+// Applied is the last sequence applied.
+func (r *Refs) Applied() uint64 { return r.applied }
+
+// Job returns what a job holds, or nil.
+func (r *Refs) Job(id string) *Held { return r.jobs[id] }
+
+// Count is how many (job, data or output) hold root.
+func (r *Refs) Count(root Root) int { return r.count[root] }
+
+// Live returns every root some job holds.
+func (r *Refs) Live() map[Root]bool {
+	live := make(map[Root]bool, len(r.count))
+	for root := range r.count {
+		live[root] = true
+	}
+	return live
+}
+
+// Jobs returns every job, in no order.
+func (r *Refs) Jobs() []*Held { return slices.Collect(maps.Values(r.jobs)) }
+
+// Apply folds one event in and returns the timers it calls for: the
+// retention of a job that ended, a deletion asked for a job that is over.
+// The caller schedules them when it follows the log live, and ignores them
+// while it replays history (see Pending).
+func (r *Refs) Apply(env events.Envelope) []Timer {
+	if env.Seq != 0 && env.Seq <= r.applied {
+		return nil
+	}
+	r.applied = max(r.applied, env.Seq)
+	if isNodeEvent(env) {
+		return nil
+	}
+	h := r.jobs[env.Subject]
+	if h == nil {
+		h = &Held{Job: env.Subject, Retention: events.DefaultRetention,
+			Data: map[Root]bool{}, Output: map[Root]bool{}, Requested: map[string]string{},
+			Deleted: map[string]time.Time{}, Dropped: map[Root]bool{}}
+		r.jobs[env.Subject] = h
+	}
+	switch e := env.Event.(type) {
+	case *events.JobRequested:
+		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
+		r.holdData(h, e.Spec.Data)
+	case *events.JobSubmitted:
+		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
+		r.holdData(h, e.Spec.Data)
+	case *events.RunStopped:
+		r.holdOutput(h, e.Output.Manifest, e.Output.Files)
+	case *events.OutputReturned:
+		r.holdOutput(h, e.Manifest, e.Files)
+		h.OutputFiles, h.OutputBytes = e.FileCount(), e.Bytes
+	case *events.DeleteRequested:
+		for _, what := range whats(e.What) {
+			if _, asked := h.Requested[what]; !asked {
+				h.Requested[what] = e.By
+			}
+		}
+		if h.Over {
+			return []Timer{{Kind: timerDelete, Job: h.Job, At: env.Time}}
+		}
+	case *events.Deleted:
+		if _, done := h.Deleted[e.What]; done {
+			return nil
+		}
+		h.Deleted[e.What] = env.Time
+		for root := range h.roots(e.What) {
+			r.release(root)
+			h.Dropped[root] = true
+		}
+		clear(h.roots(e.What))
+	default:
+		if !events.Terminal(env.Event) || h.Over {
+			return nil
+		}
+		h.Over, h.End = true, env.Time
+		return r.Pending(h)
+	}
+	return nil
+}
+
+// Pending is the timers a job that is over needs: its retention, while it
+// holds anything, and at once a deletion it was asked for.
+func (r *Refs) Pending(h *Held) []Timer {
+	if !h.Over {
+		return nil
+	}
+	var out []Timer
+	if h.holds(events.WhatData) || h.holds(events.WhatOutput) {
+		out = append(out, Timer{Kind: timerExpire, Job: h.Job, At: h.Expires()})
+	}
+	for what := range h.Requested {
+		if h.holds(what) {
+			out = append(out, Timer{Kind: timerDelete, Job: h.Job, At: h.End})
+			break
+		}
+	}
+	return out
+}
+
+// isNodeEvent reports whether env is about a node rather than a job.
+func isNodeEvent(env events.Envelope) bool {
+	switch env.Event.(type) {
+	case *events.NodeAnnounced, *events.NodeExpired:
+		return true
+	}
+	return strings.HasPrefix(env.NATSSubject, "e31.node.")
+}
+
+// whats is what a request names: WhatAll is both.
+func whats(what string) []string {
+	if what == events.WhatAll {
+		return []string{events.WhatData, events.WhatOutput}
+	}
+	return []string{what}
+}
+
+// holdData records the job's staged inputs. A request and the submission
+// name the same data, except that SUBMIT resolves from_job into a folder;
+// what either names is held. What the submitter sees is the submission's.
+func (r *Refs) holdData(h *Held, data []events.DataRef) {
+	if _, gone := h.Deleted[events.WhatData]; gone {
+		return
+	}
+	h.DataFiles, h.DataBytes = 0, 0
+	for _, d := range data {
+		if d.Digest == "" {
+			continue // from_job, not resolved yet
+		}
+		r.hold(h, h.Data, Root{Kind: d.Kind, Digest: d.Digest})
+		h.DataBytes += d.Bytes
+		if d.Kind == stage.KindDir {
+			h.DataFiles += d.Files
+		} else {
+			h.DataFiles++
+		}
+	}
+}
+
+// holdOutput records output: its manifest, which names every file, or the
+// files listed, for an event written before manifests.
+func (r *Refs) holdOutput(h *Held, manifest string, files []events.OutputFile) {
+	if _, gone := h.Deleted[events.WhatOutput]; gone {
+		return
+	}
+	if manifest != "" {
+		r.hold(h, h.Output, Root{Kind: stage.KindDir, Digest: manifest})
+		return
+	}
+	for _, f := range files {
+		r.hold(h, h.Output, Root{Kind: stage.KindFile, Digest: f.Digest})
+	}
+}
+
+func (r *Refs) hold(h *Held, set map[Root]bool, root Root) {
+	if root.Digest == "" || set[root] {
+		return
+	}
+	set[root] = true
+	r.count[root]++
+}
+
+func (r *Refs) release(root Root) {
+	if r.count[root]--; r.count[root] <= 0 {
+		delete(r.count, root)
+	}
+}

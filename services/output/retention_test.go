@@ -1,0 +1,158 @@
+package output_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/output"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func digest(c byte) string { return "sha256:" + strings.Repeat(string([]byte{c, c}), 32) }
+
+// history is one job's events, numbered from seq and a second apart.
+func history(job string, seq uint64, evs ...events.Event) []events.Envelope {
+	out := make([]events.Envelope, len(evs))
+	for i, ev := range evs {
+		out[i] = events.New(job, ev, "e31/test", t0.Add(time.Duration(i)*time.Second))
+		out[i].Seq = seq + uint64(i)
+	}
+	return out
+}
+
+var (
+	folder   = events.DataRef{Name: "in", Digest: digest('a'), Kind: stage.KindDir, Bytes: 300, Files: 3}
+	oneFile  = events.DataRef{Name: "cfg", Digest: digest('b'), Kind: stage.KindFile, Bytes: 10}
+	outHold  = events.Hold{Attempt: 1, Node: "n1", CPU: 1}
+	returned = events.OutputReturned{Hold: outHold, Outcome: events.Succeeded, Files: []events.OutputFile{{Path: "r.csv", Bytes: 7, Digest: digest('c')}},
+		Bytes: 7, Missing: []string{}, Manifest: digest('d')}
+)
+
+// life is a whole job that stored data and returned output, with a day of
+// retention, ending at t0+3s.
+func life(job string, seq uint64, extra ...events.Event) []events.Envelope {
+	spec := events.JobSpec{Data: []events.DataRef{folder, oneFile}, RetentionSeconds: 86400}
+	evs := []events.Event{
+		events.JobSubmitted{Submitter: "alice", Spec: spec},
+		events.RunStopped{Hold: outHold, Outcome: events.Succeeded, Output: events.Collected{Files: returned.Files, Bytes: 7, Manifest: digest('d')}},
+		returned,
+		events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true},
+	}
+	return history(job, seq, append(evs, extra...)...)
+}
+
+func TestRefsCountsWhatJobsHold(t *testing.T) {
+	t.Parallel()
+	r := output.NewRefs()
+	var timers []output.Timer
+	for _, e := range append(life("a", 1), life("b", 10)...) {
+		timers = append(timers, r.Apply(e)...)
+	}
+	// Both jobs hold the same folder, file and output manifest.
+	for _, root := range []output.Root{{Kind: stage.KindDir, Digest: digest('a')}, {Kind: stage.KindFile, Digest: digest('b')}, {Kind: stage.KindDir, Digest: digest('d')}} {
+		if n := r.Count(root); n != 2 {
+			t.Errorf("%v held %d times, want 2", root, n)
+		}
+	}
+	end := t0.Add(3 * time.Second)
+	want := []output.Timer{{Kind: "expire", Job: "a", At: end.Add(24 * time.Hour)}, {Kind: "expire", Job: "b", At: end.Add(24 * time.Hour)}}
+	if !reflect.DeepEqual(timers, want) {
+		t.Errorf("timers %+v, want %+v", timers, want)
+	}
+	h := r.Job("a")
+	if h.DataFiles != 4 || h.DataBytes != 310 || h.OutputFiles != 1 || h.OutputBytes != 7 || !h.Expires().Equal(end.Add(24*time.Hour)) {
+		t.Errorf("held %+v", h)
+	}
+
+	// a's output goes: b still holds it all. Applying it twice is once.
+	del := history("a", 20, events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, Files: 1, Bytes: 7})[0]
+	r.Apply(del)
+	r.Apply(del)
+	if n := r.Count(output.Root{Kind: stage.KindDir, Digest: digest('d')}); n != 1 {
+		t.Errorf("output manifest held %d times after one deletion, want 1", n)
+	}
+	if n := r.Count(output.Root{Kind: stage.KindDir, Digest: digest('a')}); n != 2 {
+		t.Errorf("data held %d times after the output was deleted, want 2", n)
+	}
+	if !h.Dropped[output.Root{Kind: stage.KindDir, Digest: digest('d')}] {
+		t.Errorf("dropped %v, want the output manifest", h.Dropped)
+	}
+	if live := r.Live(); len(live) != 3 {
+		t.Errorf("live roots %v", live)
+	}
+}
+
+func TestRefsSetsTimers(t *testing.T) {
+	t.Parallel()
+	end := t0.Add(3 * time.Second)
+	ask := events.DeleteRequested{What: events.WhatAll, By: "alice"}
+	tests := []struct {
+		name string
+		evs  []events.Envelope
+		want []output.Timer
+	}{
+		{"a request after the end: at once",
+			life("j", 1, ask),
+			[]output.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(4 * time.Second)}}},
+		{"a request before the end: at the end",
+			history("j", 1, events.JobSubmitted{Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, ask,
+				events.JobCancelled{Reason: "x"}),
+			[]output.Timer{{"expire", "j", t0.Add(2*time.Second + events.DefaultRetention)}, {"delete", "j", t0.Add(2 * time.Second)}}},
+		{"a job that stored nothing: no timer",
+			history("j", 1, events.JobRequested{}, events.JobRejected{Reason: "no"}),
+			nil},
+		{"from_job not resolved and rejected: nothing held",
+			history("j", 1, events.JobRequested{Spec: events.JobSpec{Data: []events.DataRef{{Name: "m", FromJob: "x"}}}}, events.JobRejected{Reason: "no"}),
+			nil},
+	}
+	for _, tt := range tests {
+		r := output.NewRefs()
+		var got []output.Timer
+		for _, e := range tt.evs {
+			got = append(got, r.Apply(e)...)
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: timers %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestDecideDelete(t *testing.T) {
+	t.Parallel()
+	end := t0.Add(3 * time.Second)
+	expires := end.Add(24 * time.Hour)
+	data := events.Deleted{What: events.WhatData, Cause: events.CauseExpired, Files: 4, Bytes: 310}
+	out := events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}
+	asked := func(what string) events.Event { return events.DeleteRequested{What: what, By: "alice"} }
+	requested := func(d events.Deleted) events.Deleted { d.Cause, d.By = events.CauseRequested, "alice"; return d }
+	tests := []struct {
+		name    string
+		history []events.Envelope
+		now     time.Time
+		want    []events.Event
+	}{
+		{"running: nothing, even when asked", history("j", 1, events.JobSubmitted{Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, asked(events.WhatAll)), expires, nil},
+		{"over, retention not passed: nothing", life("j", 1), expires.Add(-time.Second), nil},
+		{"retention passed: both", life("j", 1), expires, []events.Event{data, out}},
+		{"asked for the output: only it", life("j", 1, asked(events.WhatOutput)), end, []events.Event{requested(out)}},
+		{"asked for all", life("j", 1, asked(events.WhatAll)), end, []events.Event{requested(data), requested(out)}},
+		{"asked for the output, then retention passed: the data expires", life("j", 1, asked(events.WhatOutput), requested(out)), expires, []events.Event{data}},
+		{"already deleted: nothing again", life("j", 1, data, out), expires.Add(time.Hour), nil},
+		{"asked twice: once", life("j", 1, asked(events.WhatData), requested(data), asked(events.WhatData)), end, nil},
+		{"no data staged: output only", history("j", 1,
+			events.JobSubmitted{},
+			returned,
+			events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true}), t0.Add(2*time.Second + events.DefaultRetention),
+			[]events.Event{events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}}},
+	}
+	for _, tt := range tests {
+		if got := output.DecideDelete(tt.history, tt.now); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s:\ngot  %+v\nwant %+v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package output
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// objectIndex counts, for every object in the store, how many live roots
+// are stored in it. It is built from the projection's live roots when a
+// sweep needs it (expanding a root reads its manifest and looks up each
+// file), and brought up to date before every sweep. Only sweeps use it,
+// one at a time.
+type objectIndex struct {
+	x        *stage.Expander
+	counted  map[Root][]string // the objects each counted root added
+	complete map[Root]bool
+	count    map[string]int
+}
+
+func newObjectIndex(x *stage.Expander) *objectIndex {
+	return &objectIndex{x: x, counted: map[Root][]string{}, complete: map[Root]bool{}, count: map[string]int{}}
+}
+
+// sync makes the counts those of exactly the live roots. A root whose
+// expansion was incomplete (some of it was not stored yet) is expanded
+// again, since it may be complete now.
+func (ix *objectIndex) sync(ctx context.Context, live map[Root]bool) error {
+	for root := range ix.counted {
+		if !live[root] {
+			ix.uncount(root)
+		}
+	}
+	var todo []Root
+	for root := range live {
+		if !ix.complete[root] {
+			todo = append(todo, root)
+		}
+	}
+	names := make([][]string, len(todo))
+	complete := make([]bool, len(todo))
+	err := eachFile(ctx, len(todo), func(ctx context.Context, i int) error {
+		var err error
+		names[i], complete[i], err = ix.x.Objects(ctx, todo[i].Kind, todo[i].Digest)
+		if err != nil {
+			return fmt.Errorf("objects of %s %s: %w", todo[i].Kind, todo[i].Digest, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, root := range todo {
+		ix.uncount(root)
+		ix.counted[root] = names[i]
+		ix.complete[root] = complete[i]
+		for _, n := range names[i] {
+			ix.count[n]++
+		}
+	}
+	return nil
+}
+
+func (ix *objectIndex) uncount(root Root) {
+	for _, n := range ix.counted[root] {
+		if ix.count[n]--; ix.count[n] <= 0 {
+			delete(ix.count, n)
+		}
+	}
+	delete(ix.counted, root)
+	delete(ix.complete, root)
+}
+
+// Sweep removes from the store the objects of what a job deleted that no
+// live job holds: its dropped roots, expanded, less every object a live
+// root is stored in. It runs a grace period after the deletion (see
+// DefaultDeleteGrace), on a projection that has read the whole log, so
+// that a job which took up the same bytes meanwhile keeps them. Running it
+// again deletes nothing more: objects already gone are not an error.
+func (s *Service) Sweep(ctx context.Context, job string) error {
+	if s.store == nil {
+		return nil
+	}
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	if err := s.waitCurrent(ctx); err != nil {
+		return fmt.Errorf("sweep %s: %w", job, err)
+	}
+	s.mu.Lock()
+	h := s.refs.Job(job)
+	var dropped []Root
+	if h != nil {
+		for root := range h.Dropped {
+			dropped = append(dropped, root)
+		}
+	}
+	live := s.refs.Live()
+	s.mu.Unlock()
+	if len(dropped) == 0 {
+		return nil
+	}
+	if err := s.index.sync(ctx, live); err != nil {
+		return fmt.Errorf("sweep %s: %w", job, err)
+	}
+	var doomed []string
+	for _, root := range dropped {
+		if live[root] {
+			continue // another job holds all of it
+		}
+		names, _, err := s.index.x.Objects(ctx, root.Kind, root.Digest)
+		if err != nil {
+			return fmt.Errorf("sweep %s: objects of %s: %w", job, root.Digest, err)
+		}
+		for _, n := range names {
+			if s.index.count[n] == 0 {
+				doomed = append(doomed, n)
+			}
+		}
+	}
+	slices.Sort(doomed)
+	doomed = slices.Compact(doomed)
+	if err := stage.DeleteObjects(ctx, s.store, doomed); err != nil {
+		return fmt.Errorf("sweep %s: %w", job, err)
+	}
+	s.index.x.Forget(doomed)
+	s.mu.Lock()
+	if h := s.refs.Job(job); h != nil {
+		for _, root := range dropped {
+			delete(h.Dropped, root)
+		}
+	}
+	s.mu.Unlock()
+	s.log.Info("swept", "job", job, "roots", len(dropped), "objects_deleted", len(doomed))
+	return nil
+}

@@ -1,0 +1,175 @@
+package output
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Timers are scheduled messages in events.TimerStream (ADR-51): stored
+// under e31.timer.at.<kind>.<job>, the server publishes each at its time on
+// e31.timer.due.<kind>.<job>, where a durable consumer shared by every
+// OUTPUT instance takes it. A new timer of the same kind for the same job
+// replaces the old one, so setting a timer twice changes nothing. Nothing
+// polls: between timers OUTPUT does no retention work at all.
+const (
+	timerAtPrefix  = "e31.timer.at."
+	timerDuePrefix = "e31.timer.due."
+)
+
+// timerTopic is what OUTPUT's timer consumer takes.
+var timerTopic = strings.Join([]string{
+	timerDuePrefix + timerExpire + ".*",
+	timerDuePrefix + timerDelete + ".*",
+	timerDuePrefix + timerSweep + ".*",
+}, " ")
+
+// timerBody is the body of a timer, for people reading the stream; the
+// subject says everything OUTPUT needs.
+type timerBody struct {
+	Kind string    `json:"kind"`
+	Job  string    `json:"job"`
+	At   time.Time `json:"at"`
+}
+
+// schedule sets timers. A schedule has a precision of one second, so the
+// time is rounded up: a timer never fires before its time.
+func (s *Service) schedule(ctx context.Context, timers []Timer) error {
+	var errs []error
+	for _, t := range timers {
+		when := t.At.UTC().Truncate(time.Second)
+		if when.Before(t.At) {
+			when = when.Add(time.Second)
+		}
+		body, err := json.Marshal(timerBody{Kind: t.Kind, Job: t.Job, At: when})
+		if err != nil {
+			return err
+		}
+		_, err = s.js.Publish(ctx, timerAtPrefix+t.Kind+"."+t.Job, body,
+			jetstream.WithScheduleAt(when),
+			jetstream.WithScheduleTarget(timerDuePrefix+t.Kind+"."+t.Job),
+			jetstream.WithScheduleTTL(events.TimerDueTTL))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when.Format(time.RFC3339), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// timerKey is the job a timer subject is about, so that one job's timers
+// are handled one at a time.
+func timerKey(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+// runHandlers runs the handler of stopped jobs and the timer handler on one
+// Router until ctx ends.
+func (s *Service) runHandlers(ctx context.Context, returned bus.Handler) error {
+	r, err := bus.NewRouter(bus.RouterConfig{Service: "output", Logger: s.log, Publisher: s.pub})
+	if err != nil {
+		return err
+	}
+	cfg := returned.Subscriber
+	cfg.Logger = s.log
+	stops, err := bus.NewSubscriber(s.js, cfg)
+	if err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	timers, err := bus.NewSubscriber(s.js, bus.SubscriberConfig{
+		Stream: events.TimerStream, Durable: "output-timers", Lanes: 16, Key: timerKey, Logger: s.log,
+		// A sweep of a job with many files may take a while; the
+		// subscriber keeps it alive meanwhile.
+		AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	r.AddConsumerHandler(returned.Name, returned.Topic, stops, bus.Handle(returned.Handle))
+	r.AddConsumerHandler("timers", timerTopic, timers, s.handleTimer)
+	err = r.Run(ctx)
+	err = errors.Join(err, stops.Close(), timers.Close())
+	if err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	return nil
+}
+
+// handleTimer does what a timer that fired is for.
+func (s *Service) handleTimer(m *message.Message) error {
+	subject := m.Metadata.Get(bus.MetaSubject)
+	kind, job, ok := strings.Cut(strings.TrimPrefix(subject, timerDuePrefix), ".")
+	if !ok || !events.ValidID(job) {
+		return bus.Permanent(fmt.Errorf("output: %q is not a timer of a job", subject))
+	}
+	ctx := m.Context()
+	switch kind {
+	case timerExpire, timerDelete:
+		return s.Settle(ctx, job)
+	case timerSweep:
+		return s.Sweep(ctx, job)
+	}
+	return bus.Permanent(fmt.Errorf("output: unknown timer kind %q", kind))
+}
+
+// Settle records whatever deletion is due for a job now (DecideDelete),
+// once, whoever else does the same. Then it sets what follows: the sweep
+// of the objects a deletion freed, and, for a timer that fired early or a
+// request for one part only, the retention of what is left.
+func (s *Service) Settle(ctx context.Context, job string) error {
+	history, err := s.readJob(ctx, job)
+	if err != nil || len(history) == 0 {
+		return err
+	}
+	now := s.now()
+	stored, err := s.pub.React(ctx, history[len(history)-1], func(after []events.Envelope) ([]events.Event, error) {
+		return DecideDelete(append(history[:len(history):len(history)], after...), now), nil
+	})
+	if err != nil {
+		return fmt.Errorf("settle retention of %s: %w", job, err)
+	}
+	for _, e := range stored {
+		d := e.Event.(*events.Deleted)
+		s.log.Info("deleted", "job", job, "what", d.What, "cause", d.Cause, "files", d.Files, "bytes", d.Bytes, "seq", e.Seq)
+	}
+	if len(stored) > 0 {
+		if history, err = s.readJob(ctx, job); err != nil {
+			return err
+		}
+	}
+	h := heldBy(history)
+	if h == nil || !h.Over {
+		return nil // its end sets its timers
+	}
+	var next []Timer
+	if h.holds(events.WhatData) || h.holds(events.WhatOutput) {
+		next = append(next, Timer{Kind: timerExpire, Job: job, At: h.Expires()})
+	}
+	var last time.Time
+	for _, at := range h.Deleted {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if !last.IsZero() {
+		next = append(next, Timer{Kind: timerSweep, Job: job, At: last.Add(s.grace)})
+	}
+	return s.schedule(ctx, next)
+}
+
+// readJob reads one job's history.
+func (s *Service) readJob(ctx context.Context, job string) ([]events.Envelope, error) {
+	history, err := bus.ReadJob(ctx, s.js, job, 1)
+	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	return history, nil
+}

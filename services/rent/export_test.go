@@ -1,0 +1,44 @@
+package rent
+
+import (
+	"context"
+	"testing"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/lease"
+)
+
+// Schedule makes one scheduling pass, as the scheduler does when Handle wakes
+// it, so that a test can deliver an event and see what RENT decides from it
+// synchronously. Only a leader decides: see Lead.
+func (s *Service) Schedule(ctx context.Context) error { return s.schedule(ctx) }
+
+// Lead takes the leader lease, as Run does, and gives it up when the test
+// ends or when the returned function is called, whichever comes first.
+func (s *Service) Lead(tb testing.TB, ctx context.Context) (resign func()) {
+	tb.Helper()
+	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	l, err := lease.Acquire(ctx, kv, leaderKey, s.instance)
+	if err != nil {
+		tb.Fatalf("lead: %v", err)
+	}
+	s.mu.Lock()
+	s.leader = l
+	s.mu.Unlock()
+	done := false
+	resign = func() {
+		if done {
+			return
+		}
+		done = true
+		s.mu.Lock()
+		s.leader = nil
+		s.mu.Unlock()
+		_ = l.Release(context.WithoutCancel(ctx))
+	}
+	tb.Cleanup(resign)
+	return resign
+}

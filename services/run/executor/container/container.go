@@ -1,0 +1,527 @@
+//go:build linux
+
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/executor/internal/workspace"
+)
+
+// Config configures an Executor. The zero value of every field but Root
+// means its default.
+type Config struct {
+	// Root is the directory under which job workspaces are made.
+	// One node's sandbox and container executors may share a Root; two
+	// nodes must not (a workspace found for a job attempt being prepared is
+	// taken for a stale one and removed).
+	Root string
+	// Client talks to the engine. Default: from the environment (DOCKER_HOST
+	// or the local socket), negotiating the API version.
+	Client *client.Client
+	// CgroupParent is the cgroup under which each job's container gets a
+	// parent of its own (cgroupfs driver only). Default /e31-docker.
+	CgroupParent string
+	// UIDBase and UIDCount are the uids jobs run as. Defaults 2000000, 4096.
+	UIDBase, UIDCount int
+	// PidsMax is every job's process limit. Default 1024.
+	PidsMax int64
+	// DefaultDiskBytes and DefaultMemoryBytes apply to a Spec that leaves
+	// DiskBytes or MemoryBytes at 0. Default 1 GiB each.
+	DefaultDiskBytes, DefaultMemoryBytes int64
+	// ShmBytes is the size of the container's /dev/shm. Default 64 MiB.
+	ShmBytes int64
+	// Logger receives the executor's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Executor runs jobs as containers. It is safe for concurrent use.
+type Executor struct {
+	// rootTag labels this executor's containers (by its root), so that a
+	// restarted node agent finds what its predecessor left running.
+	rootTag   string
+	cfg       Config
+	cli       *client.Client
+	cgroupsV2 bool
+	usage     bool // the engine uses cgroupfs: job cgroup parents work
+	log       *slog.Logger
+
+	mu   sync.Mutex
+	jobs map[*executor.Workspace]*job
+}
+
+var _ executor.Executor = (*Executor)(nil)
+
+// The labels of job containers.
+const (
+	jobLabel  = "net.e31.job"
+	rootLabel = "net.e31.root"
+)
+
+// ErrNotSupported is returned by New when there is no usable engine.
+var ErrNotSupported = errors.New("container: no usable container engine")
+
+// ErrNoImage is returned by Run for a job without an image.
+var ErrNoImage = errors.New("container: job names no image")
+
+// New connects to the engine and returns an Executor; the error wraps
+// ErrNotSupported when the engine cannot be reached.
+func New(ctx context.Context, cfg Config) (*Executor, error) {
+	if cfg.Root == "" {
+		return nil, errors.New("container: Config.Root is required")
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "/e31-docker"
+	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = 2000000
+	}
+	if cfg.UIDCount == 0 {
+		cfg.UIDCount = 4096
+	}
+	if cfg.PidsMax == 0 {
+		cfg.PidsMax = 1024
+	}
+	if cfg.DefaultDiskBytes == 0 {
+		cfg.DefaultDiskBytes = 1 << 30
+	}
+	if cfg.DefaultMemoryBytes == 0 {
+		cfg.DefaultMemoryBytes = 1 << 30
+	}
+	if cfg.ShmBytes == 0 {
+		cfg.ShmBytes = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: must run as root to make workspaces", ErrNotSupported)
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("container: root %s: %w", cfg.Root, err)
+	}
+	cfg.Root = root
+	if err := os.MkdirAll(root, 0o711); err != nil {
+		return nil, fmt.Errorf("container: make root: %w", err)
+	}
+	cli := cfg.Client
+	if cli == nil {
+		cli, err = client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+		}
+	}
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	e := &Executor{
+		rootTag:   fmt.Sprintf("%08x", crc32.ChecksumIEEE([]byte(root))),
+		cfg:       cfg,
+		cli:       cli,
+		cgroupsV2: info.CgroupVersion == "2",
+		usage:     info.CgroupDriver == "cgroupfs",
+		log:       cfg.Logger,
+		jobs:      map[*executor.Workspace]*job{},
+	}
+	if !e.usage {
+		e.log.Warn("container engine does not use the cgroupfs driver: job usage will not be measured", "driver", info.CgroupDriver)
+	}
+	// Containers do not die with the node agent: remove any a previous one
+	// over this root left running.
+	stale, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", rootLabel+"="+e.rootTag))})
+	if err != nil {
+		return nil, fmt.Errorf("container: list stale containers: %w", err)
+	}
+	for _, c := range stale {
+		e.log.Warn("removing stale job container", "id", c.ID, "job", c.Labels[jobLabel])
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+			return nil, fmt.Errorf("container: remove stale container %s: %w", c.ID, err)
+		}
+	}
+	e.log.Info("container executor ready", "engine", info.ServerVersion, "api", cli.ClientVersion(), "cgroup_driver", info.CgroupDriver)
+	return e, nil
+}
+
+type job struct {
+	name   string
+	uid    int
+	spec   executor.Spec
+	ws     *workspace.Dir
+	parent string // cgroup parent of the container
+	id     string // container id once created
+	log    *slog.Logger
+	ran    sync.Mutex
+	closed bool
+}
+
+// Prepare makes the job's workspace: data/ for RUN to stage into and a tmpfs
+// of Spec.DiskBytes holding out/ and the job's /tmp.
+func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
+	if spec.JobID == "" || len(spec.Command) == 0 {
+		return nil, errors.New("container: spec needs a job id and a command")
+	}
+	uid, ok := workspace.TakeUID(e.cfg.UIDBase, e.cfg.UIDCount)
+	if !ok {
+		return nil, fmt.Errorf("container: job %s: all %d job uids are in use", spec.JobID, e.cfg.UIDCount)
+	}
+	name := workspace.Name(spec.JobID, spec.Attempt)
+	j := &job{
+		name:   name,
+		uid:    uid,
+		spec:   spec,
+		parent: filepath.Join(e.cfg.CgroupParent, name),
+		log:    e.log.With("job", spec.JobID, "attempt", spec.Attempt),
+	}
+	disk := spec.DiskBytes
+	if disk <= 0 {
+		disk = e.cfg.DefaultDiskBytes
+	}
+	d, err := workspace.Make(e.cfg.Root, name, disk, uid)
+	j.ws = d
+	if err != nil {
+		if rerr := e.release(j); rerr != nil {
+			j.log.Warn("clean up failed workspace", "err", rerr)
+		}
+		return nil, fmt.Errorf("container: prepare %s: %w", spec.JobID, err)
+	}
+	ws := &executor.Workspace{Spec: spec, Root: d.Path, DataDir: d.Data, OutDir: d.Out}
+	var once sync.Once
+	var rerr error
+	ws.Release = func() error {
+		once.Do(func() { rerr = e.release(j) })
+		return rerr
+	}
+	e.mu.Lock()
+	e.jobs[ws] = j
+	e.mu.Unlock()
+	return ws, nil
+}
+
+// LogPaths returns where the job's stdout and stderr are kept until Release.
+func LogPaths(ws *executor.Workspace) (stdout, stderr string) {
+	return workspace.LogPaths(ws.Root)
+}
+
+// Run runs the job's container and waits for it to end.
+func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Result, error) {
+	e.mu.Lock()
+	j := e.jobs[ws]
+	e.mu.Unlock()
+	if j == nil {
+		return executor.Result{}, errors.New("container: run: workspace was not prepared by this executor or was released")
+	}
+	if !j.ran.TryLock() {
+		return executor.Result{}, fmt.Errorf("container: run %s: already running", j.spec.JobID)
+	}
+	defer j.ran.Unlock()
+	if j.closed {
+		return executor.Result{}, fmt.Errorf("container: run %s: workspace released", j.spec.JobID)
+	}
+	if j.spec.Image == "" {
+		return executor.Result{}, ErrNoImage
+	}
+	return e.run(ctx, j)
+}
+
+func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
+	spec := j.spec
+	// The engine calls outlive a cancelled ctx: stopping is our business.
+	bg := context.WithoutCancel(ctx)
+	mem := spec.MemoryBytes
+	if mem <= 0 {
+		mem = e.cfg.DefaultMemoryBytes
+	}
+	pids := e.cfg.PidsMax
+	cfg := &container.Config{
+		Image:           spec.Image,
+		Entrypoint:      spec.Command[:1],
+		Cmd:             spec.Command[1:],
+		Env:             jobEnv(spec),
+		User:            fmt.Sprintf("%d:%d", j.uid, j.uid),
+		WorkingDir:      "/tmp",
+		Hostname:        "e31",
+		NetworkDisabled: true,
+		Labels:          map[string]string{jobLabel: spec.JobID, "net.e31.attempt": strconv.Itoa(spec.Attempt), rootLabel: e.rootTag},
+	}
+	host := &container.HostConfig{
+		NetworkMode:    "none",
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		ShmSize:        e.cfg.ShmBytes,
+		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "1"}},
+		Mounts: []mount.Mount{
+			{Type: mount.TypeBind, Source: j.ws.Data, Target: "/data", ReadOnly: true},
+			{Type: mount.TypeBind, Source: j.ws.Out, Target: "/out"},
+			{Type: mount.TypeBind, Source: j.ws.Tmp, Target: "/tmp"},
+		},
+		Resources: container.Resources{
+			Memory:     mem,
+			MemorySwap: mem,
+			PidsLimit:  &pids,
+		},
+	}
+	if spec.CPU > 0 {
+		host.Resources.NanoCPUs = int64(spec.CPU * 1e9)
+	}
+	if e.usage {
+		host.Resources.CgroupParent = j.parent
+	}
+	created, err := e.cli.ContainerCreate(bg, cfg, host, nil, nil, "e31-"+j.name)
+	if err != nil {
+		return executor.Result{}, fmt.Errorf("container: create %s: %w", spec.JobID, err)
+	}
+	j.id = created.ID
+	defer func() {
+		if err := e.cli.ContainerRemove(bg, j.id, container.RemoveOptions{Force: true}); err != nil {
+			j.log.Warn("remove container", "err", err)
+		} else {
+			j.id = ""
+		}
+	}()
+	waitc, errc := e.cli.ContainerWait(bg, j.id, container.WaitConditionNextExit)
+	if err := e.cli.ContainerStart(bg, j.id, container.StartOptions{}); err != nil {
+		return executor.Result{}, fmt.Errorf("container: start %s: %w", spec.JobID, err)
+	}
+	res := executor.Result{Started: time.Now()}
+	var limit <-chan time.Time
+	if spec.Limit > 0 {
+		t := time.NewTimer(spec.Limit)
+		defer t.Stop()
+		limit = t.C
+	}
+	var (
+		stopping bool
+		kill     <-chan time.Time
+	)
+	stop := func(outcome events.Outcome, reason string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		res.Outcome, res.Reason = outcome, reason
+		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
+		if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
+			j.log.Warn("signal container", "err", err)
+		}
+		kill = time.After(spec.Grace)
+	}
+	done := ctx.Done()
+loop:
+	for {
+		select {
+		case w := <-waitc:
+			if w.Error != nil && w.Error.Message != "" {
+				j.log.Warn("wait for container", "err", w.Error.Message)
+			}
+			break loop
+		case err := <-errc:
+			return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
+		case <-limit:
+			stop(events.LimitExceeded, fmt.Sprintf("wall-clock limit %s reached", spec.Limit))
+		case <-done:
+			done = nil
+			stop(events.Cancelled, "cancelled")
+		case <-kill:
+			kill = nil
+			if err := e.cli.ContainerKill(bg, j.id, "SIGKILL"); err != nil {
+				j.log.Warn("kill container", "err", err)
+			}
+		}
+	}
+	res.Stopped = time.Now()
+	info, err := e.cli.ContainerInspect(bg, j.id)
+	if err != nil {
+		return res, fmt.Errorf("container: inspect %s: %w", spec.JobID, err)
+	}
+	if info.State.Running {
+		return res, fmt.Errorf("container: %s reported an exit but is running", spec.JobID)
+	}
+	e.copyLogs(bg, j)
+	if e.usage {
+		u, err := readUsage(e.cgroupsV2, j.parent)
+		if err != nil {
+			j.log.Warn("read job usage", "err", err)
+		}
+		res.Usage = u
+	}
+	if !stopping {
+		code := info.State.ExitCode
+		switch {
+		case info.State.OOMKilled:
+			res.Outcome = events.OutOfMemory
+			res.Reason = fmt.Sprintf("out of memory at the %d-byte limit", mem)
+		case code == 0:
+			res.Outcome = events.Succeeded
+			res.ExitCode = &code
+		default:
+			res.Outcome = events.Failed
+			res.ExitCode = &code
+			res.Reason = fmt.Sprintf("exited with code %d", code)
+		}
+	}
+	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
+		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
+	return res, nil
+}
+
+// copyLogs writes the container's stdout and stderr into the workspace.
+func (e *Executor) copyLogs(ctx context.Context, j *job) {
+	files, err := j.ws.Stdio()
+	if err != nil {
+		j.log.Warn("open job logs", "err", err)
+		return
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	rc, err := e.cli.ContainerLogs(ctx, j.id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		j.log.Warn("read container logs", "err", err)
+		return
+	}
+	defer rc.Close()
+	if _, err := stdcopy.StdCopy(files[1], files[2], rc); err != nil {
+		j.log.Warn("copy container logs", "err", err)
+	}
+}
+
+// readUsage reads the counters of the job's cgroup parent, which include
+// those of its (now removed) container.
+func readUsage(v2 bool, parent string) (events.Usage, error) {
+	if v2 {
+		m, err := cgroup2.Load(parent)
+		if err != nil {
+			return events.Usage{}, err
+		}
+		st, err := m.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory)
+		if err != nil {
+			return events.Usage{}, err
+		}
+		var u events.Usage
+		if st.CPU != nil {
+			u.CPUSeconds = float64(st.CPU.UsageUsec) / 1e6
+		}
+		if st.Memory != nil {
+			u.MaxRSSBytes = int64(st.Memory.MaxUsage)
+		}
+		return u, nil
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(parent))
+	if err != nil {
+		return events.Usage{}, err
+	}
+	st, err := cg.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return events.Usage{}, err
+	}
+	var u events.Usage
+	if st.CPU != nil && st.CPU.Usage != nil {
+		u.CPUSeconds = float64(st.CPU.Usage.Total) / 1e9
+	}
+	if st.Memory != nil && st.Memory.Usage != nil {
+		u.MaxRSSBytes = int64(st.Memory.Usage.Max)
+	}
+	return u, nil
+}
+
+// release removes the container (if Run left it), the cgroup parent and the
+// workspace.
+func (e *Executor) release(j *job) error {
+	j.ran.Lock()
+	defer j.ran.Unlock()
+	j.closed = true
+	var errs []error
+	ctx := context.Background()
+	if j.id != "" {
+		if err := e.cli.ContainerRemove(ctx, j.id, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove container: %w", err))
+		}
+	}
+	if e.usage && len(errs) == 0 {
+		if err := removeCgroup(e.cgroupsV2, j.parent); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup parent: %w", err))
+		}
+	}
+	if j.ws != nil && len(errs) == 0 {
+		if err := j.ws.Remove(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	e.mu.Lock()
+	for ws, jj := range e.jobs {
+		if jj == j {
+			delete(e.jobs, ws)
+		}
+	}
+	e.mu.Unlock()
+	if len(errs) == 0 {
+		workspace.FreeUID(j.uid)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("container: release %s: %w", j.spec.JobID, err)
+	}
+	return nil
+}
+
+func removeCgroup(v2 bool, parent string) error {
+	if cgroups.Mode() == cgroups.Unified || v2 {
+		m, err := cgroup2.Load(parent)
+		if err != nil {
+			return nil
+		}
+		return m.Delete()
+	}
+	cg, err := cgroup1.Load(cgroup1.StaticPath(parent))
+	if errors.Is(err, cgroup1.ErrCgroupDeleted) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return cg.Delete()
+}
+
+// jobEnv is the job's environment: its declared variables, PATH and HOME
+// unless declared, and the E31_ variables, which it cannot override.
+func jobEnv(spec executor.Spec) []string {
+	vars := map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "HOME": "/tmp", "TMPDIR": "/tmp"}
+	for k, v := range spec.Env {
+		vars[k] = v
+	}
+	vars["E31_JOB_ID"] = spec.JobID
+	vars["E31_DATA"] = "/data"
+	vars["E31_OUTPUT"] = "/out"
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}

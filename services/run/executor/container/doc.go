@@ -1,0 +1,31 @@
+// Package container is RUN's executor for jobs that name an image
+// (work.image): each job runs as a Docker container through the Engine API,
+// with the same contract as the sandbox executor.
+//
+// The job's command replaces the image's entrypoint and runs as pid 1 of
+// the container, as a uid of its own (shared allocation with the sandbox),
+// with no network (NetworkMode none), every capability dropped,
+// no-new-privileges and a read-only root filesystem. /data is the staged
+// data, bound read-only; /out and /tmp are bound from a tmpfs of
+// Spec.DiskBytes made by Prepare, so the container has no other writable
+// space than that (and a /dev/shm of Config.ShmBytes) and what RUN collects
+// from Workspace.OutDir is on the node after the container is gone. Memory
+// (without swap), cpu (NanoCPUs) and the process count are limited by the
+// engine; an OOM kill is out_of_memory, the wall-clock limit and
+// cancellation stop the container with SIGTERM, the grace, then SIGKILL.
+//
+// Usage is read at the end, not sampled: with the engine's cgroupfs driver
+// every job's container is placed under a cgroup parent of its own
+// (Config.CgroupParent/<job>), whose counters include the container's and
+// outlive it. With the systemd driver usage is left zero and a warning is
+// logged. The job's stdout and stderr are copied from the engine (json-file
+// logs capped at 10 MB) into the workspace at the end; see LogPaths.
+//
+// Containers do not die with the node agent as sandboxed jobs do: New
+// removes the job containers a previous agent over the same Root left
+// (labelled with it). Its workspaces are removed by the sandbox executor's
+// New over the same Root.
+//
+// The client negotiates the API version down to the engine's (Docker 20.10
+// speaks 1.41).
+package container
