@@ -68,6 +68,9 @@ type SubscriberConfig struct {
 	// log need not read it all again. An existing consumer goes on from
 	// where it was.
 	StartSeq uint64
+	// Drain is how long, once the subscriber stops, it still waits for the
+	// handlers it handed messages to, to settle them. Default AckWait.
+	Drain time.Duration
 	// Logger for problems the Subscriber cannot return; default slog.Default().
 	Logger *slog.Logger
 }
@@ -101,6 +104,9 @@ func NewSubscriber(js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, e
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = cfg.AckWait
 	}
 	if cfg.MaxAckPending <= 0 {
 		cfg.MaxAckPending = 1000
@@ -330,7 +336,7 @@ func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *m
 			}
 		case <-done:
 			done = nil
-			draining = time.After(s.cfg.AckWait)
+			draining = time.After(s.cfg.Drain)
 		case <-draining:
 			return
 		}
