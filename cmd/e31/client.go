@@ -190,3 +190,17 @@ func (c *client) waitOver(ctx context.Context, job string) (events.Envelope, err
 func (c *client) jobEvents(ctx context.Context, job string) ([]events.Envelope, error) {
 	return bus.ReadJob(ctx, c.js, job, 1)
 }
+
+// inLog reports whether the log holds any event of job: a job the ledger has
+// no record of yet (its request could not be read) may still be answered.
+func (c *client) inLog(ctx context.Context, job string) bool {
+	if !events.ValidID(job) {
+		return false
+	}
+	st, err := c.js.Stream(ctx, events.Stream)
+	if err != nil {
+		return false
+	}
+	_, err = st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
+	return err == nil
+}

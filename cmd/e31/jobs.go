@@ -41,7 +41,7 @@ succeeded, 1 if it ended any other way, 3 if waiting timed out.`,
 }
 
 func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Duration, asJSON bool) error {
-	if _, err := c.currentRecord(ctx, id); err != nil {
+	if _, err := c.currentRecord(ctx, id); err != nil && !c.inLog(ctx, id) {
 		seq, _ := c.lastSeq(ctx)
 		if recs, serr := c.sweepRecords(ctx, id, seq); serr == nil && len(recs) > 0 {
 			ids := make([]string, len(recs))

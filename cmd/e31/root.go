@@ -64,6 +64,14 @@ func readEnv() env {
 			user = "anonymous"
 		}
 	}
+	// The user name ends subjects (e31.job.<id>.requested.<user>): one
+	// token of letters, digits, '-' and '_'.
+	user = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, user)
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
 	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN}
 }
@@ -138,6 +146,7 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 	root.AddCommand(
 		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a),
 		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a), dataCmd(a),
+		setupCmd(a),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 

@@ -64,5 +64,6 @@ is one compute node: give each node its own --node name.`,
 	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
 	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox, process or auto")
 	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: time between SIGTERM and SIGKILL")
+	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
 	return cmd
 }

@@ -450,3 +450,49 @@ output: [done.txt]
 		t.Fatalf("audit after restart:\n%s", out)
 	}
 }
+
+// TestAnUnreadableRequestIsRejectedWithTheProblem publishes what an
+// upstream system might get wrong: a body e31 cannot decode. The job is
+// rejected, naming the problem, and nothing after it is affected.
+func TestAnUnreadableRequestIsRejectedWithTheProblem(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	ctx := context.Background()
+	good := events.New("garbled", events.JobRequested{Submitter: "billing"}, "test", time.Now())
+	m, err := good.Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Data = []byte(`{"submitter":"billing","spec":{"work":{"command":["/bin/true"]},"colour":"blue"}}`)
+	if _, err := ts.c.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	rec, code := ts.wait("garbled")
+	if code != exitFailed || rec.Outcome != events.Rejected || !strings.Contains(rec.Reason, `unknown field "colour"`) {
+		t.Errorf("outcome %s (%s), want rejected naming the unknown field", rec.Outcome, rec.Reason)
+	}
+	id := ts.submit(writeJob(t, "work: {command: [/bin/true]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
+	if rec, code := ts.wait(id); code != 0 {
+		t.Errorf("a job after the garbage: %s (%s)", rec.Outcome, rec.Reason)
+	}
+	if out, _, code := ts.cli("audit"); code != 0 {
+		t.Errorf("audit after an unreadable request:\n%s", out)
+	}
+}
+
+// TestOnlyTheSubmitterCanCancel: a cancel from someone else is in the log
+// and changes nothing.
+func TestOnlyTheSubmitterCanCancel(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	id := ts.submit(writeJob(t, "work: {command: [/bin/sh, -c, sleep 1]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
+	ts.waitState(id, api.StateRunning)
+	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
+	if _, err := pub.Append(context.Background(), id, events.CancelRequested{By: "mallory"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, code := ts.wait(id)
+	if code != 0 || rec.Outcome != events.Succeeded {
+		t.Errorf("outcome %s (%s) after mallory's cancel, want succeeded", rec.Outcome, rec.Reason)
+	}
+}

@@ -182,7 +182,7 @@ func TestAppendBatchReportsEachResult(t *testing.T) {
 	ctx := natstest.Context(t, 10*time.Second)
 	pub := bus.NewPublisher(js, "e31/test", nil)
 	first, _ := pub.Append(ctx, "x", submitted())
-	if _, err := pub.Append(ctx, "x", events.CancelRequested{}); err != nil {
+	if _, err := pub.Append(ctx, "x", events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	hold := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -44,15 +45,25 @@ func IsPermanent(err error) bool {
 // lanes allow.
 type HandlerFunc func(ctx context.Context, env events.Envelope) error
 
-// Handle adapts fn to a watermill handler. A message that is not a valid
-// event is poison; an event of a type this version does not know is skipped.
-func Handle(fn HandlerFunc) message.NoPublishHandlerFunc {
+// Undecodable is told about a message that is not a valid event: its
+// subject, stream sequence and what is wrong. It returns nil once it has
+// dealt with it; an error it returns is handled like a handler's.
+type Undecodable func(ctx context.Context, subject string, seq uint64, problem error) error
+
+// Handle adapts fn to a watermill handler. An event of a type this version
+// does not know is skipped. A message that is not a valid event goes to
+// bad, or, with bad nil, is poison.
+func Handle(fn HandlerFunc, bad Undecodable) message.NoPublishHandlerFunc {
 	return func(m *message.Message) error {
 		env, err := Envelope(m)
 		if events.IsUnknownType(err) {
 			return nil
 		}
 		if err != nil {
+			if bad != nil {
+				seq, _ := strconv.ParseUint(m.Metadata.Get(MetaSeq), 10, 64)
+				return bad(m.Context(), m.Metadata.Get(MetaSubject), seq, err)
+			}
 			return Permanent(err)
 		}
 		return fn(m.Context(), env)

@@ -17,6 +17,9 @@ type Handler struct {
 	Topic      string
 	Subscriber SubscriberConfig
 	Handle     HandlerFunc
+	// Undecodable, if set, deals with messages that are not valid events;
+	// otherwise they go to the poison stream.
+	Undecodable Undecodable
 }
 
 // Run runs handlers on one Router until ctx ends, then stops taking new
@@ -41,7 +44,7 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 			return fmt.Errorf("%s: handler %s: %w", service, h.Name, err)
 		}
 		subs = append(subs, sub)
-		r.AddConsumerHandler(h.Name, h.Topic, sub, message.NoPublishHandlerFunc(Handle(h.Handle)))
+		r.AddConsumerHandler(h.Name, h.Topic, sub, message.NoPublishHandlerFunc(Handle(h.Handle, h.Undecodable)))
 	}
 	err = r.Run(ctx)
 	for _, s := range subs {

@@ -233,11 +233,19 @@ type ComputeReleased struct {
 	Final bool `json:"final"`
 }
 
-// CancelRequested records that someone asked to stop a job.
+// CancelRequested records that someone asked to stop a job. By is who
+// (the last token of the subject, bound by the server's permissions): a
+// cancel is honoured only from the job's submitter or the Operator.
 type CancelRequested struct {
-	By     string `json:"by,omitempty"`
+	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
 }
+
+// Operator is the identity whose cancels are honoured for any job.
+const Operator = "operator"
+
+// MayCancel reports whether a cancel by who applies to a job of submitter.
+func MayCancel(who, submitter string) bool { return who == submitter || who == Operator }
 
 // JobCancelled records that a job was cancelled before compute was held.
 type JobCancelled struct {

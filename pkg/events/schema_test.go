@@ -58,7 +58,7 @@ const (
 // ce-id, written out by hand so that SubjectOf and ID are checked against
 // what envelope.json and README.md promise outside systems.
 var goldenSubjects = map[string]string{
-	events.TypeJobRequested:    "e31.job." + goldenJob + ".requested",
+	events.TypeJobRequested:    "e31.job." + goldenJob + ".requested.alice",
 	events.TypeJobSubmitted:    "e31.job." + goldenJob + ".submitted",
 	events.TypeJobRejected:     "e31.job." + goldenJob + ".rejected",
 	events.TypeComputeHeld:     "e31.job." + goldenJob + ".held." + goldenNode,
@@ -66,7 +66,7 @@ var goldenSubjects = map[string]string{
 	events.TypeRunStopped:      "e31.job." + goldenJob + ".stopped",
 	events.TypeOutputReturned:  "e31.job." + goldenJob + ".returned",
 	events.TypeComputeReleased: "e31.job." + goldenJob + ".released",
-	events.TypeCancelRequested: "e31.job." + goldenJob + ".cancel",
+	events.TypeCancelRequested: "e31.job." + goldenJob + ".cancel.alice",
 	events.TypeJobCancelled:    "e31.job." + goldenJob + ".cancelled",
 	events.TypeNodeAnnounced:   "e31.node." + goldenNode + ".announced",
 	events.TypeNodeExpired:     "e31.node." + goldenNode + ".expired",
@@ -400,7 +400,7 @@ func TestEmptyListsAreValid(t *testing.T) {
 			Request: events.Request{CPU: 0.25, LimitSeconds: 1},
 		}},
 		events.JobRejected{Reason: "request.cpu: must be more than 0"},
-		events.CancelRequested{},
+		events.CancelRequested{By: "alice"},
 		events.JobCancelled{},
 		events.NodeAnnounced{Node: goldenNode, Boot: "b1", CPU: 1},
 	} {
@@ -437,21 +437,23 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			return
 		}
 		s, ok := map[string]string{
-			"node":     "node-7",
-			"boot":     "boot-2",
-			"from_job": "01JC8W2M5R7T9V1X3Z5B7D9F1H",
-			"after":    "01JC8W2M5R7T9V1X3Z5B7D9F1G",
-			"id":       "01JC8W2M5R7T9V1X3Z5B7D9F1S",
-			"digest":   "sha256:" + strings.Repeat("ab", 32),
-			"kind":     "dir",
-			"path":     "logs/run.txt",
-			"missing":  "plots/*.png",
-			"manifest": "sha256:" + strings.Repeat("cd", 32),
-			"mode":     "0755",
-			"what":     "output",
-			"cause":    "expired",
-			"name":     "clips",
-			"command":  "/bin/true",
+			"node":      "node-7",
+			"boot":      "boot-2",
+			"from_job":  "01JC8W2M5R7T9V1X3Z5B7D9F1H",
+			"after":     "01JC8W2M5R7T9V1X3Z5B7D9F1G",
+			"submitter": "alice",
+			"by":        "alice",
+			"id":        "01JC8W2M5R7T9V1X3Z5B7D9F1S",
+			"digest":    "sha256:" + strings.Repeat("ab", 32),
+			"kind":      "dir",
+			"path":      "logs/run.txt",
+			"missing":   "plots/*.png",
+			"manifest":  "sha256:" + strings.Repeat("cd", 32),
+			"mode":      "0755",
+			"what":      "output",
+			"cause":     "expired",
+			"name":      "clips",
+			"command":   "/bin/true",
 		}[name]
 		if !ok {
 			s = "text for " + name
@@ -943,7 +945,6 @@ func TestSchemasAccept(t *testing.T) {
 		{events.TypeOutputReturned, "/files/0/path", "...hidden/.x"},
 		{events.TypeComputeReleased, "/outcome", "node_lost"},
 		{events.TypeJobRejected, "/problems", deleteIt},
-		{events.TypeCancelRequested, "/by", deleteIt},
 		{events.TypeNodeAnnounced, "/labels", deleteIt},
 	} {
 		body := mutate(t, m)
@@ -1026,6 +1027,8 @@ func TestEnvelope(t *testing.T) {
 			if h, ok := events.HoldOf(ev); ok {
 				subj = strings.ReplaceAll(subj, "{node}", h.Node)
 			}
+			subj = strings.ReplaceAll(subj, "{submitter}", "alice")
+			subj = strings.ReplaceAll(subj, "{by}", "alice")
 			if subj != m.Subject {
 				t.Errorf("envelope.json says the subject is %q, but it is %q", subj, m.Subject)
 			}
@@ -1115,7 +1118,7 @@ func TestReadmeExample(t *testing.T) {
 	const job = "report-2025-03-14"
 	h := goldenHeaders(events.TypeJobRequested)
 	h.Set(events.HeaderSubject, job)
-	if _, err := events.Decode("e31.job."+job+".requested", h, bodies[0]); err != nil {
+	if _, err := events.Decode("e31.job."+job+".requested.billing", h, bodies[0]); err != nil {
 		t.Errorf("the README example does not decode: %v", err)
 	}
 }

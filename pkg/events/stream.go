@@ -54,8 +54,22 @@ func JobSubject(job string) string { return "e31.job." + job + ".>" }
 // HeldSubject is what a node's consumer filters on to see its own holds.
 func HeldSubject(node string) string { return "e31.job.*.held." + node }
 
-// KindSubject matches one kind of job event for every job, e.g. "e31.job.*.submitted".
-func KindSubject(ceType string) string { return "e31.job.*." + kinds[ceType].token }
+// KindSubject matches one kind of job event for every job, e.g.
+// "e31.job.*.submitted", or "e31.job.*.requested.*" for the kinds that end
+// with a node or an identity.
+func KindSubject(ceType string) string {
+	switch ceType {
+	case TypeComputeHeld, TypeJobRequested, TypeCancelRequested:
+		return "e31.job.*." + kinds[ceType].token + ".*"
+	}
+	return "e31.job.*." + kinds[ceType].token
+}
+
+// RequestSubject is where a submitter publishes a request for job: only
+// there may it, with the permissions e31 gives submitters.
+func RequestSubject(job, submitter string) string {
+	return "e31.job." + job + ".requested." + submitter
+}
 
 // SubjectOf is where an event about subject (a job or node id) is stored.
 func SubjectOf(subject string, ev Event) (string, error) {
@@ -70,13 +84,31 @@ func SubjectOf(subject string, ev Event) (string, error) {
 		return "e31.node." + subject + "." + k.token, nil
 	}
 	s := "e31.job." + subject + "." + k.token
-	if h, ok := ev.(held); ok && ev.Type() == TypeComputeHeld {
-		if !ValidID(h.held().Node) {
-			return "", fmt.Errorf("events: node %q is not a valid id", h.held().Node)
-		}
-		s += "." + h.held().Node
+	// Some kinds end with one more token: the node a hold is for, so that
+	// each node's consumer sees its own holds; the submitter of a request
+	// and the sender of a cancel, so that the server's permissions (alice
+	// may publish only ...requested.alice) bind the identity to the event.
+	var tail, what string
+	switch e := ev.(type) {
+	case *ComputeHeld:
+		tail, what = e.Node, "node"
+	case ComputeHeld:
+		tail, what = e.Node, "node"
+	case *JobRequested:
+		tail, what = e.Submitter, "submitter"
+	case JobRequested:
+		tail, what = e.Submitter, "submitter"
+	case *CancelRequested:
+		tail, what = e.By, "by"
+	case CancelRequested:
+		tail, what = e.By, "by"
+	default:
+		return s, nil
 	}
-	return s, nil
+	if !ValidID(tail) {
+		return "", fmt.Errorf("events: %s %q is not a valid id (letters, digits, '-' and '_', at most 64)", what, tail)
+	}
+	return s + "." + tail, nil
 }
 
 // StreamOptions are the deployment choices for the streams.

@@ -122,9 +122,9 @@ type Pool struct {
 	over   map[string]events.Outcome // ended jobs: late or repeated events change nothing
 	levels map[int]*level
 	nWait  int
-	usage  map[string]int64  // milli-cpu held, by submitter
-	after  map[string][]*job // dependents waiting for a job
-	early  map[string]bool   // cancels seen before the job was submitted
+	usage  map[string]int64    // milli-cpu held, by submitter
+	after  map[string][]*job   // dependents waiting for a job
+	early  map[string][]string // cancels seen before the job was submitted: by whom
 	// attention holds the jobs that may need a decision other than a hold:
 	// a cancel, a rejection, or a first check that some node could hold
 	// them. Decide looks at these only, so a long queue costs nothing here.
@@ -151,7 +151,7 @@ func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
 	return &Pool{
 		cfg: cfg, now: now,
 		nodes: map[string]*node{}, jobs: map[string]*job{}, over: map[string]events.Outcome{},
-		levels: map[int]*level{}, usage: map[string]int64{}, after: map[string][]*job{}, early: map[string]bool{},
+		levels: map[int]*level{}, usage: map[string]int64{}, after: map[string][]*job{}, early: map[string][]string{},
 		attention: map[string]*job{}, unchecked: map[string]*job{},
 	}
 }
@@ -206,11 +206,13 @@ func (p *Pool) Apply(env events.Envelope) {
 		j = &job{id: id, order: env.Seq, last: env.Seq, submitter: e.Submitter, spec: e.Spec,
 			need: resOf(r.CPU, r.MemoryBytes, r.GPU, r.DiskBytes), limit: time.Duration(r.LimitSeconds * float64(time.Second))}
 		p.jobs[id] = j
-		if p.early[id] {
-			delete(p.early, id)
-			j.cancel = true
-			p.attention[id] = j
+		for _, by := range p.early[id] {
+			if events.MayCancel(by, e.Submitter) {
+				j.cancel = true
+				p.attention[id] = j
+			}
 		}
+		delete(p.early, id)
 		j.state = blocked
 		for _, dep := range e.Spec.After {
 			switch outcome, ended := p.over[dep]; {
@@ -227,11 +229,17 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 	case *events.CancelRequested:
 		if j == nil {
-			p.early[id] = true
+			if len(p.early[id]) < 16 {
+				p.early[id] = append(p.early[id], e.By)
+			}
 			return
 		}
-		j.cancel = true
-		p.attention[id] = j
+		// Only the submitter (or the operator) may cancel a job; anyone
+		// else's request is in the log and changes nothing.
+		if events.MayCancel(e.By, j.submitter) {
+			j.cancel = true
+			p.attention[id] = j
+		}
 	case *events.ComputeHeld:
 		if j == nil || e.Attempt <= j.attempt {
 			return

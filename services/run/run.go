@@ -80,7 +80,8 @@ type Service struct {
 }
 
 type running struct {
-	attempt int
+	attempt   int
+	submitter string
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 }
@@ -235,7 +236,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 		}
 	}
 	jobCtx, cancel := context.WithCancelCause(context.Background())
-	r := &running{attempt: held.Attempt, cancel: cancel, done: make(chan struct{})}
+	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
 	s.running[job] = r
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
 	s.mu.Unlock()
@@ -378,7 +379,7 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 		case *events.RunStarted:
 			started = started || ev.Attempt == held.Attempt
 		case *events.CancelRequested:
-			cancelled = true
+			cancelled = cancelled || events.MayCancel(ev.By, held.Submitter)
 		}
 	}
 	none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: held.Spec.Output}
@@ -515,6 +516,11 @@ func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	r := s.running[env.Subject]
 	s.mu.Unlock()
+	c, _ := env.Event.(*events.CancelRequested)
+	if r != nil && c != nil && !events.MayCancel(c.By, r.submitter) {
+		s.log.Warn("ignoring a cancel from someone other than the submitter", "job", env.Subject, "by", c.By)
+		return nil
+	}
 	if r != nil {
 		s.log.Info("cancelling", "job", env.Subject, "attempt", r.attempt)
 		r.cancel(errCancelRequested)

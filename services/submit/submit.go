@@ -61,10 +61,11 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	return bus.Run(ctx, s.js, s.pub, "submit", s.log, bus.Handler{
-		Name:       "submit",
-		Topic:      events.KindSubject(events.TypeJobRequested),
-		Subscriber: bus.SubscriberConfig{Durable: "submit", Lanes: 16},
-		Handle:     s.Handle,
+		Name:        "submit",
+		Topic:       events.KindSubject(events.TypeJobRequested),
+		Subscriber:  bus.SubscriberConfig{Durable: "submit", Lanes: 16},
+		Handle:      s.Handle,
+		Undecodable: s.Unreadable,
 	})
 }
 
@@ -109,6 +110,44 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 		} else {
 			s.log.Info("job submitted", "job", env.Subject, "submitter", req.Submitter, "seq", e.Seq)
 		}
+	}
+	return nil
+}
+
+// Unreadable refuses a request e31 cannot read (bad JSON, an unknown field,
+// a body that disagrees with its subject) with a JobRejected that names the
+// problem, so that whoever published it learns why, as with an invalid
+// declaration. Only the job's first event is answered this way: garbage
+// under an id already in use goes to the poison stream.
+func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, problem error) error {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 || parts[3] != "requested" || !events.ValidID(parts[2]) || seq == 0 {
+		return bus.Permanent(problem)
+	}
+	job := parts[2]
+	first, err := s.firstSeq(ctx, job)
+	if err != nil {
+		return err
+	}
+	if first != seq {
+		return bus.Permanent(fmt.Errorf("%w: %s, and the request cannot be read: %v", ErrIDInUse, job, problem))
+	}
+	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + strings.TrimPrefix(problem.Error(), "decode event on "+subject+": ")
+	trigger := events.Envelope{Subject: job, Seq: seq}
+	stored, err := s.pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
+		for _, e := range after {
+			switch e.Event.(type) {
+			case *events.JobSubmitted, *events.JobRejected, *events.JobCancelled:
+				return nil, nil
+			}
+		}
+		return []events.Event{events.JobRejected{Reason: reason}}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("reject unreadable request %s: %w", job, err)
+	}
+	if len(stored) > 0 {
+		s.log.Info("unreadable request rejected", "job", job, "reason", reason, "seq", stored[0].Seq)
 	}
 	return nil
 }

@@ -86,11 +86,13 @@ type Options struct {
 // derives and checks every record in Finish. It is not safe for concurrent
 // use; Read* decode in parallel and feed it in order.
 type Auditor struct {
-	opts  Options
-	rep   Report
-	chain HashChain
-	heads map[uint64][]headCheck // heads to check, by sequence
-	seen  bitset                 // sequences read
+	// unreadable holds the jobs whose request could not be read.
+	unreadable map[string]bool
+	opts       Options
+	rep        Report
+	chain      HashChain
+	heads      map[uint64][]headCheck // heads to check, by sequence
+	seen       bitset                 // sequences read
 
 	jobs  map[string]*job
 	order []string
@@ -211,6 +213,20 @@ func (a *Auditor) ingest(d *decoded) {
 				a.rep.Skipped = map[string]int{}
 			}
 			a.rep.Skipped[m.Headers.Get(events.HeaderType)]++
+			return
+		}
+		if isRequestSubject(m.Subject) {
+			// Anyone allowed to submit can publish garbage as a request;
+			// SUBMIT refuses it with a JobRejected that names the problem.
+			// It is the client's fault, not the log's.
+			if a.rep.Skipped == nil {
+				a.rep.Skipped = map[string]int{}
+			}
+			a.rep.Skipped["unreadable request"]++
+			if a.unreadable == nil {
+				a.unreadable = map[string]bool{}
+			}
+			a.unreadable[jobOf(m.Subject)] = true
 			return
 		}
 		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Undecodable, Detail: d.err.Error()})
@@ -341,7 +357,7 @@ func (a *Auditor) Finish() *Report {
 		go func() {
 			defer wg.Done()
 			for i := start; i < end; i++ {
-				rec, fs := derive(a.order[i], a.jobs[a.order[i]].facts)
+				rec, fs := derive(a.order[i], a.jobs[a.order[i]].facts, a.unreadable[a.order[i]])
 				results[i] = result{rec, fs}
 			}
 		}()
@@ -423,4 +439,11 @@ func (r *Report) Summary() string {
 	}
 	sort.Strings(parts)
 	return fmt.Sprintf("audit FAILED: %d events, %d jobs: %s", r.Events, r.Jobs, strings.Join(parts, ", "))
+}
+
+// isRequestSubject reports whether subject is where clients publish job
+// requests: e31.job.<job>.requested.<submitter>.
+func isRequestSubject(subject string) bool {
+	parts := strings.Split(subject, ".")
+	return len(parts) == 5 && parts[0] == "e31" && parts[1] == "job" && parts[3] == "requested"
 }

@@ -181,7 +181,7 @@ func TestIllegalLivesAreNamed(t *testing.T) {
 		{"held and over, never released", func(l *log) {
 			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.RunStopped{Hold: h, Outcome: events.Failed}).
 				add("j", events.OutputReturned{Hold: h, Outcome: events.Failed}).
-				add("j", events.CancelRequested{}).add("j", events.JobCancelled{Reason: "x"})
+				add("j", events.CancelRequested{By: "alice"}).add("j", events.JobCancelled{Reason: "x"})
 		}, "unreleased j never released"},
 		{"a release that names another node", func(l *log) {
 			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.HoldLost{Hold: hold("n2", 1, 1)})

@@ -60,7 +60,7 @@ func (at *attempt) meter(releasedAt time.Time) {
 
 // derive builds one job's record from its whole history and checks the
 // history against the life of a job.
-func derive(jobID string, facts []fact) (*api.HoldRecord, []Finding) {
+func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Finding) {
 	var findings []Finding
 	bad := func(f fact, kind, format string, args ...any) {
 		findings = append(findings, Finding{Job: jobID, Seq: f.seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
@@ -70,6 +70,11 @@ func derive(jobID string, facts []fact) (*api.HoldRecord, []Finding) {
 	byNumber := map[int]*attempt{}
 	var attempts []*attempt
 	ph := unrequested
+	if unreadable {
+		// Its request was published but cannot be read: SUBMIT answers it
+		// with a rejection, as it would an invalid one.
+		ph = requested
+	}
 	last := 0 // the highest attempt held
 	var cancelAsked bool
 	var end *fact

@@ -4,6 +4,10 @@ package sandbox
 
 import (
 	"context"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
 	"os/exec"
 	"testing"
 	"time"
@@ -98,3 +102,36 @@ func BenchmarkSandboxPrepareRelease(b *testing.B) {
 		}
 	}
 }
+
+func sysBusy() (busy, total float64) {
+	b, _ := os.ReadFile("/proc/stat")
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:]
+	for i, x := range f {
+		v, _ := strconv.ParseFloat(x, 64)
+		total += v
+		if i != 3 && i != 4 {
+			busy += v
+		}
+	}
+	return busy / 100, total / 100
+}
+
+func zz(t *testing.T, f func(*testing.B)) {
+	var r0, r1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
+	b0, t0 := sysBusy()
+	b := testing.Benchmark(f)
+	b1, t1 := sysBusy()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
+	var c0, c1 syscall.Rusage
+	_ = c0
+	_ = c1
+	n := float64(b.N)
+	self := float64(r1.Utime.Nano()-r0.Utime.Nano()+r1.Stime.Nano()-r0.Stime.Nano()) / 1e9
+	t.Logf("%s  self-cpu/op %.0fµs  sys-busy/op %.0fµs (sys idle frac %.2f)", b.String(), self/n*1e6, (b1-b0)/n*1e6, 1-(b1-b0)/(t1-t0))
+	t.Log("\n" + PhaseReport())
+}
+
+func TestZZPhase(t *testing.T)    { zz(t, BenchmarkSandboxTrue) }
+func TestZZPhasePar(t *testing.T) { zz(t, BenchmarkSandboxTrueParallel) }
+func TestZZFork(t *testing.T)     { zz(t, BenchmarkForkExecTrueParallel) }

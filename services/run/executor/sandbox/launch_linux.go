@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,6 +39,7 @@ type launch struct {
 	// execve, before its first instruction: it puts the pid in the job's
 	// cgroup. It runs on another thread, since this one no longer sees /sys.
 	admit func(pid int) error
+	t0    time.Time
 }
 
 // bind is one bind mount of a host path into the job's root.
@@ -126,9 +128,11 @@ func (l *launch) start() (int, error) {
 		return 0, fmt.Errorf("open /proc: %w", err)
 	}
 	defer unix.Close(hostProc)
+	t0 := phase("t0 thread", l.t0)
 	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
+	t0 = phase("t1 enterRoot", t0)
 	if err := unix.Sethostname([]byte("e31")); err != nil {
 		return 0, fmt.Errorf("set hostname: %w", err)
 	}
@@ -139,9 +143,11 @@ func (l *launch) start() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	t0 = phase("t2 host/lo/path", t0)
 	if err := l.restrict(); err != nil {
 		return 0, err
 	}
+	t0 = phase("t3 restrict", t0)
 	attr := &syscall.ProcAttr{
 		Dir:   "/tmp",
 		Env:   l.env,
@@ -157,6 +163,8 @@ func (l *launch) start() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: %w", l.argv[0], err)
 	}
+	t0 = phase("t4 forkexec", t0)
+	defer phase("t5 afterExec", t0)
 	if err := l.afterExec(pid, hostProc); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
@@ -180,12 +188,14 @@ func (l *launch) afterExec(pid, hostProc int) error {
 		}
 		break
 	}
+	t0 := phase("t5a execstop", time.Now())
 	if !ws.Stopped() || ws.StopSignal() != unix.SIGTRAP {
 		return fmt.Errorf("job did not stop after exec (status %#x)", ws)
 	}
 	if err := l.admit(pid); err != nil {
 		return fmt.Errorf("join cgroup: %w", err)
 	}
+	t0 = phase("t5b admit", t0)
 	if !l.hostProc {
 		if err := mountProc(hostProc, pid); err != nil {
 			return err

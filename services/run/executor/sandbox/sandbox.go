@@ -304,7 +304,9 @@ func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
 	if disk <= 0 {
 		disk = e.cfg.DefaultDiskBytes
 	}
+	t0 := time.Now()
 	d, err := workspace.Make(e.cfg.Root, j.name, disk, j.uid)
+	t0 = phase("p1 ws.Make", t0)
 	j.ws = d
 	if err != nil {
 		return nil, err
@@ -319,6 +321,7 @@ func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
 		return nil, err
 	}
 	j.cg = cg
+	phase("p2 cg.create", t0)
 	ws := &executor.Workspace{
 		Spec:    j.spec,
 		Root:    d.Path,
@@ -365,6 +368,7 @@ func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Re
 
 func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	spec := j.spec
+	t0 := time.Now()
 	files, err := j.ws.Stdio()
 	if err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
@@ -405,6 +409,8 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	}
 	startc := make(chan started, 1)
 	donec := make(chan exited, 1)
+	t0 = phase("r1 stdio", t0)
+	l.t0 = t0
 	go l.run(startc, donec)
 	var st started
 wait:
@@ -419,6 +425,7 @@ wait:
 	if st.err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: start %s: %w", spec.JobID, st.err)
 	}
+	t0 = phase("r2 started", t0)
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
@@ -462,6 +469,7 @@ loop:
 			killAll(j.cg, syscall.SIGKILL)
 		}
 	}
+	t0 = phase("r3 exited", t0)
 	if ex.err != nil {
 		j.log.Error("wait for job", "err", ex.err)
 	}
@@ -470,8 +478,10 @@ loop:
 	}); err != nil {
 		return res, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
 	}
+	t0 = phase("r4 drain", t0)
 	res.Stopped = time.Now()
 	u, err := j.cg.usage()
+	phase("r5 usage", t0)
 	if err != nil {
 		j.log.Warn("read job usage", "err", err)
 	}
@@ -553,11 +563,14 @@ func (e *Executor) release(j *job) error {
 			}
 		}
 	}
+	t0 := time.Now()
 	if len(errs) == 0 && j.ws != nil {
 		if err := j.ws.Remove(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	t0 = phase("l1 ws.Remove", t0)
+	defer phase("l2 cg.remove", t0)
 	if j.cg != nil {
 		if err := j.cg.remove(); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))

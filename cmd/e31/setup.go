@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// setupStreamNames are every stream e31 keeps, the buckets included (a KV
+// bucket is the stream KV_<bucket>, an object store OBJ_<bucket>).
+var setupStreamNames = []string{
+	events.Stream, events.PoisonStream, events.TimerStream,
+	"KV_" + events.LeasesBucket, "OBJ_" + events.DataBucket,
+}
+
+func setupCmd(a *app) *cobra.Command {
+	var replicas int
+	var leaseTTL, timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "setup",
+		Short: "Create e31's streams and buckets on a NATS cluster, with the replicas wanted",
+		Long: `Create the event log, the poison and timer streams, the leases bucket and the
+data store on the NATS server given by --nats, each with --replicas copies (3 on
+a three-server cluster), and raise the replicas of any that exist with fewer.
+It never lowers replicas and changes nothing else of a stream that exists.
+
+Every service creates what is missing when it starts, with one replica: run
+this once before the services, on a cluster, so that the log is replicated
+from its first event. Running it again is safe. A fresh cluster may not have
+elected a leader yet: setup retries until --timeout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if replicas < 1 || replicas > 5 {
+				return usageErr("--replicas must be from 1 to 5")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			nc, js, err := connect.Dial(ctx, a.connectConfig("e31-setup"))
+			if err != nil {
+				return troubleErr(err)
+			}
+			defer nc.Close()
+			o := events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}
+			// Right after a cluster starts, creating a replicated stream can
+			// fail until every peer is known and a meta leader elected.
+			if err := retry(ctx, func() error { return events.Setup(ctx, js, o) }); err != nil {
+				return troubleErr(fmt.Errorf("setup: %w", err))
+			}
+			for _, name := range setupStreamNames {
+				var raised bool
+				var have int
+				err := retry(ctx, func() (err error) {
+					have, raised, err = raiseReplicas(ctx, js, name, replicas)
+					return err
+				})
+				if err != nil {
+					return troubleErr(fmt.Errorf("setup: %w", err))
+				}
+				switch {
+				case raised:
+					fmt.Fprintf(a.out, "%s: replicas raised from %d to %d\n", name, have, replicas)
+				default:
+					fmt.Fprintf(a.out, "%s: %d replica(s)\n", name, have)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&replicas, "replicas", 1, "copies of every stream: 1 on one server, 3 on a three-server cluster")
+	f.DurationVar(&leaseTTL, "lease-ttl", events.DefaultLeaseTTL, "how long a node or scheduler lives without renewing its lease (only when the bucket is created)")
+	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the cluster to accept the streams")
+	return cmd
+}
+
+// raiseReplicas gives stream name at least want replicas. It reports the
+// replicas it had and whether it raised them.
+func raiseReplicas(ctx context.Context, js jetstream.JetStream, name string, want int) (int, bool, error) {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return 0, false, fmt.Errorf("stream %s: %w", name, err)
+	}
+	cfg := st.CachedInfo().Config
+	have := cfg.Replicas
+	if have >= want {
+		return have, false, nil
+	}
+	cfg.Replicas = want
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return have, false, fmt.Errorf("raise replicas of %s to %d: %w", name, want, err)
+	}
+	return have, true, nil
+}
+
+// retry calls fn until it succeeds or ctx ends, and returns its last error.
+func retry(ctx context.Context, fn func() error) error {
+	delay := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
