@@ -82,8 +82,8 @@ type Service struct {
 type running struct {
 	attempt   int
 	submitter string
-	cancel  context.CancelCauseFunc
-	done    chan struct{}
+	cancel    context.CancelCauseFunc
+	done      chan struct{}
 }
 
 // New checks cfg and returns a Service.
