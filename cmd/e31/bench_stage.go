@@ -117,7 +117,11 @@ func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) erro
 	if err != nil {
 		return err
 	}
-	store, err := stage.Open(ctx, js)
+	stores, err := stage.Open(ctx, js)
+	if err != nil {
+		return err
+	}
+	store, err := stores.For(ctx, "bench")
 	if err != nil {
 		return err
 	}

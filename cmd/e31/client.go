@@ -134,11 +134,14 @@ func (c *client) why(ctx context.Context, job string, minSeq uint64) (api.WhyRep
 }
 
 func (c *client) store(ctx context.Context) (stage.Store, error) {
-	obs, err := c.js.ObjectStore(ctx, events.DataBucket)
+	// The CLI uses its own user's store; it may create it where the user is
+	// allowed to (e31 dev without credentials), otherwise the bucket is made
+	// with the user's credentials.
+	s, err := stage.NewTenants(c.js, true).For(ctx, c.a.env.User)
 	if err != nil {
-		return nil, troubleErr(fmt.Errorf("the data store: %w", err))
+		return nil, troubleErr(fmt.Errorf("the data store of %s: %w", c.a.env.User, err))
 	}
-	return stage.NewObjectStore(obs), nil
+	return s, nil
 }
 
 // follow calls fn with each of a job's events, from its first, until fn

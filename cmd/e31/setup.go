@@ -14,10 +14,11 @@ import (
 )
 
 // setupStreamNames are every stream e31 keeps, the buckets included (a KV
-// bucket is the stream KV_<bucket>, an object store OBJ_<bucket>).
+// bucket is the stream KV_<bucket>). Each submitter's data bucket is made
+// when it is first needed, with as many replicas as the event log.
 var setupStreamNames = []string{
 	events.Stream, events.PoisonStream, events.TimerStream,
-	"KV_" + events.LeasesBucket, "OBJ_" + events.DataBucket,
+	"KV_" + events.LeasesBucket,
 }
 
 func setupCmd(a *app) *cobra.Command {

@@ -496,3 +496,44 @@ func TestOnlyTheSubmitterCanCancel(t *testing.T) {
 		t.Errorf("outcome %s (%s) after mallory's cancel, want succeeded", rec.Outcome, rec.Reason)
 	}
 }
+
+// TestEachSubmittersDataIsItsOwn: a job's output is stored in its
+// submitter's bucket, and another submitter cannot use it as data nor wait
+// for the job: for bob, alice's job does not exist.
+func TestEachSubmittersDataIsItsOwn(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	ctx := context.Background()
+	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
+	spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/sh", "-c", "echo secret > $E31_OUTPUT/s.txt"}},
+		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
+		Output:  []events.OutputDecl{{Path: "s.txt", Required: true}}}
+	if _, err := pub.Append(ctx, "alices", events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
+		t.Fatal(err)
+	}
+	if rec, code := ts.wait("alices"); code != 0 {
+		t.Fatalf("alice's job: %s (%s)", rec.Outcome, rec.Reason)
+	}
+	obs, err := ts.c.js.ObjectStore(ctx, events.DataBucketFor("alice"))
+	if err != nil {
+		t.Fatalf("alice's bucket: %v", err)
+	}
+	if infos, err := obs.List(ctx); err != nil || len(infos) == 0 {
+		t.Errorf("alice's output is not in her bucket: %d objects, %v", len(infos), err)
+	}
+	uses := events.JobSpec{Work: events.Work{Command: []string{"/bin/cat", "/data/x/s.txt"}},
+		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
+		Data:    []events.DataRef{{Name: "x", FromJob: "alices"}}}
+	waits := events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}},
+		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
+		After:   []string{"alices"}}
+	for id, s := range map[string]events.JobSpec{"bob-uses": uses, "bob-waits": waits} {
+		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "bob", Spec: s}, bus.ExpectLast(0)); err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := ts.wait(id)
+		if rec.Outcome != events.Rejected || !strings.Contains(rec.Reason, "no such job alices") && !strings.Contains(rec.Reason, "alices: no such job") {
+			t.Errorf("%s: %s (%s), want rejected: alice's job is not bob's to use", id, rec.Outcome, rec.Reason)
+		}
+	}
+}

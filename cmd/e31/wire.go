@@ -48,25 +48,25 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 	source := "e31/" + name + "/" + host
 	switch name {
 	case "submit":
-		store, err := openStore(ctx, js)
+		store, err := openStores(ctx, js)
 		if err != nil {
 			return nil, err
 		}
-		return submit.New(js, submit.Config{Source: source, Logger: log, Store: store})
+		return submit.New(js, submit.Config{Source: source, Logger: log, Stores: store})
 	case "rent":
 		return rent.New(nc, js, rent.Config{Source: source, Logger: log, Instance: node.Instance})
 	case "output":
-		store, err := openStore(ctx, js)
+		store, err := openStores(ctx, js)
 		if err != nil {
 			return nil, err
 		}
-		return output.New(js, output.Config{Source: source, Logger: log, Store: store})
+		return output.New(js, output.Config{Source: source, Logger: log, Stores: store})
 	case "release":
 		return release.New(js, release.Config{Source: source, Logger: log})
 	case "ledger":
 		return ledger.New(nc, js, ledger.Config{Source: source, Logger: log})
 	case "run":
-		store, err := openStore(ctx, js)
+		store, err := openStores(ctx, js)
 		if err != nil {
 			return nil, err
 		}
@@ -76,13 +76,15 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		}
 		return run.New(js, run.Config{
 			Node: node.Name, CPU: node.CPU, MemoryBytes: node.MemoryBytes, DiskBytes: node.DiskBytes,
-			Executor: exec, Store: store, Grace: node.Grace, Source: "e31/run/" + node.Name, Logger: log,
+			Executor: exec, Stores: store, Grace: node.Grace, Source: "e31/run/" + node.Name, Logger: log,
 		})
 	}
 	return nil, usageErr("unknown service %q (expected one of %v)", name, services)
 }
 
-func openStore(ctx context.Context, js jetstream.JetStream) (stage.Store, error) {
+// openStores gives a service every submitter's store, creating a bucket
+// when a submitter has none yet.
+func openStores(ctx context.Context, js jetstream.JetStream) (stage.Stores, error) {
 	return stage.Open(ctx, js)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -148,4 +149,28 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn 
 		}
 	}
 	return last, nil
+}
+
+// Owner is the submitter of job, read from its first event: the request,
+// whose subject ends with its submitter (bound by the server's permissions
+// to who published it). It is "" when the job's first event is something
+// else; jetstream.ErrMsgNotFound when the job has no events.
+func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, error) {
+	stream, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return "", fmt.Errorf("owner of %s: %w", job, err)
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
+	if err != nil {
+		return "", fmt.Errorf("owner of %s: %w", job, err)
+	}
+	if parts := strings.Split(m.Subject, "."); len(parts) == 5 && parts[3] == "requested" {
+		return parts[4], nil
+	}
+	if env, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
+		if sub, ok := env.Event.(*events.JobSubmitted); ok {
+			return sub.Submitter, nil
+		}
+	}
+	return "", nil
 }

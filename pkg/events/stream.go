@@ -25,8 +25,10 @@ const (
 	// PoisonSubjects matches e31.poison.<service>.
 	PoisonSubjects = "e31.poison.>"
 
-	// DataBucket is the object store for staged data and returned output,
-	// content addressed by digest.
+	// DataBucket names the object stores of staged data and returned output,
+	// content addressed by digest: each submitter has its own,
+	// DataBucketFor(submitter). The bucket of that name alone is for tests
+	// and tools.
 	DataBucket = "E31_DATA"
 
 	// LeasesBucket is the KV bucket of leases: node.<name> for each live run
@@ -173,7 +175,12 @@ func PoisonStreamConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
-// DataBucketConfig is the configuration of the object store.
+// DataBucketFor is the object store of one submitter's staged data and
+// returned output: kept apart from everyone else's, so that permissions can
+// give each submitter its own and nothing more.
+func DataBucketFor(submitter string) string { return DataBucket + "_" + submitter }
+
+// DataBucketConfig is the configuration of an object store of data.
 func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 	return jetstream.ObjectStoreConfig{
 		Bucket:      DataBucket,
@@ -206,14 +213,6 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	} else if err != nil {
 		return fmt.Errorf("set up leases %s: %w", LeasesBucket, err)
 	}
-	if _, err := js.ObjectStore(ctx, DataBucket); err == nil {
-		return nil
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return fmt.Errorf("set up object store %s: %w", DataBucket, err)
-	}
-	if _, err := js.CreateObjectStore(ctx, DataBucketConfig(o)); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-		return fmt.Errorf("set up object store %s: %w", DataBucket, err)
-	}
 	return nil
 }
 
@@ -222,11 +221,16 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 func WaitReady(ctx context.Context, js jetstream.JetStream) error {
 	var last error
 	for {
-		if _, err := js.AccountInfo(ctx); err == nil {
+		// Each try has its own short deadline: a request sent while the
+		// cluster forms can go unanswered, and waiting for it until ctx's
+		// own deadline would spend every later chance on it.
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(tctx)
+		cancel()
+		if err == nil {
 			return nil
-		} else {
-			last = err
 		}
+		last = err
 		select {
 		case <-ctx.Done():
 			return errors.Join(fmt.Errorf("jetstream not ready: %w", ctx.Err()), last)

@@ -72,6 +72,11 @@ func (s *Server) JetStream(tb testing.TB) jetstream.JetStream {
 	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
 		tb.Fatal(err)
 	}
+	// Jobs keep their data in their submitter's bucket; tests that use one
+	// store for all use this one.
+	if _, err := js.CreateOrUpdateObjectStore(ctx, events.DataBucketConfig(events.StreamOptions{})); err != nil {
+		tb.Fatal(err)
+	}
 	return js
 }
 

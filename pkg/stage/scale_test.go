@@ -195,7 +195,7 @@ func TestHugeFileFlatMemory(t *testing.T) {
 	} else {
 		js = childServer(t)
 	}
-	bucket, err := js.ObjectStore(ctx, events.DataBucket)
+	bucket, err := js.CreateOrUpdateObjectStore(ctx, events.DataBucketConfig(events.StreamOptions{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,13 +40,16 @@ type Config struct {
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
-	// Verifier checks returned files; default StoreVerifier over Store.
+	// Verifier checks returned files; default a StoreVerifier over the
+	// job's submitter's store.
 	Verifier Verifier
-	// Store is the data store. With it, OUTPUT reads output manifests (so
-	// it verifies every file, however many an event lists), stores the
-	// manifest of what it returns, and deletes what retention or a
-	// submitter's request frees. Without one it verifies the files listed
+	// Stores gives each submitter's data store. With it, OUTPUT reads output
+	// manifests (so it verifies every file, however many an event lists),
+	// stores the manifest of what it returns, and deletes what retention or
+	// a submitter's request frees. Without one it verifies the files listed
 	// in events only, and deletes nothing.
+	Stores stage.Stores
+	// Store, if set instead of Stores, serves every submitter (tests).
 	Store stage.Store
 	// DeleteGrace is the time between a deletion and the sweep that removes
 	// the freed objects; default DefaultDeleteGrace.
@@ -59,8 +62,8 @@ type Service struct {
 	js     jetstream.JetStream
 	pub    *bus.Publisher
 	log    *slog.Logger
-	verify Verifier
-	store  stage.Store
+	verify Verifier // nil: a StoreVerifier over the job's store
+	stores stage.Stores
 	grace  time.Duration
 	now    func() time.Time
 
@@ -71,18 +74,19 @@ type Service struct {
 	changed  chan struct{}
 	caughtUp bool
 
-	// sweepMu serializes sweeps, which share the object index.
+	// sweepMu serializes sweeps, which share the object indexes, one per
+	// store.
 	sweepMu sync.Mutex
-	index   *objectIndex
+	index   map[stage.Store]*objectIndex
 }
 
 // New returns a Service on js.
 func New(js jetstream.JetStream, cfg Config) (*Service, error) {
-	if cfg.Verifier == nil && cfg.Store != nil {
-		cfg.Verifier = StoreVerifier{Store: cfg.Store}
+	if cfg.Stores == nil && cfg.Store != nil {
+		cfg.Stores = stage.Single{Store: cfg.Store}
 	}
-	if cfg.Verifier == nil {
-		return nil, errors.New("output: a Verifier or a Store is required")
+	if cfg.Verifier == nil && cfg.Stores == nil {
+		return nil, errors.New("output: a Verifier or Stores is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -98,11 +102,8 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "output"),
-		verify: cfg.Verifier, store: cfg.Store, grace: cfg.DeleteGrace, now: cfg.Now,
-		refs: NewRefs(), changed: make(chan struct{}),
-	}
-	if cfg.Store != nil {
-		s.index = newObjectIndex(stage.NewExpander(cfg.Store))
+		verify: cfg.Verifier, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
+		refs: NewRefs(), changed: make(chan struct{}), index: map[stage.Store]*objectIndex{},
 	}
 	return s, nil
 }
@@ -119,7 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 		Subscriber: bus.SubscriberConfig{Durable: "output", Lanes: 16},
 		Handle:     s.Handle,
 	}
-	if s.store == nil {
+	if s.stores == nil {
 		return bus.Run(ctx, s.js, s.pub, "output", s.log, returned)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -193,8 +194,23 @@ func (s *Service) check(ctx context.Context, job string, stopped *events.RunStop
 	var c checked
 	out := stopped.Output
 	files := out.Files
-	if out.Manifest != "" && s.store != nil {
-		all, err := stage.ManifestFiles(ctx, s.store, out.Manifest)
+	// A job's output is in its submitter's store.
+	var store stage.Store
+	if s.stores != nil {
+		submitter, err := bus.Owner(ctx, s.js, job)
+		if err != nil {
+			return c, err
+		}
+		if store, err = s.stores.For(ctx, submitter); err != nil {
+			return c, err
+		}
+	}
+	verify := s.verify
+	if verify == nil {
+		verify = StoreVerifier{Store: store}
+	}
+	if out.Manifest != "" && store != nil {
+		all, err := stage.ManifestFiles(ctx, store, out.Manifest)
 		switch {
 		case err == nil:
 			files = all
@@ -215,7 +231,7 @@ func (s *Service) check(ctx context.Context, job string, stopped *events.RunStop
 		first error
 	)
 	err := eachFile(ctx, len(files), func(ctx context.Context, i int) error {
-		err := s.verify.VerifyFile(ctx, files[i])
+		err := verify.VerifyFile(ctx, files[i])
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrDamaged):
@@ -246,8 +262,8 @@ func (s *Service) check(ctx context.Context, job string, stopped *events.RunStop
 	switch {
 	case len(c.damaged) == 0 && c.lost == 0:
 		c.manifest = out.Manifest
-	case s.store != nil && len(good) > 0:
-		d, err := stage.PutManifest(ctx, s.store, good)
+	case store != nil && len(good) > 0:
+		d, err := stage.PutManifest(ctx, store, good)
 		if err != nil {
 			return c, fmt.Errorf("store the manifest of what is returned: %w", err)
 		}

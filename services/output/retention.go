@@ -14,6 +14,8 @@ import (
 // of its manifest). A job's staged inputs and its output are roots; the
 // objects they are stored in are found by expanding them (stage.Expander).
 type Root struct {
+	// Tenant is the submitter in whose store the root is.
+	Tenant string
 	Kind   string // stage.KindFile or stage.KindDir
 	Digest string
 }
@@ -234,7 +236,7 @@ func (r *Refs) holdData(h *Held, data []events.DataRef) {
 		if d.Digest == "" {
 			continue // from_job, not resolved yet
 		}
-		r.hold(h, h.Data, Root{Kind: d.Kind, Digest: d.Digest})
+		r.hold(h, h.Data, Root{Tenant: h.Submitter, Kind: d.Kind, Digest: d.Digest})
 		h.DataBytes += d.Bytes
 		if d.Kind == stage.KindDir {
 			h.DataFiles += d.Files
@@ -251,11 +253,11 @@ func (r *Refs) holdOutput(h *Held, manifest string, files []events.OutputFile) {
 		return
 	}
 	if manifest != "" {
-		r.hold(h, h.Output, Root{Kind: stage.KindDir, Digest: manifest})
+		r.hold(h, h.Output, Root{Tenant: h.Submitter, Kind: stage.KindDir, Digest: manifest})
 		return
 	}
 	for _, f := range files {
-		r.hold(h, h.Output, Root{Kind: stage.KindFile, Digest: f.Digest})
+		r.hold(h, h.Output, Root{Tenant: h.Submitter, Kind: stage.KindFile, Digest: f.Digest})
 	}
 }
 

@@ -54,7 +54,7 @@ func TestRefsCountsWhatJobsHold(t *testing.T) {
 		timers = append(timers, r.Apply(e)...)
 	}
 	// Both jobs hold the same folder, file and output manifest.
-	for _, root := range []output.Root{{Kind: stage.KindDir, Digest: digest('a')}, {Kind: stage.KindFile, Digest: digest('b')}, {Kind: stage.KindDir, Digest: digest('d')}} {
+	for _, root := range []output.Root{{Tenant: "alice", Kind: stage.KindDir, Digest: digest('a')}, {Tenant: "alice", Kind: stage.KindFile, Digest: digest('b')}, {Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}} {
 		if n := r.Count(root); n != 2 {
 			t.Errorf("%v held %d times, want 2", root, n)
 		}
@@ -73,13 +73,13 @@ func TestRefsCountsWhatJobsHold(t *testing.T) {
 	del := history("a", 20, events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, Files: 1, Bytes: 7})[0]
 	r.Apply(del)
 	r.Apply(del)
-	if n := r.Count(output.Root{Kind: stage.KindDir, Digest: digest('d')}); n != 1 {
+	if n := r.Count(output.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}); n != 1 {
 		t.Errorf("output manifest held %d times after one deletion, want 1", n)
 	}
-	if n := r.Count(output.Root{Kind: stage.KindDir, Digest: digest('a')}); n != 2 {
+	if n := r.Count(output.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('a')}); n != 2 {
 		t.Errorf("data held %d times after the output was deleted, want 2", n)
 	}
-	if !h.Dropped[output.Root{Kind: stage.KindDir, Digest: digest('d')}] {
+	if !h.Dropped[output.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}] {
 		t.Errorf("dropped %v, want the output manifest", h.Dropped)
 	}
 	if live := r.Live(); len(live) != 3 {

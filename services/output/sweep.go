@@ -75,12 +75,13 @@ func (ix *objectIndex) uncount(root Root) {
 
 // Sweep removes from the store the objects of what a job deleted that no
 // live job holds: its dropped roots, expanded, less every object a live
-// root is stored in. It runs a grace period after the deletion (see
-// DefaultDeleteGrace), on a projection that has read the whole log, so
-// that a job which took up the same bytes meanwhile keeps them. Running it
-// again deletes nothing more: objects already gone are not an error.
+// root of the same store is stored in. It runs a grace period after the
+// deletion (see DefaultDeleteGrace), on a projection that has read the
+// whole log, so that a job which took up the same bytes meanwhile keeps
+// them. Running it again deletes nothing more: objects already gone are
+// not an error.
 func (s *Service) Sweep(ctx context.Context, job string) error {
-	if s.store == nil {
+	if s.stores == nil {
 		return nil
 	}
 	s.sweepMu.Lock()
@@ -101,30 +102,61 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 	if len(dropped) == 0 {
 		return nil
 	}
-	if err := s.index.sync(ctx, live); err != nil {
-		return fmt.Errorf("sweep %s: %w", job, err)
-	}
-	var doomed []string
+	// Roots are counted per store: a submitter's objects are in its own
+	// store, and only its own jobs can hold them.
+	byStore := map[stage.Store][]Root{}
+	liveIn := map[stage.Store]map[Root]bool{}
+	storeOf := func(tenant string) (stage.Store, error) { return s.stores.For(ctx, tenant) }
 	for _, root := range dropped {
-		if live[root] {
-			continue // another job holds all of it
-		}
-		names, _, err := s.index.x.Objects(ctx, root.Kind, root.Digest)
+		st, err := storeOf(root.Tenant)
 		if err != nil {
-			return fmt.Errorf("sweep %s: objects of %s: %w", job, root.Digest, err)
+			return fmt.Errorf("sweep %s: %w", job, err)
 		}
-		for _, n := range names {
-			if s.index.count[n] == 0 {
-				doomed = append(doomed, n)
+		byStore[st] = append(byStore[st], root)
+		liveIn[st] = map[Root]bool{}
+	}
+	for root := range live {
+		st, err := storeOf(root.Tenant)
+		if err != nil {
+			return fmt.Errorf("sweep %s: %w", job, err)
+		}
+		if set, ok := liveIn[st]; ok {
+			set[root] = true
+		}
+	}
+	total := 0
+	for st, roots := range byStore {
+		ix := s.index[st]
+		if ix == nil {
+			ix = newObjectIndex(stage.NewExpander(st))
+			s.index[st] = ix
+		}
+		if err := ix.sync(ctx, liveIn[st]); err != nil {
+			return fmt.Errorf("sweep %s: %w", job, err)
+		}
+		var doomed []string
+		for _, root := range roots {
+			if live[root] {
+				continue // another job holds all of it
+			}
+			names, _, err := ix.x.Objects(ctx, root.Kind, root.Digest)
+			if err != nil {
+				return fmt.Errorf("sweep %s: objects of %s: %w", job, root.Digest, err)
+			}
+			for _, n := range names {
+				if ix.count[n] == 0 {
+					doomed = append(doomed, n)
+				}
 			}
 		}
+		slices.Sort(doomed)
+		doomed = slices.Compact(doomed)
+		if err := stage.DeleteObjects(ctx, st, doomed); err != nil {
+			return fmt.Errorf("sweep %s: %w", job, err)
+		}
+		ix.x.Forget(doomed)
+		total += len(doomed)
 	}
-	slices.Sort(doomed)
-	doomed = slices.Compact(doomed)
-	if err := stage.DeleteObjects(ctx, s.store, doomed); err != nil {
-		return fmt.Errorf("sweep %s: %w", job, err)
-	}
-	s.index.x.Forget(doomed)
 	s.mu.Lock()
 	if h := s.refs.Job(job); h != nil {
 		for _, root := range dropped {
@@ -132,6 +164,6 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 		}
 	}
 	s.mu.Unlock()
-	s.log.Info("swept", "job", job, "roots", len(dropped), "objects_deleted", len(doomed))
+	s.log.Info("swept", "job", job, "roots", len(dropped), "objects_deleted", total)
 	return nil
 }

@@ -93,7 +93,7 @@ func (s *Service) runHandlers(ctx context.Context, returned bus.Handler) error {
 	if err != nil {
 		return fmt.Errorf("output: %w", err)
 	}
-	r.AddConsumerHandler(returned.Name, returned.Topic, stops, bus.Handle(returned.Handle))
+	r.AddConsumerHandler(returned.Name, returned.Topic, stops, bus.Handle(returned.Handle, returned.Undecodable))
 	r.AddConsumerHandler("timers", timerTopic, timers, s.handleTimer)
 	err = r.Run(ctx)
 	err = errors.Join(err, stops.Close(), timers.Close())

@@ -45,7 +45,10 @@ type Config struct {
 	Labels      map[string]string
 
 	Executor executor.Executor
-	Store    stage.Store
+	// Stores gives each submitter's store; Store, if set instead, serves
+	// every submitter (tests).
+	Stores stage.Stores
+	Store  stage.Store
 	// Grace is how long a job has between SIGTERM and SIGKILL.
 	Grace time.Duration
 	// MaxOutputBytes bounds what one job may return when its hold carries
@@ -94,7 +97,10 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.CPU <= 0 || cfg.MemoryBytes <= 0 {
 		return nil, fmt.Errorf("run: node %s: cpu and memory must be positive", cfg.Node)
 	}
-	if cfg.Executor == nil || cfg.Store == nil {
+	if cfg.Stores == nil && cfg.Store != nil {
+		cfg.Stores = stage.Single{Store: cfg.Store}
+	}
+	if cfg.Executor == nil || cfg.Stores == nil {
 		return nil, errors.New("run: an Executor and a Store are required")
 	}
 	if cfg.Grace <= 0 {
@@ -330,7 +336,7 @@ func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Eve
 }
 
 // outputOf is the output an earlier, succeeded job returned, as data.
-func (s *Service) outputOf(ctx context.Context, job string) (events.DataRef, error) {
+func (s *Service) outputOf(ctx context.Context, store stage.Store, job string) (events.DataRef, error) {
 	history, err := bus.ReadJob(ctx, s.js, job, 1)
 	if err != nil {
 		return events.DataRef{}, err
@@ -342,7 +348,7 @@ func (s *Service) outputOf(ctx context.Context, job string) (events.DataRef, err
 	if d, gone := events.DeletedOf(history, events.WhatOutput); gone {
 		return events.DataRef{}, fmt.Errorf("job %s: %s", job, events.DeletedReason(d))
 	}
-	return stage.OutputRef(ctx, s.cfg.Store, ret.Manifest, ret.Files)
+	return stage.OutputRef(ctx, store, ret.Manifest, ret.Files)
 }
 
 func (s *Service) forget(job string, attempt int) {
@@ -443,18 +449,23 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			log.Warn("releasing the workspace", "err", err)
 		}
 	}()
+	// A job's data and output live in its submitter's store.
+	store, err := s.cfg.Stores.For(ctx, held.Submitter)
+	if err != nil {
+		return fail("opening the store of %s: %v", held.Submitter, err)
+	}
 	for _, ref := range spec.Data {
 		if ref.Digest == "" && ref.FromJob != "" {
 			// The earlier job had not finished when this one was submitted;
 			// it has now (RENT held this job after it succeeded).
-			resolved, err := s.outputOf(ctx, ref.FromJob)
+			resolved, err := s.outputOf(ctx, store, ref.FromJob)
 			if err != nil {
 				return fail("staging data %q from job %s: %v", ref.Name, ref.FromJob, err)
 			}
 			resolved.Name = ref.Name
 			ref = resolved
 		}
-		if err := stage.Download(ctx, s.cfg.Store, ref, filepath.Join(ws.DataDir, ref.Name), nil); err != nil {
+		if err := stage.Download(ctx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil); err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
 		}
 	}
@@ -480,7 +491,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if bound <= 0 {
 		bound = s.cfg.MaxOutputBytes
 	}
-	collected, err := stage.Collect(collectCtx, s.cfg.Store, ws.OutDir, spec.Output, bound)
+	collected, err := stage.Collect(collectCtx, store, ws.OutDir, spec.Output, bound)
 	tooLarge, size := errors.Is(err, stage.ErrOutputTooLarge) && collected.Bytes > bound, collected.Bytes
 	if tooLarge {
 		// Nothing was stored, and returning some of it would pass truncated

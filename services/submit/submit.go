@@ -30,6 +30,9 @@ type Config struct {
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Stores gives each submitter's store. Store, if set instead, serves
+	// every submitter (tests).
+	Stores stage.Stores
 	Store  stage.Store
 }
 
@@ -38,13 +41,16 @@ type Service struct {
 	js    jetstream.JetStream
 	pub   *bus.Publisher
 	log   *slog.Logger
-	store stage.Store
+	stores stage.Stores
 }
 
 // New returns a Service.
 func New(js jetstream.JetStream, cfg Config) (*Service, error) {
-	if cfg.Store == nil {
-		return nil, errors.New("submit: a Store is required")
+	if cfg.Stores == nil && cfg.Store != nil {
+		cfg.Stores = stage.Single{Store: cfg.Store}
+	}
+	if cfg.Stores == nil {
+		return nil, errors.New("submit: Stores (or a Store) is required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -52,7 +58,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/submit"
 	}
-	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), store: cfg.Store}, nil
+	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores}, nil
 }
 
 // Run handles requests until ctx ends.
@@ -186,16 +192,22 @@ func (s *Service) check(ctx context.Context, job string, req *events.JobRequeste
 			problems = append(problems, fmt.Sprintf("after[%d]: a job cannot wait for itself", i))
 			continue
 		}
-		if _, err := s.firstSeq(ctx, dep); errors.Is(err, jetstream.ErrMsgNotFound) {
+		owner, err := bus.Owner(ctx, s.js, dep)
+		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && owner != req.Submitter {
+			// Another submitter's job is, for this one, no job at all.
 			problems = append(problems, fmt.Sprintf("after[%d]: no such job %s", i, dep))
 		} else if err != nil {
 			return nil, err
 		}
 	}
+	store, err := s.stores.For(ctx, req.Submitter)
+	if err != nil {
+		return nil, err
+	}
 	for i, ref := range spec.Data {
 		where := fmt.Sprintf("data[%d] %q", i, ref.Name)
 		if ref.FromJob != "" {
-			resolved, pending, problem, err := s.outputOf(ctx, ref.FromJob)
+			resolved, pending, problem, err := s.outputOf(ctx, store, req.Submitter, ref.FromJob)
 			if err != nil {
 				return nil, err
 			}
@@ -215,7 +227,7 @@ func (s *Service) check(ctx context.Context, job string, req *events.JobRequeste
 			spec.Data[i] = resolved
 			continue
 		}
-		err := stage.Verify(ctx, s.store, ref)
+		err := stage.Verify(ctx, store, ref)
 		switch {
 		case err == nil:
 		case isBadData(err):
@@ -256,10 +268,12 @@ func rejection(problems []string) events.JobRejected {
 	return r
 }
 
-// outputOf turns the returned output of an earlier job into a data ref if
-// that job succeeded, says it is pending if it has not finished, and
-// otherwise says why it cannot be used.
-func (s *Service) outputOf(ctx context.Context, job string) (ref events.DataRef, pending bool, problem string, err error) {
+// outputOf turns the returned output of an earlier job of the same
+// submitter into a data ref if that job succeeded, says it is pending if it
+// has not finished, and otherwise says why it cannot be used. Another
+// submitter's job cannot be used: its output is returned to that submitter
+// alone.
+func (s *Service) outputOf(ctx context.Context, store stage.Store, submitter, job string) (ref events.DataRef, pending bool, problem string, err error) {
 	if !events.ValidID(job) {
 		return ref, false, fmt.Sprintf("from_job %q is not a job id", job), nil
 	}
@@ -267,7 +281,8 @@ func (s *Service) outputOf(ctx context.Context, job string) (ref events.DataRef,
 	if err != nil {
 		return ref, false, "", err
 	}
-	if len(history) == 0 {
+	if len(history) == 0 || ownerOf(history) != submitter {
+		// Another submitter's job is, for this one, no job at all.
 		return ref, false, fmt.Sprintf("from_job %s: no such job", job), nil
 	}
 	over, outcome, ret := events.FinalOutput(history)
@@ -280,7 +295,7 @@ func (s *Service) outputOf(ctx context.Context, job string) (ref events.DataRef,
 	if d, gone := events.DeletedOf(history, events.WhatOutput); gone {
 		return ref, false, fmt.Sprintf("from_job %s: %s", job, events.DeletedReason(d)), nil
 	}
-	ref, err = stage.OutputRef(ctx, s.store, ret.Manifest, ret.Files)
+	ref, err = stage.OutputRef(ctx, store, ret.Manifest, ret.Files)
 	if err != nil {
 		if isBadData(err) {
 			return ref, false, fmt.Sprintf("from_job %s: its output is no longer intact: %v", job, err), nil
@@ -288,4 +303,17 @@ func (s *Service) outputOf(ctx context.Context, job string) (ref events.DataRef,
 		return ref, false, "", err
 	}
 	return ref, false, "", nil
+}
+
+// ownerOf is the submitter of a job, from its history.
+func ownerOf(history []events.Envelope) string {
+	for _, e := range history {
+		switch ev := e.Event.(type) {
+		case *events.JobSubmitted:
+			return ev.Submitter
+		case *events.JobRequested:
+			return ev.Submitter
+		}
+	}
+	return ""
 }

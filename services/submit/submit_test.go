@@ -218,7 +218,14 @@ func TestHandleResolvesAnEarlierJobsOutput(t *testing.T) {
 	life("trained", events.Succeeded, true)
 	life("crashed", events.Failed, true)
 	life("retrying", events.NodeLost, false)
+	if _, err := f.pub.Append(f.ctx, "refused", events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.pub.Append(f.ctx, "refused", events.JobRejected{Reason: "request.cpu: required"}); err != nil {
+		t.Fatal(err)
+	}
+	// Bob's job, as alice sees it: no job at all.
+	if _, err := f.pub.Append(f.ctx, "bobs", events.JobRequested{Submitter: "bob", Spec: validSpec()}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -250,6 +257,7 @@ func TestHandleResolvesAnEarlierJobsOutput(t *testing.T) {
 		{"crashed", `data[0] "model": from_job crashed did not succeed (failed)`},
 		{"refused", `data[0] "model": from_job refused did not succeed (rejected)`},
 		{"nosuchjob", `data[0] "model": from_job nosuchjob: no such job`},
+		{"bobs", `data[0] "model": from_job bobs: no such job`},
 	} {
 		t.Run(tt.job+": rejected", func(t *testing.T) {
 			rej := theOne[events.JobRejected](t, f.decided(t, f.request(t, "uses-"+tt.job, "alice", from(tt.job))))

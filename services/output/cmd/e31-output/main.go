@@ -23,6 +23,6 @@ func main() {
 			return nil, err
 		}
 		host, _ := os.Hostname()
-		return output.New(js, output.Config{Source: "e31/output/" + host, Logger: log, Store: store})
+		return output.New(js, output.Config{Source: "e31/output/" + host, Logger: log, Stores: store})
 	}))
 }

@@ -48,7 +48,7 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
-		return run.New(js, run.Config{Node: *node, CPU: *cpu, MemoryBytes: mem, DiskBytes: dsk, Executor: ex, Store: store,
+		return run.New(js, run.Config{Node: *node, CPU: *cpu, MemoryBytes: mem, DiskBytes: dsk, Executor: ex, Stores: store,
 			Grace: *grace, Source: "e31/run/" + *node, Logger: log})
 	}))
 }

@@ -23,6 +23,6 @@ func main() {
 			return nil, err
 		}
 		host, _ := os.Hostname()
-		return submit.New(js, submit.Config{Source: "e31/submit/" + host, Logger: log, Store: store})
+		return submit.New(js, submit.Config{Source: "e31/submit/" + host, Logger: log, Stores: store})
 	}))
 }
