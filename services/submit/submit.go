@@ -38,9 +38,9 @@ type Config struct {
 
 // Service is the SUBMIT step; any number may run.
 type Service struct {
-	js    jetstream.JetStream
-	pub   *bus.Publisher
-	log   *slog.Logger
+	js     jetstream.JetStream
+	pub    *bus.Publisher
+	log    *slog.Logger
 	stores stage.Stores
 }
 
