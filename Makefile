@@ -8,7 +8,7 @@ TEST_FLAGS ?= -count=1 -timeout 15m
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build demo test unit e2e bench images fuzz lint clean
+.PHONY: all build demo test unit e2e bench images fuzz fuzz-short lint clean
 
 all: build
 
@@ -19,8 +19,8 @@ build:
 demo: build
 	E31=$(BIN) ./scripts/demo.sh
 
-## test: lint, then unit and integration tests of every module, then end-to-end tests in containers.
-test: lint unit e2e
+## test: lint, unit and integration tests of every module, a short run of every fuzzer, then end-to-end tests in containers.
+test: lint unit fuzz-short e2e
 
 unit:
 	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(TEST_FLAGS) ./$$m/...; done
@@ -32,15 +32,22 @@ e2e:
 bench: build
 	BENCH_N=$(BENCH_N) $(BIN) bench
 	$(BIN) bench stage
+	$(BIN) bench scheduler
 	$(BIN) bench ledger
 
 images:
 	./deploy/build-images.sh
 
-## fuzz: run every fuzzer for a while (FUZZTIME, default 1m each).
+## fuzz: run every fuzzer for a while (FUZZTIME, default 1m each): the job
+## file parser, the event decoder and the folder manifest decoder, which all
+## read what anyone allowed on the bus may write.
 FUZZTIME ?= 1m
+FUZZERS := ./pkg/jobfile/:FuzzParse ./pkg/events/:FuzzDecode ./pkg/stage/:FuzzDecodeManifest
 fuzz:
-	$(GO) test ./pkg/jobfile/ -run '^$$' -fuzz FuzzParse -fuzztime $(FUZZTIME)
+	@set -e; for f in $(FUZZERS); do echo "== fuzz $$f for $(FUZZTIME)"; $(GO) test $${f%%:*} -run '^$$' -fuzz "^$${f##*:}$$" -fuzztime $(FUZZTIME); done
+
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
