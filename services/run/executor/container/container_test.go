@@ -56,7 +56,7 @@ func newExecutor(t *testing.T) *Executor {
 	if imageErr != nil {
 		t.Fatalf("build probe image: %v", imageErr)
 	}
-	e, err := New(ctx, Config{Root: t.TempDir(), Client: cli, UIDBase: 2200000, Logger: slog.New(slog.DiscardHandler)})
+	e, err := New(ctx, Config{Root: t.TempDir(), Client: cli, UIDBase: 2300000, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestHonestJob(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, r.got[k], want)
 		}
 	}
-	if uid, _ := strconv.Atoi(r.got["uid"]); uid < 2200000 {
+	if uid, _ := strconv.Atoi(r.got["uid"]); uid < 2300000 {
 		t.Errorf("job ran as uid %s", r.got["uid"])
 	}
 	for _, k := range []string{"wrote", "connected"} {

@@ -474,3 +474,36 @@ echo up > /out/up
 		})
 	}
 }
+
+// TestNoKeyLeftForTheNextJob: a job tries to leave a key in its uid's
+// keyring, which the kernel keeps after the job, for the next job given
+// that uid to find.
+func TestNoKeyLeftForTheNextJob(t *testing.T) {
+	t.Parallel()
+	needPython(t)
+	e := newExecutor(t, Config{UIDBase: 2200000, UIDCount: 1})
+	const keys = `
+import ctypes, errno, os, platform
+nr = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+if os.environ.get("MODE") == "leave":
+    r = libc.syscall(nr[0], b"user", b"e31-key", b"s3cret", 6, ctypes.c_int(-4))  # add_key to @u
+    print("add=%d errno=%s" % (r, errno.errorcode.get(ctypes.get_errno())))
+else:
+    r = libc.syscall(nr[1], b"user", b"e31-key", None, ctypes.c_int(0))  # request_key
+    print("found=%d errno=%s" % (r, errno.errorcode.get(ctypes.get_errno())))
+`
+	leave := spec("key-leave", py(keys))
+	leave.Env = map[string]string{"MODE": "leave"}
+	a := runReleased(t, e, leave, nil)
+	b := runReleased(t, e, spec("key-find", py(keys)), nil)
+	if a.uid != b.uid {
+		t.Fatalf("jobs ran as %d and %d, want one uid", a.uid, b.uid)
+	}
+	if !strings.HasPrefix(a.stdout, "add=-1 errno=ENOSYS") {
+		t.Errorf("job could add a key: %q %s", a.stdout, a.stderr)
+	}
+	if !strings.HasPrefix(b.stdout, "found=-1 ") {
+		t.Errorf("next job found a key: %q %s", b.stdout, b.stderr)
+	}
+}

@@ -4,11 +4,8 @@ package sandbox
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
-	"syscall"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,11 +14,13 @@ import (
 )
 
 // BenchmarkSandboxTrue is the whole per-job cost of the sandbox: Prepare,
-// Run and Release of /bin/true.
+// Run and Release of /bin/true. Besides the wall time it reports the CPU
+// time per job of this process and the jobs (cpu-µs/op), which does not
+// depend on what else the machine runs.
 func BenchmarkSandboxTrue(b *testing.B) {
 	e := newExecutor(b, Config{})
 	ctx := context.Background()
-	b.ResetTimer()
+	defer reportCPU(b)()
 	for i := 0; b.Loop(); i++ {
 		ws, err := e.Prepare(ctx, executor.Spec{JobID: "bench", Attempt: i, Command: []string{"/bin/true"},
 			CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second})
@@ -47,7 +46,7 @@ func BenchmarkSandboxTrueParallel(b *testing.B) {
 	e := newExecutor(b, Config{})
 	ctx := context.Background()
 	var n atomicCounter
-	b.ResetTimer()
+	defer reportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			ws, err := e.Prepare(ctx, executor.Spec{JobID: "benchp", Attempt: n.next(), Command: []string{"/bin/true"},
@@ -68,6 +67,7 @@ func BenchmarkSandboxTrueParallel(b *testing.B) {
 // BenchmarkForkExecTrue is the baseline: a plain child process, as the
 // process executor starts it.
 func BenchmarkForkExecTrue(b *testing.B) {
+	defer reportCPU(b)()
 	for b.Loop() {
 		if err := exec.Command("/bin/true").Run(); err != nil {
 			b.Fatal(err)
@@ -77,6 +77,7 @@ func BenchmarkForkExecTrue(b *testing.B) {
 
 // BenchmarkForkExecTrueParallel is the parallel baseline.
 func BenchmarkForkExecTrueParallel(b *testing.B) {
+	defer reportCPU(b)()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if err := exec.Command("/bin/true").Run(); err != nil {
@@ -103,35 +104,24 @@ func BenchmarkSandboxPrepareRelease(b *testing.B) {
 	}
 }
 
-func sysBusy() (busy, total float64) {
-	b, _ := os.ReadFile("/proc/stat")
-	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:]
-	for i, x := range f {
-		v, _ := strconv.ParseFloat(x, 64)
-		total += v
-		if i != 3 && i != 4 {
-			busy += v
+// reportCPU resets the timer and returns a func that reports the CPU time
+// (user and system) this process and its waited-for children spent per
+// op since: the executor's work and the jobs', but not the kernel's
+// workers'.
+func reportCPU(b *testing.B) func() {
+	cpu := func() time.Duration {
+		var self, children syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+		var d int64
+		for _, r := range []syscall.Rusage{self, children} {
+			d += r.Utime.Nano() + r.Stime.Nano()
 		}
+		return time.Duration(d)
 	}
-	return busy / 100, total / 100
+	start := cpu()
+	b.ResetTimer()
+	return func() {
+		b.ReportMetric(float64((cpu()-start).Microseconds())/float64(b.N), "cpu-µs/op")
+	}
 }
-
-func zz(t *testing.T, f func(*testing.B)) {
-	var r0, r1 syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
-	b0, t0 := sysBusy()
-	b := testing.Benchmark(f)
-	b1, t1 := sysBusy()
-	syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
-	var c0, c1 syscall.Rusage
-	_ = c0
-	_ = c1
-	n := float64(b.N)
-	self := float64(r1.Utime.Nano()-r0.Utime.Nano()+r1.Stime.Nano()-r0.Stime.Nano()) / 1e9
-	t.Logf("%s  self-cpu/op %.0fµs  sys-busy/op %.0fµs (sys idle frac %.2f)", b.String(), self/n*1e6, (b1-b0)/n*1e6, 1-(b1-b0)/(t1-t0))
-	t.Log("\n" + PhaseReport())
-}
-
-func TestZZPhase(t *testing.T)    { zz(t, BenchmarkSandboxTrue) }
-func TestZZPhasePar(t *testing.T) { zz(t, BenchmarkSandboxTrueParallel) }
-func TestZZFork(t *testing.T)     { zz(t, BenchmarkForkExecTrueParallel) }

@@ -15,9 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/cgroups/v3/cgroup1"
-	"github.com/containerd/cgroups/v3/cgroup2"
-	"github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // limits is what a job's cgroup enforces.
@@ -27,38 +24,87 @@ type limits struct {
 	pids        int64   // 0: no limit
 }
 
-// usage is what a job's cgroup measured over its whole life.
+// usage is what a job's cgroup measured over the job's life.
 type usage struct {
 	cpuSeconds float64
 	peakMemory int64
 	oomKills   uint64
 }
 
-// jobCgroup is one job's cgroup in whichever hierarchy the host has. Its
-// methods are safe for concurrent use.
+// jobCgroup is the cgroup of a slot (see slot), in whichever hierarchy the
+// host has: one job's at a time. Its methods are safe for concurrent use.
 type jobCgroup interface {
-	// add moves a process (and so everything it starts later) into the cgroup.
-	add(pid int) error
-	// procs lists the processes in the cgroup.
+	// reset readies the cgroup, empty, for the next job: limits l in force
+	// and counters that count from zero, so that usage is the next job's
+	// alone. It fails with errNotReusable where a cgroup cannot be reset.
+	reset(l limits) error
+	// idle is called once the cgroup is empty after a job: it gives back
+	// what the job left charged to it and reports whether the cgroup can
+	// serve another job (reset) or must be removed.
+	idle() bool
+	// enterFiles are open "tasks" files, one per hierarchy, to which a
+	// thread writes "0" to move itself (alone, not its process) into the
+	// cgroup, so that the job it forks is born there; nil where the host
+	// cannot (v2 keeps a process's threads together).
+	enterFiles() []int
+	// admit is called while the job's first process is stopped right after
+	// its execve, before its first instruction. Where the job was not born
+	// in the cgroup (enterFiles is nil) it moves the process in, on a thread
+	// that sees /sys; where it was, it only switches the cpu quota on, which
+	// the fork and execve (the node agent's work as much as the job's) ran
+	// without, as they ran outside the cgroup before jobs were born in it:
+	// with a quota of a hundredth of a core, an execve alone would take the
+	// job a second. Any thread may call it then.
+	admit(pid int) error
+	// procs lists the processes in the cgroup, never this one's (see
+	// enterFiles).
 	procs() ([]int, error)
 	// freeze stops every process in the cgroup so that none can exit, fork or
 	// have its pid reused while it is being signalled; thaw resumes them.
 	// Both are no-ops where the host has no freezer.
 	freeze() error
 	thaw() error
-	// usage reads the cgroup's counters.
+	// usage reads the counters reset last zeroed.
 	usage() (usage, error)
 	// remove deletes the cgroup; it must be empty.
 	remove() error
 }
 
+// errNotReusable is returned by jobCgroup.reset where a cgroup serves one
+// job only.
+var errNotReusable = errors.New("cgroup cannot be reused")
+
 // cgroupDriver makes job cgroups under one parent.
 type cgroupDriver interface {
 	create(name string, l limits) (jobCgroup, error)
+	// leaveFiles are open "tasks" files of this process's own cgroups, to
+	// which a thread that entered a job's cgroup (jobCgroup.enterFiles)
+	// writes "0" to leave it; nil where enterFiles is.
+	leaveFiles() []int
 	// removeStale kills the processes of and removes every job cgroup whose
-	// name ends in suffix, returning their names.
+	// name ends in suffix, returning their names. It also removes the empty
+	// slot cgroups of node agents that are no longer running.
 	removeStale(suffix string) ([]string, error)
 	describe() string
+}
+
+// slotPrefix starts the names of slot cgroups and workspaces, followed by
+// the pid of the process that made them (see slotName). workspace.Name
+// never makes an '@', so no job's name can take the form.
+const slotPrefix = "job-@"
+
+// slotOwner is the pid in a slot cgroup's name, or 0.
+func slotOwner(name string) int {
+	rest, ok := strings.CutPrefix(name, slotPrefix)
+	if !ok {
+		return 0
+	}
+	pid, _, _ := strings.Cut(rest, ".")
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // removeStaleDirs does removeStale in each parent directory (one per v1
@@ -67,6 +113,7 @@ func removeStaleDirs(parents []string, suffix string) ([]string, error) {
 	seen := map[string]bool{}
 	var names []string
 	var errs []error
+	self := os.Getpid()
 	for _, parent := range parents {
 		ents, err := os.ReadDir(parent)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -75,13 +122,25 @@ func removeStaleDirs(parents []string, suffix string) ([]string, error) {
 		}
 		for _, ent := range ents {
 			n := ent.Name()
-			if !ent.IsDir() || !strings.HasPrefix(n, "job-") || !strings.HasSuffix(n, suffix) {
+			if !ent.IsDir() || !strings.HasPrefix(n, "job-") {
 				continue
 			}
 			dir := filepath.Join(parent, n)
+			if !strings.HasSuffix(n, suffix) {
+				// Another root's. Its slots outlive their jobs, and a node
+				// agent that is gone (no process of its pid) left them
+				// behind; if they are empty they go. Never kill here: the
+				// pid may be of another pid namespace.
+				if owner := slotOwner(n); owner > 0 && owner != self && syscall.Kill(owner, 0) == syscall.ESRCH {
+					_ = unix.Rmdir(dir)
+				}
+				continue
+			}
 			if ps, err := readPids(filepath.Join(dir, "cgroup.procs")); err == nil {
 				for _, p := range ps {
-					_ = syscall.Kill(p, syscall.SIGKILL)
+					if p != self {
+						_ = syscall.Kill(p, syscall.SIGKILL)
+					}
 				}
 			}
 			if err := rmdirCgroup(dir); err != nil {
@@ -101,6 +160,14 @@ func removeStaleDirs(parents []string, suffix string) ([]string, error) {
 // may run c×100 ms per 100 ms of wall time.
 const cfsPeriod = 100000
 
+// cfsQuota is the CFS quota (µs per period) for cpu cores, -1 for none.
+func cfsQuota(cpu float64) int64 {
+	if cpu <= 0 {
+		return -1
+	}
+	return max(int64(cpu*cfsPeriod), 1000)
+}
+
 // newCgroupDriver picks cgroup v2 when the unified hierarchy is the only one,
 // v1 otherwise (also in hybrid mode, where the controllers live in v1).
 func newCgroupDriver(parent string) (cgroupDriver, error) {
@@ -112,187 +179,6 @@ func newCgroupDriver(parent string) (cgroupDriver, error) {
 	default:
 		return nil, errors.New("no cgroup hierarchy is mounted at /sys/fs/cgroup")
 	}
-}
-
-// --- cgroup v1 ---
-
-// v1Required are the controllers a job needs; freezer is optional.
-var v1Required = []cgroup1.Name{cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Memory, cgroup1.Pids}
-
-type cgroup1Driver struct {
-	parent    cgroup1.Path
-	hierarchy cgroup1.Hierarchy
-	names     []string
-	memsw     bool // the host accounts swap: memory.memsw.* exist
-}
-
-func newCgroup1Driver(parent string) (*cgroup1Driver, error) {
-	all, err := cgroup1.Default()
-	if err != nil {
-		return nil, fmt.Errorf("cgroup v1 hierarchies: %w", err)
-	}
-	want := map[cgroup1.Name]bool{cgroup1.Freezer: true}
-	for _, n := range v1Required {
-		want[n] = true
-	}
-	var subsystems []cgroup1.Subsystem
-	have := map[cgroup1.Name]bool{}
-	var names []string
-	for _, s := range all {
-		if want[s.Name()] {
-			subsystems = append(subsystems, s)
-			have[s.Name()] = true
-			names = append(names, string(s.Name()))
-		}
-	}
-	for _, n := range v1Required {
-		if !have[n] {
-			return nil, fmt.Errorf("cgroup v1 controller %s is not mounted", n)
-		}
-	}
-	d := &cgroup1Driver{
-		// Nested under this process's own cgroup in every hierarchy, so that
-		// whatever limits the node agent runs under also bound its jobs.
-		parent:    cgroup1.NestedPath(parent),
-		hierarchy: func() ([]cgroup1.Subsystem, error) { return subsystems, nil },
-		names:     names,
-	}
-	for _, s := range subsystems {
-		if s.Name() == cgroup1.Memory {
-			p, ok := s.(interface{ Path(string) string })
-			if ok {
-				_, err := os.Stat(filepath.Join(p.Path("/"), "memory.memsw.limit_in_bytes"))
-				d.memsw = err == nil
-			}
-		}
-	}
-	if _, err := d.parent(cgroup1.Memory); err != nil {
-		return nil, fmt.Errorf("cgroup v1 parent %s: %w", parent, err)
-	}
-	return d, nil
-}
-
-func (d *cgroup1Driver) describe() string {
-	p, _ := d.parent(cgroup1.Memory)
-	return fmt.Sprintf("cgroup v1 (%s) under %s", strings.Join(d.names, ","), p)
-}
-
-func (d *cgroup1Driver) removeStale(suffix string) ([]string, error) {
-	var parents []string
-	subsystems, _ := d.hierarchy()
-	for _, s := range subsystems {
-		p, err := d.parent(s.Name())
-		if err != nil {
-			return nil, err
-		}
-		if ps, ok := s.(interface{ Path(string) string }); ok {
-			parents = append(parents, ps.Path(p))
-		}
-	}
-	return removeStaleDirs(parents, suffix)
-}
-
-func (d *cgroup1Driver) create(name string, l limits) (jobCgroup, error) {
-	path := func(s cgroup1.Name) (string, error) {
-		p, err := d.parent(s)
-		if err != nil {
-			return "", err
-		}
-		return filepath.Join(p, name), nil
-	}
-	res := &specs.LinuxResources{}
-	if l.memoryBytes > 0 {
-		// memsw = memory: the job gets no swap on hosts that have it.
-		m := l.memoryBytes
-		res.Memory = &specs.LinuxMemory{Limit: &m}
-		if d.memsw {
-			res.Memory.Swap = &m
-		}
-	}
-	if l.cpu > 0 {
-		quota := int64(l.cpu * cfsPeriod)
-		quota = max(quota, 1000)
-		period := uint64(cfsPeriod)
-		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
-	}
-	if l.pids > 0 {
-		res.Pids = &specs.LinuxPids{Limit: &l.pids}
-	}
-	cg, err := cgroup1.New(path, res, cgroup1.WithHierarchy(d.hierarchy))
-	if err != nil {
-		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
-	}
-	j := &cgroup1Job{cg: cg, dirs: map[cgroup1.Name]string{}}
-	for _, s := range cg.Subsystems() {
-		p, err := path(s.Name())
-		if err != nil {
-			return nil, err
-		}
-		if ps, ok := s.(interface{ Path(string) string }); ok {
-			j.dirs[s.Name()] = ps.Path(p)
-		}
-	}
-	_, j.freezer = j.dirs[cgroup1.Freezer]
-	return j, nil
-}
-
-// cgroup1Job uses the library to create the cgroup and to freeze it, and
-// reads and removes it directly: the job's end is on every job's path, and
-// the library's generic walks there cost more than the kernel work.
-type cgroup1Job struct {
-	cg      cgroup1.Cgroup
-	dirs    map[cgroup1.Name]string // subsystem: directory of the job
-	freezer bool
-}
-
-func (j *cgroup1Job) add(pid int) error { return j.cg.AddProc(uint64(pid)) }
-
-func (j *cgroup1Job) procs() ([]int, error) {
-	return readPids(filepath.Join(j.dirs[cgroup1.Pids], "cgroup.procs"))
-}
-
-func (j *cgroup1Job) freeze() error {
-	if !j.freezer {
-		return nil
-	}
-	return j.cg.Freeze()
-}
-
-func (j *cgroup1Job) thaw() error {
-	if !j.freezer {
-		return nil
-	}
-	return j.cg.Thaw()
-}
-
-func (j *cgroup1Job) usage() (usage, error) {
-	var u usage
-	ns, err := readUint(filepath.Join(j.dirs[cgroup1.Cpuacct], "cpuacct.usage"))
-	if err != nil {
-		return u, err
-	}
-	u.cpuSeconds = float64(ns) / 1e9
-	peak, err := readUint(filepath.Join(j.dirs[cgroup1.Memory], "memory.max_usage_in_bytes"))
-	if err != nil {
-		return u, err
-	}
-	u.peakMemory = int64(peak)
-	kv, err := readKV(filepath.Join(j.dirs[cgroup1.Memory], "memory.oom_control"))
-	if err != nil {
-		return u, err
-	}
-	u.oomKills = kv["oom_kill"]
-	return u, nil
-}
-
-func (j *cgroup1Job) remove() error {
-	var errs []error
-	for name, dir := range j.dirs {
-		if err := rmdirCgroup(dir); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // rmdirCgroup removes an empty cgroup directory. The kernel may report EBUSY
@@ -312,20 +198,38 @@ func rmdirCgroup(dir string) error {
 	}
 }
 
+// parsePids parses a cgroup.procs listing, leaving out this process: one
+// of its threads is in a job's cgroup for a moment while it forks the job
+// (see jobCgroup.enterFiles), and it must never be taken for the job's.
+func parsePids(b []byte, what string) ([]int, error) {
+	var out []int
+	self := os.Getpid()
+	for _, f := range strings.Fields(string(b)) {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", what, err)
+		}
+		if p != self {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
 func readPids(path string) ([]int, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var out []int
-	for _, f := range strings.Fields(string(b)) {
-		p, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("parse %s: %w", path, err)
-		}
-		out = append(out, p)
+	return parsePids(b, path)
+}
+
+func parseUint(b []byte, what string) (uint64, error) {
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", what, err)
 	}
-	return out, nil
+	return v, nil
 }
 
 func readUint(path string) (uint64, error) {
@@ -333,18 +237,10 @@ func readUint(path string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parse %s: %w", path, err)
-	}
-	return v, nil
+	return parseUint(b, path)
 }
 
-func readKV(path string) (map[string]uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+func parseKV(b []byte) map[string]uint64 {
 	kv := map[string]uint64{}
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(line, " ")
@@ -355,100 +251,8 @@ func readKV(path string) (map[string]uint64, error) {
 			kv[k] = n
 		}
 	}
-	return kv, nil
+	return kv
 }
-
-// --- cgroup v2 ---
-
-type cgroup2Driver struct {
-	parent string // group path below the unified mount, e.g. /e31
-	swap   bool   // the kernel accounts swap: memory.swap.max exists
-}
-
-const unifiedMount = "/sys/fs/cgroup"
-
-func newCgroup2Driver(parent string) (*cgroup2Driver, error) {
-	// In v2 a cgroup with processes cannot hand controllers to its children, so
-	// jobs live under a parent of their own (by default /e31 at the root)
-	// rather than below the node agent's cgroup.
-	group := filepath.Join("/", parent)
-	if _, err := cgroup2.NewManager(unifiedMount, group, &cgroup2.Resources{
-		CPU: &cgroup2.CPU{}, Memory: &cgroup2.Memory{}, Pids: &cgroup2.Pids{},
-	}); err != nil {
-		return nil, fmt.Errorf("cgroup v2 parent %s: %w", group, err)
-	}
-	_, err := os.Stat(filepath.Join(unifiedMount, group, "memory.swap.max"))
-	return &cgroup2Driver{parent: group, swap: err == nil}, nil
-}
-
-func (d *cgroup2Driver) describe() string { return "cgroup v2 under " + d.parent }
-
-func (d *cgroup2Driver) removeStale(suffix string) ([]string, error) {
-	return removeStaleDirs([]string{filepath.Join(unifiedMount, d.parent)}, suffix)
-}
-
-func (d *cgroup2Driver) create(name string, l limits) (jobCgroup, error) {
-	res := &cgroup2.Resources{CPU: &cgroup2.CPU{}, Memory: &cgroup2.Memory{}, Pids: &cgroup2.Pids{Max: -1}}
-	if l.memoryBytes > 0 {
-		m, zero := l.memoryBytes, int64(0)
-		res.Memory.Max = &m
-		if d.swap {
-			res.Memory.Swap = &zero
-		}
-	}
-	if l.cpu > 0 {
-		quota := max(int64(l.cpu*cfsPeriod), 1000)
-		period := uint64(cfsPeriod)
-		res.CPU.Max = cgroup2.NewCPUMax(&quota, &period)
-	}
-	if l.pids > 0 {
-		res.Pids.Max = l.pids
-	}
-	m, err := cgroup2.NewManager(unifiedMount, filepath.Join(d.parent, name), res)
-	if err != nil {
-		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
-	}
-	return &cgroup2Job{m: m}, nil
-}
-
-type cgroup2Job struct{ m *cgroup2.Manager }
-
-func (j *cgroup2Job) add(pid int) error { return j.m.AddProc(uint64(pid)) }
-
-func (j *cgroup2Job) procs() ([]int, error) {
-	ps, err := j.m.Procs(true)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, int(p))
-	}
-	return out, nil
-}
-
-func (j *cgroup2Job) freeze() error { return j.m.Freeze() }
-func (j *cgroup2Job) thaw() error   { return j.m.Thaw() }
-
-func (j *cgroup2Job) usage() (usage, error) {
-	m, err := j.m.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatMemoryEvents)
-	if err != nil {
-		return usage{}, err
-	}
-	var u usage
-	if m.CPU != nil {
-		u.cpuSeconds = float64(m.CPU.UsageUsec) / 1e6
-	}
-	if m.Memory != nil {
-		u.peakMemory = int64(m.Memory.MaxUsage)
-	}
-	if m.MemoryEvents != nil {
-		u.oomKills = m.MemoryEvents.OomKill
-	}
-	return u, nil
-}
-
-func (j *cgroup2Job) remove() error { return j.m.Delete() }
 
 // drain waits until cg has no process left, killing whatever it finds there
 // (after the job's pid 1 is gone the kernel has already killed the rest of
@@ -481,13 +285,75 @@ func drain(cg jobCgroup, warn func(left []int)) error {
 // killAll sends sig to every process in cg, with the cgroup frozen so that no
 // listed pid can exit and be reused by an unrelated process meanwhile.
 func killAll(cg jobCgroup, sig syscall.Signal) {
-	frozen := cg.freeze() == nil
+	_ = cg.freeze()
 	if ps, err := cg.procs(); err == nil {
 		for _, p := range ps {
 			_ = syscall.Kill(p, sig)
 		}
 	}
-	if frozen {
-		_ = cg.thaw()
+	// Thawed even if freezing failed half-way: a cgroup left FREEZING
+	// would stop the job for good.
+	_ = cg.thaw()
+}
+
+// fileAt is a cgroup file kept open: the job's end is on every job's path,
+// and a pread costs a fraction of an open, read and close.
+type fileAt struct {
+	fd   int
+	name string
+}
+
+func openAt(dir, name string, flags int) (fileAt, error) {
+	p := filepath.Join(dir, name)
+	fd, err := unix.Open(p, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fileAt{fd: -1}, fmt.Errorf("open %s: %w", p, err)
+	}
+	return fileAt{fd: fd, name: p}, nil
+}
+
+// readSmall reads a file of one short value or a few lines in one call.
+func (f fileAt) readSmall() ([]byte, error) {
+	var buf [256]byte
+	for {
+		n, err := unix.Pread(f.fd, buf[:], 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f.name, err)
+		}
+		if n == len(buf) {
+			return nil, fmt.Errorf("read %s: longer than %d bytes", f.name, len(buf))
+		}
+		return buf[:n], nil
+	}
+}
+
+func (f fileAt) write(s string) error {
+	for {
+		_, err := unix.Pwrite(f.fd, []byte(s), 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("write %q to %s: %w", s, f.name, err)
+		}
+		return nil
+	}
+}
+
+func (f fileAt) uint() (uint64, error) {
+	b, err := f.readSmall()
+	if err != nil {
+		return 0, err
+	}
+	return parseUint(b, f.name)
+}
+
+func (f *fileAt) close() {
+	if f.fd >= 0 {
+		unix.Close(f.fd)
+		f.fd = -1
 	}
 }

@@ -11,10 +11,11 @@ type Config struct {
 	// Root is the directory under which job workspaces are made (created if
 	// missing). It should be on the node's local disk: staged data lives here.
 	// One node's sandbox and container executors may share a Root; two
-	// nodes must not (a workspace found for a job attempt being prepared is
-	// taken for a stale one and removed). New removes the workspaces and job
-	// cgroups a node agent that died left over Root, so a node's executors
-	// must be made before it takes jobs.
+	// nodes must not (New takes every workspace it finds under Root for a
+	// stale one and removes it, as does the container executor a workspace
+	// found for a job attempt being prepared). New removes the workspaces
+	// and job cgroups a node agent that died left over Root, so a node's
+	// executors must be made before it takes jobs.
 	Root string
 	// CgroupParent names the cgroup that holds the job cgroups: below this
 	// process's own cgroup in every v1 hierarchy, or at the root of the v2

@@ -8,12 +8,12 @@
 //
 // # What a job gets
 //
-//   - New pid, mount, network, IPC and UTS namespaces. The job's command is
-//     pid 1 of its namespace; when it exits or is killed, the kernel kills
-//     everything else in the namespace, setsid and double-forked daemons
-//     included. Run returns only after that and after the job's cgroup is
-//     seen empty, so the compute is never released while a job process is
-//     alive.
+//   - New pid, mount, IPC and UTS namespaces, and a network namespace of
+//     its own while it runs. The job's command is pid 1 of its namespace;
+//     when it exits or is killed, the kernel kills everything else in the
+//     namespace, setsid and double-forked daemons included. Run returns
+//     only after that and after the job's cgroup is seen empty, so the
+//     compute is never released while a job process is alive.
 //   - Its own root: a small read-only tmpfs holding only mount points, with
 //     the host's /usr, /bin, /lib* (Config.SystemDirs) read-only and nosuid,
 //     a generated read-only /etc (passwd, group, hosts plus the files in
@@ -26,11 +26,12 @@
 //   - A uid and gid of its own among the node's jobs (Config.UIDBase…),
 //     no_new_privs, an empty capability bounding set, and a seccomp filter
 //     that refuses to create user namespaces (the unprivileged way back to
-//     "root") and clone3.
+//     "root"), clone3, and the kernel's keyrings (which outlive a job, for
+//     the next job given its uid to read).
 //   - A cgroup (v1 here; v2 where the unified hierarchy is the only one) with
 //     memory = Spec.MemoryBytes and no swap, a CFS quota of Spec.CPU cores and
 //     Config.PidsMax processes. Cpu seconds, peak memory and OOM kills are
-//     read from it at the end, not sampled.
+//     read from it at the end, not sampled, and are the job's alone.
 //   - /out, /tmp and its stdout/stderr logs on one tmpfs of Spec.DiskBytes:
 //     a job that fills it gets ENOSPC and the node's disk is never touched.
 //     The kernel charges those pages to the job's memory cgroup while it
@@ -52,23 +53,42 @@
 //     of a job's root (the host's tree is pivoted away and detached). Every
 //     job's mount namespace is a copy of it, so no job ever copies the
 //     host's mount table or has to unmount it.
-//  1. A goroutine locks itself to an OS thread (never the main thread).
-//     Still in the host's view, it clones the job's directories (open_tree)
-//     and makes the clones read-only, nosuid, nodev as due (mount_setattr).
-//  2. The thread enters the template namespace and unshares new mount, pid,
-//     network, IPC and UTS namespaces; it attaches the clones (move_mount),
-//     brings up lo, sets no_new_privs, drops the capability bounding set and
-//     installs the seccomp filter — all of which a child inherits at fork.
-//  3. It forks and execs the command with syscall.ForkExec (Setsid, the job's
-//     uid and gid, PR_SET_PDEATHSIG and PTRACE_TRACEME). The child is pid 1
-//     of the new pid namespace; ptrace stops it right after execve, before
-//     its first instruction.
-//  4. While it is stopped, the executor puts its pid in the job's cgroup and
-//     mounts /proc for its pid namespace (procfs "pidns" option), then
-//     detaches.
-//  5. The thread then waits for pid 1; the Go runtime discards it when the
-//     goroutine returns. Since the parent-death signal is tied to that
-//     thread, a node agent that dies takes its jobs with it.
+//  1. Prepare takes a slot (see below): a workspace, a cgroup and a network
+//     namespace that earlier jobs may have used, emptied. It mounts a new
+//     tmpfs for the job's /out and /tmp and sets the cgroup's limits.
+//  2. Run hands the job to a launcher thread: a thread locked to its
+//     goroutine (never the main thread) that set no_new_privs, dropped its
+//     capability bounding set and installed the seccomp filter when it was
+//     made — all of which a child inherits at fork — and is kept from job
+//     to job (see launchers). Still in the host's view, it clones the job's
+//     directories (open_tree) and makes the clones read-only, nosuid, nodev
+//     as due (mount_setattr).
+//  3. The thread enters the template namespace and unshares new mount, pid,
+//     IPC and UTS namespaces, joins the slot's network namespace (setns),
+//     and attaches the clones (move_mount).
+//  4. It moves itself (alone, not its process) into the job's cgroup, forks
+//     and execs the command with syscall.ForkExec (Setsid, the job's uid
+//     and gid, PR_SET_PDEATHSIG and PTRACE_TRACEME), and moves itself back.
+//     The child is pid 1 of the new pid namespace, born in the job's
+//     cgroup; ptrace stops it right after execve, before its first
+//     instruction.
+//  5. While it is stopped, the executor switches the cgroup's cpu quota on
+//     (the fork and execve ran without it, as they did when jobs joined
+//     their cgroup only here; v2, where a thread cannot join a cgroup
+//     without its process, moves the job in now) and mounts /proc for its
+//     pid namespace (procfs "pidns" option), then detaches.
+//  6. The thread then waits for pid 1, parked on a pidfd rather than
+//     blocked in wait4. Since the parent-death signal is tied to that
+//     thread, a node agent that dies takes its jobs with it. Once pid 1 is
+//     reaped, the thread goes back to the process's own namespaces (the
+//     job's mount tree, IPC objects and pid namespace go with them) and
+//     waits for the next job.
+//
+// Moving a thread into a cgroup v1 by writing "0" to its "tasks" file is
+// what makes step 4 cheap: moving a process (cgroup.procs) takes a lock
+// that stops every fork and exit on the host and waits for an RCU grace
+// period, some 0.1–0.7 ms per hierarchy here, and jobs started at once
+// queued on it.
 //
 // Why this and not the alternatives: on these machines (paravirtualised
 // VMs) an execve is the dominant cost of a job, and a Go program's start is
@@ -80,21 +100,80 @@
 // uid only inside a user namespace that maps it to root; runc's libcontainer
 // also needs cgo (its nsexec) in a binary we build static.
 // Forking from a prepared thread pays one exec, the job's own, and needs
-// nothing installed on the node: the per-job overhead is namespaces, about
-// twenty mount syscalls, a tmpfs and a cgroup. Measure it with
+// nothing installed on the node: the per-job overhead is a few namespaces,
+// about twenty mount syscalls, a tmpfs and a few cgroup file writes. Measure
+// it with
 //
-//	go test -run '^$' -bench . ./executor/sandbox/
+//	go test -run '^$' -bench 'SandboxTrue|ForkExec' -cpu 2,8 ./executor/sandbox/
 //
-// (BenchmarkSandboxTrue against BenchmarkForkExecTrue, a plain child).
-// There is accordingly no init hook: nothing needs calling in main.
+// (BenchmarkSandboxTrue against BenchmarkForkExecTrue, a plain child; both
+// report the CPU time per job besides the wall time, which on a shared
+// machine says more). There is accordingly no init hook: nothing needs
+// calling in main.
 //
-// Cgroups are made with containerd/cgroups/v3, which handles v1 (the
-// controllers may be mounted in separate hierarchies, as here) and v2. In
-// v1 the job cgroups are nested below the node agent's own cgroup
-// (<own>/e31/<job>), so that whatever bounds the agent bounds its jobs; in
-// v2 they live under /e31 at the root, since a v2 cgroup holding processes
-// cannot delegate controllers. (The v2 path follows the library's API but
-// has so far only run on v1 hosts.)
+// # Slots: what outlives a job
+//
+// Making a job's workspace directory (on the node's disk), a cgroup in every
+// hierarchy and a network namespace, and removing them after, used to be
+// most of a trivial job's cost, and the part that kept jobs started at once
+// from overlapping: the kernel serializes network namespace creation and
+// teardown (pernet_ops_rwsem, one cleanup workqueue, rtnl), and ext4's
+// inode allocator slows down with every directory recently deleted. So each
+// job runs in a slot that outlives it: Release empties the slot and the next
+// Prepare takes it up again (see slot). What a slot keeps, and why the next
+// job finds nothing of the last one:
+//
+//   - The workspace directories (data/ and the mount point of the writable
+//     space). The tmpfs holding /out, /tmp and the logs is new for every
+//     job and unmounted at Release, and data/ is emptied: no file, inode
+//     number or byte of free space is carried over.
+//   - The cgroup (v1). Its limits are rewritten for each job, and the
+//     counters restart: cpuacct.usage is set to zero, the peak memory to
+//     what is charged when the job starts (which is subtracted), the OOM
+//     kill count is read then and only what it adds is the job's. Only a
+//     cgroup left with at most idleMemory charged is kept, reclaimed with
+//     memory.force_empty if need be, so a job's peak is its own to within
+//     that. The job cannot read or write cgroup files (there is no /sys in
+//     its root), so nothing else of it is visible. On v2 a cgroup serves
+//     one job (its peak cannot be reset for every reader).
+//   - The network namespace. A job has no capabilities in it, so it cannot
+//     change its routes, addresses, interfaces, firewall, sysctls (the
+//     files are root's), or tc, XFRM and BPF attachments; it can only make
+//     sockets and traffic. Its sockets close with its processes, which are
+//     all gone (the pid namespace died with pid 1 and the cgroup is empty)
+//     before the namespace is looked at. What can outlive them is checked
+//     in the namespace's own /proc/net files (netns.dirty), compared with
+//     what they said when it was new: every socket not yet freed, of any
+//     family (sockstat's "sockets: used", which also counts orphaned TCP
+//     sockets still closing and an abstract unix socket kept alive by a
+//     descriptor in flight), TCP TIME_WAIT entries, IPv6 flow labels (they
+//     linger after their socket), the loopback's packet counters (any
+//     traffic at all, which is also how TCP metrics, route exceptions,
+//     neighbour or conntrack entries and fragments could have been made)
+//     and the IP, ICMP, TCP and UDP counters (which also count attempts that
+//     sent nothing, such as a connect with no route). A namespace that
+//     differs in any of these is dropped and the next job gets a new one;
+//     one that does not is, to a job, as new: even its counters read zero.
+//     What a job can still learn is that the namespace is not new — its
+//     inode number (readlink /proc/self/ns/net), the same as an earlier
+//     job's — which tells it nothing that job did.
+//
+// Pid, IPC and UTS namespaces are new for every job: a job can leave SysV
+// IPC objects and POSIX message queues in its IPC namespace, and the others
+// cost next to nothing. The uid a job runs as is handed out again too; the
+// seccomp filter keeps the kernel's keyrings, which are per uid and outlive
+// a job, out of reach.
+//
+// Cgroups are found with containerd/cgroups/v3, which knows v1 (the
+// controllers may be mounted in separate hierarchies, as here) and v2. In v1
+// the job cgroups are nested below the node agent's own cgroup
+// (<own>/e31/<slot>), so that whatever bounds the agent bounds its jobs, and
+// the executor handles them itself: they are reset rather than made, their
+// counters are kept open, and the launcher thread moves itself in and out,
+// none of which the library does. In v2 they live under /e31 at the root,
+// since a v2 cgroup holding processes cannot delegate controllers, and the
+// library makes one per job. (The v2 path follows the library's API but has
+// so far only run on v1 hosts.)
 //
 // # What RUN must know
 //
@@ -106,7 +185,13 @@
 //
 // New cleans up after a node agent that died: its jobs died with it (the
 // parent-death signal), and New removes the workspaces under Root and the
-// job cgroups they left. Make a node's executors before it takes jobs.
+// job cgroups they left, and the empty slot cgroups of node agents (over
+// any root) whose process is gone. Make a node's executors before it takes
+// jobs.
+//
+// A workspace's paths are its slot's, not the job's, and serve later jobs:
+// do not touch them after Release. Close removes the slots an executor
+// keeps; a node agent that never calls it leaves them to the next New.
 //
 // The executor waits for each job's pid 1 itself: nothing else in the node
 // agent may reap children it did not start (wait4(-1), a subreaper loop).

@@ -39,6 +39,11 @@ func newExecutor(tb testing.TB, cfg Config) *Executor {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	tb.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			tb.Errorf("close executor: %v", err)
+		}
+	})
 	return e
 }
 

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -35,11 +34,18 @@ type launch struct {
 	// namespace showing only the job uid's processes, for kernels that
 	// cannot mount one of the job's pid namespace afterwards.
 	hostProc bool
-	// admit is called with the job's pid while it is stopped right after its
-	// execve, before its first instruction: it puts the pid in the job's
-	// cgroup. It runs on another thread, since this one no longer sees /sys.
+	// netns is the network namespace the job joins (see netns).
+	netns int
+	// enter are the job cgroup's "tasks" files (jobCgroup.enterFiles): the
+	// launcher thread writes itself into them just before it forks, so
+	// that the job is born in its cgroup, and then out again through leave
+	// (cgroupDriver.leaveFiles). A thread moving itself is cheap where
+	// moving a process is not: the kernel then takes a lock that stops
+	// every fork and exit on the host and waits for an RCU grace period.
+	enter, leave []int
+	// admit is called with the job's pid while it is stopped right after
+	// its execve, before its first instruction (see jobCgroup.admit).
 	admit func(pid int) error
-	t0    time.Time
 }
 
 // bind is one bind mount of a host path into the job's root.
@@ -62,22 +68,6 @@ type started struct {
 type exited struct {
 	status unix.WaitStatus
 	err    error
-}
-
-// run starts the job and then waits for its pid 1. It must be called on a
-// goroutine of its own: it locks that goroutine to its OS thread, moves the
-// thread into new namespaces, builds the job's root there and never unlocks,
-// so the Go runtime throws the thread away when run returns instead of ever
-// scheduling other goroutines on it.
-//
-// The job is forked from that thread, so it inherits the namespaces, the new
-// root, no_new_privs, the dropped capability bounding set and the seccomp
-// filter without any helper program running between fork and exec. The
-// thread stays alive (blocked in wait4) for as long as the job's pid 1 lives,
-// which is what PR_SET_PDEATHSIG ties the job to: if the node agent dies, its
-// jobs die with it.
-func (l *launch) run(start chan<- started, done chan<- exited) {
-	onOwnThread(func() { l.launch(start, done) })
 }
 
 // onOwnThread runs f on a goroutine locked to an OS thread that is not the
@@ -103,21 +93,74 @@ func onOwnThread(f func()) {
 	runtime.UnlockOSThread()
 }
 
-// launch does the work of run on a thread of its own.
-func (l *launch) launch(start chan<- started, done chan<- exited) {
+// launch starts the job and then waits for its pid 1, on a thread locked to
+// its goroutine (see launchers), already restricted (see restrict). It
+// moves the thread into the job's namespaces and root, so the Go runtime
+// must never schedule another goroutine on it; launchers takes it out of
+// them again, or lets the runtime throw it away.
+//
+// The job is forked from that thread, so it inherits the namespaces, the new
+// root, no_new_privs, the dropped capability bounding set and the seccomp
+// filter without any helper program running between fork and exec. The
+// thread stays alive (blocked in wait4) for as long as the job's pid 1 lives,
+// which is what PR_SET_PDEATHSIG ties the job to: if the node agent dies, its
+// jobs die with it.
+//
+// It reports whether the thread may start another job: not if it could not
+// leave the job's cgroup.
+func (l *launch) launch(start chan<- started, done chan<- exited) (reusable bool) {
 	pid, err := l.start()
 	start <- started{pid: pid, err: err}
 	if err != nil {
-		return
+		return !errors.Is(err, errStuckInCgroup)
 	}
+	ws, err := waitExit(pid)
+	done <- exited{status: ws, err: err}
+	return true
+}
+
+// errStuckInCgroup is returned by launch.start when the thread could not
+// move itself out of the job's cgroup.
+var errStuckInCgroup = errors.New("cannot leave the job's cgroup")
+
+// waitExit waits for the child pid to exit and reaps it. A wait4 that
+// blocks for the job's whole life would hold the goroutine's P in a system
+// call until the runtime's monitor took it back (polling every 20 µs while
+// any job runs); instead the goroutine parks on a pidfd, which the network
+// poller sees become readable when the process exits.
+func waitExit(pid int) (unix.WaitStatus, error) {
 	var ws unix.WaitStatus
-	for {
-		_, err = unix.Wait4(pid, &ws, 0, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
+	reap := func() (bool, error) {
+		for {
+			got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return got != 0 || err != nil, err
 		}
 	}
-	done <- exited{status: ws, err: err}
+	if fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		f := os.NewFile(uintptr(fd), "pidfd")
+		defer f.Close()
+		if rc, err := f.SyscallConn(); err == nil {
+			var werr error
+			err := rc.Read(func(uintptr) bool {
+				var done bool
+				done, werr = reap()
+				return done
+			})
+			if err == nil {
+				return ws, werr
+			}
+		}
+	}
+	// No pidfd (Linux before 5.3) or no poller for it: block.
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return ws, err
+		}
+	}
 }
 
 func (l *launch) start() (int, error) {
@@ -128,26 +171,16 @@ func (l *launch) start() (int, error) {
 		return 0, fmt.Errorf("open /proc: %w", err)
 	}
 	defer unix.Close(hostProc)
-	t0 := phase("t0 thread", l.t0)
 	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
-	t0 = phase("t1 enterRoot", t0)
 	if err := unix.Sethostname([]byte("e31")); err != nil {
 		return 0, fmt.Errorf("set hostname: %w", err)
-	}
-	if err := loopbackUp(); err != nil {
-		return 0, err
 	}
 	argv0, err := l.lookPath()
 	if err != nil {
 		return 0, err
 	}
-	t0 = phase("t2 host/lo/path", t0)
-	if err := l.restrict(); err != nil {
-		return 0, err
-	}
-	t0 = phase("t3 restrict", t0)
 	attr := &syscall.ProcAttr{
 		Dir:   "/tmp",
 		Env:   l.env,
@@ -159,12 +192,26 @@ func (l *launch) start() (int, error) {
 			Credential: &syscall.Credential{Uid: uint32(l.uid), Gid: uint32(l.gid), Groups: []uint32{}},
 		},
 	}
+	if err := writeZero(l.enter); err != nil {
+		if lerr := writeZero(l.leave); lerr != nil {
+			return 0, fmt.Errorf("%w: %v (after failing to enter it: %v)", errStuckInCgroup, lerr, err)
+		}
+		return 0, fmt.Errorf("enter job cgroup: %w", err)
+	}
 	pid, err := syscall.ForkExec(argv0, l.argv, attr)
+	if lerr := writeZero(l.leave); lerr != nil {
+		// A thread of the node agent must not stay in the job's cgroup:
+		// no job, and the thread ends (see launch).
+		if err == nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, 0, nil)
+		}
+		return 0, fmt.Errorf("%w: %v", errStuckInCgroup, lerr)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("exec %s: %w", l.argv[0], err)
 	}
-	t0 = phase("t4 forkexec", t0)
-	defer phase("t5 afterExec", t0)
 	if err := l.afterExec(pid, hostProc); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
@@ -175,7 +222,8 @@ func (l *launch) start() (int, error) {
 }
 
 // afterExec runs while the job's pid 1 is stopped at its first instruction:
-// it joins the cgroup, gets a /proc of its own pid namespace, and goes.
+// it is admitted to the cgroup, gets a /proc of its own pid namespace, and
+// goes.
 func (l *launch) afterExec(pid, hostProc int) error {
 	var ws unix.WaitStatus
 	for {
@@ -188,14 +236,12 @@ func (l *launch) afterExec(pid, hostProc int) error {
 		}
 		break
 	}
-	t0 := phase("t5a execstop", time.Now())
 	if !ws.Stopped() || ws.StopSignal() != unix.SIGTRAP {
 		return fmt.Errorf("job did not stop after exec (status %#x)", ws)
 	}
 	if err := l.admit(pid); err != nil {
-		return fmt.Errorf("join cgroup: %w", err)
+		return fmt.Errorf("admit to cgroup: %w", err)
 	}
-	t0 = phase("t5b admit", t0)
 	if !l.hostProc {
 		if err := mountProc(hostProc, pid); err != nil {
 			return err
@@ -207,7 +253,8 @@ func (l *launch) afterExec(pid, hostProc int) error {
 	return nil
 }
 
-// enterRoot moves this thread into the job's new namespaces and root.
+// enterRoot moves this thread into the job's namespaces (new ones but for
+// the network's) and root.
 //
 // The root is a copy of the template mount namespace (whose only mount is a
 // read-only tmpfs of mount points, device nodes and links), so the host's
@@ -244,9 +291,12 @@ func (l *launch) enterRoot() error {
 	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template mount namespace: %w", err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 		unix.CLONE_NEWIPC | unix.CLONE_NEWUTS); err != nil {
 		return fmt.Errorf("unshare namespaces: %w", err)
+	}
+	if err := unix.Setns(l.netns, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter network namespace: %w", err)
 	}
 	for i, b := range l.binds {
 		if err := unix.MoveMount(clones[i], "", unix.AT_FDCWD, "/"+b.dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -375,7 +425,25 @@ func mountProc(hostProc, pid int) error {
 	return nil
 }
 
-// loopbackUp brings up lo in the job's network namespace, its only interface.
+// writeZero writes "0" to each file: to a cgroup's "tasks", it moves the
+// calling thread there.
+func writeZero(fds []int) error {
+	for _, fd := range fds {
+		for {
+			_, err := unix.Write(fd, []byte("0"))
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings up lo in a new network namespace, its only interface.
 func loopbackUp() error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -396,9 +464,12 @@ func loopbackUp() error {
 	return nil
 }
 
-// restrict sets what the job inherits from this thread at fork: no new
+// restrict sets what the jobs inherit from this thread at fork: no new
 // privileges through execve, an empty capability bounding set, the seccomp
-// filter. The uid change in the child then clears every capability.
+// filter. The uid change in the child then clears every capability. None of
+// it stops the thread itself from entering namespaces and mounting (its
+// effective capabilities stay, and the filter refuses only user namespaces
+// and keys), so it is done once, when the thread is new.
 func (l *launch) restrict() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)

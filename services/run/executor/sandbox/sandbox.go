@@ -27,7 +27,7 @@ import (
 
 // Executor is the default executor: each job in its own namespaces, root,
 // cgroup and uid. It is safe for concurrent use; Prepare, Run and Release
-// may be called for different jobs at once.
+// may be called for different jobs at once, and Close at any time.
 type Executor struct {
 	cfg     Config
 	cgroups cgroupDriver
@@ -42,13 +42,17 @@ type Executor struct {
 	// is copied from; see buildTemplate.
 	template int
 	// hostProc is the fallback for kernels without procfs pidns=; see probe.
-	hostProc bool
-	log      *slog.Logger
+	hostProc  bool
+	launchers *launchers
+	log       *slog.Logger
 
 	mu   sync.Mutex
 	jobs map[string]bool
 	// byWS maps the workspaces Prepare returned to their jobs.
 	byWS map[*executor.Workspace]*job
+	// idle are the slots no job holds, the longest idle first (see slot).
+	idle   []*slot
+	closed bool
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -103,6 +107,10 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
+	launchers, err := newLaunchers(maxIdleLaunchers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
 	if seccompFilter() == nil {
 		return nil, fmt.Errorf("%w: no seccomp filter for %s", ErrNotSupported, runtime.GOARCH)
 	}
@@ -118,8 +126,10 @@ func New(cfg Config) (*Executor, error) {
 		capLast: capLast,
 		filter:  seccompFilter(),
 		log:     cfg.Logger,
-		jobs:    map[string]bool{},
-		byWS:    map[*executor.Workspace]*job{},
+
+		launchers: launchers,
+		jobs:      map[string]bool{},
+		byWS:      map[*executor.Workspace]*job{},
 	}
 	var links []link
 	for _, d := range cfg.SystemDirs {
@@ -251,20 +261,22 @@ func (e *Executor) makeEtc() error {
 // job is the executor's state of one prepared job.
 type job struct {
 	name   string
-	ws     *workspace.Dir
+	slot   *slot
+	ws     *workspace.Dir // the slot's, while the job holds it
 	uid    int
-	mem    int64 // the memory limit in force
-	cg     jobCgroup
+	mem    int64     // the memory limit in force
+	cg     jobCgroup // the slot's, while the job holds it
 	spec   executor.Spec
 	log    *slog.Logger
 	ran    sync.Mutex
 	closed bool
 }
 
-// Prepare makes the job's workspace under Root: data/ (DataDir) for RUN to
-// stage into, and a tmpfs of Spec.DiskBytes holding out/ (OutDir) and the
-// job's /tmp, plus the job's cgroup with its limits. Memory written to the
-// tmpfs is charged to the job's memory limit while the job runs.
+// Prepare gives the job a slot (see slot) and readies it: the workspace's
+// data/ (DataDir), empty, for RUN to stage into, a new tmpfs of
+// Spec.DiskBytes holding out/ (OutDir) and the job's /tmp, and the cgroup
+// with the job's limits. Memory written to the tmpfs is charged to the
+// job's memory limit while the job runs.
 func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("sandbox: spec needs a job id and a command")
@@ -300,33 +312,50 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 }
 
 func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
+	s, err := e.takeSlot()
+	if err != nil {
+		return nil, err
+	}
+	j.slot = s
 	disk := j.spec.DiskBytes
 	if disk <= 0 {
 		disk = e.cfg.DefaultDiskBytes
 	}
-	t0 := time.Now()
-	d, err := workspace.Make(e.cfg.Root, j.name, disk, j.uid)
-	t0 = phase("p1 ws.Make", t0)
-	j.ws = d
-	if err != nil {
+	if err := s.ws.Mount(disk, j.uid); err != nil {
 		return nil, err
 	}
+	j.ws = s.ws
 	mem := j.spec.MemoryBytes
 	if mem <= 0 {
 		mem = e.cfg.DefaultMemoryBytes
 	}
 	j.mem = mem
-	cg, err := e.cgroups.create(j.name+"-"+e.rootTag, limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax})
-	if err != nil {
-		return nil, err
+	lim := limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax}
+	if s.cg != nil {
+		if err := s.cg.reset(lim); err != nil {
+			j.log.Warn("reset slot cgroup; making a new one", "err", err)
+			if err := s.cg.remove(); err != nil {
+				return nil, fmt.Errorf("remove slot cgroup: %w", err)
+			}
+			s.cg = nil
+		}
 	}
-	j.cg = cg
-	phase("p2 cg.create", t0)
+	if s.cg == nil {
+		if s.cg, err = e.cgroups.create(s.name+"-"+e.rootTag, lim); err != nil {
+			return nil, err
+		}
+	}
+	j.cg = s.cg
+	if s.net == nil {
+		if s.net, err = newNetns(); err != nil {
+			return nil, err
+		}
+	}
 	ws := &executor.Workspace{
 		Spec:    j.spec,
-		Root:    d.Path,
-		DataDir: d.Data,
-		OutDir:  d.Out,
+		Root:    s.ws.Path,
+		DataDir: s.ws.Data,
+		OutDir:  s.ws.Out,
 	}
 	var once sync.Once
 	var rerr error
@@ -368,7 +397,6 @@ func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Re
 
 func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	spec := j.spec
-	t0 := time.Now()
 	files, err := j.ws.Stdio()
 	if err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
@@ -400,24 +428,29 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		capLast:  e.capLast,
 		filter:   e.filter,
 		hostProc: e.hostProc,
+		netns:    j.slot.net.fd,
+		enter:    j.cg.enterFiles(),
+		leave:    e.cgroups.leaveFiles(),
 	}
 	admitted := make(chan admitReq)
-	l.admit = func(pid int) error {
-		r := admitReq{pid: pid, err: make(chan error, 1)}
-		admitted <- r
-		return <-r.err
+	l.admit = j.cg.admit
+	if l.enter == nil {
+		// The launcher thread no longer sees /sys: this one admits the job.
+		l.admit = func(pid int) error {
+			r := admitReq{pid: pid, err: make(chan error, 1)}
+			admitted <- r
+			return <-r.err
+		}
 	}
 	startc := make(chan started, 1)
 	donec := make(chan exited, 1)
-	t0 = phase("r1 stdio", t0)
-	l.t0 = t0
-	go l.run(startc, donec)
+	e.launchers.run(l, startc, donec)
 	var st started
 wait:
 	for {
 		select {
 		case r := <-admitted:
-			r.err <- j.cg.add(r.pid)
+			r.err <- j.cg.admit(r.pid)
 		case st = <-startc:
 			break wait
 		}
@@ -425,7 +458,6 @@ wait:
 	if st.err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: start %s: %w", spec.JobID, st.err)
 	}
-	t0 = phase("r2 started", t0)
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
@@ -469,7 +501,6 @@ loop:
 			killAll(j.cg, syscall.SIGKILL)
 		}
 	}
-	t0 = phase("r3 exited", t0)
 	if ex.err != nil {
 		j.log.Error("wait for job", "err", ex.err)
 	}
@@ -478,10 +509,8 @@ loop:
 	}); err != nil {
 		return res, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
 	}
-	t0 = phase("r4 drain", t0)
 	res.Stopped = time.Now()
 	u, err := j.cg.usage()
-	phase("r5 usage", t0)
 	if err != nil {
 		j.log.Warn("read job usage", "err", err)
 	}
@@ -548,7 +577,8 @@ func jobEnv(spec executor.Spec) (env []string, path []string) {
 	return env, filepath.SplitList(vars["PATH"])
 }
 
-// release undoes Prepare. It refuses while a process of the job is alive.
+// release undoes Prepare and gives the slot back. It refuses while a
+// process of the job is alive.
 func (e *Executor) release(j *job) error {
 	j.ran.Lock()
 	defer j.ran.Unlock()
@@ -563,17 +593,18 @@ func (e *Executor) release(j *job) error {
 			}
 		}
 	}
-	t0 := time.Now()
-	if len(errs) == 0 && j.ws != nil {
-		if err := j.ws.Remove(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	t0 = phase("l1 ws.Remove", t0)
-	defer phase("l2 cg.remove", t0)
-	if j.cg != nil {
-		if err := j.cg.remove(); err != nil {
-			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+	// Survivors would still be in the slot's namespace and cgroup and could
+	// write to its tmpfs: then the slot is left as it is, never reused.
+	if s := j.slot; s != nil && len(errs) == 0 {
+		if err := e.clearSlot(s, j.log); err != nil {
+			// Not fit for another job (its workspace was removed under it,
+			// say): it goes, and only if that fails does the release.
+			j.log.Warn("slot not reused", "slot", s.name, "err", err)
+			if err := s.remove(); err != nil {
+				errs = append(errs, fmt.Errorf("remove slot: %w", err))
+			}
+		} else {
+			e.putSlot(s, j.log)
 		}
 	}
 	e.mu.Lock()

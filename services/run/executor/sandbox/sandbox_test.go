@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,15 +145,17 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// TestReleaseRemovesEverything checks the node after Release: no workspace,
-// no mount, no cgroup, and the uid is free again.
-func TestReleaseRemovesEverything(t *testing.T) {
+// TestReleaseLeavesNothing checks the node after Release: nothing of the
+// job in its workspace, no mount, an empty cgroup, the uid free again; and
+// after Close, no workspace and no cgroup at all.
+func TestReleaseLeavesNothing(t *testing.T) {
 	t.Parallel()
 	e := newExecutor(t, Config{UIDBase: 2100000, UIDCount: 1})
-	ws, err := e.Prepare(context.Background(), spec("release", sh("echo x > /out/x")))
+	ws, err := e.Prepare(context.Background(), spec("release", sh("echo x > /out/x; echo y > /tmp/y")))
 	if err != nil {
 		t.Fatal(err)
 	}
+	writeFile(t, filepath.Join(ws.DataDir, "in"), "input")
 	if _, err := e.Prepare(context.Background(), spec("second", sh("true"))); err == nil {
 		t.Fatal("a second job got the only uid")
 	}
@@ -166,18 +169,18 @@ func TestReleaseRemovesEverything(t *testing.T) {
 	if err := ws.Release(); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
-	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("workspace still there: %v", err)
+	if _, err := os.Lstat(ws.OutDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("output still there: %v", err)
+	}
+	if ents, err := os.ReadDir(ws.DataDir); err != nil || len(ents) != 0 {
+		t.Errorf("data not emptied: %v %v", ents, err)
 	}
 	mounts := readFile(t, "/proc/self/mountinfo")
 	if strings.Contains(mounts, ws.Root) {
 		t.Errorf("workspace still mounted:\n%s", mounts)
 	}
-	cg, _ := j.cg.(*cgroup1Job)
-	for name, dir := range cg.dirsOrNil() {
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s cgroup %s still there", name, dir)
-		}
+	if ps, err := j.cg.procs(); err != nil || len(ps) != 0 {
+		t.Errorf("cgroup of the slot holds %v (%v)", ps, err)
 	}
 	if _, err := e.Run(context.Background(), ws); err == nil {
 		t.Error("ran a released workspace")
@@ -186,7 +189,33 @@ func TestReleaseRemovesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatalf("uid not freed: %v", err)
 	}
-	_ = ws2.Release()
+	if ws2.Root != ws.Root {
+		t.Errorf("second job got workspace %s, want the released slot's %s", ws2.Root, ws.Root)
+	}
+	if ents, err := os.ReadDir(ws2.OutDir); err != nil || len(ents) != 0 {
+		t.Errorf("second job's /out holds %v (%v)", ents, err)
+	}
+	if err := ws2.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("workspace still there after Close: %v", err)
+	}
+	cg, _ := j.cg.(*cgroup1Job)
+	for name, dir := range cg.dirsOrNil() {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s cgroup %s still there after Close", name, dir)
+		}
+	}
+	// Closed, it still runs jobs, in slots it does not keep.
+	r := runJob(t, e, spec("after-close", sh("echo ok")), nil)
+	if r.res.Outcome != events.Succeeded || r.stdout != "ok\n" {
+		t.Errorf("job after Close: %s %q", r.res.Outcome, r.stdout)
+	}
 }
 
 // dirsOrNil is the job's cgroup directories on a v1 host.
@@ -202,58 +231,71 @@ func (j *cgroup1Job) dirsOrNil() map[string]string {
 }
 
 // TestConcurrentJobs runs jobs at once on one executor: each sees only its
-// own data, writes only its own output, and gets a uid of its own.
+// own data, writes only its own output, and has a uid, a workspace and a
+// network namespace of its own.
 func TestConcurrentJobs(t *testing.T) {
 	t.Parallel()
 	e := newExecutor(t, Config{})
 	const n = 16
 	type result struct {
 		i   int
-		r   *ran
+		out string
+		ws  *executor.Workspace
 		err string
 	}
+	// Every job is prepared before any runs, and released after all ran:
+	// all sixteen hold their slots at once.
+	var prepared, ran sync.WaitGroup
+	prepared.Add(n)
+	ran.Add(n)
 	results := make(chan result, n)
 	for i := range n {
 		go func() {
-			s := spec(fmt.Sprintf("many-%d", i), sh(`cat /data/id > /out/id; ls /data | wc -l > /out/n; id -u > /out/uid`))
+			s := spec(fmt.Sprintf("many-%d", i), sh(`cat /data/id > /out/id; ls /data | wc -l > /out/n; id -u > /out/uid; readlink /proc/self/ns/net > /out/net`))
 			ws, err := e.Prepare(context.Background(), s)
+			prepared.Done()
 			if err != nil {
+				ran.Done()
 				results <- result{i: i, err: err.Error()}
 				return
 			}
 			defer ws.Release()
-			if err := os.WriteFile(filepath.Join(ws.DataDir, "id"), []byte(strconv.Itoa(i)), 0o644); err != nil {
-				results <- result{i: i, err: err.Error()}
-				return
+			prepared.Wait()
+			err = os.WriteFile(filepath.Join(ws.DataDir, "id"), []byte(strconv.Itoa(i)), 0o644)
+			if err == nil {
+				_, err = e.Run(context.Background(), ws)
 			}
-			res, err := e.Run(context.Background(), ws)
+			ran.Done()
 			if err != nil {
 				results <- result{i: i, err: err.Error()}
 				return
 			}
-			r := &ran{ws: ws, res: res}
-			r.stdout = readFileQuiet(filepath.Join(ws.OutDir, "id")) + " " +
+			out := readFileQuiet(filepath.Join(ws.OutDir, "id")) + " " +
 				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "n"))) + " " +
-				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "uid")))
-			results <- result{i: i, r: r}
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "uid"))) + " " +
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "net")))
+			ran.Wait()
+			results <- result{i: i, out: out, ws: ws}
 		}()
 	}
-	uids := map[string]int{}
+	seen := map[string]int{}
 	for range n {
 		res := <-results
 		if res.err != "" {
 			t.Errorf("job %d: %s", res.i, res.err)
 			continue
 		}
-		f := strings.Fields(res.r.stdout)
-		if len(f) != 3 || f[0] != strconv.Itoa(res.i) || f[1] != "1" {
-			t.Errorf("job %d saw %q, want its own id and one data file", res.i, res.r.stdout)
+		f := strings.Fields(res.out)
+		if len(f) != 4 || f[0] != strconv.Itoa(res.i) || f[1] != "1" {
+			t.Errorf("job %d saw %q, want its own id and one data file", res.i, res.out)
 			continue
 		}
-		if prev, ok := uids[f[2]]; ok {
-			t.Errorf("jobs %d and %d ran with the same uid %s", prev, res.i, f[2])
+		for _, k := range []string{"uid " + f[2], "network namespace " + f[3], "workspace " + res.ws.Root} {
+			if prev, ok := seen[k]; ok {
+				t.Errorf("jobs %d and %d ran with the same %s", prev, res.i, k)
+			}
+			seen[k] = res.i
 		}
-		uids[f[2]] = res.i
 	}
 }
 

@@ -15,13 +15,18 @@ import (
 // still do is create a user namespace, in which it would be root with every
 // capability over new mount, network and pid namespaces of its own — the
 // "unshare -r" way back to root that widens the kernel surface a job can
-// reach. The filter closes that, and the 32-bit and x32 syscall tables that
-// could otherwise bypass a filter written for the native one:
+// reach — and keep keys in the kernel's keyrings, which outlive the job:
+// the user keyring of a uid is found by the next job given that uid (uids
+// are handed out again), so one job could leave secrets or messages for
+// another. The filter closes both, and the 32-bit and x32 syscall tables
+// that could otherwise bypass a filter written for the native one:
 //
 //   - a foreign architecture or an x32 syscall number: the process is killed;
 //   - clone or unshare with CLONE_NEWUSER: EPERM;
 //   - clone3, whose flags sit behind a pointer a filter cannot read: ENOSYS,
 //     so that libc and Go fall back to clone;
+//   - add_key, request_key and keyctl: ENOSYS, as on a kernel without keys
+//     (what container runtimes' default profiles do too);
 //   - everything else: allowed.
 func seccompFilter() []unix.SockFilter {
 	const (
@@ -59,13 +64,17 @@ func seccompFilter() []unix.SockFilter {
 		/* 5 */ ret(kill),
 		/* 6 */ jeq(unix.SYS_CLONE3, 0, 1),
 		/* 7 */ ret(enosys),
-		/* 8 */ jeq(unix.SYS_CLONE, 2, 0),
-		/* 9 */ jeq(unix.SYS_UNSHARE, 1, 0),
-		/* 10 */ ret(allow),
-		/* 11 */ ld(offArg0),
-		/* 12 */ jset(unix.CLONE_NEWUSER, 0, 1),
-		/* 13 */ ret(eperm),
+		/* 8 */ jeq(unix.SYS_ADD_KEY, 2, 0),
+		/* 9 */ jeq(unix.SYS_REQUEST_KEY, 1, 0),
+		/* 10 */ jeq(unix.SYS_KEYCTL, 0, 1),
+		/* 11 */ ret(enosys),
+		/* 12 */ jeq(unix.SYS_CLONE, 2, 0),
+		/* 13 */ jeq(unix.SYS_UNSHARE, 1, 0),
 		/* 14 */ ret(allow),
+		/* 15 */ ld(offArg0),
+		/* 16 */ jset(unix.CLONE_NEWUSER, 0, 1),
+		/* 17 */ ret(eperm),
+		/* 18 */ ret(allow),
 	}
 }
 

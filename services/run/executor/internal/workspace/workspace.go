@@ -31,8 +31,20 @@ type Dir struct {
 
 // Make creates the workspace name under root: the tmpfs is diskBytes large,
 // out/ and tmp/ belong to uid. A stale workspace of the same name (left by
-// a node agent that died) is removed first.
+// a node agent that died) is removed first. It is Create and then Mount.
 func Make(root, name string, diskBytes int64, uid int) (*Dir, error) {
+	d, err := Create(root, name)
+	if err != nil {
+		return d, err
+	}
+	return d, d.Mount(diskBytes, uid)
+}
+
+// Create makes the directories of the workspace name under root, without
+// its writable space: Mount adds that for a job, Clear takes it away again,
+// and the directories can serve one job after another. A stale workspace of
+// the same name is removed first.
+func Create(root, name string) (*Dir, error) {
 	p := filepath.Join(root, name)
 	d := &Dir{Path: p, Data: filepath.Join(p, "data"), RW: filepath.Join(p, "rw")}
 	d.Out, d.Tmp, d.Log = filepath.Join(d.RW, "out"), filepath.Join(d.RW, "tmp"), filepath.Join(d.RW, "log")
@@ -47,29 +59,38 @@ func Make(root, name string, diskBytes int64, uid int) (*Dir, error) {
 			return d, fmt.Errorf("make workspace: %w", err)
 		}
 	}
+	return d, nil
+}
+
+// Mount gives a created or cleared workspace a new, empty writable space: a
+// tmpfs of diskBytes on RW holding out/ and tmp/, which belong to uid, and
+// log/.
+func (d *Dir) Mount(diskBytes int64, uid int) error {
 	inodes := min(max(diskBytes/4096, 1024), 1<<20)
 	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, inodes)
 	if err := unix.Mount("e31-job", d.RW, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return d, fmt.Errorf("mount writable space: %w", err)
+		return fmt.Errorf("mount writable space: %w", err)
 	}
 	for _, x := range []struct {
 		path  string
-		mode  os.FileMode
+		mode  uint32
 		owned bool
 	}{{d.Out, 0o755, true}, {d.Tmp, 0o1777, true}, {d.Log, 0o755, false}} {
-		if err := os.Mkdir(x.path, 0o755); err != nil {
-			return d, fmt.Errorf("make workspace: %w", err)
-		}
-		if err := os.Chmod(x.path, x.mode); err != nil {
-			return d, fmt.Errorf("make workspace: %w", err)
+		// The tmpfs is new and ours alone: plain syscalls, no need for the
+		// os package's care.
+		if err := unix.Mkdir(x.path, 0o700); err != nil {
+			return fmt.Errorf("make workspace: mkdir %s: %w", x.path, err)
 		}
 		if x.owned {
-			if err := os.Chown(x.path, uid, uid); err != nil {
-				return d, fmt.Errorf("make workspace: %w", err)
+			if err := unix.Chown(x.path, uid, uid); err != nil {
+				return fmt.Errorf("make workspace: chown %s: %w", x.path, err)
 			}
 		}
+		if err := unix.Chmod(x.path, x.mode); err != nil {
+			return fmt.Errorf("make workspace: chmod %s: %w", x.path, err)
+		}
 	}
-	return d, nil
+	return nil
 }
 
 // RemoveStale removes every job workspace under root: at a node agent's
@@ -99,10 +120,8 @@ func RemoveStale(root string) ([]string, error) {
 
 // Remove unmounts the tmpfs and deletes the workspace.
 func (d *Dir) Remove() error {
-	if err := unix.Unmount(d.RW, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-		if err := unix.Unmount(d.RW, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount %s: %w", d.RW, err)
-		}
+	if err := d.unmount(); err != nil {
+		return err
 	}
 	// Only the data is on disk: the rest was in the tmpfs. Most jobs'
 	// data directory is empty or gone by now; try the cheap way first.
@@ -114,6 +133,75 @@ func (d *Dir) Remove() error {
 	for _, dir := range []string{d.RW, d.Path} {
 		if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remove workspace: %w", err)
+		}
+	}
+	return nil
+}
+
+// Clear takes a job's traces out of the workspace and keeps its
+// directories for the next job: it unmounts the writable space (out/, tmp/
+// and log/ go with it) and empties data/, giving it back mode 0755 and root
+// as its owner. A Dir that was never mounted is only emptied. It fails if
+// the directories are gone.
+func (d *Dir) Clear() error {
+	if err := d.unmount(); err != nil {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(d.Data, &st); err != nil {
+		return fmt.Errorf("clear workspace: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("clear workspace: %s is not a directory", d.Data)
+	}
+	if err := emptyDir(d.Data); err != nil {
+		return fmt.Errorf("clear data: %w", err)
+	}
+	if st.Mode != unix.S_IFDIR|0o755 || st.Uid != 0 || st.Gid != 0 {
+		if err := unix.Chown(d.Data, 0, 0); err != nil {
+			return fmt.Errorf("clear data: %w", err)
+		}
+		if err := unix.Chmod(d.Data, 0o755); err != nil {
+			return fmt.Errorf("clear data: %w", err)
+		}
+	}
+	// The mount point must be there for the next Mount. (Nothing writes
+	// to it: it is covered from Mount to Clear, and not in use between.)
+	if err := unix.Lstat(d.RW, &st); err != nil {
+		return fmt.Errorf("clear workspace: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("clear workspace: %s is not a directory", d.RW)
+	}
+	return nil
+}
+
+func (d *Dir) unmount() error {
+	if err := unix.Unmount(d.RW, 0); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		if err := unix.Unmount(d.RW, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", d.RW, err)
+		}
+	}
+	return nil
+}
+
+// emptyDir removes everything in dir, which may be missing.
+func emptyDir(dir string) error {
+	f, err := os.Open(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return err
 		}
 	}
 	return nil
