@@ -11,7 +11,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$e31" dev --dir "$state/e31" --listen 127.0.0.1:0 --nodes 2 --grace 2s --log-level warn >"$log" 2>&1 &
+"$e31" dev --dir "$state/e31" --listen 127.0.0.1:0 --nodes 2 --grace 2s --log-level warn --users demo >"$log" 2>&1 &
 dev=$!
 i=0
 until url=$(sed -n 's/^e31 dev: NATS JetStream listening on \([^ ]*\).*/\1/p' "$log") && [ -n "$url" ]; do
@@ -22,6 +22,8 @@ until url=$(sed -n 's/^e31 dev: NATS JetStream listening on \([^ ]*\).*/\1/p' "$
 	sleep 0.1
 done
 export E31_NATS="$url"
+# Authentication is on: submit as the submitter "demo", audit as the auditor.
+export E31_CREDS="$state/e31/creds/demo.creds"
 grep '^e31 dev' "$log"
 echo
 
@@ -52,5 +54,5 @@ echo "== e31 output $wc (wordcount)"
 "$e31" output "$wc" -o "$state/wordcount-out"
 cat "$state/wordcount-out/counts.txt"
 echo
-echo "== e31 audit"
-"$e31" audit
+echo "== e31 audit (as the auditor)"
+E31_CREDS="$state/e31/creds/auditor.creds" "$e31" audit

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,10 +82,13 @@ changed in the log shows as a different digest at its sequence.`,
 					return err
 				}
 				defer c.close()
+				if err := c.needLog("e31 audit"); err != nil {
+					return err
+				}
 				// The ledger's head is taken before the log is read, so the
 				// log read covers it: the two chains must agree there.
-				var info api.LedgerInfo
-				if err := c.request(ctx, api.LedgerInfoSubject, nil, &info, 10*time.Second); err != nil {
+				info, err := c.head(ctx)
+				if err != nil {
 					return err
 				}
 				au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})

@@ -98,7 +98,7 @@ func runBench(ctx context.Context, a *app, o benchOptions) error {
 		return err
 	}
 	defer sys.stop()
-	nc, err := sys.broker.Connect("e31-bench")
+	nc, err := sys.connect(operator, "e31-bench", a.log)
 	if err != nil {
 		return err
 	}

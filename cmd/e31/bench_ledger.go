@@ -178,7 +178,7 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 		pprof.StopCPUProfile()
 	}
 	var info api.LedgerInfo
-	err = askJSON(nc, api.LedgerInfoSubject, &info)
+	err = askJSON(nc, api.LedgerSubject(events.Operator, api.EndpointHead), &info)
 	ledgerHead := info.Head.String()
 	stop()
 	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
@@ -19,17 +22,114 @@ import (
 
 // client is a CLI command's connection to e31.
 type client struct {
-	a  *app
-	nc *nats.Conn
-	js jetstream.JetStream
+	a   *app
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	who who
+	// refusals is told what the server refuses: a refused publish is
+	// otherwise only an unanswered request.
+	refusals *refusals
+}
+
+// refusals hands the server's permission errors to the operations waiting
+// on the subjects they name.
+type refusals struct {
+	mu      sync.Mutex
+	waiting map[*refusalWatch]struct{}
+}
+
+type refusalWatch struct {
+	subjects []string
+	cancel   context.CancelCauseFunc
+}
+
+// refused ends every operation waiting on the subject err names.
+func (r *refusals) refused(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for w := range r.waiting {
+		for _, s := range w.subjects {
+			if strings.Contains(err.Error(), `"`+s+`"`) {
+				w.cancel(err)
+				break
+			}
+		}
+	}
+}
+
+// who is who the CLI acts as: what ends its requests' and cancels'
+// subjects, and the user it asks the query services as.
+type who struct {
+	// Role is the role its credentials give; "" without e31 credentials.
+	Role auth.Role
+	// Name submits and cancels: e31.job.<id>.requested.<Name>.
+	Name string
+	// User asks: e31.api.<User>.….
+	User string
+	// Creds is the credentials file, if any.
+	Creds string
+}
+
+// readsLog reports whether who may read the event log itself: the auditor
+// and the operator, and anyone on a server without authentication.
+func (w who) readsLog() bool { return w.Role != auth.Submitter && w.Role != auth.Service }
+
+func (w who) String() string {
+	if w.Role == "" {
+		return w.Name + " (no e31 credentials)"
+	}
+	return string(w.Role) + " " + w.Name
+}
+
+// whoami reads who the CLI acts as from its credentials. Without e31
+// credentials it submits as the OS user and asks as the operator: a server
+// without authentication lets anyone do anything, and a server with it
+// refuses such a client before it asks anything.
+func (a *app) whoami(creds string) (who, error) {
+	if creds == "" {
+		return who{Name: a.env.User, User: events.Operator}, nil
+	}
+	c, err := auth.ReadCreds(creds)
+	if err != nil {
+		return who{}, usageErr("--creds: %v", err)
+	}
+	id, err := c.Identity()
+	if errors.Is(err, auth.ErrNotE31) {
+		return who{Name: a.env.User, User: a.env.User, Creds: creds}, nil
+	}
+	if err != nil {
+		return who{}, usageErr("--creds %s: %v", creds, err)
+	}
+	return who{Role: id.Role, Name: id.Principal(), User: id.Principal(), Creds: creds}, nil
 }
 
 // dial connects, failing fast with advice when nothing answers.
 func (a *app) dial(ctx context.Context) (*client, error) {
 	cfg := a.connectConfig("e31-cli")
+	w, err := a.whoami(cfg.Creds)
+	if err != nil {
+		return nil, err
+	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	nc, err := nats.Connect(orDefault(cfg.URL, connect.DefaultURL), natsOptions(cfg)...)
+	opts, err := natsOptions(cfg)
+	if err != nil {
+		return nil, usageErr("--creds: %v", err)
+	}
+	r := &refusals{waiting: map[*refusalWatch]struct{}{}}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			r.refused(err)
+		}
+	}))
+	nc, err := nats.Connect(orDefault(cfg.URL, connect.DefaultURL), opts...)
+	if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
+		advice := "give credentials with --creds or E31_CREDS ('e31 dev' writes them into DIR/creds)"
+		if cfg.Creds != "" {
+			advice = "the credentials in " + cfg.Creds + " are not accepted: expired, revoked, or for another system"
+		}
+		return nil, troubleErr(fmt.Errorf("NATS at %s refused the connection: %v: %s", orDefault(cfg.URL, connect.DefaultURL), err, advice))
+	}
 	if err != nil {
 		return nil, troubleErr(fmt.Errorf("cannot reach NATS at %s: %v (is 'e31 dev' running? set --nats or E31_NATS)", orDefault(cfg.URL, connect.DefaultURL), err))
 	}
@@ -38,15 +138,16 @@ func (a *app) dial(ctx context.Context) (*client, error) {
 		nc.Close()
 		return nil, troubleErr(fmt.Errorf("NATS at %s does not answer JetStream requests: %w", nc.ConnectedUrl(), err))
 	}
-	return &client{a: a, nc: nc, js: js}, nil
+	return &client{a: a, nc: nc, js: js, who: w, refusals: r}, nil
 }
 
-func natsOptions(cfg connect.Config) []nats.Option {
+func natsOptions(cfg connect.Config) ([]nats.Option, error) {
 	opts := []nats.Option{nats.Name(cfg.Name), nats.Timeout(5 * time.Second)}
-	if cfg.Creds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	more, err := connect.SecurityOptions(cfg)
+	if err != nil {
+		return nil, err
 	}
-	return opts
+	return append(opts, more...), nil
 }
 
 func orDefault(s, d string) string {
@@ -58,7 +159,64 @@ func orDefault(s, d string) string {
 
 func (c *client) close() { c.nc.Close() }
 
-// request sends a query and decodes the reply.
+// errNoSuchJob is wrapped by the answer about a job that does not exist or
+// is not the asker's.
+var errNoSuchJob = errors.New("no such job")
+
+// errNotPermitted is wrapped by errors the server's permissions caused.
+var errNotPermitted = errors.New("not permitted")
+
+// guard returns a context that ends as soon as the server refuses a
+// publish on one of subjects: a refused publish then fails at once, not at
+// its timeout, and says why.
+func (c *client) guard(ctx context.Context, subjects ...string) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancelCause(ctx)
+	w := &refusalWatch{subjects: subjects, cancel: cancel}
+	c.refusals.mu.Lock()
+	c.refusals.waiting[w] = struct{}{}
+	c.refusals.mu.Unlock()
+	return gctx, func() {
+		c.refusals.mu.Lock()
+		delete(c.refusals.waiting, w)
+		c.refusals.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// refused turns an error that the server's permissions caused into a
+// clear one; others are returned as they are.
+func (c *client) refused(ctx context.Context, what string, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, nats.ErrPermissionViolation) {
+		return &exitError{exitUsage, fmt.Errorf("%s: %w: the credentials of %s do not allow it (%v)", what, errNotPermitted, c.who, cause)}
+	}
+	return troubleErr(fmt.Errorf("%s: %w", what, err))
+}
+
+// needLog refuses early what only readers of the log may do.
+func (c *client) needLog(what string) error {
+	if c.who.readsLog() {
+		return nil
+	}
+	return &exitError{exitUsage, fmt.Errorf("%s reads the event log itself: %w for %s; it needs the auditor's or the operator's credentials", what, errNotPermitted, c.who)}
+}
+
+// append records ev about job as the CLI's user.
+func (c *client) append(ctx context.Context, job string, ev events.Event, opts ...bus.AppendOption) (events.Envelope, error) {
+	subject, err := events.SubjectOf(job, ev)
+	if err != nil {
+		return events.Envelope{}, usageErr("%v", err)
+	}
+	gctx, done := c.guard(ctx, subject)
+	defer done()
+	env, err := bus.NewPublisher(c.js, "e31/cli", nil).Append(gctx, job, ev, opts...)
+	if err != nil && !errors.Is(err, bus.ErrConflict) {
+		return env, c.refused(gctx, fmt.Sprintf("%s of %s", events.Name(ev.Type()), job), err)
+	}
+	return env, err
+}
+
+// request sends a query, as the CLI's user, to the endpoint subjectOf
+// gives for it, and decodes the reply.
 func (c *client) request(ctx context.Context, subject string, req, reply any, timeout time.Duration) error {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -66,12 +224,14 @@ func (c *client) request(ctx context.Context, subject string, req, reply any, ti
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, subject, b)
+	gctx, done := c.guard(rctx, subject)
+	defer done()
+	m, err := c.nc.RequestWithContext(gctx, subject, b)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return troubleErr(fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject)))
 	}
 	if err != nil {
-		return troubleErr(fmt.Errorf("%s: %w", subject, err))
+		return c.refused(gctx, subject, err)
 	}
 	if err := json.Unmarshal(m.Data, reply); err != nil {
 		return troubleErr(fmt.Errorf("%s: bad reply: %w", subject, err))
@@ -79,52 +239,83 @@ func (c *client) request(ctx context.Context, subject string, req, reply any, ti
 	return nil
 }
 
+// ledger is the subject of one of the ledger's endpoints for the CLI's user.
+func (c *client) ledger(endpoint string) string { return api.LedgerSubject(c.who.User, endpoint) }
+
 func serviceOf(subject string) string {
-	switch subject {
-	case api.RentWhy:
+	switch {
+	case strings.HasSuffix(subject, ".rent."+api.EndpointWhy):
 		return "rent"
+	case strings.HasSuffix(subject, ".output.stored"):
+		return "output"
 	}
 	return "ledger"
 }
 
-// lastSeq is the log's last sequence now: a read that waits for the ledger
-// to reach it sees everything that happened before the read.
+// head asks the ledger how far the log goes: its last sequence now, read
+// by the ledger, so that a client needs no access to the log to ask any
+// service for an answer as of now.
+func (c *client) head(ctx context.Context) (api.LedgerInfo, error) {
+	var info api.LedgerInfo
+	err := c.request(ctx, c.ledger(api.EndpointHead), nil, &info, 10*time.Second)
+	return info, err
+}
+
+// lastSeq is the log's last sequence now, as the ledger reads it.
 func (c *client) lastSeq(ctx context.Context) (uint64, error) {
-	st, err := c.js.Stream(ctx, events.Stream)
-	if err != nil {
-		return 0, troubleErr(fmt.Errorf("the event log: %w", err))
-	}
-	return st.CachedInfo().State.LastSeq, nil
+	info, err := c.head(ctx)
+	return info.LastSeq, err
 }
 
 // record returns a job's hold record as of at least minSeq.
 func (c *client) record(ctx context.Context, job string, minSeq uint64) (*api.HoldRecord, error) {
+	rec, _, err := c.recordAs(ctx, api.RecordRequest{Job: job, MinSeq: minSeq, Wait: 10 * time.Second})
+	return rec, err
+}
+
+// recordAs asks for a record and returns it with how far the ledger had
+// read when it answered.
+func (c *client) recordAs(ctx context.Context, q api.RecordRequest) (*api.HoldRecord, uint64, error) {
 	var reply api.RecordReply
-	if err := c.request(ctx, api.LedgerRecord, api.RecordRequest{Job: job, MinSeq: minSeq, Wait: 10 * time.Second}, &reply, 15*time.Second); err != nil {
-		return nil, err
+	if err := c.request(ctx, c.ledger(api.EndpointRecord), q, &reply, waitOf(q.Wait)+5*time.Second); err != nil {
+		return nil, 0, err
+	}
+	if reply.Code == api.CodeNoSuchJob {
+		return nil, reply.Applied, fmt.Errorf("%w: %s", errNoSuchJob, q.Job)
 	}
 	if reply.Error != "" {
-		return nil, errors.New(reply.Error)
+		return nil, reply.Applied, errors.New(reply.Error)
 	}
-	return reply.Record, nil
+	return reply.Record, reply.Applied, nil
+}
+
+// waitOf is how long the ledger may hold a request.
+func waitOf(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 5 * time.Second
+	}
+	return min(d, 30*time.Second)
 }
 
 // currentRecord reads a job's record including everything logged so far.
 func (c *client) currentRecord(ctx context.Context, job string) (*api.HoldRecord, error) {
+	rec, _, err := c.freshRecord(ctx, job)
+	return rec, err
+}
+
+// freshRecord reads a job's record including everything logged so far, and
+// how far the ledger had read then.
+func (c *client) freshRecord(ctx context.Context, job string) (*api.HoldRecord, uint64, error) {
 	if !events.ValidID(job) {
-		return nil, usageErr("%q is not a job id", job)
+		return nil, 0, usageErr("%q is not a job id", job)
 	}
-	seq, err := c.lastSeq(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return c.record(ctx, job, seq)
+	return c.recordAs(ctx, api.RecordRequest{Job: job, Fresh: true, Wait: 10 * time.Second})
 }
 
 // why asks the scheduler about a job, as of at least minSeq.
 func (c *client) why(ctx context.Context, job string, minSeq uint64) (api.WhyReply, error) {
 	var reply api.WhyReply
-	if err := c.request(ctx, api.RentWhy, api.WhyRequest{Job: job, MinSeq: minSeq}, &reply, 8*time.Second); err != nil {
+	if err := c.request(ctx, api.RentWhySubject(c.who.User), api.WhyRequest{Job: job, MinSeq: minSeq}, &reply, 8*time.Second); err != nil {
 		return reply, err
 	}
 	if reply.Error != "" {
@@ -133,19 +324,74 @@ func (c *client) why(ctx context.Context, job string, minSeq uint64) (api.WhyRep
 	return reply, nil
 }
 
-func (c *client) store(ctx context.Context) (stage.Store, error) {
-	// The CLI uses its own user's store; it may create it where the user is
-	// allowed to (e31 dev without credentials), otherwise the bucket is made
-	// with the user's credentials.
-	s, err := stage.NewTenants(c.js, true).For(ctx, c.a.env.User)
+// jobEvents asks the ledger for a job's events from sequence after on, as
+// stored. With wait, a request that finds nothing new waits that long for
+// the job's next event. It is how anyone, a submitter included, reads one
+// job's events: the ledger checks that the job is the asker's.
+func (c *client) jobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (api.EventsReply, error) {
+	var reply api.EventsReply
+	q := api.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
+	if err := c.request(ctx, c.ledger(api.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
+		return reply, err
+	}
+	if reply.Code == api.CodeNoSuchJob {
+		return reply, fmt.Errorf("%w: %s", errNoSuchJob, job)
+	}
+	if reply.Error != "" {
+		return reply, errors.New(reply.Error)
+	}
+	return reply, nil
+}
+
+// followJob calls fn with each of a job's events, from the first, until fn
+// returns false or ctx ends; with untilOver, also once the job is over and
+// its events are read.
+func (c *client) followJob(ctx context.Context, job string, untilOver bool, fn func(api.StoredEvent) bool) error {
+	var after uint64
+	fresh := true
+	for {
+		reply, err := c.jobEvents(ctx, job, after, 30*time.Second, fresh)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		fresh = false
+		for _, e := range reply.Events {
+			after = e.Seq
+			if !fn(e) {
+				return nil
+			}
+		}
+		if untilOver && reply.Over && !reply.More {
+			return nil
+		}
+	}
+}
+
+// store is the data store of submitter: the CLI's own user's for staging,
+// a job's submitter's for its output.
+func (c *client) store(ctx context.Context, submitter string) (stage.Store, error) {
+	// A submitter may not make its bucket (a user who may create streams
+	// could capture others' subjects): the operator does, or a service
+	// when its first job needs it. Without credentials, or as the operator,
+	// the CLI makes its own.
+	create := c.who.Role != auth.Submitter && submitter == c.who.Name
+	s, err := stage.NewTenants(c.js, create).For(ctx, submitter)
+	if errors.Is(err, stage.ErrNoBucket) {
+		return nil, troubleErr(fmt.Errorf("the data store of %s (%s) does not exist yet: the operator makes it with 'e31 setup --submitter %s'",
+			submitter, events.DataBucketFor(submitter), submitter))
+	}
 	if err != nil {
-		return nil, troubleErr(fmt.Errorf("the data store of %s: %w", c.a.env.User, err))
+		return nil, troubleErr(fmt.Errorf("the data store of %s: %w", submitter, err))
 	}
 	return s, nil
 }
 
-// follow calls fn with each of a job's events, from its first, until fn
-// returns false or ctx ends. It waits for new events as they are logged.
+// follow calls fn with each decodable event on filter, from the first,
+// until fn returns false or ctx ends, reading the log itself: for the
+// auditor and the operator (and the tests, which run as the operator).
 func (c *client) follow(ctx context.Context, filter string, fn func(events.Envelope) bool) error {
 	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
@@ -177,33 +423,4 @@ func (c *client) follow(ctx context.Context, filter string, fn func(events.Envel
 			return nil
 		}
 	}
-}
-
-// waitOver follows a job until it is over and returns its last event.
-func (c *client) waitOver(ctx context.Context, job string) (events.Envelope, error) {
-	var last events.Envelope
-	err := c.follow(ctx, events.JobSubject(job), func(env events.Envelope) bool {
-		last = env
-		return !events.Terminal(env.Event)
-	})
-	return last, err
-}
-
-// jobEvents reads a job's events as they are now.
-func (c *client) jobEvents(ctx context.Context, job string) ([]events.Envelope, error) {
-	return bus.ReadJob(ctx, c.js, job, 1)
-}
-
-// inLog reports whether the log holds any event of job: a job the ledger has
-// no record of yet (its request could not be read) may still be answered.
-func (c *client) inLog(ctx context.Context, job string) bool {
-	if !events.ValidID(job) {
-		return false
-	}
-	st, err := c.js.Stream(ctx, events.Stream)
-	if err != nil {
-		return false
-	}
-	_, err = st.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
-	return err == nil
 }

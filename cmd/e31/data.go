@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/api"
-	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -54,7 +53,7 @@ func dataLsCmd(a *app) *cobra.Command {
 			defer c.close()
 			q := api.StoredRequest{Deleted: deleted}
 			if !all {
-				q.Submitter = a.env.User
+				q.Submitter = c.who.Name
 			}
 			jobs, err := c.stored(ctx, q)
 			if err != nil {
@@ -139,7 +138,7 @@ func (c *client) stored(ctx context.Context, q api.StoredRequest) ([]api.Stored,
 	var all []api.Stored
 	for {
 		var reply api.StoredReply
-		if err := c.request(ctx, api.OutputStored, q, &reply, 15*time.Second); err != nil {
+		if err := c.request(ctx, api.OutputStoredSubject(c.who.User), q, &reply, 15*time.Second); err != nil {
 			return nil, err
 		}
 		if reply.Error != "" {
@@ -191,9 +190,8 @@ func (c *client) deleteStored(ctx context.Context, id, what, reason string, time
 	if len(todo) == 1 {
 		ask = todo[0]
 	}
-	pub := bus.NewPublisher(c.js, "e31/cli", nil)
-	if _, err := pub.Append(ctx, id, events.DeleteRequested{What: ask, By: c.a.env.User, Reason: reason}); err != nil {
-		return troubleErr(fmt.Errorf("delete %s of %s: %w", ask, id, err))
+	if _, err := c.append(ctx, id, events.DeleteRequested{What: ask, By: c.who.Name, Reason: reason}); err != nil {
+		return err
 	}
 	if !st.Over {
 		fmt.Fprintf(c.a.out, "job %s: deletion of its %s requested; it is done when the job ends\n", id, strings.Join(todo, " and "))
@@ -205,7 +203,11 @@ func (c *client) deleteStored(ctx context.Context, id, what, reason string, time
 	for _, w := range todo {
 		left[w] = true
 	}
-	err = c.follow(wctx, events.JobSubject(id), func(env events.Envelope) bool {
+	err = c.followJob(wctx, id, false, func(m api.StoredEvent) bool {
+		env, err := events.Decode(m.Subject, natsHeader(m.Headers), storedBody(m))
+		if err != nil {
+			return true
+		}
 		if d, ok := env.Event.(*events.Deleted); ok && left[d.What] {
 			delete(left, d.What)
 			fmt.Fprintf(c.a.out, "job %s: %s deleted (%d file(s), %s)\n", id, d.What, d.Files, humanBytes(d.Bytes))

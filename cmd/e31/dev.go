@@ -4,19 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/stage"
 )
 
 type devOptions struct {
@@ -34,6 +39,8 @@ type devOptions struct {
 	// scheduler is noticed.
 	rentInstances int
 	leaseTTL      time.Duration
+	// users are the submitters to write credentials for, into DIR/creds.
+	users []string
 }
 
 func devCmd(a *app) *cobra.Command {
@@ -50,7 +57,17 @@ job and record.
 
 Durability: with --sync always (the default) every event is on disk before it
 is acknowledged, so a machine crash loses nothing that was acknowledged;
---sync interval writes to disk every two minutes and is several times faster.`,
+--sync interval writes to disk every two minutes and is several times faster.
+
+Authentication is on: every client, the services inside included, connects
+with credentials and may do only what its role allows (pkg/auth). On first
+start the operator, account and signing keys are made in DIR/keys (keep them
+private); on every start credentials are written into DIR/creds: operator.creds
+and auditor.creds, and NAME.creds for each submitter of --users, whose data
+bucket is made too. Use them with --creds or E31_CREDS:
+
+  e31 dev --users alice,bob
+  E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDev(cmd.Context(), a, o)
@@ -68,12 +85,16 @@ is acknowledged, so a machine crash loses nothing that was acknowledged;
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
+	f.StringSliceVar(&o.users, "users", nil, "submitters to write credentials for, into DIR/creds/NAME.creds (comma separated)")
 	return cmd
 }
 
 // devSystem is a running `e31 dev`: the broker and every service.
 type devSystem struct {
 	broker   *broker.Server
+	keys     *auth.Keys
+	credsDir string
+	log      *slog.Logger
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	mu       sync.Mutex
@@ -108,6 +129,11 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 		return err
 	}
 	fmt.Fprintf(a.out, "e31 dev: NATS JetStream listening on %s (store in %s, sync=%s)\n", sys.broker.ClientURL(), filepath.Join(o.dir, "nats"), o.sync)
+	names := []string{"operator.creds", "auditor.creds"}
+	for _, u := range o.users {
+		names = append(names, u+".creds")
+	}
+	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", sys.credsDir, strings.Join(names, ", "))
 	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
 	<-ctx.Done()
 	fmt.Fprintln(a.out, "e31 dev: stopping")
@@ -134,7 +160,19 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("dev: %w", err)
 	}
-	b, err := broker.Start(broker.Config{Dir: filepath.Join(dir, "nats"), Listen: o.listen, Sync: broker.Sync(o.sync), Name: "e31-dev"})
+	users := make([]auth.Identity, 0, len(o.users))
+	for _, u := range o.users {
+		id := auth.Identity{Role: auth.Submitter, Name: strings.TrimSpace(u)}
+		if err := id.Validate(); err != nil {
+			return nil, usageErr("--users: %v", err)
+		}
+		users = append(users, id)
+	}
+	keys, trust, err := devKeys(dir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := broker.Start(broker.Config{Dir: filepath.Join(dir, "nats"), Listen: o.listen, Sync: broker.Sync(o.sync), Name: "e31-dev", Trust: &trust})
 	if err != nil {
 		if errors.Is(err, broker.ErrSync) {
 			return nil, usageErr("--sync: %v", err)
@@ -142,9 +180,13 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		return nil, troubleErr(err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sys := &devSystem{broker: b, cancel: cancel, services: map[string]*devService{}}
+	sys := &devSystem{broker: b, keys: keys, log: a.log, credsDir: filepath.Join(dir, "creds"), cancel: cancel, services: map[string]*devService{}}
 	start := func(name, id string, node nodeConfig) error {
-		nc, err := b.Connect("e31-dev-" + id)
+		// Each service connects as itself, with its own permissions: a
+		// service that reaches beyond its role fails here as it would
+		// anywhere.
+		who := auth.Identity{Role: auth.Service, Service: name, Name: id}
+		nc, err := sys.connect(who, "e31-dev-"+id, a.log)
 		if err != nil {
 			return err
 		}
@@ -178,9 +220,13 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		}()
 		return nil
 	}
-	if err := setupStreams(runCtx, b, o.leaseTTL); err != nil {
+	if err := sys.setup(runCtx, o.leaseTTL, users); err != nil {
 		_ = sys.stop()
 		return nil, troubleErr(fmt.Errorf("dev: set up streams: %w", err))
+	}
+	if err := sys.writeCreds(users); err != nil {
+		_ = sys.stop()
+		return nil, err
 	}
 	for _, name := range []string{"ledger", "submit", "output", "release"} {
 		if err := start(name, name, nodeConfig{}); err != nil {
@@ -219,8 +265,51 @@ func (s *devSystem) stop() error {
 	return errors.Join(append(s.errs, err)...)
 }
 
-func setupStreams(ctx context.Context, b *broker.Server, leaseTTL time.Duration) error {
-	nc, err := b.Connect("e31-dev-setup")
+// devKeys loads the keys in DIR/keys, making them on first start, and
+// signs what the server trusts.
+func devKeys(dir string) (*auth.Keys, auth.Trust, error) {
+	keys, created, err := auth.InitKeys(filepath.Join(dir, "keys"))
+	if err != nil {
+		return nil, auth.Trust{}, fmt.Errorf("dev: %w", err)
+	}
+	if created {
+		// A store made before authentication keeps its streams in the
+		// server's global account, which an operator-mode server never
+		// opens: say so rather than start as if it were empty.
+		if _, err := os.Stat(filepath.Join(dir, "nats", "jetstream", "$G")); err == nil {
+			return nil, auth.Trust{}, usageErr("dev: %s was made by an e31 dev without authentication: its jobs cannot be carried over; use a new --dir", dir)
+		}
+	}
+	trust, err := keys.Trust()
+	if err != nil {
+		return nil, auth.Trust{}, fmt.Errorf("dev: %w", err)
+	}
+	return keys, trust, nil
+}
+
+// connect opens an in-process connection as id. Refusals are logged: a
+// service refused something it needs is a missing permission in pkg/auth.
+func (s *devSystem) connect(id auth.Identity, name string, log *slog.Logger) (*nats.Conn, error) {
+	creds, err := s.keys.Issue(id, 0)
+	if err != nil {
+		return nil, err
+	}
+	opts, err := creds.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		log.Warn("nats refused", "as", id.String(), "err", err)
+	}))
+	return s.broker.Connect(name, opts...)
+}
+
+// operator is the identity `e31 dev` sets up the system as.
+var operator = auth.Identity{Role: auth.Operator, Name: events.Operator}
+
+// setup creates the streams and buckets, and every user's data bucket.
+func (s *devSystem) setup(ctx context.Context, leaseTTL time.Duration, users []auth.Identity) error {
+	nc, err := s.connect(operator, "e31-dev-setup", slog.Default())
 	if err != nil {
 		return err
 	}
@@ -229,5 +318,36 @@ func setupStreams(ctx context.Context, b *broker.Server, leaseTTL time.Duration)
 	if err != nil {
 		return err
 	}
-	return events.Setup(ctx, js, events.StreamOptions{LeaseTTL: leaseTTL})
+	if err := events.Setup(ctx, js, events.StreamOptions{LeaseTTL: leaseTTL}); err != nil {
+		return err
+	}
+	// A submitter may not make its own bucket (see auth.DataBucketSubjects).
+	for _, u := range users {
+		if _, err := stage.OpenBucket(ctx, js, u.Name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// writeCreds writes the credentials of the operator, the auditor and each
+// user into DIR/creds, readable by their owner only.
+func (s *devSystem) writeCreds(users []auth.Identity) error {
+	if err := os.MkdirAll(s.credsDir, 0o700); err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	ids := append([]auth.Identity{operator, {Role: auth.Auditor, Name: api.Auditor}}, users...)
+	for _, id := range ids {
+		creds, err := s.keys.Issue(id, 0)
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		if err := creds.WriteFile(s.credsFile(id.Name)); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+	}
+	return nil
+}
+
+// credsFile is where `e31 dev` writes the credentials of name.
+func (s *devSystem) credsFile(name string) string { return filepath.Join(s.credsDir, name+".creds") }

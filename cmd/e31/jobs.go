@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/api"
-	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -40,21 +40,12 @@ succeeded, 1 if it ended any other way, 3 if waiting timed out.`,
 	return cmd
 }
 
+// waitAndPrint waits until a job (or a sweep) is over, asking the ledger
+// in long polls: waiting needs no access to the log, only to one's own
+// records.
 func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Duration, asJSON bool) error {
-	if _, err := c.currentRecord(ctx, id); err != nil && !c.inLog(ctx, id) {
-		seq, _ := c.lastSeq(ctx)
-		if recs, serr := c.sweepRecords(ctx, id, seq); serr == nil && len(recs) > 0 {
-			ids := make([]string, len(recs))
-			var from uint64
-			for i, r := range recs {
-				ids[i] = r.Job
-				if len(r.Events) > 0 && (from == 0 || r.Events[0].Seq < from) {
-					from = r.Events[0].Seq
-				}
-			}
-			return c.waitSweep(ctx, id, ids, from, timeout, asJSON)
-		}
-		return err
+	if !events.ValidID(id) {
+		return usageErr("%q is not a job id", id)
 	}
 	wctx := ctx
 	if timeout > 0 {
@@ -62,21 +53,37 @@ func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Durat
 		wctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	last, err := c.waitOver(wctx, id)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			rec, _ := c.currentRecord(ctx, id)
+	q := api.RecordRequest{Job: id, Fresh: true, UntilOver: true, Wait: 30 * time.Second}
+	var rec *api.HoldRecord
+	for {
+		if dl, ok := wctx.Deadline(); ok {
+			q.Wait = min(30*time.Second, max(time.Until(dl), time.Millisecond))
+		}
+		r, _, err := c.recordAs(wctx, q)
+		if errors.Is(err, errNoSuchJob) && q.Fresh {
+			// Not a job: perhaps a sweep.
+			if recs, serr := c.sweepRecords(ctx, id); serr == nil && len(recs) > 0 {
+				return c.waitSweep(ctx, id, timeout, asJSON)
+			}
+			return err
+		}
+		if err != nil && wctx.Err() == nil {
+			return err
+		}
+		if r != nil {
+			rec = r
+		}
+		if rec != nil && rec.Over() {
+			break
+		}
+		if wctx.Err() != nil {
 			state := "unknown"
 			if rec != nil {
 				state = rec.State
 			}
 			return troubleErr(fmt.Errorf("job %s is still %s after %s", id, state, timeout))
 		}
-		return err
-	}
-	rec, err := c.record(ctx, id, last.Seq)
-	if err != nil {
-		return err
+		q.Fresh = false
 	}
 	if asJSON {
 		if err := writeJSON(c.a.out, rec); err != nil {
@@ -104,17 +111,10 @@ func statusCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			if !events.ValidID(args[0]) {
-				return usageErr("%q is not a job id", args[0])
-			}
-			seq, err := c.lastSeq(ctx)
-			if err != nil {
-				return err
-			}
-			rec, err := c.record(ctx, args[0], seq)
+			rec, seq, err := c.freshRecord(ctx, args[0])
 			if err != nil {
 				// Not a job: perhaps a sweep.
-				if recs, serr := c.sweepRecords(ctx, args[0], seq); serr == nil && len(recs) > 0 {
+				if recs, serr := c.sweepRecords(ctx, args[0]); serr == nil && len(recs) > 0 {
 					if asJSON {
 						return writeJSON(a.out, sweepSummaryOf(args[0], recs))
 					}
@@ -203,7 +203,7 @@ and --delete, write it first and delete it once it is written and checked.`,
 			if dir == "" {
 				dir = rec.Job
 			}
-			store, err := c.store(ctx)
+			store, err := c.store(ctx, rec.Submitter)
 			if err != nil {
 				return err
 			}
@@ -251,9 +251,8 @@ func cancelCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.out, "job %s is already over (%s)\n", rec.Job, rec.Outcome)
 				return nil
 			}
-			pub := bus.NewPublisher(c.js, "e31/cli", nil)
-			if _, err := pub.Append(ctx, rec.Job, events.CancelRequested{By: a.env.User, Reason: reason}); err != nil {
-				return troubleErr(fmt.Errorf("cancel %s: %w", rec.Job, err))
+			if _, err := c.append(ctx, rec.Job, events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
+				return err
 			}
 			fmt.Fprintf(a.out, "cancel of %s requested (it was %s)\n", rec.Job, rec.State)
 			return nil
@@ -270,7 +269,10 @@ func eventsCmd(a *app) *cobra.Command {
 		Short: "Print the raw events of one job, or the whole log",
 		Long: `Print the events of one job, or of the whole log, in log order. With --json,
 one object per line with the stream sequence, subject, headers and body exactly
-as stored: an export that 'e31 audit --from FILE' can check with no server.`,
+as stored: an export that 'e31 audit --from FILE' can check with no server.
+
+A submitter sees the events of its own jobs, which the ledger reads for it;
+the whole log is for the auditor and the operator.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -279,34 +281,77 @@ as stored: an export that 'e31 audit --from FILE' can check with no server.`,
 				return err
 			}
 			defer c.close()
-			// The whole stream, whatever its subjects: the export is what
-			// the ledger's hash chain runs over.
-			var filters []string
-			if len(args) == 1 {
-				if !events.ValidID(args[0]) {
-					return usageErr("%q is not a job id", args[0])
-				}
-				filters = []string{events.JobSubject(args[0])}
-			}
 			enc := json.NewEncoder(a.out)
-			err = c.scan(ctx, filters, follow, func(m rawEvent) error {
+			show := func(m api.StoredEvent) error {
 				if asJSON {
 					return enc.Encode(m)
 				}
-				env, err := events.Decode(m.Subject, natsHeader(m.Headers), m.Body)
+				env, err := events.Decode(m.Subject, natsHeader(m.Headers), storedBody(m))
 				if err != nil {
 					_, werr := fmt.Fprintf(a.out, "#%-6d %s  (not a valid event: %v)\n", m.Seq, m.Subject, err)
 					return werr
 				}
 				env.Seq = m.Seq
 				return printEvent(a.out, env)
-			})
-			return ignoreCancel(err)
+			}
+			if len(args) == 1 {
+				if !events.ValidID(args[0]) {
+					return usageErr("%q is not a job id", args[0])
+				}
+				return ignoreCancel(c.printJobEvents(ctx, args[0], follow, show))
+			}
+			if err := c.needLog("e31 events without a job id"); err != nil {
+				return err
+			}
+			// The whole stream, whatever its subjects: the export is what
+			// the ledger's hash chain runs over.
+			return ignoreCancel(c.scan(ctx, nil, follow, show))
 		},
 	}
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they are logged")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per line: sequence, subject, headers and body as stored")
 	return cmd
+}
+
+// printJobEvents prints one job's events, asked of the ledger; with
+// follow, until the job is over.
+func (c *client) printJobEvents(ctx context.Context, job string, follow bool, show func(api.StoredEvent) error) error {
+	var perr error
+	if follow {
+		err := c.followJob(ctx, job, true, func(e api.StoredEvent) bool {
+			perr = show(e)
+			return perr == nil
+		})
+		return errors.Join(err, perr)
+	}
+	var after uint64
+	fresh := true
+	for {
+		reply, err := c.jobEvents(ctx, job, after, 0, fresh)
+		if err != nil {
+			return err
+		}
+		fresh = false
+		for _, e := range reply.Events {
+			if err := show(e); err != nil {
+				return err
+			}
+			after = e.Seq
+		}
+		if !reply.More {
+			return nil
+		}
+	}
+}
+
+// storedBody is the exact body of a stored event.
+func storedBody(m api.StoredEvent) []byte {
+	if m.BodyBase64 != "" {
+		if b, err := base64.StdEncoding.DecodeString(m.BodyBase64); err == nil {
+			return b
+		}
+	}
+	return m.Body
 }
 
 func ignoreCancel(err error) error {

@@ -141,20 +141,21 @@ func (c *client) allRecords(ctx context.Context, q api.ListRequest) ([]*api.Hold
 // records pages through the ledger as of now. With partial, a ledger that
 // is still catching up answers with what it has, and the caller says so.
 func (c *client) records(ctx context.Context, q api.ListRequest, partial bool) ([]*api.HoldRecord, behind, error) {
-	seq, err := c.lastSeq(ctx)
+	info, err := c.head(ctx)
 	if err != nil {
 		return nil, behind{}, err
 	}
+	seq := info.LastSeq
 	q.MinSeq = seq
 	st := behind{applied: seq, last: seq}
 	all := []*api.HoldRecord{}
 	for {
 		var reply api.ListReply
-		if err := c.request(ctx, api.LedgerList, q, &reply, 30*time.Second); err != nil {
+		if err := c.request(ctx, c.ledger(api.EndpointList), q, &reply, 30*time.Second); err != nil {
 			return nil, st, err
 		}
 		if reply.Error != "" {
-			return nil, st, errors.New(reply.Error)
+			return nil, st, &exitError{exitUsage, errors.New(reply.Error)}
 		}
 		if reply.Applied < seq {
 			if !partial {
@@ -177,7 +178,7 @@ func (c *client) printOneRecord(ctx context.Context, id string, o ledgerOptions)
 	if err != nil {
 		// Still catching up: show what the ledger has, and say so.
 		var reply api.RecordReply
-		if rerr := c.request(ctx, api.LedgerRecord, api.RecordRequest{Job: id}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
+		if rerr := c.request(ctx, c.ledger(api.EndpointRecord), api.RecordRequest{Job: id}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
 			return err
 		}
 		seq, lerr := c.lastSeq(ctx)
@@ -199,8 +200,8 @@ func (c *client) printOneRecord(ctx context.Context, id string, o ledgerOptions)
 
 // printHead prints the ledger's chain head.
 func (c *client) printHead(ctx context.Context, o ledgerOptions) error {
-	var info api.LedgerInfo
-	if err := c.request(ctx, api.LedgerInfoSubject, nil, &info, 10*time.Second); err != nil {
+	info, err := c.head(ctx)
+	if err != nil {
 		return err
 	}
 	c.noteBehind(behind{info.Applied, info.LastSeq}, fmt.Sprintf("this head is as of #%d", info.Head.Seq))
@@ -214,19 +215,21 @@ func (c *client) printHead(ctx context.Context, o ledgerOptions) error {
 	return nil
 }
 
-// printTotals prints what each submitter would be billed for the period.
+// printTotals prints what each submitter would be billed for the period
+// (a submitter is told its own bill only).
 func (c *client) printTotals(ctx context.Context, o ledgerOptions) error {
-	seq, err := c.lastSeq(ctx)
+	info, err := c.head(ctx)
 	if err != nil {
 		return err
 	}
+	seq := info.LastSeq
 	q := api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter, MinSeq: seq}
 	var reply api.TotalsReply
-	if err := c.request(ctx, api.LedgerTotals, q, &reply, 30*time.Second); err != nil {
+	if err := c.request(ctx, c.ledger(api.EndpointTotals), q, &reply, 30*time.Second); err != nil {
 		return err
 	}
 	if reply.Error != "" {
-		return errors.New(reply.Error)
+		return &exitError{exitUsage, errors.New(reply.Error)}
 	}
 	c.noteBehind(behind{reply.Applied, seq}, "these totals may not count everything yet")
 	switch {

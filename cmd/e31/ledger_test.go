@@ -44,11 +44,10 @@ request: {cpu: 0.5, memory: 64MiB, limit: `+limit+`}
 output: [{path: x, required: false}]
 `, nil)))
 	}
-	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
-	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "x"}); err != nil {
+	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
-	ids = append(ids, "rejected-one")
 	failed := ""
 	for i, id := range ids {
 		rec, _ := ts.wait(id)
@@ -56,9 +55,11 @@ output: [{path: x, required: false}]
 			failed = rec.Job
 		}
 	}
+	ts.waitAs("bob", "rejected-one")
+	ids = append(ids, "rejected-one")
 
 	// The audit passes, and agrees with the ledger on the chain.
-	out, _, code := ts.cli("audit")
+	out, _, code := ts.cliAs("auditor", "audit")
 	if code != 0 || !strings.Contains(out, "audit passed") || !strings.Contains(out, "matches the ledger") || !strings.Contains(out, "passes through 1 head") {
 		t.Fatalf("e31 audit: exit %d\n%s", code, out)
 	}
@@ -67,12 +68,12 @@ output: [{path: x, required: false}]
 	if code != 0 || err != nil {
 		t.Fatalf("e31 ledger --head: exit %d, %q: %v", code, headOut, err)
 	}
-	if out, _, code := ts.cli("audit", "--since-head", head.String()); code != 0 {
+	if out, _, code := ts.cliAs("auditor", "audit", "--since-head", head.String()); code != 0 {
 		t.Fatalf("e31 audit --since-head %s: exit %d\n%s", head, code, out)
 	}
 
 	// The meter: held request times held time, per attempt and in total.
-	recsJSON, _, _ := ts.cli("ledger", "--json")
+	recsJSON, _, _ := ts.cliAs("auditor", "ledger", "--json")
 	var recs []*api.HoldRecord
 	if err := json.Unmarshal([]byte(recsJSON), &recs); err != nil || len(recs) != len(ids) {
 		t.Fatalf("ledger has %d records (%v), want %d", len(recs), err, len(ids))
@@ -94,7 +95,7 @@ output: [{path: x, required: false}]
 	}
 
 	// CSV: a header and one line per record.
-	csvOut, _, code := ts.cli("ledger", "--csv")
+	csvOut, _, code := ts.cliAs("auditor", "ledger", "--csv")
 	rows, err := csv.NewReader(strings.NewReader(csvOut)).ReadAll()
 	if code != 0 || err != nil || len(rows) != len(recs)+1 || rows[0][0] != "job" || rows[0][len(rows[0])-1] != "events_digest" {
 		t.Errorf("e31 ledger --csv: exit %d, %v, %d rows:\n%s", code, err, len(rows), csvOut)
@@ -102,7 +103,7 @@ output: [{path: x, required: false}]
 
 	// An export audits with no server, against the records and the head.
 	dir := t.TempDir()
-	export, _, code := ts.cli("events", "--json")
+	export, _, code := ts.cliAs("auditor", "events", "--json")
 	if code != 0 {
 		t.Fatal("e31 events --json failed")
 	}
@@ -167,7 +168,7 @@ output: [{path: x, required: false}]
 	// A job after the head: changing its events leaves the head standing.
 	later := ts.submit(writeJob(t, "work: {command: [\"/bin/sh\", \"-c\", \"exit 4\"]}\nrequest: {cpu: 0.5, memory: 64MiB, limit: 1m}\n", nil))
 	ts.wait(later)
-	export, _, _ = ts.cli("events", "--json")
+	export, _, _ = ts.cliAs("auditor", "events", "--json")
 	lines = strings.Split(strings.TrimSpace(export), "\n")
 	i, seq = find(later, "stopped")
 	if seq <= head.Seq {

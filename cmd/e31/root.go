@@ -49,8 +49,11 @@ func (s silent) Error() string { return fmt.Sprintf("exit %d", int(s)) }
 type env struct {
 	NATS  string // E31_NATS
 	Creds string // E31_CREDS
+	CA    string // E31_TLS_CA
 	Log   string // E31_LOG: debug, info, warn, error
-	User  string // the submitter name for now: $USER
+	// User is the OS user: who the CLI submits as when it has no e31
+	// credentials (with credentials, it is who they name).
+	User string
 	// BenchN is the default number of jobs for `e31 bench`: $BENCH_N.
 	BenchN int
 }
@@ -73,7 +76,7 @@ func readEnv() env {
 		return '_'
 	}, user)
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
-	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN}
+	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN}
 }
 
 // app is what every command shares: where to connect, how to log, where
@@ -82,6 +85,7 @@ type app struct {
 	env      env
 	natsURL  string
 	creds    string
+	tlsCA    string
 	logLevel string
 	out      io.Writer
 	errOut   io.Writer
@@ -97,7 +101,11 @@ func (a *app) connectConfig(name string) connect.Config {
 	if creds == "" {
 		creds = a.env.Creds
 	}
-	return connect.Config{URL: url, Creds: creds, Name: name, Logger: a.log}
+	ca := a.tlsCA
+	if ca == "" {
+		ca = a.env.CA
+	}
+	return connect.Config{URL: url, Creds: creds, CA: ca, Name: name, Logger: a.log}
 }
 
 func (a *app) setupLog() error {
@@ -141,12 +149,13 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&a.natsURL, "nats", "", "NATS server URL (default $E31_NATS or "+connect.DefaultURL+")")
-	root.PersistentFlags().StringVar(&a.creds, "creds", "", "NATS credentials file (default $E31_CREDS)")
+	root.PersistentFlags().StringVar(&a.creds, "creds", "", "NATS credentials file (default $E31_CREDS): who you are to e31")
+	root.PersistentFlags().StringVar(&a.tlsCA, "tls-ca", "", "PEM file of the authority that signed the NATS servers' TLS certificates (default $E31_TLS_CA)")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn, error (default $E31_LOG or info)")
 	root.AddCommand(
 		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a),
 		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a), dataCmd(a),
-		setupCmd(a),
+		setupCmd(a), credsCmd(a),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -49,7 +50,7 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 	want := writeRandomFile(t, filepath.Join(filepath.Dir(job), "big.bin"), size)
 
 	start := time.Now()
-	cmd := exec.Command(bin, "submit", "--quiet", "--json", job, "--nats", ts.url, "--log-level", "warn")
+	cmd := exec.Command(bin, "submit", "--quiet", "--json", job, "--nats", ts.url, "--creds", ts.creds("alice"), "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	took := time.Since(start)
@@ -70,7 +71,7 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("e31 submit printed %q", out)
 	}
-	evs, err := ts.c.jobEvents(ctxTimeout(t, 10*time.Second), r.ID)
+	evs, err := bus.ReadJob(ctxTimeout(t, 10*time.Second), ts.c.js, r.ID, 1)
 	if err != nil || len(evs) == 0 {
 		t.Fatalf("job %s: %v", r.ID, err)
 	}

@@ -52,7 +52,7 @@ output: [ok.txt]
 	if !strings.Contains(kinds, "HoldLost,ComputeReleased,ComputeHeld") {
 		t.Errorf("events %s: want the lost attempt released before the job is held again", kinds)
 	}
-	if out, _, code := ts.cli("audit"); code != 0 {
+	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Errorf("audit after a lost node:\n%s", out)
 	}
 }
@@ -96,7 +96,7 @@ request: {cpu: 1, memory: 32MiB, limit: 1m}
 	}
 	// The audit checks, among the rest, that the node was never held
 	// beyond its 2 cpu at any instant.
-	if out, _, code := ts.cli("audit"); code != 0 {
+	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Errorf("audit after the failover:\n%s", out)
 	}
 }

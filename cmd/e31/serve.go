@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/jobfile"
 )
 
@@ -39,17 +43,26 @@ is one compute node: give each node its own --node name.`,
 					node.WorkDir = filepath.Join(os.TempDir(), "e31", node.Name)
 				}
 			}
-			nc, js, err := connect.Dial(ctx, a.connectConfig("e31-"+name))
+			cfg := a.connectConfig("e31-" + name)
+			if err := checkServiceCreds(cfg.Creds, name, node.Name); err != nil {
+				return err
+			}
+			nc, js, err := connect.Dial(ctx, cfg)
 			if err != nil {
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			svc, err := newService(ctx, name, nc, js, a.log, node)
+			// Started again, rather than exit, when it fails for a reason
+			// that passes (a NATS server restarting): see daemon.RunAgain.
+			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
+				svc, err := newService(ctx, name, nc, js, a.log, node)
+				if err != nil {
+					return nil, err
+				}
+				a.log.Info("serving", "service", name, "nats", nc.ConnectedUrl())
+				return svc, nil
+			})
 			if err != nil {
-				return err
-			}
-			a.log.Info("serving", "service", name, "nats", nc.ConnectedUrl())
-			if err := svc.Run(ctx); err != nil {
 				return fmt.Errorf("serve %s: %w", name, err)
 			}
 			return nil
@@ -66,4 +79,32 @@ is one compute node: give each node its own --node name.`,
 	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: time between SIGTERM and SIGKILL")
 	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
 	return cmd
+}
+
+// checkServiceCreds refuses at once credentials made for another service or
+// node: the server would refuse what the service does, one publish at a
+// time.
+func checkServiceCreds(file, service, node string) error {
+	if file == "" {
+		return nil
+	}
+	creds, err := auth.ReadCreds(file)
+	if err != nil {
+		return usageErr("--creds: %v", err)
+	}
+	id, err := creds.Identity()
+	if errors.Is(err, auth.ErrNotE31) {
+		return nil
+	}
+	if err != nil {
+		return usageErr("--creds: %v", err)
+	}
+	switch {
+	case id.Role == auth.Operator:
+	case id.Role != auth.Service || id.Service != service:
+		return usageErr("--creds %s are those of %s, not of the %s service", file, id, service)
+	case service == auth.RunService && id.Name != node:
+		return usageErr("--creds %s are node %s's; --node is %s", file, id.Name, node)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
 )
 
 // setupStreamNames are every stream e31 keeps, the buckets included (a KV
@@ -24,6 +25,7 @@ var setupStreamNames = []string{
 func setupCmd(a *app) *cobra.Command {
 	var replicas int
 	var leaseTTL, timeout time.Duration
+	var submitters []string
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create e31's streams and buckets on a NATS cluster, with the replicas wanted",
@@ -35,7 +37,10 @@ It never lowers replicas and changes nothing else of a stream that exists.
 Every service creates what is missing when it starts, with one replica: run
 this once before the services, on a cluster, so that the log is replicated
 from its first event. Running it again is safe. A fresh cluster may not have
-elected a leader yet: setup retries until --timeout.`,
+elected a leader yet: setup retries until --timeout.
+
+--submitter NAME (repeatable) also makes that submitter's data bucket: a
+submitter's credentials let it use its bucket, never create one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > 5 {
@@ -71,6 +76,15 @@ elected a leader yet: setup retries until --timeout.`,
 					fmt.Fprintf(a.out, "%s: %d replica(s)\n", name, have)
 				}
 			}
+			for _, u := range submitters {
+				if !events.ValidID(u) {
+					return usageErr("--submitter %q is not a submitter id", u)
+				}
+				if err := retry(ctx, func() error { _, err := stage.OpenBucket(ctx, js, u); return err }); err != nil {
+					return troubleErr(fmt.Errorf("setup: %w", err))
+				}
+				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
+			}
 			return nil
 		},
 	}
@@ -78,6 +92,7 @@ elected a leader yet: setup retries until --timeout.`,
 	f.IntVar(&replicas, "replicas", 1, "copies of every stream: 1 on one server, 3 on a three-server cluster")
 	f.DurationVar(&leaseTTL, "lease-ttl", events.DefaultLeaseTTL, "how long a node or scheduler lives without renewing its lease (only when the bucket is created)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the cluster to accept the streams")
+	f.StringArrayVar(&submitters, "submitter", nil, "also make this submitter's data bucket (repeatable)")
 	return cmd
 }
 

@@ -193,7 +193,9 @@ retention: 1h
 	}
 
 	stored := func() []api.Stored {
-		out, errOut, code := ts.cli("data", "ls", "--json", "--all")
+		// OUTPUT's stored endpoint answers anyone who may ask it about
+		// every job: only the operator and the auditor may.
+		out, errOut, code := ts.cliAs("operator", "data", "ls", "--json", "--all")
 		if code != 0 {
 			t.Fatalf("e31 data ls: exit %d: %s", code, errOut)
 		}
@@ -209,7 +211,9 @@ retention: 1h
 	}
 
 	dir := t.TempDir()
-	out, errOut, code := ts.cli("output", id, "-o", dir, "--quiet", "--delete")
+	// A deletion request does not name who asks, so submitters may not ask
+	// yet (SECURITY.md): the operator deletes.
+	out, errOut, code := ts.cliAs("operator", "output", id, "-o", dir, "--quiet", "--delete")
 	if code != 0 || !strings.Contains(out, "output deleted") {
 		t.Fatalf("e31 output --delete: exit %d: %s %s", code, out, errOut)
 	}
@@ -219,10 +223,10 @@ retention: 1h
 	if _, errOut, code := ts.cli("output", id, "-o", t.TempDir()); code != exitFailed || !strings.Contains(errOut, "deleted") {
 		t.Errorf("e31 output after the deletion: exit %d: %s", code, errOut)
 	}
-	if out, _, code := ts.cli("data", "rm", id); code != 0 || !strings.Contains(out, "data deleted") {
+	if out, _, code := ts.cliAs("operator", "data", "rm", id); code != 0 || !strings.Contains(out, "data deleted") {
 		t.Fatalf("e31 data rm: exit %d: %s", code, out)
 	}
-	if out, _, code := ts.cli("data", "rm", "--all", id); code != 0 || !strings.Contains(out, "already deleted") {
+	if out, _, code := ts.cliAs("operator", "data", "rm", "--all", id); code != 0 || !strings.Contains(out, "already deleted") {
 		t.Errorf("e31 data rm again: exit %d: %s", code, out)
 	}
 	if jobs := stored(); len(jobs) != 0 {
@@ -251,7 +255,7 @@ request: {cpu: 0.5, memory: 32MiB, limit: 1m}
 	if rec, _ := ts.wait(later); rec.Outcome != events.Rejected || !strings.Contains(rec.Reason, "output was deleted") {
 		t.Errorf("from_job of deleted output: %s (%q), want rejected", rec.Outcome, rec.Reason)
 	}
-	if out, _, code := ts.cli("audit"); code != 0 {
+	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Errorf("e31 audit after deletions: exit %d\n%s", code, out)
 	}
 }

@@ -84,13 +84,12 @@ func (c *client) submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 		return "", err
 	}
 	id := u.String()
-	pub := bus.NewPublisher(c.js, "e31/cli", nil)
-	req := events.JobRequested{Submitter: c.a.env.User, Spec: spec}
-	if _, err := pub.Append(ctx, id, req, bus.ExpectLast(0)); err != nil {
+	req := events.JobRequested{Submitter: c.who.Name, Spec: spec}
+	if _, err := c.append(ctx, id, req, bus.ExpectLast(0)); err != nil {
 		if errors.Is(err, bus.ErrConflict) {
 			return "", troubleErr(fmt.Errorf("job id %s is already in use; submit again", id))
 		}
-		return "", troubleErr(fmt.Errorf("submit: %w", err))
+		return "", err
 	}
 	return id, nil
 }
@@ -105,7 +104,6 @@ func (c *client) submitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 	}
 	sweep := uuid.Must(uuid.NewV7()).String()
 	ids := make([]string, len(job.Sweep))
-	var first uint64
 	pub := bus.NewPublisher(c.js, "e31/cli", nil)
 	for start := 0; start < len(job.Sweep); start += 512 {
 		end := min(start+512, len(job.Sweep))
@@ -114,14 +112,21 @@ func (c *client) submitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
 			point := spec
 			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
-			batch = append(batch, bus.Pending{Subject: ids[i], Event: events.JobRequested{Submitter: c.a.env.User, Spec: point}, ExpectSet: true})
+			batch = append(batch, bus.Pending{Subject: ids[i], Event: events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true})
 		}
-		stored, errs := pub.AppendBatch(ctx, batch)
-		if err := errors.Join(errs...); err != nil {
-			return troubleErr(fmt.Errorf("submit sweep %s (%d of %d jobs submitted): %w", sweep, start, len(ids), err))
+		subjects := make([]string, len(batch))
+		for i, p := range batch {
+			subjects[i] = events.RequestSubject(p.Subject, c.who.Name)
 		}
-		if first == 0 {
-			first = stored[0].Seq
+		gctx, done := c.guard(ctx, subjects...)
+		_, errs := pub.AppendBatch(gctx, batch)
+		err := errors.Join(errs...)
+		if err != nil {
+			err = c.refused(gctx, fmt.Sprintf("submit sweep %s (%d of %d jobs submitted)", sweep, start, len(ids)), err)
+		}
+		done()
+		if err != nil {
+			return err
 		}
 	}
 	if !wait {
@@ -132,7 +137,7 @@ func (c *client) submitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 		return nil
 	}
 	fmt.Fprintf(c.a.errOut, "submitted sweep %s: %d jobs\n", sweep, len(ids))
-	return c.waitSweep(ctx, sweep, ids, first, timeout, asJSON)
+	return c.waitSweep(ctx, sweep, timeout, asJSON)
 }
 
 // stage uploads the job's local data and returns the spec to submit.
@@ -140,7 +145,7 @@ func (c *client) stage(ctx context.Context, job *jobfile.Job, p stage.Progress) 
 	spec := job.Spec
 	spec.Data = append([]events.DataRef(nil), job.Spec.Data...)
 	if len(job.Paths) > 0 {
-		store, err := c.store(ctx)
+		store, err := c.store(ctx, c.who.Name)
 		if err != nil {
 			return spec, err
 		}

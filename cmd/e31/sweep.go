@@ -9,60 +9,58 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 )
 
-// waitSweep waits until every job of a sweep is over, reading the log once
-// from the sweep's first request, then prints the sweep's summary. The exit
-// status is 0 only if every job succeeded.
-func (c *client) waitSweep(ctx context.Context, sweep string, ids []string, from uint64, timeout time.Duration, asJSON bool) error {
+// waitSweep waits until every job of a sweep is over, asking the ledger in
+// long polls, then prints the sweep's summary. The exit status is 0 only if
+// every job succeeded.
+func (c *client) waitSweep(ctx context.Context, sweep string, timeout time.Duration, asJSON bool) error {
+	wctx := ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		wctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	left := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		left[id] = true
-	}
-	var last uint64
-	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.JobSubjects}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
-	if err != nil {
-		return troubleErr(fmt.Errorf("follow sweep %s: %w", sweep, err))
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return troubleErr(fmt.Errorf("follow sweep %s: %w", sweep, err))
-	}
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	for len(left) > 0 {
-		m, err := iter.Next()
+	q := api.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Wait: 30 * time.Second, Limit: 1}
+	for {
+		if dl, ok := wctx.Deadline(); ok {
+			q.Wait = min(30*time.Second, max(time.Until(dl), time.Millisecond))
+		}
+		var reply api.ListReply
+		err := c.request(wctx, c.ledger(api.EndpointList), q, &reply, q.Wait+10*time.Second)
+		if err != nil && wctx.Err() == nil {
+			return err
+		}
+		if err == nil && reply.Error != "" {
+			return troubleErr(errors.New(reply.Error))
+		}
+		q.Fresh = false
+		// The records as they are, even once the time is up: to say how
+		// far the sweep got.
+		recs, err := c.sweepRecords(ctx, sweep)
 		if err != nil {
-			iter.Stop()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return troubleErr(fmt.Errorf("sweep %s: %d of %d jobs still not over after %s", sweep, len(left), len(ids), timeout))
+			return err
+		}
+		left := 0
+		for _, r := range recs {
+			if !r.Over() {
+				left++
 			}
-			return troubleErr(fmt.Errorf("follow sweep %s: %w", sweep, err))
 		}
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
-		if err != nil || !left[env.Subject] || !events.Terminal(env.Event) {
-			continue
+		if left == 0 {
+			return c.printSweepResult(sweep, recs, asJSON)
 		}
-		delete(left, env.Subject)
-		if md, err := m.Metadata(); err == nil {
-			last = md.Sequence.Stream
+		if wctx.Err() != nil {
+			return troubleErr(fmt.Errorf("sweep %s: %d of %d jobs still not over after %s", sweep, left, len(recs), timeout))
 		}
 	}
-	iter.Stop()
-	recs, err := c.sweepRecords(ctx, sweep, last)
-	if err != nil {
-		return err
-	}
+}
+
+// printSweepResult prints a finished sweep; the exit status is 0 only if
+// every job succeeded.
+func (c *client) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON bool) error {
 	if asJSON {
 		if err := writeJSON(c.a.out, sweepSummaryOf(sweep, recs)); err != nil {
 			return err
@@ -78,9 +76,9 @@ func (c *client) waitSweep(ctx context.Context, sweep string, ids []string, from
 	return nil
 }
 
-// sweepRecords reads every record of a sweep as of at least minSeq.
-func (c *client) sweepRecords(ctx context.Context, sweep string, minSeq uint64) ([]*api.HoldRecord, error) {
-	return c.allRecords(ctx, api.ListRequest{Sweep: sweep, MinSeq: minSeq})
+// sweepRecords reads every record of a sweep as of now.
+func (c *client) sweepRecords(ctx context.Context, sweep string) ([]*api.HoldRecord, error) {
+	return c.allRecords(ctx, api.ListRequest{Sweep: sweep})
 }
 
 // sweepSummary is the JSON form of a sweep's state.

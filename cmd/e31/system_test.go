@@ -18,7 +18,10 @@ import (
 	"github.com/e31net/e31/pkg/events"
 )
 
-// testSystem is `e31 dev` started in-process for one test.
+// testSystem is `e31 dev` started in-process for one test, with
+// authentication on, as users get it: the CLI runs as alice (a submitter)
+// unless a test says otherwise, and c is the operator's connection, for
+// what tests do behind the CLI's back.
 type testSystem struct {
 	t    *testing.T
 	opts devOptions
@@ -27,6 +30,9 @@ type testSystem struct {
 	sys  *devSystem
 	c    *client
 }
+
+// testUsers are the submitters every test system has credentials for.
+var testUsers = []string{"alice", "bob"}
 
 // testExecutor is the executor integration tests run jobs with: the default
 // one (the sandbox where the machine allows it), so that the suite tests
@@ -56,19 +62,31 @@ func (ts *testSystem) start(nodes int) {
 	ctx := context.Background()
 	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
 		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: cmp.Or(ts.opts.executor, testExecutor), grace: 500 * time.Millisecond,
-		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL})
+		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL, users: testUsers})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)
 	}
 	ts.sys = sys
 	ts.url = sys.broker.ClientURL()
-	a.natsURL = ts.url
-	c, err := a.dial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.c = c
+	ts.c = ts.client(events.Operator)
 }
+
+// client connects as one of the identities e31 dev wrote credentials for
+// (operator, auditor, alice, bob); the connection closes with the system.
+func (ts *testSystem) client(name string) *client {
+	ts.t.Helper()
+	a := &app{out: io.Discard, errOut: io.Discard, natsURL: ts.url, creds: ts.creds(name)}
+	a.log = slog.New(slog.NewTextHandler(testWriter{ts.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := a.dial(context.Background())
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ts.t.Cleanup(c.close)
+	return c
+}
+
+// creds is the credentials file e31 dev wrote for name.
+func (ts *testSystem) creds(name string) string { return ts.sys.credsFile(name) }
 
 func (ts *testSystem) stop() {
 	if ts.sys == nil {
@@ -89,10 +107,16 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// cli runs the e31 command line against the system, as a user would.
+// cli runs the e31 command line against the system as alice, a
+// submitter, as a user would.
 func (ts *testSystem) cli(args ...string) (stdout, stderr string, code int) {
+	return ts.cliAs("alice", args...)
+}
+
+// cliAs runs the e31 command line as name: alice, bob, auditor or operator.
+func (ts *testSystem) cliAs(name string, args ...string) (stdout, stderr string, code int) {
 	var out, errOut bytes.Buffer
-	code = execute(append(args, "--nats", ts.url, "--log-level", "warn"), &out, &errOut)
+	code = execute(append(args, "--nats", ts.url, "--creds", ts.creds(name), "--log-level", "warn"), &out, &errOut)
 	return out.String(), errOut.String(), code
 }
 
@@ -130,13 +154,20 @@ func (ts *testSystem) submit(path string) string {
 	return r.ID
 }
 
-// wait waits for a job through the CLI and returns its record and exit code.
+// wait waits for one of alice's jobs through the CLI and returns its
+// record and exit code.
 func (ts *testSystem) wait(id string) (*api.HoldRecord, int) {
 	ts.t.Helper()
-	out, errOut, code := ts.cli("wait", "--json", "--timeout", "60s", id)
+	return ts.waitAs("alice", id)
+}
+
+// waitAs waits for a job through the CLI as name.
+func (ts *testSystem) waitAs(name, id string) (*api.HoldRecord, int) {
+	ts.t.Helper()
+	out, errOut, code := ts.cliAs(name, "wait", "--json", "--timeout", "60s", id)
 	var rec api.HoldRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		ev, _, _ := ts.cli("events", id)
+		ev, _, _ := ts.cliAs(events.Operator, "events", id)
 		ts.t.Fatalf("e31 wait %s: exit %d, %v: %s %s\nits events:\n%s", id, code, err, out, errOut, ev)
 	}
 	return &rec, code
@@ -252,7 +283,8 @@ func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
 	ctx := context.Background()
-	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
+	// An upstream system that submits as alice with a plain client.
+	pub := bus.NewPublisher(ts.client("alice").js, "e31/test", nil)
 	cases := map[string]events.JobSpec{
 		// What a buggy upstream publisher might send: no limit, no command.
 		"no-limit":   {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20}},
@@ -264,7 +296,7 @@ func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
 	want := map[string]string{"no-limit": "request.limit", "no-command": "work.command", "missing-data": "data[0]"}
 	for name, spec := range cases {
 		id := "reject-" + name
-		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "mallory", Spec: spec}, bus.ExpectLast(0)); err != nil {
+		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
 			t.Fatal(err)
 		}
 		rec, code := ts.wait(id)
@@ -363,26 +395,27 @@ request: {cpu: 0.5, memory: 32MiB, limit: `+limit+`}
 output: [{path: x, required: false}]
 `, nil)))
 	}
-	ids = append(ids, "rejected-one")
-	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
-	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "x"}); err != nil {
+	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
 		ts.wait(id)
 	}
-	out, _, code := ts.cli("audit")
+	ts.waitAs("bob", "rejected-one")
+	ids = append(ids, "rejected-one")
+	out, _, code := ts.cliAs("auditor", "audit")
 	if code != 0 || !strings.Contains(out, "audit passed") {
 		t.Fatalf("e31 audit: exit %d\n%s", code, out)
 	}
 	// The records account for every job, and nothing is held any more.
-	out, _, _ = ts.cli("ledger", "--json")
+	out, _, _ = ts.cliAs("auditor", "ledger", "--json")
 	var recs []api.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil || len(recs) != len(ids) {
 		t.Fatalf("ledger has %d records (%v), want %d", len(recs), err, len(ids))
 	}
 	// An offline audit of an export reaches the same verdict.
-	export, _, code := ts.cli("events", "--json")
+	export, _, code := ts.cliAs("auditor", "events", "--json")
 	if code != 0 {
 		t.Fatal("e31 events --json failed")
 	}
@@ -446,7 +479,7 @@ output: [done.txt]
 	if lost == 0 {
 		t.Log("no job was running at the restart (nothing lost either way)")
 	}
-	if out, _, code := ts.cli("audit"); code != 0 {
+	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Fatalf("audit after restart:\n%s", out)
 	}
 }
@@ -458,13 +491,15 @@ func TestAnUnreadableRequestIsRejectedWithTheProblem(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
 	ctx := context.Background()
-	good := events.New("garbled", events.JobRequested{Submitter: "billing"}, "test", time.Now())
+	// Alice's own upstream system, with her credentials: whose the job is
+	// comes from the subject even when the body cannot be read.
+	good := events.New("garbled", events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := good.Msg()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Data = []byte(`{"submitter":"billing","spec":{"work":{"command":["/bin/true"]},"colour":"blue"}}`)
-	if _, err := ts.c.js.PublishMsg(ctx, m); err != nil {
+	m.Data = []byte(`{"submitter":"alice","spec":{"work":{"command":["/bin/true"]},"colour":"blue"}}`)
+	if _, err := ts.client("alice").js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	rec, code := ts.wait("garbled")
@@ -475,25 +510,26 @@ func TestAnUnreadableRequestIsRejectedWithTheProblem(t *testing.T) {
 	if rec, code := ts.wait(id); code != 0 {
 		t.Errorf("a job after the garbage: %s (%s)", rec.Outcome, rec.Reason)
 	}
-	if out, _, code := ts.cli("audit"); code != 0 {
+	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Errorf("audit after an unreadable request:\n%s", out)
 	}
 }
 
-// TestOnlyTheSubmitterCanCancel: a cancel from someone else is in the log
-// and changes nothing.
+// TestOnlyTheSubmitterCanCancel: a cancel from someone else, published
+// under that someone's own name (the only name the server lets bob use), is
+// in the log and changes nothing.
 func TestOnlyTheSubmitterCanCancel(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
 	id := ts.submit(writeJob(t, "work: {command: [/bin/sh, -c, sleep 1]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
 	ts.waitState(id, api.StateRunning)
-	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
-	if _, err := pub.Append(context.Background(), id, events.CancelRequested{By: "mallory"}); err != nil {
+	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	if _, err := pub.Append(context.Background(), id, events.CancelRequested{By: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, code := ts.wait(id)
 	if code != 0 || rec.Outcome != events.Succeeded {
-		t.Errorf("outcome %s (%s) after mallory's cancel, want succeeded", rec.Outcome, rec.Reason)
+		t.Errorf("outcome %s (%s) after bob's cancel, want succeeded", rec.Outcome, rec.Reason)
 	}
 }
 
@@ -531,7 +567,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "bob", Spec: s}, bus.ExpectLast(0)); err != nil {
 			t.Fatal(err)
 		}
-		rec, _ := ts.wait(id)
+		rec, _ := ts.waitAs("bob", id)
 		if rec.Outcome != events.Rejected || !strings.Contains(rec.Reason, "no such job alices") && !strings.Contains(rec.Reason, "alices: no such job") {
 			t.Errorf("%s: %s (%s), want rejected: alice's job is not bob's to use", id, rec.Outcome, rec.Reason)
 		}

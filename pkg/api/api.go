@@ -5,25 +5,76 @@
 package api
 
 import (
+	"strings"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
 )
 
 // Subjects of the query endpoints (NATS request/reply, served with nats.go's
-// micro package so they show up in `nats micro ls`).
+// micro package so they show up in `nats micro ls`). Each carries the user
+// who asks, e31.api.<user>.<service>.<endpoint>: the server lets a user
+// publish only under its own name (see pkg/auth), so a service reads who
+// asks from the subject and answers a submitter about its own jobs alone.
 const (
-	// LedgerRecord answers a RecordRequest with a RecordReply.
-	LedgerRecord = "e31.api.ledger.record"
-	// LedgerList answers a ListRequest with a ListReply.
-	LedgerList = "e31.api.ledger.list"
-	// LedgerInfo answers with a LedgerInfo.
-	LedgerInfoSubject = "e31.api.ledger.info"
-	// LedgerTotals answers a TotalsRequest with a TotalsReply.
-	LedgerTotals = "e31.api.ledger.totals"
-	// RentWhy answers a WhyRequest with a WhyReply.
-	RentWhy = "e31.api.rent.why"
+	// EndpointRecord answers a RecordRequest with a RecordReply.
+	EndpointRecord = "record"
+	// EndpointList answers a ListRequest with a ListReply.
+	EndpointList = "list"
+	// EndpointTotals answers a TotalsRequest with a TotalsReply.
+	EndpointTotals = "totals"
+	// EndpointEvents answers an EventsRequest with an EventsReply.
+	EndpointEvents = "events"
+	// EndpointHead answers with a LedgerInfo: how far the ledger has read
+	// and its hash chain head.
+	EndpointHead = "head"
+	// EndpointWhy is the scheduler's: it answers a WhyRequest with a
+	// WhyReply.
+	EndpointWhy = "why"
 )
+
+// LedgerEndpoints are the ledger's endpoints, each at LedgerSubject.
+var LedgerEndpoints = []string{EndpointRecord, EndpointList, EndpointTotals, EndpointEvents, EndpointHead}
+
+// apiPrefix starts every query subject.
+const apiPrefix = "e31.api."
+
+// LedgerSubject is where user asks the ledger's endpoint (EndpointRecord, …).
+// A user of "*" gives the subject the ledger serves.
+func LedgerSubject(user, endpoint string) string { return apiPrefix + user + ".ledger." + endpoint }
+
+// RentWhySubject is where user asks the scheduler why a job waits.
+func RentWhySubject(user string) string { return apiPrefix + user + ".rent." + EndpointWhy }
+
+// UserSubjects matches every query subject of user: what the server lets
+// it publish under e31.api.
+func UserSubjects(user string) string { return apiPrefix + user + ".>" }
+
+// UserOf is the user a query subject names, e31.api.<user>.…, or "" if the
+// subject is not one.
+func UserOf(subject string) string {
+	rest, ok := strings.CutPrefix(subject, apiPrefix)
+	if !ok {
+		return ""
+	}
+	user, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return user
+}
+
+// CodeNoSuchJob is the Code of an answer about a job that does not exist or
+// is not the asker's: nobody is told which.
+const CodeNoSuchJob = "no_such_job"
+
+// Auditor is the user every auditor asks as: auditors read everything and
+// change nothing, so they need not be told apart here.
+const Auditor = "auditor"
+
+// SeesAll reports whether the query services answer user about every job,
+// not only its own: the auditor and the operator.
+func SeesAll(user string) bool { return user == Auditor || user == events.Operator }
 
 // States of a job, as `e31 status` shows them.
 const (
@@ -164,22 +215,36 @@ func (r *HoldRecord) Over() bool {
 
 // RecordRequest asks for one job's record. With MinSeq the ledger answers
 // only once it has applied the log up to that sequence (or after Wait), so a
-// client that saw an event reads a record that includes it.
+// client that saw an event reads a record that includes it. With Fresh it
+// reads the log's last sequence itself and waits for that: the answer
+// includes everything logged before the request, and the client needs no
+// access to the log. With UntilOver it answers once the job is over, or
+// after Wait (at most 30 s): a long poll, which is how `e31 wait` waits.
+//
+// A submitter is answered about its own jobs only; any other job is "no
+// such job", exactly as one that does not exist.
 type RecordRequest struct {
-	Job    string        `json:"job"`
-	MinSeq uint64        `json:"min_seq,omitempty"`
-	Wait   time.Duration `json:"wait,omitempty"`
+	Job       string        `json:"job"`
+	MinSeq    uint64        `json:"min_seq,omitempty"`
+	Wait      time.Duration `json:"wait,omitempty"`
+	Fresh     bool          `json:"fresh,omitempty"`
+	UntilOver bool          `json:"until_over,omitempty"`
 }
 
-// RecordReply is the answer to a RecordRequest.
+// RecordReply is the answer to a RecordRequest. A long poll that ends
+// before the job has a record answers with neither Record nor Error.
 type RecordReply struct {
 	Record *HoldRecord `json:"record,omitempty"`
 	Error  string      `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeNoSuchJob.
+	Code string `json:"code,omitempty"`
 	// Applied is the last log sequence the ledger has applied.
 	Applied uint64 `json:"applied"`
 }
 
-// ListRequest selects records; zero fields select everything.
+// ListRequest selects records; zero fields select everything the asking
+// user may see: a submitter sees its own records only, and asking for
+// another submitter's is an error.
 type ListRequest struct {
 	Submitter string    `json:"submitter,omitempty"`
 	Node      string    `json:"node,omitempty"`
@@ -191,6 +256,13 @@ type ListRequest struct {
 	After  string `json:"after,omitempty"`
 	Limit  int    `json:"limit,omitempty"`
 	MinSeq uint64 `json:"min_seq,omitempty"`
+	// Fresh answers as of everything logged before the request (see
+	// RecordRequest).
+	Fresh bool `json:"fresh,omitempty"`
+	// UntilOver answers once every selected job is over, or after Wait (at
+	// most 30 s): how `e31 wait` waits for a sweep.
+	UntilOver bool          `json:"until_over,omitempty"`
+	Wait      time.Duration `json:"wait,omitempty"`
 }
 
 // ListReply is one page of records.
@@ -213,7 +285,8 @@ type LedgerInfo struct {
 	Head Head `json:"head"`
 }
 
-// TotalsRequest asks what each submitter would be billed for a period:
+// TotalsRequest asks what each submitter would be billed for a period (a
+// submitter is told its own bill only):
 // the meter of every released attempt, cut at the period's edges (Since
 // inclusive, Until exclusive; zero means unbounded), so that the totals of
 // consecutive periods add up to the total of their union.
@@ -222,6 +295,8 @@ type TotalsRequest struct {
 	Until     time.Time `json:"until,omitempty"`
 	Submitter string    `json:"submitter,omitempty"`
 	MinSeq    uint64    `json:"min_seq,omitempty"`
+	// Fresh answers as of everything logged before the request.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // Totals is one submitter's bill for a period.
@@ -264,4 +339,30 @@ type WhyReply struct {
 	Position int    `json:"position,omitempty"`
 	Queued   int    `json:"queued,omitempty"`
 	Error    string `json:"error,omitempty"`
+}
+
+// EventsRequest asks for the events of one job, as stored, after the stream
+// sequence After (0: from the first). With Wait (at most 30 s), a request
+// that finds nothing new waits that long for the job's next event, even
+// after the job is over (deletions come later): how a submitter follows its
+// job without access to the log. Fresh is as in RecordRequest.
+type EventsRequest struct {
+	Job   string        `json:"job"`
+	After uint64        `json:"after,omitempty"`
+	Wait  time.Duration `json:"wait,omitempty"`
+	Fresh bool          `json:"fresh,omitempty"`
+}
+
+// EventsReply is one page of a job's events, in log order.
+type EventsReply struct {
+	Events []StoredEvent `json:"events"`
+	// More says that more events were logged than fit in this reply: ask
+	// again with After set to the last one's sequence.
+	More bool `json:"more,omitempty"`
+	// Over says that the job is over as far as the ledger has read.
+	Over    bool   `json:"over,omitempty"`
+	Applied uint64 `json:"applied"`
+	Error   string `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeNoSuchJob.
+	Code string `json:"code,omitempty"`
 }

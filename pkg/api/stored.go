@@ -2,10 +2,14 @@ package api
 
 import "time"
 
-// OutputStored answers a StoredRequest with a StoredReply: what jobs keep
-// in the data store, and until when. OUTPUT serves it from its projection
-// of the log.
-const OutputStored = "e31.api.output.stored"
+// OutputStoredSubject is where user asks OUTPUT what jobs keep in the
+// data store, and until when (a StoredRequest, answered with a
+// StoredReply, from OUTPUT's projection of the log). OUTPUT answers about
+// user's own jobs only, unless user is the auditor or the operator.
+func OutputStoredSubject(user string) string { return apiPrefix + user + ".output.stored" }
+
+// OutputStoredService is what OUTPUT serves: every user's stored subject.
+const OutputStoredService = apiPrefix + "*.output.stored"
 
 // StoredRequest selects jobs; zero fields select every job that still
 // keeps something.

@@ -1,6 +1,6 @@
 // Package broker runs an embedded NATS JetStream server for one machine: the
 // bus of `e31 dev` and of every test. Durability is an explicit choice here,
-// never a default inherited by accident.
+// never a default inherited by accident; so is authentication (Config.Trust).
 package broker
 
 import (
@@ -11,8 +11,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/e31net/e31/pkg/auth"
 )
 
 // Sync says when the file store forces writes to disk.
@@ -41,6 +44,11 @@ type Config struct {
 	Sync Sync
 	// Name is the server name; it must stay the same across restarts on Dir.
 	Name string
+	// Trust, when set, runs the server in operator mode: every client must
+	// present credentials signed for an account Trust preloads, and is held
+	// to the permissions they carry (see pkg/auth). Nil runs an open server
+	// where anyone may do anything: for tests of one service.
+	Trust *auth.Trust
 }
 
 // Server is a running embedded NATS server.
@@ -90,6 +98,23 @@ func Start(cfg Config) (*Server, error) {
 		NoLog:      true,
 		// Jobs carry up to 256 KiB of declaration; data moves in 128 KiB chunks.
 		MaxPayload: 1 << 20,
+	}
+	if t := cfg.Trust; t != nil {
+		oc, err := jwt.DecodeOperatorClaims(t.OperatorJWT)
+		if err != nil {
+			return nil, fmt.Errorf("broker: operator JWT: %w", err)
+		}
+		// A memory resolver holds the preloaded accounts: an account
+		// changes when the server is given a new JWT for it.
+		res := &server.MemAccResolver{}
+		for key, accountJWT := range t.Accounts {
+			if err := res.Store(key, accountJWT); err != nil {
+				return nil, fmt.Errorf("broker: account %s: %w", key, err)
+			}
+		}
+		opts.TrustedOperators = []*jwt.OperatorClaims{oc}
+		opts.SystemAccount = t.SystemAccount
+		opts.AccountResolver = res
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {

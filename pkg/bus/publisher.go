@@ -114,7 +114,8 @@ func ExpectLast(seq uint64) AppendOption {
 }
 
 // Append records ev about subject (a job or node id) and returns it as stored.
-// A duplicate of an event already stored returns the stored one's sequence.
+// A duplicate of an event already stored returns the stored one's sequence;
+// with ExpectLast, it is ErrConflict, as a moved-on log is.
 func (p *Publisher) Append(ctx context.Context, subject string, ev events.Event, opts ...AppendOption) (events.Envelope, error) {
 	env := events.New(subject, ev, p.source, p.now())
 	return p.AppendEnvelope(ctx, env, opts...)
@@ -146,6 +147,19 @@ func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opt
 			return env, fmt.Errorf("append %s after #%d: %w", env.ID, o.expect, ErrConflict)
 		}
 		return env, fmt.Errorf("append %s: %w", env.ID, err)
+	}
+	// A duplicate is a conflict when the append expected a last sequence:
+	// the expectation says "only if nothing happened since", and the
+	// duplicate was stored earlier, so something did. A lone server checks
+	// the expectation before it looks for duplicates and answers with a
+	// wrong last sequence; a clustered stream looks for duplicates first
+	// and acknowledges the repeat (nats-server 2.15,
+	// checkMsgHeadersPreClusteredProposal). Taken as success, a repeated
+	// RunStarted would let a node run an attempt a second time; taken as a
+	// conflict, the step reads what happened and decides again, on one
+	// server or three.
+	if ack.Duplicate && o.hasExpect {
+		return env, fmt.Errorf("append %s after #%d: already stored at #%d: %w", env.ID, o.expect, ack.Sequence, ErrConflict)
 	}
 	env.Seq = ack.Sequence
 	return env, nil
@@ -205,6 +219,12 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 		}
 		select {
 		case ack := <-f.Ok():
+			// As in AppendEnvelope: a duplicate is not an append after
+			// the expected sequence.
+			if ack.Duplicate && batch[i].ExpectSet {
+				errs[i] = fmt.Errorf("append %s: already stored at #%d: %w", envs[i].ID, ack.Sequence, ErrConflict)
+				continue
+			}
 			envs[i].Seq = ack.Sequence
 		case err := <-f.Err():
 			if isWrongLastSequence(err) {

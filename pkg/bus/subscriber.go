@@ -188,22 +188,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if s.cfg.DeliverNew {
 		cc.DeliverPolicy = jetstream.DeliverNewPolicy
 	}
-	if s.cfg.StartSeq > 1 {
-		if existing, err := s.js.Consumer(ctx, s.cfg.Stream, cc.Durable); err == nil {
-			cc.DeliverPolicy, cc.OptStartSeq = existing.CachedInfo().Config.DeliverPolicy, existing.CachedInfo().Config.OptStartSeq
-		} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
-			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.cfg.StartSeq
-		} else {
-			s.wg.Done()
-			return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
-		}
-	}
 	if len(filters) == 1 {
 		cc.FilterSubject = filters[0]
 	} else {
 		cc.FilterSubjects = filters
 	}
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
+	cons, err := s.consumer(ctx, cc)
 	if err != nil {
 		s.wg.Done()
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
@@ -231,6 +221,42 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		s.run(ctx, iter, out)
 	}()
 	return out, nil
+}
+
+// consumer creates (or finds, and updates) the durable consumer cc. It
+// tries again while the failure is one that passes: a server that is
+// restarting, or a cluster electing a leader, must not stop a service that
+// is starting, or that subscribes while it happens.
+func (s *Subscriber) consumer(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	delay := 100 * time.Millisecond
+	for {
+		cons, err := s.createConsumer(ctx, cc)
+		if err == nil || !events.Transient(err) || ctx.Err() != nil {
+			return cons, err
+		}
+		s.cfg.Logger.Warn("bus: creating the consumer failed; trying again", "durable", cc.Durable, "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-s.closing:
+			return nil, errors.Join(err, ErrClosed)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+func (s *Subscriber) createConsumer(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if s.cfg.StartSeq > 1 {
+		if existing, err := s.js.Consumer(ctx, s.cfg.Stream, cc.Durable); err == nil {
+			cc.DeliverPolicy, cc.OptStartSeq = existing.CachedInfo().Config.DeliverPolicy, existing.CachedInfo().Config.OptStartSeq
+		} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, s.cfg.StartSeq
+		} else {
+			return nil, err
+		}
+	}
+	return s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
 }
 
 // run pulls messages and hands them to lanes (or straight out) until ctx ends.

@@ -1,10 +1,13 @@
 // Package connect opens e31's connection to NATS the same way everywhere: a
-// named connection that reconnects for ever, and a JetStream handle that is
-// usable (a fresh cluster may not have elected its meta leader yet).
+// named connection that reconnects for ever, authenticated with the
+// credentials given and replying on the inbox of the identity they name, and
+// a JetStream handle that is usable (a fresh cluster may not have elected
+// its meta leader yet).
 package connect
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -20,9 +24,16 @@ const DefaultURL = "nats://127.0.0.1:4222"
 
 // Config says how to reach NATS.
 type Config struct {
-	URL   string
+	URL string
+	// Creds is a credentials file (`e31 creds user`, or DIR/creds of `e31
+	// dev`); "" connects without.
 	Creds string
-	Name  string
+	// CA is a PEM file of the authority that signed the servers' TLS
+	// certificates: with it the connection is TLS, and the server must
+	// prove it is one of them. "" trusts the system's authorities when the
+	// server asks for TLS (a tls:// URL), and connects in the clear if not.
+	CA   string
+	Name string
 	// Logger reports disconnects and reconnects; nil keeps quiet.
 	Logger *slog.Logger
 }
@@ -38,9 +49,11 @@ func Dial(ctx context.Context, cfg Config) (*nats.Conn, jetstream.JetStream, err
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 	}
-	if cfg.Creds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	sec, err := SecurityOptions(cfg)
+	if err != nil {
+		return nil, nil, err
 	}
+	opts = append(opts, sec...)
 	if log := cfg.Logger; log != nil {
 		opts = append(opts,
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("nats disconnected", "err", err) }),
@@ -57,6 +70,34 @@ func Dial(ctx context.Context, cfg Config) (*nats.Conn, jetstream.JetStream, err
 		return nil, nil, fmt.Errorf("connect to %s: %w", cfg.URL, err)
 	}
 	return nc, js, nil
+}
+
+// SecurityOptions are the options that authenticate with cfg.Creds, if
+// set, and verify the server with cfg.CA, if set. The credentials are read
+// again on every reconnect, so that a renewed file is picked up; replies
+// come to the inbox prefix of the identity they name, the only one that
+// identity may subscribe to.
+func SecurityOptions(cfg Config) ([]nats.Option, error) {
+	var opts []nats.Option
+	if cfg.CA != "" {
+		opts = append(opts, nats.RootCAs(cfg.CA))
+	}
+	if cfg.Creds == "" {
+		return opts, nil
+	}
+	c, err := auth.ReadCreds(cfg.Creds)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.UserCredentials(cfg.Creds))
+	id, err := c.Identity()
+	switch {
+	case err == nil:
+		opts = append(opts, nats.CustomInboxPrefix(id.InboxPrefix()))
+	case !errors.Is(err, auth.ErrNotE31):
+		return nil, err
+	}
+	return opts, nil
 }
 
 // Ready returns a JetStream handle once the server answers JetStream calls.

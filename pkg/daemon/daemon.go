@@ -12,11 +12,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
 )
 
 // Runner is a service ready to run until its context ends.
@@ -26,7 +28,7 @@ type Runner interface {
 
 // Env is what a service binary reads from the environment.
 type Env struct {
-	NATS, Creds, Log string
+	NATS, Creds, CA, Log string
 }
 
 // Build makes the service once connected.
@@ -35,9 +37,10 @@ type Build func(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log 
 // Main parses flags (the service's own are added to fs first), connects and
 // runs the service. It returns the process exit code.
 func Main(name string, fs *flag.FlagSet, args []string, build Build) int {
-	env := Env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), Log: os.Getenv("E31_LOG")}
+	env := Env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG")}
 	url := fs.String("nats", orDefault(env.NATS, connect.DefaultURL), "NATS server URL ($E31_NATS)")
 	creds := fs.String("creds", env.Creds, "NATS credentials file ($E31_CREDS)")
+	ca := fs.String("tls-ca", env.CA, "PEM file of the authority that signed the NATS servers' certificates ($E31_TLS_CA)")
 	level := fs.String("log-level", orDefault(env.Log, "info"), "debug, info, warn or error ($E31_LOG)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -50,7 +53,7 @@ func Main(name string, fs *flag.FlagSet, args []string, build Build) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, name, connect.Config{URL: *url, Creds: *creds, Name: name, Logger: log}, log, build); err != nil {
+	if err := run(ctx, name, connect.Config{URL: *url, Creds: *creds, CA: *ca, Name: name, Logger: log}, log, build); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}
@@ -63,16 +66,56 @@ func run(ctx context.Context, name string, cfg connect.Config, log *slog.Logger,
 		return err
 	}
 	defer nc.Drain()
-	svc, err := build(ctx, nc, js, log)
+	err = RunAgain(ctx, log, func(ctx context.Context) (Runner, error) {
+		svc, err := build(ctx, nc, js, log)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		log.Info("running", "nats", nc.ConnectedUrl())
+		return svc, nil
+	})
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	log.Info("running", "nats", nc.ConnectedUrl())
-	if err := svc.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	log.Info("stopped cleanly")
 	return nil
+}
+
+// RunAgain starts a service and runs it until ctx ends. When starting or
+// running it fails for a reason that passes by itself (events.Transient: a
+// NATS server restarting, a cluster electing a leader, a request that went
+// unanswered meanwhile), it starts the service again after a pause, as a
+// supervisor would, rather than exit: every service rebuilds what it needs
+// from the log, and must ride out faults of the bus with no operator. Any
+// other error is returned.
+func RunAgain(ctx context.Context, log *slog.Logger, start func(ctx context.Context) (Runner, error)) error {
+	delay := 250 * time.Millisecond
+	for {
+		svc, err := start(ctx)
+		if err == nil {
+			began := time.Now()
+			err = svc.Run(ctx)
+			if time.Since(began) > time.Minute {
+				// It ran for a while: this failure is a new one.
+				delay = 250 * time.Millisecond
+			}
+		}
+		switch {
+		case ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled)):
+			return nil
+		case err == nil:
+			return nil
+		case !events.Transient(err) || ctx.Err() != nil:
+			return err
+		}
+		log.Warn("the service failed for a reason that passes; starting it again", "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 15*time.Second)
+	}
 }
 
 func orDefault(s, d string) string {

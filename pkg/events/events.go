@@ -244,7 +244,8 @@ type CancelRequested struct {
 // Operator is the identity whose cancels are honoured for any job.
 const Operator = "operator"
 
-// MayCancel reports whether a cancel by who applies to a job of submitter.
+// MayCancel reports whether a cancel (or a deletion) asked by who applies
+// to a job of submitter.
 func MayCancel(who, submitter string) bool { return who == submitter || who == Operator }
 
 // JobCancelled records that a job was cancelled before compute was held.

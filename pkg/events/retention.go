@@ -44,8 +44,11 @@ const (
 // once if it is) and records Deleted. Asking again changes nothing.
 type DeleteRequested struct {
 	// What is WhatData, WhatOutput or WhatAll.
-	What   string `json:"what"`
-	By     string `json:"by,omitempty"`
+	What string `json:"what"`
+	// By is who asked: the subject's last token, e31.job.<job>.delete.<by>,
+	// bound by the server's permissions. Honoured only from the job's
+	// submitter or the operator.
+	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
 }
 

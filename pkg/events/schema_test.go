@@ -71,7 +71,7 @@ var goldenSubjects = map[string]string{
 	events.TypeNodeAnnounced:   "e31.node." + goldenNode + ".announced",
 	events.TypeNodeExpired:     "e31.node." + goldenNode + ".expired",
 	events.TypeHoldLost:        "e31.job." + goldenJob + ".lost",
-	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete",
+	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete.alice",
 	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
 }
 

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -61,7 +62,7 @@ func HeldSubject(node string) string { return "e31.job.*.held." + node }
 // with a node or an identity.
 func KindSubject(ceType string) string {
 	switch ceType {
-	case TypeComputeHeld, TypeJobRequested, TypeCancelRequested:
+	case TypeComputeHeld, TypeJobRequested, TypeCancelRequested, TypeDeleteRequested:
 		return "e31.job.*." + kinds[ceType].token + ".*"
 	}
 	return "e31.job.*." + kinds[ceType].token
@@ -103,6 +104,10 @@ func SubjectOf(subject string, ev Event) (string, error) {
 	case *CancelRequested:
 		tail, what = e.By, "by"
 	case CancelRequested:
+		tail, what = e.By, "by"
+	case *DeleteRequested:
+		tail, what = e.By, "by"
+	case DeleteRequested:
 		tail, what = e.By, "by"
 	default:
 		return s, nil
@@ -214,6 +219,22 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 		return fmt.Errorf("set up leases %s: %w", LeasesBucket, err)
 	}
 	return nil
+}
+
+// Transient reports whether a JetStream request failed for a reason that
+// passes by itself: no answer in time (the server is restarting, or the
+// connection is being made again), nobody answering JetStream requests yet,
+// or the server saying it is unavailable for now (a cluster without a
+// leader). Anything else, such as a configuration the server refuses, is
+// not helped by asking again.
+func Transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code >= 500
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
 // WaitReady retries a first JetStream call until the server answers: a fresh

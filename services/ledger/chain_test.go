@@ -255,12 +255,12 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 			t.Fatal("the ledger never caught up")
 		}
 		var info api.LedgerInfo
-		ask(t, nc, api.LedgerInfoSubject, nil, &info)
+		ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointHead), nil, &info)
 		if info.Head != want.Head() || !info.CaughtUp || info.Behind != 0 || info.Applied != 12 || info.Records != 1 {
 			t.Errorf("round %d: info = %+v, want caught up at 12 with head %v", round, info, want.Head())
 		}
 		var totals api.TotalsReply
-		ask(t, nc, api.LedgerTotals, api.TotalsRequest{}, &totals)
+		ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointTotals), api.TotalsRequest{}, &totals)
 		if len(totals.Submitters) != 1 || totals.Submitters[0].Submitter != "bob" || totals.Submitters[0].Attempts != 2 {
 			t.Errorf("round %d: totals = %+v, want bob's two attempts", round, totals)
 		}
@@ -278,7 +278,7 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 		t.Fatal("no record for the live event")
 	}
 	var info api.LedgerInfo
-	ask(t, nc, api.LedgerInfoSubject, nil, &info)
+	ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointHead), nil, &info)
 	if want := projectStored(t, js).Head(); info.Head != want {
 		t.Errorf("head after a live event = %v, want %v", info.Head, want)
 	}

@@ -82,7 +82,7 @@ func record(t *testing.T, nc *nats.Conn, job string, seq uint64) api.RecordReply
 	var m *nats.Msg
 	var err error
 	for {
-		m, err = nc.Request(api.LedgerRecord, q, time.Until(deadline))
+		m, err = nc.Request(api.LedgerSubject(events.Operator, api.EndpointRecord), q, time.Until(deadline))
 		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
 			break
 		}

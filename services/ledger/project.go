@@ -28,6 +28,12 @@ type Projection struct {
 	order   []string       // jobs by their first event, for listing
 	pos     map[string]int // each job's place in order, for paging
 	applied uint64
+	// owners is the submitter of each job the log has a message of: the
+	// identity that ends the subject of the job's first message, if that
+	// is a request ("" otherwise). The server binds that token to who
+	// published it, so it says whose the job is even when the request's
+	// body cannot be read, and nothing logged later changes it.
+	owners map[string]string
 
 	chain   chain
 	read    uint64 // messages hashed into the chain
@@ -43,7 +49,7 @@ type jobState struct {
 
 // NewProjection returns an empty projection.
 func NewProjection() *Projection {
-	return &Projection{records: map[string]*api.HoldRecord{}, jobs: map[string]*jobState{}, pos: map[string]int{}}
+	return &Projection{records: map[string]*api.HoldRecord{}, jobs: map[string]*jobState{}, pos: map[string]int{}, owners: map[string]string{}}
 }
 
 // Applied is the last sequence applied.
@@ -51,6 +57,48 @@ func (p *Projection) Applied() uint64 { return p.applied }
 
 // Record returns the record of a job, or nil.
 func (p *Projection) Record(job string) *api.HoldRecord { return p.records[job] }
+
+// Owner is the submitter whose job this is, "" if the log says of no one:
+// see Projection.owners. A job whose first message is no request (written
+// by the operator) belongs to the submitter its record names.
+func (p *Projection) Owner(job string) string {
+	if o := p.owners[job]; o != "" {
+		return o
+	}
+	if r := p.records[job]; r != nil {
+		return r.Submitter
+	}
+	return ""
+}
+
+// Known reports whether the log has any message of job.
+func (p *Projection) Known(job string) bool {
+	_, ok := p.owners[job]
+	return ok
+}
+
+// noteOwner records whose job a message's subject says it is, if it is the
+// job's first message. It runs for every message of a rebuild: past the
+// first of a job it costs one map lookup and allocates nothing.
+func (p *Projection) noteOwner(subject string) {
+	rest, ok := strings.CutPrefix(subject, "e31.job.")
+	if !ok {
+		return
+	}
+	i := strings.IndexByte(rest, '.')
+	if i <= 0 {
+		return
+	}
+	job := rest[:i]
+	if _, seen := p.owners[job]; seen || !events.ValidID(job) {
+		return
+	}
+	owner := ""
+	if who, ok := strings.CutPrefix(rest[i:], ".requested."); ok && events.ValidID(who) {
+		owner = strings.Clone(who)
+	}
+	p.owners[strings.Clone(job)] = owner
+}
 
 // Len is the number of records.
 func (p *Projection) Len() int { return len(p.records) }
@@ -71,15 +119,16 @@ type Stored struct {
 // in log order. Preparing is the costly part of applying and needs nothing
 // but the message, so messages are prepared in parallel.
 type Prepared struct {
-	seq    uint64
-	digest [32]byte
-	env    events.Envelope
-	err    error
+	seq     uint64
+	subject string
+	digest  [32]byte
+	env     events.Envelope
+	err     error
 }
 
 // Prepare digests and decodes m. It is safe to call concurrently.
 func Prepare(m Stored) Prepared {
-	x := Prepared{seq: m.Seq, digest: eventDigest(m.Seq, m.Subject, m.Header, m.Data)}
+	x := Prepared{seq: m.Seq, subject: m.Subject, digest: eventDigest(m.Seq, m.Subject, m.Header, m.Data)}
 	x.env, x.err = events.Decode(m.Subject, m.Header, m.Data)
 	x.env.Seq = m.Seq
 	return x
@@ -101,6 +150,7 @@ func (p *Projection) ApplyPrepared(x Prepared) {
 	p.chain.add(x.seq, x.digest)
 	p.read++
 	p.applied = x.seq
+	p.noteOwner(x.subject)
 	if x.err != nil {
 		p.skipped++
 		return
@@ -117,6 +167,11 @@ func (p *Projection) Apply(env events.Envelope) {
 	if env.Seq > p.applied {
 		p.applied = env.Seq
 	}
+	subject := env.NATSSubject
+	if subject == "" {
+		subject, _ = events.SubjectOf(env.Subject, env.Event)
+	}
+	p.noteOwner(subject)
 	p.fold(env, nil)
 }
 
@@ -167,7 +222,12 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 	at := env.Time.UTC()
 	switch e := env.Event.(type) {
 	case *events.JobRequested:
-		r.Submitter, r.Name, r.Request, r.Sweep = e.Submitter, e.Spec.Name, requestOf(e.Spec), e.Spec.Sweep
+		// Only the job's first request says what was asked: a later one
+		// (under another id, so not a repeat) is out of order, and the
+		// audit reports it; it changes nothing here.
+		if r.Submitter == "" && r.SubmittedAt == nil {
+			r.Submitter, r.Name, r.Request, r.Sweep = e.Submitter, e.Spec.Name, requestOf(e.Spec), e.Spec.Sweep
+		}
 	case *events.JobSubmitted:
 		r.Submitter, r.Name, r.Request, r.Sweep = e.Submitter, e.Spec.Name, requestOf(e.Spec), e.Spec.Sweep
 		r.SubmittedAt = &at
@@ -300,7 +360,7 @@ func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
 	var out []*api.HoldRecord
 	for i := start; i < len(p.order); i++ {
 		r := p.records[p.order[i]]
-		if !matches(r, q) {
+		if !p.matches(r, q) {
 			continue
 		}
 		if len(out) == limit {
@@ -311,8 +371,19 @@ func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
 	return out, false
 }
 
-func matches(r *api.HoldRecord, q api.ListRequest) bool {
-	if q.Submitter != "" && r.Submitter != q.Submitter {
+// Pending counts the records matching q (every page) that are not over.
+func (p *Projection) Pending(q api.ListRequest) int {
+	n := 0
+	for _, job := range p.order {
+		if r := p.records[job]; p.matches(r, q) && !r.Over() {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Projection) matches(r *api.HoldRecord, q api.ListRequest) bool {
+	if q.Submitter != "" && p.Owner(r.Job) != q.Submitter {
 		return false
 	}
 	if q.Sweep != "" && (r.Sweep == nil || r.Sweep.ID != q.Sweep) {

@@ -16,14 +16,14 @@ import (
 // maxStoredPage bounds one reply: it must fit in one NATS message.
 const maxStoredPage = 500
 
-// serveAPI answers api.OutputStored from the projection until the returned
+// serveAPI answers api.OutputStoredService from the projection until the returned
 // function is called.
 func (s *Service) serveAPI() (func(), error) {
 	svc, err := micro.AddService(s.js.Conn(), micro.Config{Name: "e31-output", Version: "0.1.0", Description: "stored data and output, and their retention"})
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.AddEndpoint("stored", micro.HandlerFunc(s.serveStored), micro.WithEndpointSubject(api.OutputStored)); err != nil {
+	if err := svc.AddEndpoint("stored", micro.HandlerFunc(s.serveStored), micro.WithEndpointSubject(api.OutputStoredService)); err != nil {
 		_ = svc.Stop()
 		return nil, err
 	}
@@ -37,6 +37,16 @@ func (s *Service) serveStored(req micro.Request) {
 			_ = req.RespondJSON(api.StoredReply{Error: "bad request: " + err.Error()})
 			return
 		}
+	}
+	// The user is the subject's token, which only that user may publish
+	// on: a submitter hears about its own jobs only.
+	user := api.UserOf(req.Subject())
+	if user == "" {
+		_ = req.RespondJSON(api.StoredReply{Error: "ask on e31.api.<user>.output.stored"})
+		return
+	}
+	if user != api.Auditor && user != events.Operator {
+		q.Submitter = user
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

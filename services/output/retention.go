@@ -160,6 +160,11 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		r.holdOutput(h, e.Manifest, e.Files)
 		h.OutputFiles, h.OutputBytes = e.FileCount(), e.Bytes
 	case *events.DeleteRequested:
+		if !events.MayCancel(e.By, h.Submitter) {
+			// Only the submitter (or the operator) decides; anyone else's
+			// request is in the log and changes nothing.
+			return nil
+		}
 		for _, what := range whats(e.What) {
 			if _, asked := h.Requested[what]; !asked {
 				h.Requested[what] = e.By

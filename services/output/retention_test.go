@@ -100,7 +100,7 @@ func TestRefsSetsTimers(t *testing.T) {
 			life("j", 1, ask),
 			[]output.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(4 * time.Second)}}},
 		{"a request before the end: at the end",
-			history("j", 1, events.JobSubmitted{Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, ask,
+			history("j", 1, events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, ask,
 				events.JobCancelled{Reason: "x"}),
 			[]output.Timer{{"expire", "j", t0.Add(2*time.Second + events.DefaultRetention)}, {"delete", "j", t0.Add(2 * time.Second)}}},
 		{"a job that stored nothing: no timer",
@@ -154,5 +154,18 @@ func TestDecideDelete(t *testing.T) {
 		if got := output.DecideDelete(tt.history, tt.now); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s:\ngot  %+v\nwant %+v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestOnlyTheSubmitterDeletes: a deletion asked by anyone but the job's
+// submitter (or the operator) is in the log and deletes nothing.
+func TestOnlyTheSubmitterDeletes(t *testing.T) {
+	h := life("j", 1, events.DeleteRequested{What: events.WhatAll, By: "mallory"})
+	if got := output.DecideDelete(h, t0.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("mallory's request deleted %+v", got)
+	}
+	h = life("j", 1, events.DeleteRequested{What: events.WhatOutput, By: events.Operator})
+	if got := output.DecideDelete(h, t0.Add(time.Minute)); len(got) != 1 {
+		t.Errorf("the operator's request deleted %+v, want the output", got)
 	}
 }

@@ -289,7 +289,7 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	ret := w.waitEvent(t, "job-c", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok }).Event.(*events.OutputReturned)
 
 	for range 2 {
-		w.append(t, "job-c", events.DeleteRequested{What: events.WhatOutput, By: "bob"})
+		w.append(t, "job-c", events.DeleteRequested{What: events.WhatOutput, By: "alice"})
 	}
 	w.waitEvent(t, "job-c", isDeleted(events.WhatOutput))
 	w.waitGone(t, w.objectsOf(t, stage.KindDir, ret.Manifest))
@@ -300,13 +300,13 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	}
 
 	w.stop()
-	w.append(t, "job-c", events.DeleteRequested{What: events.WhatData, By: "bob", Reason: "done with it"})
+	w.append(t, "job-c", events.DeleteRequested{What: events.WhatData, By: "alice", Reason: "done with it"})
 	w.run(t)
 	w.waitEvent(t, "job-c", isDeleted(events.WhatData))
 	w.waitGone(t, w.objectsOf(t, stage.KindDir, data.Digest))
 	want := []events.Deleted{
-		{What: events.WhatOutput, Cause: events.CauseRequested, By: "bob", Files: 1, Bytes: 7},
-		{What: events.WhatData, Cause: events.CauseRequested, By: "bob", Files: 1, Bytes: 6},
+		{What: events.WhatOutput, Cause: events.CauseRequested, By: "alice", Files: 1, Bytes: 7},
+		{What: events.WhatData, Cause: events.CauseRequested, By: "alice", Files: 1, Bytes: 6},
 	}
 	if got := w.deleted(t, "job-c"); !slices.Equal(got, want) {
 		t.Errorf("deleted %+v, want %+v (each once)", got, want)
@@ -314,7 +314,7 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 
 	// What OUTPUT says it keeps agrees.
 	var reply api.StoredReply
-	msg, err := w.js.Conn().Request(api.OutputStored, []byte(`{"job":"job-c","deleted":true}`), 5*time.Second)
+	msg, err := w.js.Conn().Request(api.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

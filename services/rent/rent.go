@@ -133,7 +133,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("rent: query service: %w", err)
 	}
 	defer svc.Stop()
-	if err := svc.AddEndpoint("why", micro.HandlerFunc(s.why), micro.WithEndpointSubject(api.RentWhy)); err != nil {
+	// Served for every user, e31.api.*.rent.why: the user is read from the
+	// subject each request came on.
+	if err := svc.AddEndpoint(api.EndpointWhy, micro.HandlerFunc(s.why), micro.WithEndpointSubject(api.RentWhySubject("*"))); err != nil {
 		return fmt.Errorf("rent: query service: %w", err)
 	}
 	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
@@ -141,7 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("rent: leases: %w", err)
 	}
 	var wg sync.WaitGroup
-	for _, f := range []func(context.Context, jetstream.KeyValue){s.watchNodes, s.lead} {
+	for _, f := range []func(context.Context, jetstream.KeyValue){s.watchNodes, s.sweepNodes, s.lead} {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx, kv) }()
 	}
@@ -307,6 +309,37 @@ func (s *Service) watchNodes(ctx context.Context, kv jetstream.KeyValue) {
 	}
 }
 
+// sweepNodes looks up the lease of every node the pool counts live, once
+// per lease time, apart from the watcher. A KV watcher does not survive a
+// NATS server restart (nats.go v1.56 does not make its consumer again), and
+// a node whose lease lapsed unseen would keep its holds for ever.
+func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		ttl = events.DefaultLeaseTTL
+	}
+	tick := time.NewTicker(ttl)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		var live []string
+		for name, n := range s.pool.nodes {
+			if !n.expired {
+				live = append(live, name)
+			}
+		}
+		s.mu.Unlock()
+		for _, name := range live {
+			s.checkNode(kv, name)
+		}
+	}
+}
+
 // checkNode counts a node lost if it still holds no lease.
 func (s *Service) checkNode(kv jetstream.KeyValue, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -444,7 +477,11 @@ func (s *Service) logDecision(d Decision, stored events.Envelope) {
 	}
 }
 
+// why answers why a job is where it is. A submitter is told about its own
+// waiting and held jobs only; about any other job it is told what it would
+// be told about one the scheduler has never seen.
 func (s *Service) why(req micro.Request) {
+	user := api.UserOf(req.Subject())
 	var q api.WhyRequest
 	if err := json.Unmarshal(req.Data(), &q); err != nil || q.Job == "" {
 		_ = req.RespondJSON(api.WhyReply{Error: "expected {\"job\": ID}"})
@@ -456,6 +493,10 @@ func (s *Service) why(req micro.Request) {
 		s.mu.Lock()
 		if s.pool.Applied() >= q.MinSeq {
 			reply := s.pool.Why(q.Job)
+			if j := s.pool.jobs[q.Job]; !api.SeesAll(user) && (j == nil || j.submitter != user) {
+				reply = s.pool.Why("")
+				reply.Job = q.Job
+			}
 			s.mu.Unlock()
 			_ = req.RespondJSON(reply)
 			return

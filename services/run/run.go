@@ -450,7 +450,11 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	}()
 	// A job's data and output live in its submitter's store.
-	store, err := s.cfg.Stores.For(ctx, held.Submitter)
+	var store stage.Store
+	err = again(ctx, log, "opening the store", func() (err error) {
+		store, err = s.cfg.Stores.For(ctx, held.Submitter)
+		return err
+	})
 	if err != nil {
 		return fail("opening the store of %s: %v", held.Submitter, err)
 	}
@@ -465,7 +469,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			resolved.Name = ref.Name
 			ref = resolved
 		}
-		if err := stage.Download(ctx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil); err != nil {
+		err := again(ctx, log, "staging data", func() error {
+			return stage.Download(ctx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil)
+		})
+		if err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
 		}
 	}
@@ -491,7 +498,11 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if bound <= 0 {
 		bound = s.cfg.MaxOutputBytes
 	}
-	collected, err := stage.Collect(collectCtx, store, ws.OutDir, spec.Output, bound)
+	var collected events.Collected
+	err = again(collectCtx, log, "collecting output", func() (err error) {
+		collected, err = stage.Collect(collectCtx, store, ws.OutDir, spec.Output, bound)
+		return err
+	})
 	tooLarge, size := errors.Is(err, stage.ErrOutputTooLarge) && collected.Bytes > bound, collected.Bytes
 	if tooLarge {
 		// Nothing was stored, and returning some of it would pass truncated
@@ -519,6 +530,28 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	}
 	return stopped
+}
+
+// again calls op until it succeeds, fails for a reason that does not pass
+// by itself, or has failed for two minutes: a NATS server restarting, or a
+// cluster electing a leader (events.Transient), is no fault of the job and must
+// not end it as failed.
+func again(ctx context.Context, log *slog.Logger, what string, op func() error) error {
+	giveUp := time.Now().Add(2 * time.Minute)
+	delay := 100 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || !events.Transient(err) || ctx.Err() != nil || time.Now().After(giveUp) {
+			return err
+		}
+		log.Warn(what+" failed; trying again", "in", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
 }
 
 // HandleCancel stops the job if it runs on this node. A cancel for a job

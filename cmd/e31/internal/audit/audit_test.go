@@ -120,7 +120,7 @@ func TestLegalLivesPass(t *testing.T) {
 		add("cxl-run", events.RunStopped{Hold: h, Outcome: events.Cancelled}).
 		add("cxl-run", events.OutputReturned{Hold: h, Outcome: events.Cancelled, Partial: true}).
 		add("cxl-run", events.ComputeReleased{Hold: h, Outcome: events.Cancelled, Final: true}).
-		add("cxl-run", events.DeleteRequested{What: events.WhatAll}).
+		add("cxl-run", events.DeleteRequested{What: events.WhatAll, By: "alice"}).
 		add("cxl-run", events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested}).
 		add("cxl-run", events.CancelRequested{By: "alice"}) // asking again, after the end: no fault
 	l.submitted("running").add("running", events.ComputeHeld{Hold: hold("n1", 1, 1), Submitter: "alice", Spec: spec})

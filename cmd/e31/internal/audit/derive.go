@@ -199,11 +199,13 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 		switch ev := f.ev.(type) {
 		case *events.JobRequested:
 			if ph != unrequested {
+				// Only the first request says what was asked (as in the
+				// ledger): a later one changes nothing but this finding.
 				bad(f, Order, "requested after the job %s", ph)
 			} else {
 				ph = requested
+				rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
 			}
-			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
 		case *events.JobSubmitted:
 			if ph != requested {
 				bad(f, Order, "submitted, but the job %s", ph)

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/e31net/e31/pkg/auth"
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+)
+
+func credsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "creds",
+		Short: "Make the keys and credentials of a deployed e31",
+		Long: `e31 authenticates everyone with NATS's decentralized JWTs: an operator key signs
+the E31 account, whose signing key signs one user per identity, each with the
+permissions of its role. Servers trust the operator and know the account; they
+never need to hear of a new user, so credentials are made here, offline, and
+no server is reconfigured or restarted.
+
+  e31 creds init --dir KEYS                 the keys, the account JWT and a server config
+  e31 creds user --dir KEYS --role submitter --name alice -o alice.creds
+  e31 creds user --dir KEYS --role service --service run --name node-1 -o node-1.creds
+  e31 creds tls --dir KEYS --hosts nats-1,nats-2,localhost -o nats/   TLS authority and server certificate
+  e31 creds revoke --dir KEYS --file alice.creds
+  e31 creds push --dir KEYS --nats URL      give running servers the new account JWT
+  e31 creds show alice.creds                who a credentials file is, and what it may do
+
+Roles: submitter (its own jobs, records and data), auditor (reads the whole log,
+changes nothing), operator (everything), service (one of submit, rent, run,
+output, release, ledger: publishes only the events its step owns). KEYS holds
+the secrets everything rests on: keep it off the servers.`,
+		Args: cobra.NoArgs,
+	}
+	cmd.AddCommand(credsInitCmd(a), credsUserCmd(a), credsTLSCmd(a), credsRevokeCmd(a), credsPushCmd(a), credsShowCmd(a))
+	return cmd
+}
+
+// serverConfFile is the nats-server configuration `e31 creds init` writes.
+const serverConfFile = "e31-auth.conf"
+
+func credsInitCmd(a *app) *cobra.Command {
+	var dir, resolverDir string
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Make the operator, account and signing keys, the account JWT and a server config",
+		Long: `Make the keys in --dir (if it has none; existing keys are kept), sign the
+operator's and the accounts' JWTs, and write ` + serverConfFile + `: the lines a
+nats-server config includes to trust e31's operator, with the account JWTs
+preloaded into the server's own resolver (kept in --resolver-dir on each
+server). Running it again re-signs and rewrites the JWTs and the config.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usageErr("--dir is required")
+			}
+			keys, created, err := auth.InitKeys(dir)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			op, err := keys.OperatorJWT()
+			if err != nil {
+				return err
+			}
+			sys, err := keys.SystemJWT()
+			if err != nil {
+				return err
+			}
+			if _, err := keys.WriteAccountJWT(); err != nil {
+				return err
+			}
+			conf, err := keys.ServerConfig(resolverDir)
+			if err != nil {
+				return err
+			}
+			for name, content := range map[string]string{"operator.jwt": op, "system.jwt": sys, serverConfFile: conf} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.TrimSpace(content)+"\n"), 0o600); err != nil {
+					return err
+				}
+			}
+			if created {
+				fmt.Fprintf(a.out, "made the keys in %s\n", dir)
+			} else {
+				fmt.Fprintf(a.out, "kept the keys in %s\n", dir)
+			}
+			fmt.Fprintf(a.out, "account %s: %s\n", auth.AccountName, keys.AccountKey())
+			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, serverConfFile))
+			fmt.Fprintf(a.out, "next: e31 creds user --dir %s --role operator --name operator -o operator.creds\n", dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "where the keys are kept (made 0700; every key file 0600)")
+	cmd.Flags().StringVar(&resolverDir, "resolver-dir", "/data/jwt", "where each server keeps account JWTs (in the server config)")
+	return cmd
+}
+
+func credsUserCmd(a *app) *cobra.Command {
+	var dir, role, name, service, out string
+	var expires time.Duration
+	cmd := &cobra.Command{
+		Use:   "user",
+		Short: "Make one identity's credentials file",
+		Long: `Sign a user for one identity with the permissions of its role, and write its
+credentials to -o (0600). No server needs to be told: servers trust what the
+account's signing key signs.
+
+A submitter's name is what ends its subjects and names its data bucket; make
+the bucket once, as the operator: e31 setup --submitter NAME. A run service's
+name is its node's id (e31 serve run --node NAME).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" || out == "" {
+				return usageErr("--dir and -o are required")
+			}
+			id := auth.Identity{Role: auth.Role(role), Name: name, Service: service}
+			if err := id.Validate(); err != nil {
+				return usageErr("%v", err)
+			}
+			keys, err := auth.LoadKeys(dir)
+			if err != nil {
+				return usageErr("%v (make them with 'e31 creds init --dir %s')", err, dir)
+			}
+			creds, err := keys.Issue(id, expires)
+			if err != nil {
+				return err
+			}
+			if err := creds.WriteFile(out); err != nil {
+				return err
+			}
+			key, _ := creds.UserKey()
+			fmt.Fprintf(a.out, "%s: %s (user %s)\n", out, id, key)
+			if id.Role == auth.Submitter {
+				fmt.Fprintf(a.out, "its data bucket %s is made by: e31 setup --submitter %s (as the operator)\n", events.DataBucketFor(id.Name), id.Name)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&dir, "dir", "", "the keys directory of 'e31 creds init'")
+	f.StringVar(&role, "role", string(auth.Submitter), "submitter, auditor, operator or service")
+	f.StringVar(&name, "name", "", "the identity's name: a submitter's id, a node's id, an instance's name")
+	f.StringVar(&service, "service", "", "with --role service: submit, rent, run, output, release or ledger")
+	f.StringVarP(&out, "output", "o", "", "the credentials file to write")
+	f.DurationVar(&expires, "expires", 0, "how long the credentials are valid (0: until revoked)")
+	return cmd
+}
+
+func credsRevokeCmd(a *app) *cobra.Command {
+	var dir, file, user string
+	cmd := &cobra.Command{
+		Use:   "revoke",
+		Short: "Void an identity's credentials: every one issued to that user key so far",
+		Long: `Record in the account JWT (in --dir) that the user's credentials are void, then
+give the servers the new account JWT with 'e31 creds push': connections with
+those credentials are closed, and they are refused from then on.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" || (file == "") == (user == "") {
+				return usageErr("give --dir, and --file or --user")
+			}
+			if file != "" {
+				creds, err := auth.ReadCreds(file)
+				if err != nil {
+					return usageErr("%v", err)
+				}
+				if user, err = creds.UserKey(); err != nil {
+					return usageErr("%v", err)
+				}
+			}
+			keys, err := auth.LoadKeys(dir)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			if _, err := keys.Revoke(user); err != nil {
+				return usageErr("%v", err)
+			}
+			fmt.Fprintf(a.out, "revoked %s in %s; give the servers the new account JWT: e31 creds push --dir %s --nats URL\n",
+				user, filepath.Join(dir, auth.AccountJWTFile), dir)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the keys directory")
+	cmd.Flags().StringVar(&file, "file", "", "the credentials file to revoke")
+	cmd.Flags().StringVar(&user, "user", "", "or the user's public key (U...)")
+	return cmd
+}
+
+func credsPushCmd(a *app) *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "push",
+		Short: "Give running servers the account JWT in --dir (after a revocation)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" {
+				return usageErr("--dir is required")
+			}
+			keys, err := auth.LoadKeys(dir)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			accountJWT, err := keys.WriteAccountJWT()
+			if err != nil {
+				return err
+			}
+			cfg := a.connectConfig("e31-creds-push")
+			var opts []nats.Option
+			if cfg.CA != "" {
+				opts = append(opts, nats.RootCAs(cfg.CA))
+			}
+			url := orDefault(cfg.URL, connect.DefaultURL)
+			if err := auth.Push(cmd.Context(), url, keys, accountJWT, opts...); err != nil {
+				return troubleErr(err)
+			}
+			fmt.Fprintf(a.out, "account %s updated on %s\n", keys.AccountKey(), url)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "", "the keys directory")
+	return cmd
+}
+
+func credsShowCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show FILE",
+		Short: "Say who a credentials file is and what it may publish and subscribe to",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			creds, err := auth.ReadCreds(args[0])
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			uc, err := creds.Claims()
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			id, err := creds.Identity()
+			switch {
+			case errors.Is(err, auth.ErrNotE31):
+				fmt.Fprintf(a.out, "user %s %q: not made by e31\n", uc.Subject, uc.Name)
+			case err != nil:
+				return usageErr("%v", err)
+			default:
+				fmt.Fprintf(a.out, "%s (user %s, inbox %s.>)\n", id, uc.Subject, id.InboxPrefix())
+			}
+			if uc.Expires > 0 {
+				fmt.Fprintf(a.out, "expires %s\n", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
+			}
+			fmt.Fprintf(a.out, "publish:   %s\n", strings.Join(uc.Pub.Allow, " "))
+			fmt.Fprintf(a.out, "subscribe: %s\n", strings.Join(uc.Sub.Allow, " "))
+			if uc.Resp != nil {
+				fmt.Fprintf(a.out, "responds:  once to each request, within %s\n", uc.Resp.Expires)
+			}
+			return nil
+		},
+	}
+}

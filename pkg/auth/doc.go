@@ -1,0 +1,42 @@
+// Package auth is who may do what on e31's bus: the identities (submitters,
+// services, the auditor, the operator), the NATS permissions of each role,
+// and the keys and credentials that carry them.
+//
+// # The model: NATS decentralized JWT authentication
+//
+// An operator key signs one account, E31; the account's signing key signs
+// one user per identity. A server trusts the operator and is given the
+// account's JWT (preloaded into its resolver); it never learns about users.
+// A user presents its JWT and proves it holds the key named in it, and the
+// server enforces the permissions the JWT carries.
+//
+// Why this model rather than users listed in each server's configuration:
+// a new submitter, a new node or another service instance gets credentials
+// from whoever holds the account signing key (`e31 creds user`), with no
+// server reconfigured or restarted, which is what a network that people and
+// nodes join all the time needs; every server of a cluster agrees on who
+// may do what without sharing a user list; and revoking a user is one
+// account JWT update, pushed to the servers while they run. One account is
+// enough: tenants are told apart by subject permissions, since everything
+// they share (the event log) must live in one account anyway.
+//
+// # Identity travels in subjects
+//
+// A user may publish only on subjects that name it: a submitter's requests
+// on e31.job.<id>.requested.<name>, its cancels on e31.job.<id>.cancel.<name>,
+// its queries on e31.api.<name>.…. So whoever reads the subject knows who
+// sent it, vouched for by the server, never by a field the client filled
+// in. Replies to a user go to its own inbox prefix (Identity.InboxPrefix),
+// which no one else may subscribe to; the services answer with response
+// permissions (allowed to publish once to the reply subject of a request
+// they received) instead of a right to publish on every inbox.
+//
+// # Roles
+//
+// Permissions is the one place that says what each role may do; its tests
+// try every event type as every role on a real server. In short: a
+// submitter publishes its own requests, cancels and queries, and reads and
+// writes its own data bucket; each service publishes only the event types
+// its step owns (Owned) and reads what it consumes; the auditor reads the
+// whole log and changes nothing; the operator may do everything.
+package auth

@@ -1,0 +1,304 @@
+package auth
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// owned is the event types each service appends: the only events it may
+// publish. It is read off the services' code (every Append, AppendBatch and
+// React of a bus Publisher) and checked against it by cmd/e31's integration
+// tests, which run every service under exactly these permissions.
+var owned = map[string][]string{
+	SubmitService:  {events.TypeJobSubmitted, events.TypeJobRejected},
+	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired},
+	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced},
+	OutputService:  {events.TypeOutputReturned, events.TypeDeleted},
+	ReleaseService: {events.TypeComputeReleased},
+	LedgerService:  {},
+}
+
+// submitted is the event types a submitter appends, each on a subject that
+// ends with its own name.
+var submitted = []string{events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested}
+
+// Owned returns the event types service may append.
+func Owned(service string) []string { return slices.Clone(owned[service]) }
+
+// responseTTL is how long a service may answer a request it received. The
+// ledger holds a long poll up to 30 s; the margin covers a slow reply.
+const responseTTL = time.Minute
+
+// Permissions returns the NATS permissions of id. This is the one place
+// that says what each role may do:
+//
+//   - everyone: subscribe to its own inbox prefix, and ask JetStream whether
+//     it is there ($JS.API.INFO, which shows only the account's totals);
+//   - a submitter: publish its requests and cancels (their subjects end
+//     with its name), ask the query services as itself (e31.api.<name>.>),
+//     and read and write its own data bucket. It reads nothing of the log:
+//     publishing into the log needs no JetStream API, only the PubAck on its
+//     inbox;
+//   - the auditor: read the whole log (ordered consumers and direct gets on
+//     the E31 stream) and ask the query services as "auditor"; nothing it
+//     may publish changes anything;
+//   - the operator: everything;
+//   - a service: the event types its step owns (Owned), its poison subject,
+//     reading the streams it consumes with acks for its consumers, and what
+//     its step needs besides (leases, data buckets, timers, its query
+//     endpoints, answered with response permissions).
+func Permissions(id Identity) (jwt.Permissions, error) {
+	if err := id.Validate(); err != nil {
+		return jwt.Permissions{}, err
+	}
+	var g grant
+	g.sub(id.InboxPrefix() + ".>")
+	g.pub(jsAPI + "INFO")
+	switch id.Role {
+	case Operator:
+		g.pub(">")
+		g.sub(">")
+	case Submitter:
+		for _, t := range submitted {
+			g.pub(subjectOf(t, "*", id.Name))
+		}
+		g.pub(api.UserSubjects(id.Name))
+		g.pub(DataBucketSubjects(id.Name)...)
+	case Auditor:
+		g.pub(api.UserSubjects(api.Auditor))
+		g.pub(streamInfo(events.Stream))
+		g.pub(readMessages(events.Stream)...)
+		// Ordered consumers: the auditor's reads. It may not delete
+		// consumers (the services' durables among them); its ordered
+		// consumers go away on their own once idle.
+		g.pub(consume(events.Stream, false)...)
+	case Service:
+		servicePermissions(&g, id)
+	}
+	return g.permissions(), nil
+}
+
+// servicePermissions adds what the service of id needs.
+func servicePermissions(g *grant, id Identity) {
+	// Every service sets up (finds) the streams and buckets on start, reads
+	// job histories from the log (React), and may move a message it can
+	// never handle to the poison stream.
+	for _, s := range []string{events.Stream, events.PoisonStream, events.TimerStream, kvStream(events.LeasesBucket)} {
+		g.pub(streamInfo(s))
+	}
+	g.pub(readMessages(events.Stream)...)
+	g.pub(consume(events.Stream, true)...)
+	g.pub("e31.poison." + id.Service)
+	for _, t := range owned[id.Service] {
+		node := "*"
+		if t == events.TypeNodeAnnounced {
+			// A node announces itself only.
+			node = id.Name
+		}
+		g.pub(subjectOf(t, node, "*"))
+	}
+	switch id.Service {
+	case SubmitService:
+		// Checks that every staged input is present and intact (and makes
+		// the bucket of a submitter who has none, as every service that
+		// opens the stores does).
+		g.pub(allDataBuckets(true)...)
+	case RentService:
+		// The leader lease, and watching every lease: node leases say
+		// which nodes live.
+		g.pub(kvRead(events.LeasesBucket)...)
+		g.pub(kvKey(events.LeasesBucket, "leader."+RentService))
+		g.serve(api.RentWhySubject("*"))
+	case RunService:
+		// The node's own lease; inputs staged in, output collected out.
+		g.pub(kvRead(events.LeasesBucket)...)
+		g.pub(kvKey(events.LeasesBucket, "node."+id.Name))
+		g.pub(allDataBuckets(true)...)
+	case OutputService:
+		// Returned output, manifests, deletions and sweeps of every
+		// submitter's bucket; its retention timers; what jobs keep, asked
+		// per user on e31.api.<user>.output.stored.
+		g.pub(allDataBuckets(true)...)
+		g.pub(streamPurge("*"))
+		g.pub(strings.TrimSuffix(events.TimerSubjects, ">") + "at.>")
+		g.pub(streamInfo(events.TimerStream))
+		g.pub(consume(events.TimerStream, true)...)
+		g.serve(api.OutputStoredService)
+	case LedgerService:
+		for _, e := range api.LedgerEndpoints {
+			g.serve(api.LedgerSubject("*", e))
+		}
+	}
+}
+
+// DataBucketSubjects is what a submitter may publish to use its own data
+// bucket (events.DataBucketFor): put and get objects, and purge them, as
+// the CLI does when it stages data and fetches output. It may not create
+// the bucket: a user allowed to create a stream could make one that
+// captures other users' subjects. The operator makes it (`e31 setup
+// --submitter`, `e31 dev --users`), or a service when the submitter's
+// first job needs it.
+func DataBucketSubjects(user string) []string {
+	bucket := events.DataBucketFor(user)
+	s := objStream(bucket)
+	out := []string{"$O." + bucket + ".>", streamInfo(s), streamPurge(s)}
+	out = append(out, readMessages(s)...)
+	return append(out, consume(s, true)...)
+}
+
+// allDataBuckets is every submitter's bucket: the object store subjects,
+// and the JetStream API on every stream (bucket streams are named after
+// their submitter, OBJ_E31_DATA_<name>, and NATS wildcards match whole
+// tokens only). With create, missing buckets may be made.
+func allDataBuckets(create bool) []string {
+	out := []string{"$O.>", streamInfo("*")}
+	out = append(out, readMessages("*")...)
+	out = append(out, consume("*", true)...)
+	if create {
+		out = append(out, jsAPI+"STREAM.CREATE.*")
+	}
+	return out
+}
+
+// jsAPI prefixes JetStream's API subjects.
+const jsAPI = "$JS.API."
+
+func streamInfo(stream string) string  { return jsAPI + "STREAM.INFO." + stream }
+func streamPurge(stream string) string { return jsAPI + "STREAM.PURGE." + stream }
+func kvStream(bucket string) string    { return "KV_" + bucket }
+func objStream(bucket string) string   { return "OBJ_" + bucket }
+
+// readMessages is getting single messages of a stream: direct gets (last
+// by subject is the subject's tokens after the stream's), and the API get.
+func readMessages(stream string) []string {
+	return []string{jsAPI + "DIRECT.GET." + stream, jsAPI + "DIRECT.GET." + stream + ".>", jsAPI + "STREAM.MSG.GET." + stream}
+}
+
+// consume is creating consumers on a stream and reading from them: ordered
+// consumers (pull, or push with flow control) and durable ones with their
+// acks. The consumer's name is a token of these subjects, but an ordered
+// consumer's is random, so they cannot be narrowed to one name. Acks and
+// flow control come in JetStream's two formats: $JS.ACK.<stream>.… and
+// $JS.ACK.<domain>.<account>.<stream>.….
+func consume(stream string, deleteConsumers bool) []string {
+	out := []string{
+		jsAPI + "CONSUMER.CREATE." + stream,
+		jsAPI + "CONSUMER.CREATE." + stream + ".>",
+		jsAPI + "CONSUMER.INFO." + stream + ".*",
+		jsAPI + "CONSUMER.MSG.NEXT." + stream + ".*",
+		"$JS.ACK." + stream + ".>",
+		"$JS.ACK.*.*." + stream + ".>",
+		"$JS.FC." + stream + ".>",
+		"$JS.FC.*.*." + stream + ".>",
+	}
+	if deleteConsumers {
+		out = append(out, jsAPI+"CONSUMER.DELETE."+stream+".*")
+	}
+	return out
+}
+
+// kvRead is reading and watching a KV bucket.
+func kvRead(bucket string) []string {
+	s := kvStream(bucket)
+	return append(append([]string{streamInfo(s)}, readMessages(s)...), consume(s, true)...)
+}
+
+// kvKey is writing (and deleting) one key of a KV bucket.
+func kvKey(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// Tokens stand in for a job or node id and for an identity or node: valid
+// ids that no real subject uses, replaced after events.SubjectOf.
+const (
+	idMark   = "E31-AUTH-ID"
+	tailMark = "E31-AUTH-TAIL"
+)
+
+// samples is one event of each type, with tailMark wherever the type's
+// subject carries an identity or a node, so that events.SubjectOf (the one
+// place that says where an event is stored) gives each type's subject.
+var samples = map[string]events.Event{
+	events.TypeJobRequested:    events.JobRequested{Submitter: tailMark},
+	events.TypeJobSubmitted:    events.JobSubmitted{},
+	events.TypeJobRejected:     events.JobRejected{},
+	events.TypeComputeHeld:     events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
+	events.TypeRunStarted:      events.RunStarted{},
+	events.TypeRunStopped:      events.RunStopped{},
+	events.TypeOutputReturned:  events.OutputReturned{},
+	events.TypeComputeReleased: events.ComputeReleased{},
+	events.TypeCancelRequested: events.CancelRequested{By: tailMark},
+	events.TypeJobCancelled:    events.JobCancelled{},
+	events.TypeNodeAnnounced:   events.NodeAnnounced{Node: idMark},
+	events.TypeNodeExpired:     events.NodeExpired{Node: idMark},
+	events.TypeHoldLost:        events.HoldLost{},
+	events.TypeDeleteRequested: events.DeleteRequested{What: events.WhatData, By: tailMark},
+	events.TypeDeleted:         events.Deleted{What: events.WhatData},
+}
+
+// subjectOf is the subject events of ceType are stored on, with id for the
+// job or node token and tail for the identity or node token of the types
+// that have one; either may be a wildcard.
+func subjectOf(ceType, id, tail string) string {
+	ev, ok := samples[ceType]
+	if !ok {
+		panic(fmt.Sprintf("auth: no sample of event type %q", ceType))
+	}
+	s, err := events.SubjectOf(idMark, ev)
+	if err != nil {
+		panic(fmt.Sprintf("auth: subject of %s: %v", ceType, err))
+	}
+	tokens := strings.Split(s, ".")
+	for i, t := range tokens {
+		switch t {
+		case idMark:
+			tokens[i] = id
+		case tailMark:
+			tokens[i] = tail
+		}
+	}
+	return strings.Join(tokens, ".")
+}
+
+// grant collects permissions.
+type grant struct {
+	pubs, subs []string
+	respond    bool
+}
+
+func (g *grant) pub(s ...string) { g.pubs = append(g.pubs, s...) }
+func (g *grant) sub(s ...string) { g.subs = append(g.subs, s...) }
+
+// serve is answering requests on subjects, as a micro service: the
+// endpoints and the micro discovery subjects, with the right to publish
+// each reply once.
+func (g *grant) serve(subjects ...string) {
+	g.sub(subjects...)
+	g.sub("$SRV.>")
+	g.respond = true
+}
+
+func (g *grant) permissions() jwt.Permissions {
+	var p jwt.Permissions
+	p.Pub.Allow.Add(dedup(g.pubs)...)
+	p.Sub.Allow.Add(dedup(g.subs)...)
+	if g.respond {
+		p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: responseTTL}
+	}
+	return p
+}
+
+func dedup(s []string) []string {
+	out := make([]string, 0, len(s))
+	for _, x := range s {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,119 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// startCluster runs three embedded JetStream servers routed to each other
+// and returns a JetStream handle on the first, once the cluster answers.
+func startCluster(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	ports := make([]int, 3)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	routes := server.RoutesFromStr(fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2]))
+	var first *server.Server
+	for i := range 3 {
+		// A listener on loopback, not DontListen, which disables clustering.
+		s, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "bus-test", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  routes,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("server %d not ready", i+1)
+		}
+		if first == nil {
+			first = s
+		}
+	}
+	nc, err := nats.Connect(first.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// A fresh cluster elects its meta leader after it accepts connections.
+	for {
+		// Each try with a deadline of its own: a request sent before the
+		// leader is known may go unanswered.
+		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		err := events.Setup(tctx, js, events.StreamOptions{Replicas: 3})
+		tcancel()
+		if err == nil {
+			return js
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the cluster did not take the streams: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// TestRepeatedAppendConflictsInACluster appends an event after the one it
+// reacts to, then appends it again with the same expectation, as a step
+// does that crashed after its append and handles the trigger again. A
+// clustered stream acknowledges the repeat as a duplicate (it looks for
+// duplicates before it checks the expectation); Append must report a
+// conflict, as a single server does, or RUN would start an attempt twice.
+func TestRepeatedAppendConflictsInACluster(t *testing.T) {
+	t.Parallel()
+	js := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+	hold := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 20}, Submitter: "alice", Spec: submitted().Spec}
+	trigger, err := pub.Append(ctx, "job-1", hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := events.RunStarted{Hold: hold.Hold}
+	first, err := pub.Append(ctx, "job-1", start, bus.ExpectLast(trigger.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pub.Append(ctx, "job-1", start, bus.ExpectLast(trigger.Seq))
+	if !errors.Is(err, bus.ErrConflict) {
+		t.Fatalf("repeated RunStarted after #%d (first stored at #%d): err %v, want ErrConflict", trigger.Seq, first.Seq, err)
+	}
+	// In a batch too (RENT's holds).
+	_, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "job-1", Event: start, Expect: trigger.Seq, ExpectSet: true}})
+	if !errors.Is(errs[0], bus.ErrConflict) {
+		t.Fatalf("repeated RunStarted in a batch: err %v, want ErrConflict", errs[0])
+	}
+	// Without an expectation a repeat is what it always was: stored once.
+	again, err := pub.Append(ctx, "job-1", start)
+	if err != nil || again.Seq != first.Seq {
+		t.Fatalf("repeat without expectation: #%d, %v; want #%d, nil", again.Seq, err, first.Seq)
+	}
+}
