@@ -11,8 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/nats-io/nats.go"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/e31net/e31/pkg/connect"
 )
 
 // e31Bin is the static e31 binary the tests run on the host and put in images.
@@ -94,23 +98,57 @@ func copyFile(from, to string, mode os.FileMode) error {
 	return os.WriteFile(to, b, mode)
 }
 
-// devContainer runs `e31 dev` in a container and returns it with the URL
-// its NATS listens on from the host.
-func devContainer(t *testing.T, args ...string) (*testcontainers.DockerContainer, string) {
+// dev is `e31 dev` running in a container, as the host sees it.
+type dev struct {
+	c   *testcontainers.DockerContainer
+	url string
+	// state is the container's --dir, bind-mounted from the host: its
+	// creds/ holds the credentials e31 dev made (e2e.creds, for the
+	// submitter "e2e", and auditor.creds).
+	state string
+}
+
+// creds is the host path of the credentials e31 dev made for who.
+func (d *dev) creds(who string) string { return filepath.Join(d.state, "creds", who+".creds") }
+
+// as are the options a NATS client on the host connects to d with as who:
+// its credentials and its own inbox prefix.
+func (d *dev) as(t *testing.T, who string) []nats.Option {
+	t.Helper()
+	opts, err := connect.SecurityOptions(connect.Config{Creds: d.creds(who)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opts
+}
+
+// e31 runs the host's e31 against d as who.
+func (d *dev) e31(t *testing.T, who string, args ...string) (string, string, int) {
+	t.Helper()
+	return e31(t, d.url, append(args, "--creds", d.creds(who))...)
+}
+
+// devContainer runs `e31 dev` in a container, with authentication on and a
+// submitter "e2e".
+func devContainer(t *testing.T, args ...string) *dev {
 	t.Helper()
 	ctx := context.Background()
-	cmd := append([]string{"dev", "--dir", "/state", "--listen", "0.0.0.0:4222", "--grace", "1s"}, args...)
+	state := t.TempDir()
+	cmd := append([]string{"dev", "--dir", "/state", "--listen", "0.0.0.0:4222", "--grace", "1s", "--users", "e2e"}, args...)
 	c, err := testcontainers.Run(ctx, "",
 		testcontainers.WithDockerfile(testcontainers.FromDockerfile{Context: buildDir, Repo: "e31-e2e", Tag: "latest", KeepImage: true}),
 		testcontainers.WithCmd(cmd...),
 		testcontainers.WithExposedPorts("4222/tcp"),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.Binds = append(hc.Binds, state+":/state")
+		}),
 		testcontainers.WithWaitStrategy(wait.ForLog("NATS JetStream listening").WithStartupTimeout(60*time.Second)),
 	)
 	testcontainers.CleanupContainer(t, c)
 	if err != nil {
 		t.Fatalf("start e31 dev in a container: %v", err)
 	}
-	return c, natsURL(t, c)
+	return &dev{c: c, url: natsURL(t, c), state: state}
 }
 
 func natsURL(t *testing.T, c *testcontainers.DockerContainer) string {

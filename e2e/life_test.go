@@ -18,9 +18,9 @@ import (
 )
 
 // wait runs `e31 wait --json` and decodes the hold record.
-func waitRecord(t *testing.T, url, id string) (*api.HoldRecord, int) {
+func waitRecord(t *testing.T, d *dev, id string) (*api.HoldRecord, int) {
 	t.Helper()
-	out, errOut, code := e31(t, url, "wait", "--json", "--timeout", "2m", id)
+	out, errOut, code := d.e31(t, "e2e", "wait", "--json", "--timeout", "2m", id)
 	var rec api.HoldRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("e31 wait %s: exit %d: %v\n%s%s", id, code, err, out, errOut)
@@ -28,9 +28,9 @@ func waitRecord(t *testing.T, url, id string) (*api.HoldRecord, int) {
 	return &rec, code
 }
 
-func submit(t *testing.T, url, file string) string {
+func submit(t *testing.T, d *dev, file string) string {
 	t.Helper()
-	out, errOut, code := e31(t, url, "submit", "--quiet", file)
+	out, errOut, code := d.e31(t, "e2e", "submit", "--quiet", file)
 	if code != 0 {
 		t.Fatalf("e31 submit %s: exit %d: %s", file, code, errOut)
 	}
@@ -41,17 +41,17 @@ func submit(t *testing.T, url, file string) string {
 // container, from the host, as a user would.
 func TestExamplesRunInAContainer(t *testing.T) {
 	t.Parallel()
-	_, url := devContainer(t, "--nodes", "2", "--node-cpu", "2")
+	d := devContainer(t, "--nodes", "2", "--node-cpu", "2")
 	want := map[string]events.Outcome{
 		"hello": events.Succeeded, "wordcount": events.Succeeded, "training": events.Succeeded,
 		"fails": events.Failed, "too-long": events.LimitExceeded,
 	}
 	ids := map[string]string{}
 	for ex := range want {
-		ids[ex] = submit(t, url, filepath.Join("..", "examples", ex, "job.yaml"))
+		ids[ex] = submit(t, d, filepath.Join("..", "examples", ex, "job.yaml"))
 	}
 	for ex, id := range ids {
-		rec, code := waitRecord(t, url, id)
+		rec, code := waitRecord(t, d, id)
 		if rec.Outcome != want[ex] {
 			t.Errorf("%s: outcome %s (%s), want %s", ex, rec.Outcome, rec.Reason, want[ex])
 		}
@@ -77,14 +77,14 @@ func TestExamplesRunInAContainer(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	if _, errOut, code := e31(t, url, "output", ids["wordcount"], "-o", dir); code != 0 {
+	if _, errOut, code := d.e31(t, "e2e", "output", ids["wordcount"], "-o", dir); code != 0 {
 		t.Fatalf("e31 output: %s", errOut)
 	}
 	counts, err := os.ReadFile(filepath.Join(dir, "counts.txt"))
 	if err != nil || !strings.HasPrefix(string(counts), "30 station.txt\n") {
 		t.Errorf("wordcount's counts.txt = %q (%v), want 30 words in station.txt first", counts, err)
 	}
-	if out, _, code := e31(t, url, "audit"); code != 0 {
+	if out, _, code := d.e31(t, "auditor", "audit"); code != 0 {
 		t.Errorf("e31 audit: exit %d\n%s", code, out)
 	}
 }
@@ -95,7 +95,7 @@ func TestExamplesRunInAContainer(t *testing.T) {
 // ledger audits.
 func TestKilledMidRunLosesNoJob(t *testing.T) {
 	t.Parallel()
-	c, url := devContainer(t, "--nodes", "1", "--node-cpu", "2")
+	d := devContainer(t, "--nodes", "1", "--node-cpu", "2")
 	job := filepath.Join(t.TempDir(), "job.yaml")
 	if err := os.WriteFile(job, []byte(`
 work: {command: ["/bin/sh", "-c", "sleep 1; echo done > $E31_OUTPUT/done.txt"]}
@@ -106,28 +106,28 @@ output: [done.txt]
 	}
 	var ids []string
 	for range 8 {
-		ids = append(ids, submit(t, url, job))
+		ids = append(ids, submit(t, d, job))
 	}
-	waitForEvent(t, url, ids[0], events.TypeRunStarted)
+	waitForEvent(t, d.url, ids[0], events.TypeRunStarted, d.as(t, "auditor")...)
 
 	ctx := context.Background()
 	zero := time.Duration(0)
-	if err := c.Stop(ctx, &zero); err != nil {
+	if err := d.c.Stop(ctx, &zero); err != nil {
 		t.Fatalf("kill e31 dev: %v", err)
 	}
-	if err := c.Start(ctx); err != nil {
+	if err := d.c.Start(ctx); err != nil {
 		t.Fatalf("start e31 dev again: %v", err)
 	}
 	// The log of the first run is still there: wait for the second start.
 	ready := wait.ForLog("NATS JetStream listening").WithOccurrence(2).WithStartupTimeout(time.Minute)
-	if err := ready.WaitUntilReady(ctx, c); err != nil {
+	if err := ready.WaitUntilReady(ctx, d.c); err != nil {
 		t.Fatalf("e31 dev did not start again: %v", err)
 	}
-	url = natsURL(t, c)
+	d.url = natsURL(t, d.c)
 
 	lost := 0
 	for _, id := range ids {
-		rec, code := waitRecord(t, url, id)
+		rec, code := waitRecord(t, d, id)
 		if code != 0 || rec.Outcome != events.Succeeded {
 			t.Errorf("job %s: %s (%s)", id, rec.Outcome, rec.Reason)
 			continue
@@ -152,17 +152,17 @@ output: [done.txt]
 	if lost == 0 {
 		t.Error("no attempt was lost: the kill did not hit a running job, so this test proved nothing")
 	}
-	if out, _, code := e31(t, url, "audit"); code != 0 {
+	if out, _, code := d.e31(t, "auditor", "audit"); code != 0 {
 		t.Errorf("e31 audit after the kill: exit %d\n%s", code, out)
 	}
 }
 
 // waitForEvent follows a job's events over NATS until one of type ceType.
-func waitForEvent(t *testing.T, url, job, ceType string) {
+func waitForEvent(t *testing.T, url, job, ceType string, opts ...nats.Option) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc, err := nats.Connect(url)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
