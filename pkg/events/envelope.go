@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 )
 
@@ -117,9 +118,9 @@ func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
 	if v := h.Get(HeaderSpecVersion); v != "1.0" {
 		return fail(fmt.Errorf("%s: got %q, expected \"1.0\"", HeaderSpecVersion, v))
 	}
-	for name, v := range map[string]string{HeaderID: env.ID, HeaderType: env.Type, HeaderSource: env.Source, HeaderSubject: env.Subject} {
-		if v == "" {
-			return fail(fmt.Errorf("%s: required", name))
+	for _, a := range [...]struct{ name, v string }{{HeaderID, env.ID}, {HeaderType, env.Type}, {HeaderSource, env.Source}, {HeaderSubject, env.Subject}} {
+		if a.v == "" {
+			return fail(fmt.Errorf("%s: required", a.name))
 		}
 	}
 	t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderTime))
@@ -132,7 +133,10 @@ func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
 		return fail(fmt.Errorf("%w %q", ErrUnknownType, env.Type))
 	}
 	ev := k.newEvent()
-	dec := json.NewDecoder(bytes.NewReader(body))
+	// goccy/go-json decodes as encoding/json does, unknown fields refused
+	// alike, at about twice the speed: decoding is most of what the audit's
+	// replay and every service's rebuild from the log cost.
+	dec := gojson.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(ev); err != nil {
 		return fail(fmt.Errorf("%s body: %w", env.Type, err))

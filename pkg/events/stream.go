@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,11 +43,22 @@ const (
 	DuplicateWindow = 2 * time.Minute
 )
 
-// idPattern is what a job or node id may look like: one NATS subject token.
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-
-// ValidID reports whether id can name a job or node.
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// ValidID reports whether id can name a job or node: one NATS subject
+// token, ^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$. It is checked for every event
+// decoded, so by hand rather than with a regular expression, which cost a
+// tenth of the audit's replay.
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 64 || id[0] == '_' || id[0] == '-' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // JobSubject is the subject of every event of one job: the filter for reading
 // its history and the scope of its optimistic concurrency.

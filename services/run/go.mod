@@ -8,7 +8,6 @@ require (
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.56.0
-	github.com/opencontainers/runtime-spec v1.3.0
 	golang.org/x/sys v0.50.0
 )
 
@@ -29,6 +28,7 @@ require (
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/goccy/go-json v0.10.5 // indirect
 	github.com/goccy/go-yaml v1.19.2 // indirect
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
@@ -47,6 +47,7 @@ require (
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect
