@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/e31net/e31/pkg/events"
 )
 
 // TestChaosLosesNothing runs every service as separate processes, several
@@ -67,7 +69,12 @@ func TestChaosLosesNothing(t *testing.T) {
 				hit = true
 				close(everyHit)
 			}
-			time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+			// Down for up to half a second: pacing the fault, not
+			// waiting for anything.
+			select {
+			case <-stopChaos:
+			case <-time.After(time.Duration(rng.IntN(500)) * time.Millisecond):
+			}
 			if err := p.start(); err != nil {
 				t.Error(err)
 				return
@@ -75,10 +82,11 @@ func TestChaosLosesNothing(t *testing.T) {
 		}
 	})
 	for w := range waves {
-		submitAll(ctx, t, js, "chaos", spec, ids[w*jobs/waves:(w+1)*jobs/waves])
-		// Pacing: let each wave flow before the next, so that faults meet
-		// jobs at every step rather than one queue at the start.
-		time.Sleep(time.Second)
+		wave := ids[w*jobs/waves : (w+1)*jobs/waves]
+		submitAll(ctx, t, js, "chaos", spec, wave)
+		// Let each wave reach the run nodes before the next, so that faults
+		// meet jobs at every step rather than one queue at the start.
+		waitForEvent(t, sys.url, wave[0], events.TypeRunStarted)
 	}
 	select {
 	case <-everyHit:
