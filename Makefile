@@ -31,12 +31,14 @@ e2e:
 	$(GO) test $(TEST_FLAGS) ./e2e/...
 	cd e2e/upstream && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 
-## bench: N trivial jobs through the whole life in e31 dev (BENCH_N, default 2000).
+## bench: N trivial jobs through the whole life in e31 dev (BENCH_N, default 2000), then
+## staging, the scheduler, the ledger, and what a second SUBMIT instance adds under load.
 bench: build
 	BENCH_N=$(BENCH_N) $(BIN) bench
 	$(BIN) bench stage
 	$(BIN) bench scheduler
 	$(BIN) bench ledger
+	$(GO) test -run '^$$' -bench AddingAnInstance -benchtime 1x ./e2e/
 
 images:
 	./deploy/build-images.sh

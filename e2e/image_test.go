@@ -166,7 +166,7 @@ func natsURL(t *testing.T, c *testcontainers.DockerContainer) string {
 }
 
 // e31 runs the host's e31 against url and returns stdout, stderr and the exit code.
-func e31(t *testing.T, url string, args ...string) (string, string, int) {
+func e31(t testing.TB, url string, args ...string) (string, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

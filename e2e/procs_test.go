@@ -63,7 +63,7 @@ type proc struct {
 }
 
 // startProc starts bin with args and stops it when the test ends.
-func startProc(t *testing.T, dir, name, bin string, args ...string) *proc {
+func startProc(t testing.TB, dir, name, bin string, args ...string) *proc {
 	t.Helper()
 	p := &proc{name: name, args: append([]string{bin}, args...), log: filepath.Join(dir, name+".log")}
 	if err := p.start(); err != nil {
@@ -206,7 +206,7 @@ func freePort(t testing.TB) int {
 
 // system is e31 as separate processes on this machine.
 type system struct {
-	t    *testing.T
+	t    testing.TB
 	dir  string
 	url  string
 	nats *proc
@@ -223,7 +223,7 @@ type systemOptions struct {
 }
 
 // startSystem starts nats-server, creates the streams, then every service.
-func startSystem(t *testing.T, o systemOptions) *system {
+func startSystem(t testing.TB, o systemOptions) *system {
 	t.Helper()
 	dir := t.TempDir()
 	if os.Getenv("E31_E2E_KEEP") != "" {
