@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Make the secrets of a deployed e31, once, offline: the account keys, the
+# TLS authority and the servers' certificate, and one credentials file per
+# identity compose.yaml runs. Everything goes into deploy/secrets (or
+# $E31_SECRETS), which git ignores:
+#
+#   keys/            the account keys and the TLS authority's key: everything
+#                    rests on them. Never mounted; keep them off the servers
+#                    (and backed up) once the deployment runs.
+#   nats/            for the NATS servers: server.pem, server-key.pem, ca.pem,
+#                    e31-auth.conf (mounted at /etc/nats/secrets)
+#   ca.pem           the TLS authority, for every client (E31_TLS_CA)
+#   operator/        e31.creds + ca.pem: the setup step, and the operator's CLI
+#   auditor/         the auditor's (reads the whole log, changes nothing)
+#   submit/ rent/ output/ release/ ledger/
+#                    one identity per service, shared by its instances
+#   node-1/ ...      one identity per run node: its name is the node's id
+#   users/NAME.creds a submitter's, for each NAME given
+#
+#   deploy/init.sh [SUBMITTER...]
+#
+# E31_NODES (default 3) run nodes, E31_TLS_HOSTS the names and addresses in
+# the servers' certificate (default nats-1,nats-2,nats-3,localhost,127.0.0.1:
+# add the names clients outside use), E31_BIN an e31 binary (default: built
+# from this checkout). Running it again keeps the keys and the authority and
+# signs every file anew; credentials issued before stay valid until revoked.
+set -euo pipefail
+
+deploy="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$deploy")"
+out="${E31_SECRETS:-$deploy/secrets}"
+nodes="${E31_NODES:-3}"
+hosts="${E31_TLS_HOSTS:-nats-1,nats-2,nats-3,localhost,127.0.0.1}"
+# The uid the service images run as (build-images.sh: USER 65534).
+nobody=65534
+
+e31="${E31_BIN:-}"
+if [ -z "$e31" ]; then
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	(cd "$root" && go build -o "$tmp/e31" ./cmd/e31)
+	e31="$tmp/e31"
+fi
+
+umask 077
+mkdir -p "$out"
+chmod 700 "$out"
+keys="$out/keys"
+
+"$e31" creds init --dir "$keys" --resolver-dir /data/jwt
+"$e31" creds tls --dir "$keys" --hosts "$hosts" -o "$out/nats"
+cp "$keys/e31-auth.conf" "$out/nats/e31-auth.conf"
+cp "$out/nats/ca.pem" "$out/ca.pem"
+chmod 644 "$out/ca.pem"
+
+# identity DIR ROLE NAME [SERVICE]: DIR/e31.creds and DIR/ca.pem, what one
+# container mounts at /etc/e31.
+identity() {
+	local dir="$out/$1"
+	mkdir -p "$dir"
+	"$e31" creds user --dir "$keys" --role "$2" --name "$3" ${4:+--service "$4"} -o "$dir/e31.creds"
+	cp "$out/ca.pem" "$dir/ca.pem"
+}
+identity operator operator operator
+identity auditor auditor auditor
+for s in submit rent output release ledger; do
+	identity "$s" service "$s" "$s"
+done
+for i in $(seq 1 "$nodes"); do
+	identity "node-$i" service "node-$i" run
+done
+mkdir -p "$out/users"
+for u in "$@"; do
+	"$e31" creds user --dir "$keys" --role submitter --name "$u" -o "$out/users/$u.creds"
+done
+
+# The setup step and the stateless services run as an unprivileged user
+# and must read their own files; the NATS servers and run nodes run as
+# root. The secrets directory itself stays the owner's alone.
+unprivileged=(operator submit rent output release ledger)
+if [ "$(id -u)" = 0 ]; then
+	for d in "${unprivileged[@]}"; do
+		chown -R "$nobody:$nobody" "$out/$d"
+	done
+else
+	# Without root the files cannot be handed to uid 65534: make them
+	# readable by anyone, which on this host means anyone who may enter
+	# $out (mode 0700: its owner).
+	for d in "${unprivileged[@]}"; do
+		chmod -R a+rX "$out/$d"
+	done
+fi
+
+cat <<EOF
+secrets in $out; next:
+  docker-compose -f $deploy/compose.yaml up -d
+  export E31_NATS=nats://localhost:4222 E31_TLS_CA=$out/ca.pem E31_CREDS=$out/operator/e31.creds
+Move $keys off this machine once the deployment runs: whoever holds it can
+become anyone.
+EOF

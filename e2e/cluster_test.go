@@ -1,0 +1,549 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// imageTag tags the images the cluster test builds with deploy/build-images.sh,
+// apart from an operator's "latest".
+const imageTag = "e2e"
+
+var (
+	deployImagesOnce sync.Once
+	deployImagesErr  error
+)
+
+// deployImages builds the images of deploy/ once per test binary: the
+// cluster test runs exactly what an operator deploys.
+func deployImages(t *testing.T) {
+	t.Helper()
+	deployImagesOnce.Do(func() {
+		start := time.Now()
+		cmd := exec.Command("../deploy/build-images.sh")
+		cmd.Env = append(os.Environ(), "E31_TAG="+imageTag, "E31_BUILD_DIR="+filepath.Join(filepath.Dir(buildDir), "deploy"))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			deployImagesErr = fmt.Errorf("deploy/build-images.sh: %v\n%s", err, out)
+			return
+		}
+		t.Logf("deploy images built in %s", time.Since(start).Round(time.Millisecond))
+	})
+	if deployImagesErr != nil {
+		t.Fatal(deployImagesErr)
+	}
+}
+
+// cluster is deploy/compose.yaml's topology in containers on a private
+// network: three NATS servers, every service several times, three run nodes,
+// with the secrets deploy/init.sh makes: TLS everywhere, credentials for
+// every identity.
+type cluster struct {
+	t       *testing.T
+	net     *testcontainers.DockerNetwork
+	docker  *testcontainers.DockerClient
+	nats    []*testcontainers.DockerContainer
+	svcs    map[string][]*testcontainers.DockerContainer
+	ranDir  string // the host folder the run nodes' jobs leave their trace in
+	secrets string // what deploy/init.sh made
+	hostURL string // every server's client port, as the host reaches it
+	// env is what every e31 container is given: where NATS is, and where
+	// its identity's directory of the secrets is mounted.
+	env map[string]string
+}
+
+// clusterSubmitter is who the cluster test submits as.
+const clusterSubmitter = "cluster"
+
+// natsInside is how the containers reach the cluster (deploy/compose.yaml's E31_NATS).
+const natsInside = "tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222"
+
+// deploySecrets runs deploy/init.sh, as an operator would, into a folder
+// of the test's, for nodes run nodes.
+func deploySecrets(t *testing.T, nodes int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "secrets")
+	cmd := exec.Command("../deploy/init.sh")
+	cmd.Env = append(os.Environ(), "E31_BIN="+e31Bin, "E31_SECRETS="+dir, fmt.Sprintf("E31_NODES=%d", nodes))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/init.sh: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// mount mounts one directory of the secrets read-only at target, as
+// deploy/compose.yaml does.
+func (c *cluster) mount(dir, target string) testcontainers.CustomizeRequestOption {
+	return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+		hc.Binds = append(hc.Binds, filepath.Join(c.secrets, dir)+":"+target+":ro")
+	})
+}
+
+// secretsFor is the directory of the secrets a container of class, named
+// name, mounts: the instances of a service share its identity, a run node
+// has its own (deploy/compose.yaml).
+func secretsFor(class, name string) string {
+	if class == "run" {
+		return name
+	}
+	return class
+}
+
+func startCluster(t *testing.T, ctx context.Context, instances map[string]int, leaseTTL time.Duration) *cluster {
+	t.Helper()
+	deployImages(t)
+	nw, err := network.New(ctx)
+	if err != nil {
+		t.Fatalf("network: %v", err)
+	}
+	testcontainers.CleanupNetwork(t, nw)
+	docker, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { docker.Close() })
+	ranDir := t.TempDir()
+	c := &cluster{t: t, net: nw, docker: docker, svcs: map[string][]*testcontainers.DockerContainer{}, ranDir: ranDir,
+		secrets: deploySecrets(t, instances["run"]),
+		env: map[string]string{"E31_NATS": natsInside, "E31_LOG": "info",
+			"E31_CREDS": "/etc/e31/e31.creds", "E31_TLS_CA": "/etc/e31/ca.pem"}}
+
+	// The three servers start together: each waits for the others'
+	// routes before JetStream elects a meta leader.
+	var wg sync.WaitGroup
+	c.nats = make([]*testcontainers.DockerContainer, 3)
+	errs := make([]error, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			name := fmt.Sprintf("nats-%d", i+1)
+			c.nats[i], errs[i] = testcontainers.Run(ctx, "e31-nats:"+imageTag,
+				network.WithNetwork([]string{name}, nw),
+				testcontainers.WithEnv(map[string]string{"NATS_NAME": name}),
+				c.mount("nats", "/etc/nats/secrets"),
+				testcontainers.WithExposedPorts("4222/tcp"),
+				testcontainers.WithWaitStrategy(wait.ForLog("Server is ready").WithStartupTimeout(time.Minute)),
+			)
+		})
+	}
+	wg.Wait()
+	var urls []string
+	for i, n := range c.nats {
+		testcontainers.CleanupContainer(t, n)
+		if errs[i] != nil {
+			t.Fatalf("start nats-%d: %v", i+1, errs[i])
+		}
+		// The servers require TLS; the certificate names 127.0.0.1.
+		urls = append(urls, "tls://"+strings.TrimPrefix(natsURL(t, n), "nats://"))
+	}
+	c.hostURL = strings.Join(urls, ",")
+
+	// The streams, three times replicated, before any service starts, and
+	// the data bucket of the test's submitter: as the operator, as
+	// deploy/README.md tells an operator to.
+	setup, err := testcontainers.Run(ctx, "e31-cli:"+imageTag,
+		network.WithNetwork(nil, nw),
+		testcontainers.WithEnv(c.env),
+		c.mount("operator", "/etc/e31"),
+		testcontainers.WithCmd("setup", "--replicas", "3", "--lease-ttl", leaseTTL.String(), "--submitter", clusterSubmitter),
+		testcontainers.WithWaitStrategy(wait.ForExit().WithExitTimeout(2*time.Minute)),
+	)
+	testcontainers.CleanupContainer(t, setup)
+	if err != nil {
+		t.Fatalf("e31 setup: %v", err)
+	}
+	if st, err := setup.State(ctx); err != nil || st.ExitCode != 0 {
+		t.Fatalf("e31 setup: exit %v (%v)\n%s", st, err, containerLog(ctx, setup))
+	}
+	t.Logf("setup: %s", strings.TrimSpace(containerLog(ctx, setup)))
+
+	for _, class := range []string{"ledger", "submit", "rent", "output", "release"} {
+		for i := 1; i <= instances[class]; i++ {
+			c.start(ctx, class, fmt.Sprintf("%s-%d", class, i))
+		}
+	}
+	for i := 1; i <= instances["run"]; i++ {
+		c.start(ctx, "run", fmt.Sprintf("node-%d", i))
+	}
+	return c
+}
+
+// start runs one service instance (or, for run, the node named name).
+func (c *cluster) start(ctx context.Context, class, name string) {
+	c.t.Helper()
+	opts := []testcontainers.ContainerCustomizer{
+		network.WithNetwork([]string{name}, c.net),
+		testcontainers.WithEnv(c.env),
+		c.mount(secretsFor(class, name), "/etc/e31"),
+		testcontainers.WithWaitStrategy(wait.ForLog(`"msg":"running"`).WithStartupTimeout(time.Minute)),
+	}
+	if class == "run" {
+		// Jobs run as plain processes in the node's container: the
+		// sandbox needs privileges CI machines may not grant (and this
+		// test is about losing nothing, not isolation, which the sandbox's
+		// own tests prove), and a process can leave its trace in /shared.
+		opts = append(opts,
+			testcontainers.WithCmd("--node", name, "--node-cpu", "2", "--node-memory", "1GiB", "--node-disk", "1GiB",
+				"--executor", "process", "--grace", "1s"),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.Binds = append(hc.Binds, c.ranDir+":/shared")
+			}),
+		)
+	}
+	if class == "rent" {
+		opts = append(opts, testcontainers.WithCmd("--instance", name))
+	}
+	ctr, err := testcontainers.Run(ctx, "e31-"+class+":"+imageTag, opts...)
+	testcontainers.CleanupContainer(c.t, ctr)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", name, err)
+	}
+	c.svcs[class] = append(c.svcs[class], ctr)
+}
+
+// kill sends SIGKILL to a container, as a machine that dies would: no
+// SIGTERM first, no time to drain. It returns once Docker says the
+// container exited, so that a start after it is a restart.
+func (c *cluster) kill(ctx context.Context, ctr *testcontainers.DockerContainer) error {
+	// Asked before the kill, so that the exit cannot be missed: Docker has
+	// taken the request when ContainerWait returns.
+	exited := c.docker.ContainerWait(ctx, ctr.GetContainerID(), client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := c.docker.ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		return err
+	}
+	select {
+	case <-exited.Result:
+		return nil
+	case err := <-exited.Error:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// creds is the credentials file of one identity of the secrets (a
+// directory of deploy/init.sh's: operator, auditor, submit, node-1, …).
+func (c *cluster) creds(who string) string { return filepath.Join(c.secrets, who, "e31.creds") }
+
+// ca is the TLS authority every client checks the servers against.
+func (c *cluster) ca() string { return filepath.Join(c.secrets, "ca.pem") }
+
+// connect opens a client on the host, as the operator, that reconnects to
+// any server.
+func (c *cluster) connect() jetstream.JetStream {
+	c.t.Helper()
+	sec, err := connect.SecurityOptions(connect.Config{Creds: c.creds("operator"), CA: c.ca()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	nc, err := nats.Connect(c.hostURL, append(sec, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		// The servers advertise their addresses on the private network.
+		nats.IgnoreDiscoveredServers())...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return js
+}
+
+// logWatch follows the log for the events the cluster test paces its
+// faults by: which jobs have started, and how often each node was found
+// lost.
+type logWatch struct {
+	mu      sync.Mutex
+	started map[string]bool
+	expired map[string]int
+	// changed is closed when something new is seen, then replaced.
+	changed chan struct{}
+}
+
+// watchLog follows the log from its start until ctx ends.
+func watchLog(ctx context.Context, js jetstream.JetStream) *logWatch {
+	w := &logWatch{started: map[string]bool{}, expired: map[string]int{}, changed: make(chan struct{})}
+	go w.follow(ctx, js)
+	return w
+}
+
+func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
+	// NodeExpired is a node's event: e31.node.<node>.expired.
+	filters := []string{events.KindSubject(events.TypeRunStarted), "e31.node.*.expired"}
+	var last uint64
+	for ctx.Err() == nil {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+		if last > 0 {
+			// Made again after the server it was on went away: on from
+			// where it was.
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
+		}
+		cons, err := js.OrderedConsumer(ctx, events.Stream, cfg)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		for ctx.Err() == nil {
+			m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			if err != nil {
+				break
+			}
+			if meta, err := m.Metadata(); err == nil {
+				last = meta.Sequence.Stream
+			}
+			w.saw(m.Subject())
+		}
+	}
+}
+
+// saw records one event by its subject: e31.job.<job>.started or
+// e31.node.<node>.expired.
+func (w *logWatch) saw(subject string) {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 4 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case tok[1] == "job" && tok[3] == "started":
+		w.started[tok[2]] = true
+	case tok[1] == "node" && tok[3] == "expired":
+		w.expired[tok[2]]++
+	default:
+		return
+	}
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// expiredCount is how often node has been found lost so far.
+func (w *logWatch) expiredCount(node string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.expired[node]
+}
+
+// waitFor waits, at most d, until seen holds; seen is called with the
+// watch's lock held.
+func (w *logWatch) waitFor(ctx context.Context, d time.Duration, what string, seen func(w *logWatch) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		ok, changed := seen(w), w.changed
+		w.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%s: not seen on the log within %s", what, d)
+		}
+	}
+}
+
+// anyStarted reports whether one of ids has started; for waitFor.
+func anyStarted(ids []string) func(w *logWatch) bool {
+	return func(w *logWatch) bool {
+		for _, id := range ids {
+			if w.started[id] {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// auditPassesAs runs `e31 audit` with the credentials and TLS authority
+// given, and fails the test unless it passes.
+func auditPassesAs(t *testing.T, url, creds, ca string) {
+	t.Helper()
+	out, errOut, code := e31(t, url, "audit", "--creds", creds, "--tls-ca", ca)
+	if code != 0 {
+		t.Errorf("e31 audit: exit %d\n%s%s", code, out, errOut)
+		return
+	}
+	t.Logf("%s", strings.TrimSpace(out))
+}
+
+func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) string {
+	r, err := ctr.Logs(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	defer r.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
+}
+
+// TestClusterLosesNothing runs deploy/'s topology with deploy/'s secrets
+// (three NATS servers with every stream replicated three times, TLS on
+// every connection and between the servers, credentials for every
+// identity; two instances of each service, three run nodes) and submits
+// 500 jobs. While they run, it kills one random instance of each service,
+// one run node and one NATS server with SIGKILL, and starts each again.
+// Afterwards every job must have ended, each attempt been released exactly
+// once, no attempt run twice (by the trace each run leaves outside e31),
+// every node be free again, and the audit pass, run as the auditor.
+func TestClusterLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	const leaseTTL = 3 * time.Second
+	start := time.Now()
+	c := startCluster(t, ctx, map[string]int{"submit": 2, "rent": 2, "output": 2, "release": 2, "ledger": 2, "run": 3}, leaseTTL)
+	up := time.Since(start)
+	js := c.connect()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watch := watchLog(watchCtx, js)
+
+	const jobs, waves = 500, 10
+	ids := jobIDs("cluster", jobs)
+	spec := tracedJob(t, "/shared/ran.log", 0.3)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
+
+	// One victim of each kind, in a random order, one a wave; each comes
+	// back a moment later.
+	type victim struct {
+		name string // the instance's name: submit-1, node-2, nats-3, …
+		ctr  *testcontainers.DockerContainer
+		node bool // a run node: name is its id
+	}
+	var victims []victim
+	for _, class := range []string{"submit", "rent", "output", "release", "ledger", "run"} {
+		i := rng.IntN(len(c.svcs[class]))
+		v := victim{name: fmt.Sprintf("%s-%d", class, i+1), ctr: c.svcs[class][i], node: class == "run"}
+		if v.node {
+			v.name = fmt.Sprintf("node-%d", i+1)
+		}
+		victims = append(victims, v)
+	}
+	i := rng.IntN(len(c.nats))
+	victims = append(victims, victim{name: fmt.Sprintf("nats-%d", i+1), ctr: c.nats[i]})
+	rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
+
+	var chaos sync.WaitGroup
+	var killed []string
+	runStart := time.Now()
+	for w := range waves {
+		wave := ids[w*jobs/waves : (w+1)*jobs/waves]
+		submitAll(ctx, t, js, clusterSubmitter, spec, wave)
+		if w < len(victims) {
+			v := victims[w]
+			expiredBefore := watch.expiredCount(v.name)
+			if err := c.kill(ctx, v.ctr); err != nil {
+				t.Fatalf("kill %s: %v", v.name, err)
+			}
+			killed = append(killed, v.name)
+			// Drawn here: rng is not safe for the goroutines below.
+			down := time.Duration(500+rng.IntN(2000)) * time.Millisecond
+			chaos.Go(func() {
+				if v.node {
+					// A run node stays down until RENT has found it lost
+					// (its lease lapsed: NodeExpired), so that the jobs it
+					// held are lost and held again elsewhere.
+					err := watch.waitFor(ctx, time.Minute, "NodeExpired of "+v.name, func(w *logWatch) bool { return w.expired[v.name] > expiredBefore })
+					if err != nil {
+						t.Errorf("%s killed: %v", v.name, err)
+					}
+				} else {
+					// Pacing, not waiting for an event: a service instance
+					// or a server that dies leaves nothing on the log. The
+					// other instances (servers) carry on meanwhile.
+					time.Sleep(down)
+				}
+				if err := v.ctr.Start(ctx); err != nil {
+					t.Errorf("start %s again: %v", v.name, err)
+				}
+			})
+		}
+		// Pacing: the next wave once this one flows (one of its jobs has
+		// started), so that the faults meet jobs at every step.
+		if err := watch.waitFor(ctx, 2*time.Minute, fmt.Sprintf("a job of wave %d started", w+1), anyStarted(wave)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chaos.Wait()
+	// A minute is kept for the checks and for telling what went wrong.
+	deadline, _ := ctx.Deadline()
+	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline.Add(-time.Minute))
+	left := waitOver(waitCtx, js, ids, t.Logf)
+	stopWaiting()
+	took := time.Since(runStart)
+	if len(left) > 0 {
+		t.Errorf("%d jobs never ended: %v", len(left), left[:min(len(left), 10)])
+		// What each container said of the first one, and what the run
+		// nodes warned of.
+		for _, ctrs := range append(slices.Collect(maps.Values(c.svcs)), c.nats) {
+			for _, ctr := range ctrs {
+				name, _ := ctr.Name(ctx)
+				isRun := slices.Contains(c.svcs["run"], ctr)
+				for line := range strings.SplitSeq(containerLog(ctx, ctr), "\n") {
+					if strings.Contains(line, left[0]) || (isRun && (strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`))) {
+						t.Logf("%s: %s", name, line)
+					}
+				}
+			}
+		}
+	}
+	s := checkNothingLost(ctx, t, js, ids, filepath.Join(c.ranDir, "ran.log"))
+	auditPassesAs(t, c.hostURL, c.creds("auditor"), c.ca())
+	for class, ctrs := range c.svcs {
+		for _, ctr := range ctrs {
+			if st, err := ctr.State(ctx); err != nil || !st.Running {
+				name, _ := ctr.Name(ctx)
+				t.Errorf("%s %s is not running after the faults (%v): it must carry on, not exit", class, name, err)
+			}
+		}
+	}
+	if t.Failed() {
+		for _, ctrs := range c.svcs {
+			for _, ctr := range ctrs {
+				name, _ := ctr.Name(ctx)
+				log := containerLog(ctx, ctr)
+				lines := strings.Split(strings.TrimSpace(log), "\n")
+				t.Logf("--- last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			}
+		}
+	}
+	t.Logf("cluster: up in %s; %d jobs through 3 NATS servers (R3, TLS, credentials per identity), 2 of each service, 3 nodes in %s; killed with SIGKILL and restarted: %s; %s",
+		up.Round(time.Millisecond), jobs, took.Round(time.Millisecond), strings.Join(killed, ", "), s)
+}
