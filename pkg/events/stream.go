@@ -234,8 +234,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 // Transient reports whether a JetStream request failed for a reason that
 // passes by itself: no answer in time (the server is restarting, or the
 // connection is being made again), nobody answering JetStream requests yet,
-// or the server saying it is unavailable for now (a cluster without a
-// leader). Anything else, such as a configuration the server refuses, is
+// no answer from a stream whose leader has just gone, or the server saying
+// it is unavailable for now (a cluster without a leader). Anything else, such as a configuration the server refuses, is
 // not helped by asking again.
 func Transient(err error) bool {
 	var apiErr *jetstream.APIError
@@ -244,7 +244,7 @@ func Transient(err error) bool {
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting)
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // WaitReady retries a first JetStream call until the server answers: a fresh

@@ -304,9 +304,13 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 	defer cancel()
 	delay := 50 * time.Millisecond
 	for {
-		stored, err := s.pub.React(ctx, started, func(after []events.Envelope) ([]events.Event, error) {
+		// Each try has its own deadline: a request that went to a server
+		// which then died must not use up the whole two minutes.
+		try, cancelTry := context.WithTimeout(ctx, 15*time.Second)
+		stored, err := s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
 			return DecideStop(stopped, after), nil
 		})
+		cancelTry()
 		if err == nil {
 			return len(stored) > 0, nil
 		}
@@ -500,7 +504,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	var collected events.Collected
 	err = again(collectCtx, log, "collecting output", func() (err error) {
-		collected, err = stage.Collect(collectCtx, store, ws.OutDir, spec.Output, bound)
+		// As above: one try stuck on a dead server is given up, not waited out.
+		try, cancelTry := context.WithTimeout(collectCtx, time.Minute)
+		defer cancelTry()
+		collected, err = stage.Collect(try, store, ws.OutDir, spec.Output, bound)
 		return err
 	})
 	tooLarge, size := errors.Is(err, stage.ErrOutputTooLarge) && collected.Bytes > bound, collected.Bytes
