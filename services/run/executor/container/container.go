@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
@@ -372,7 +373,7 @@ loop:
 	if !stopping {
 		code := info.State.ExitCode
 		switch {
-		case info.State.OOMKilled:
+		case info.State.OOMKilled || killedAtLimit(code, res.Usage.MaxRSSBytes, mem):
 			res.Outcome = events.OutOfMemory
 			res.Reason = fmt.Sprintf("out of memory at the %d-byte limit", mem)
 		case code == 0:
@@ -387,6 +388,16 @@ loop:
 	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
 		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
 	return res, nil
+}
+
+// killedAtLimit reports whether a container that exited by SIGKILL, which
+// e31 did not send, had its memory at the limit: the kernel's OOM killer.
+// The engine's own OOMKilled flag is not enough: Docker 20.10 on cgroup v1
+// sets it from an OOM event that may arrive after the exit it caused, and
+// then the kill reads as an ordinary exit code 137.
+func killedAtLimit(code int, peak, limit int64) bool {
+	const slack = 1 << 20 // the parent's peak may differ from the container's by a few pages
+	return code == 128+int(syscall.SIGKILL) && peak > 0 && peak >= limit-slack
 }
 
 // copyLogs writes the container's stdout and stderr into the workspace.
