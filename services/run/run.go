@@ -231,15 +231,25 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	log := s.log.With("job", job, "attempt", held.Attempt)
 
 	s.mu.Lock()
-	if r := s.running[job]; r != nil {
-		// Delivered again while this node runs it: wait for the first delivery.
+	for {
+		r := s.running[job]
+		if r == nil {
+			break
+		}
+		// Delivered again while this node runs it: wait for the first
+		// delivery, which decides it. Another attempt of the job may still
+		// be stopping here (its node was counted lost and it was held again
+		// on this same node): wait for that one to end, then decide this one.
 		s.mu.Unlock()
 		select {
 		case <-r.done:
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		if r.attempt == held.Attempt {
+			return nil
+		}
+		s.mu.Lock()
 	}
 	jobCtx, cancel := context.WithCancelCause(context.Background())
 	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}

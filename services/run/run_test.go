@@ -269,6 +269,56 @@ func TestHandleHeldDoesNotRecordAResultAfterTheHoldWasLost(t *testing.T) {
 	}
 }
 
+// TestHandleHeldRunsTheNextAttemptOnTheSameNode: the node was counted lost
+// while attempt 1 ran, and the job was held again on this same node (it came
+// back). Attempt 2 arrives while attempt 1 is still stopping; it must run
+// once attempt 1 is gone, not be taken for a second delivery of it.
+func TestHandleHeldRunsTheNextAttemptOnTheSameNode(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nil)
+	ready := fifo(t, filepath.Join(n.dir, "ready"))
+	proceed := fifo(t, filepath.Join(n.dir, "proceed"))
+	marker := filepath.Join(n.dir, "runs")
+	spec := job(`echo "$E31_ATTEMPT" >> "$MARKER"
+if [ "$E31_ATTEMPT" = 1 ]; then echo > "$READY"; read x < "$PROCEED"; fi`,
+		map[string]string{"READY": ready.path, "PROCEED": proceed.path, "MARKER": marker})
+	first := n.hold(t, "job-1", spec)
+	hold := first.Event.(*events.ComputeHeld).Hold
+
+	done := make(chan error, 2)
+	go func() { done <- n.run.HandleHeld(n.ctx, first) }()
+	ready.wait(t, n.ctx)
+	n.append(t, "job-1", events.HoldLost{Hold: hold, Reason: "lease lapsed"})
+	hold.Attempt = 2
+	second := n.append(t, "job-1", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	go func() { done <- n.run.HandleHeld(n.ctx, second) }()
+	if err := os.WriteFile(proceed.path, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-n.ctx.Done():
+			t.Fatal("HandleHeld did not return")
+		}
+	}
+
+	names, stopped := n.log(t, "job-1")
+	want := []string{"JobSubmitted", "ComputeHeld", "RunStarted", "HoldLost", "ComputeHeld", "RunStarted", "RunStopped"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("job-1's log = %v, want %v", names, want)
+	}
+	if stopped.Attempt != 2 || stopped.Outcome != events.Succeeded {
+		t.Errorf("RunStopped = attempt %d %s, want attempt 2 succeeded", stopped.Attempt, stopped.Outcome)
+	}
+	if b, _ := os.ReadFile(marker); string(b) != "1\n2\n" {
+		t.Errorf("attempts that ran: %q, want attempt 1 then attempt 2", b)
+	}
+}
+
 func TestHandleHeldIgnoresAHoldOnAnotherNode(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
