@@ -139,7 +139,7 @@ func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
 	dec := gojson.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(ev); err != nil {
-		return fail(fmt.Errorf("%s body: %w", env.Type, err))
+		return fail(fmt.Errorf("%s body: %w", env.Type, explain(body, k.newEvent(), err)))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return fail(fmt.Errorf("%s body: trailing data after the JSON object", env.Type))
@@ -153,6 +153,19 @@ func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
 		return fail(fmt.Errorf("stored on %q, but a %s about %q belongs on %q", subject, env.Type, env.Subject, want))
 	}
 	return env, nil
+}
+
+// explain is why a body does not decode, in encoding/json's words, which
+// name the field by its path in the JSON (request.memory_bytes) where
+// goccy/go-json's name a Go type: a publisher outside e31 knows only the
+// JSON. Only refused events pay for decoding twice.
+func explain(body []byte, ev Event, fast error) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(ev); err != nil {
+		return err
+	}
+	return fast
 }
 
 // IsUnknownType reports whether err means the event's type is not one this

@@ -1205,30 +1205,36 @@ func TestDecodeRefuses(t *testing.T) {
 		subject string
 		header  nats.Header
 		body    []byte
-		unknown bool // the error is ErrUnknownType, which readers skip
+		unknown bool   // the error is ErrUnknownType, which readers skip
+		names   string // the error names this, where it names the field
 	}{
-		{"held on another node's subject", "e31.job." + goldenJob + ".held.node-b2", goldenHeaders(events.TypeComputeHeld), held, false},
-		{"held on another job's subject", "e31.job.other-job.held." + goldenNode, goldenHeaders(events.TypeComputeHeld), held, false},
-		{"held without the node token", "e31.job." + goldenJob + ".held", goldenHeaders(events.TypeComputeHeld), held, false},
-		{"submitted on the rejected subject", "e31.job." + goldenJob + ".rejected", goldenHeaders(events.TypeJobSubmitted), readGolden(t, events.TypeJobSubmitted), false},
-		{"node event on a job subject", "e31.job." + goldenNode + ".announced", goldenHeaders(events.TypeNodeAnnounced), readGolden(t, events.TypeNodeAnnounced), false},
-		{"no ce-specversion", heldSubject, without(events.HeaderSpecVersion), held, false},
-		{"no ce-id", heldSubject, without(events.HeaderID), held, false},
-		{"no ce-type", heldSubject, without(events.HeaderType), held, false},
-		{"no ce-source", heldSubject, without(events.HeaderSource), held, false},
-		{"no ce-time", heldSubject, without(events.HeaderTime), held, false},
-		{"no ce-subject", heldSubject, without(events.HeaderSubject), held, false},
-		{"ce-specversion 0.3", heldSubject, with(events.TypeComputeHeld, events.HeaderSpecVersion, "0.3"), held, false},
-		{"ce-time not RFC 3339", heldSubject, with(events.TypeComputeHeld, events.HeaderTime, "2025-03-14 09:26:53"), held, false},
-		{"ce-time yesterday", heldSubject, with(events.TypeComputeHeld, events.HeaderTime, "yesterday"), held, false},
-		{"ce-subject not an id", "e31.job.a.b.held." + goldenNode, with(events.TypeComputeHeld, events.HeaderSubject, "a.b"), held, false},
-		{"body over MaxBodyBytes", cancelled, goldenHeaders(events.TypeJobCancelled), pad(events.MaxBodyBytes + 1), false},
-		{"trailing object", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`{"reason":"x"} {"reason":"y"}`), false},
-		{"trailing garbage", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`{"reason":"x"}garbage`), false},
-		{"not JSON", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`reason: x`), false},
-		{"unknown field", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`{"reason":"x","by":"alice"}`), false},
-		{"wrong type", heldSubject, goldenHeaders(events.TypeComputeHeld), bytes.Replace(held, []byte(`"attempt": 1`), []byte(`"attempt": "1"`), 1), false},
-		{"unknown type", cancelled, with(events.TypeJobCancelled, events.HeaderType, "e31.job.cancelled.v9"), []byte(`{"reason":"x"}`), true},
+		{"held on another node's subject", "e31.job." + goldenJob + ".held.node-b2", goldenHeaders(events.TypeComputeHeld), held, false, ""},
+		{"held on another job's subject", "e31.job.other-job.held." + goldenNode, goldenHeaders(events.TypeComputeHeld), held, false, ""},
+		{"held without the node token", "e31.job." + goldenJob + ".held", goldenHeaders(events.TypeComputeHeld), held, false, ""},
+		{"submitted on the rejected subject", "e31.job." + goldenJob + ".rejected", goldenHeaders(events.TypeJobSubmitted), readGolden(t, events.TypeJobSubmitted), false, ""},
+		{"node event on a job subject", "e31.job." + goldenNode + ".announced", goldenHeaders(events.TypeNodeAnnounced), readGolden(t, events.TypeNodeAnnounced), false, ""},
+		{"no ce-specversion", heldSubject, without(events.HeaderSpecVersion), held, false, ""},
+		{"no ce-id", heldSubject, without(events.HeaderID), held, false, ""},
+		{"no ce-type", heldSubject, without(events.HeaderType), held, false, ""},
+		{"no ce-source", heldSubject, without(events.HeaderSource), held, false, ""},
+		{"no ce-time", heldSubject, without(events.HeaderTime), held, false, ""},
+		{"no ce-subject", heldSubject, without(events.HeaderSubject), held, false, ""},
+		{"ce-specversion 0.3", heldSubject, with(events.TypeComputeHeld, events.HeaderSpecVersion, "0.3"), held, false, ""},
+		{"ce-time not RFC 3339", heldSubject, with(events.TypeComputeHeld, events.HeaderTime, "2025-03-14 09:26:53"), held, false, ""},
+		{"ce-time yesterday", heldSubject, with(events.TypeComputeHeld, events.HeaderTime, "yesterday"), held, false, ""},
+		{"ce-subject not an id", "e31.job.a.b.held." + goldenNode, with(events.TypeComputeHeld, events.HeaderSubject, "a.b"), held, false, ""},
+		{"body over MaxBodyBytes", cancelled, goldenHeaders(events.TypeJobCancelled), pad(events.MaxBodyBytes + 1), false, ""},
+		{"trailing object", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`{"reason":"x"} {"reason":"y"}`), false, ""},
+		{"trailing garbage", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`{"reason":"x"}garbage`), false, ""},
+		{"not JSON", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`reason: x`), false, ""},
+		{"unknown field", cancelled, goldenHeaders(events.TypeJobCancelled), []byte(`{"reason":"x","by":"alice"}`), false, `"by"`},
+		{"wrong type", heldSubject, goldenHeaders(events.TypeComputeHeld), bytes.Replace(held, []byte(`"attempt": 1`), []byte(`"attempt": "1"`), 1), false, "attempt"},
+		// A publisher outside e31 knows the JSON, not e31's Go types: the
+		// error names the field by its path in the body.
+		{"wrong type, nested", heldSubject, goldenHeaders(events.TypeComputeHeld), bytes.Replace(held, []byte(`"memory_bytes": 536870912,
+    `), []byte(`"memory_bytes": "512MiB",
+    `), 2), false, "spec.request.memory_bytes"},
+		{"unknown type", cancelled, with(events.TypeJobCancelled, events.HeaderType, "e31.job.cancelled.v9"), []byte(`{"reason":"x"}`), true, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -1242,6 +1248,9 @@ func TestDecodeRefuses(t *testing.T) {
 			}
 			if events.IsUnknownType(err) != c.unknown {
 				t.Errorf("IsUnknownType(%v) = %v, expected %v", err, !c.unknown, c.unknown)
+			}
+			if !strings.Contains(err.Error(), c.names) {
+				t.Errorf("got %v, expected it to name %s", err, c.names)
 			}
 		})
 	}
