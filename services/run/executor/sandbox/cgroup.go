@@ -315,8 +315,15 @@ func openAt(dir, name string, flags int) (fileAt, error) {
 // readSmall reads a file of one short value or a few lines in one call.
 func (f fileAt) readSmall() ([]byte, error) {
 	var buf [256]byte
+	return f.readAll(buf[:])
+}
+
+// readAll reads the whole file in one read from offset 0 into buf, and
+// fails rather than return a part when buf is too small: kernel files
+// (cgroup, /proc/net) make their whole text on such a read.
+func (f fileAt) readAll(buf []byte) ([]byte, error) {
 	for {
-		n, err := unix.Pread(f.fd, buf[:], 0)
+		n, err := unix.Pread(f.fd, buf, 0)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}

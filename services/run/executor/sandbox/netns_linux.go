@@ -4,7 +4,6 @@ package sandbox
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -130,19 +129,7 @@ func readProcNet(f fileAt, buf []byte) ([]byte, error) {
 	if buf == nil {
 		buf = make([]byte, procNetMax)
 	}
-	for {
-		n, err := unix.Pread(f.fd, buf, 0)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", f.name, err)
-		}
-		if n == len(buf) {
-			return nil, fmt.Errorf("read %s: longer than %d bytes", f.name, len(buf))
-		}
-		return buf[:n], nil
-	}
+	return f.readAll(buf)
 }
 
 // maskSockstat blanks what /proc/net/sockstat shows of the whole host
