@@ -276,6 +276,7 @@ func (c *cluster) connect() jetstream.JetStream {
 type logWatch struct {
 	mu      sync.Mutex
 	started map[string]bool
+	starts  int // RunStarted events, every attempt's
 	expired map[string]int
 	// changed is closed when something new is seen, then replaced.
 	changed chan struct{}
@@ -335,6 +336,7 @@ func (w *logWatch) saw(subject string) {
 	switch {
 	case tok[1] == "job" && tok[3] == "started":
 		w.started[tok[2]] = true
+		w.starts++
 	case tok[1] == "node" && tok[3] == "expired":
 		w.expired[tok[2]]++
 	default:
@@ -342,6 +344,13 @@ func (w *logWatch) saw(subject string) {
 	}
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+// startCount is how many attempts have started so far.
+func (w *logWatch) startCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.starts
 }
 
 // expiredCount is how often node has been found lost so far.
@@ -441,7 +450,7 @@ func TestClusterLosesNothing(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
 
 	// One victim of each kind, in a random order, one a wave; each comes
-	// back a moment later.
+	// back once the rest have carried on without it.
 	type victim struct {
 		name string // the instance's name: submit-1, node-2, nats-3, …
 		ctr  *testcontainers.DockerContainer
@@ -468,13 +477,11 @@ func TestClusterLosesNothing(t *testing.T) {
 		submitAll(ctx, t, js, clusterSubmitter, spec, wave)
 		if w < len(victims) {
 			v := victims[w]
-			expiredBefore := watch.expiredCount(v.name)
+			expiredBefore, startsBefore := watch.expiredCount(v.name), watch.startCount()
 			if err := c.kill(ctx, v.ctr); err != nil {
 				t.Fatalf("kill %s: %v", v.name, err)
 			}
 			killed = append(killed, v.name)
-			// Drawn here: rng is not safe for the goroutines below.
-			down := time.Duration(500+rng.IntN(2000)) * time.Millisecond
 			chaos.Go(func() {
 				if v.node {
 					// A run node stays down until RENT has found it lost
@@ -485,10 +492,15 @@ func TestClusterLosesNothing(t *testing.T) {
 						t.Errorf("%s killed: %v", v.name, err)
 					}
 				} else {
-					// Pacing, not waiting for an event: a service instance
-					// or a server that dies leaves nothing on the log. The
-					// other instances (servers) carry on meanwhile.
-					time.Sleep(down)
+					// A service instance or a server that dies leaves
+					// nothing on the log: it stays down until the others
+					// have carried on without it, attempts starting again.
+					const carryOn = 10
+					err := watch.waitFor(ctx, time.Minute, fmt.Sprintf("%d attempts started with %s down", carryOn, v.name),
+						func(w *logWatch) bool { return w.starts >= startsBefore+carryOn })
+					if err != nil {
+						t.Errorf("%s killed: %v", v.name, err)
+					}
 				}
 				if err := v.ctr.Start(ctx); err != nil {
 					t.Errorf("start %s again: %v", v.name, err)
