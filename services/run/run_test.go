@@ -99,6 +99,28 @@ func (n *node) handleHeld(t *testing.T, env events.Envelope) {
 	}
 }
 
+// handleHeldAsync runs HandleHeld in the background, for a test that acts
+// on the job while it runs; wait for its end with returned.
+func (n *node) handleHeldAsync(env events.Envelope) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- n.run.HandleHeld(n.ctx, env) }()
+	return done
+}
+
+// returned waits for a HandleHeld started with handleHeldAsync to return
+// without an error, and fails the test at the test's deadline.
+func (n *node) returned(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-n.ctx.Done():
+		t.Fatalf("HandleHeld did not return %s", what)
+	}
+}
+
 // log returns the names of the job's events and its RunStopped, if any.
 func (n *node) log(t *testing.T, id string) ([]string, *events.RunStopped) {
 	t.Helper()
@@ -247,21 +269,13 @@ func TestHandleHeldDoesNotRecordAResultAfterTheHoldWasLost(t *testing.T) {
 	ready := fifo(t, filepath.Join(n.dir, "ready"))
 	held := n.hold(t, "job-1", job(`echo > "$READY"; exec sleep 30`, map[string]string{"READY": ready.path}))
 
-	done := make(chan error, 1)
-	go func() { done <- n.run.HandleHeld(n.ctx, held) }()
+	done := n.handleHeldAsync(held)
 	ready.wait(t, n.ctx)
 	n.append(t, "job-1", events.HoldLost{Hold: held.Event.(*events.ComputeHeld).Hold, Reason: "lease lapsed"})
 	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", events.CancelRequested{By: "alice"})); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-n.ctx.Done():
-		t.Fatal("HandleHeld did not return after the cancel")
-	}
+	n.returned(t, done, "after the cancel")
 
 	names, _ := n.log(t, "job-1")
 	if want := []string{"JobSubmitted", "ComputeHeld", "RunStarted", "HoldLost", "CancelRequested"}; !slices.Equal(names, want) {
@@ -285,26 +299,17 @@ if [ "$E31_ATTEMPT" = 1 ]; then echo > "$READY"; read x < "$PROCEED"; fi`,
 	first := n.hold(t, "job-1", spec)
 	hold := first.Event.(*events.ComputeHeld).Hold
 
-	done := make(chan error, 2)
-	go func() { done <- n.run.HandleHeld(n.ctx, first) }()
+	firstDone := n.handleHeldAsync(first)
 	ready.wait(t, n.ctx)
 	n.append(t, "job-1", events.HoldLost{Hold: hold, Reason: "lease lapsed"})
 	hold.Attempt = 2
 	second := n.append(t, "job-1", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
-	go func() { done <- n.run.HandleHeld(n.ctx, second) }()
+	secondDone := n.handleHeldAsync(second)
 	if err := os.WriteFile(proceed.path, []byte("go\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-n.ctx.Done():
-			t.Fatal("HandleHeld did not return")
-		}
-	}
+	n.returned(t, firstDone, "for attempt 1")
+	n.returned(t, secondDone, "for attempt 2")
 
 	names, stopped := n.log(t, "job-1")
 	want := []string{"JobSubmitted", "ComputeHeld", "RunStarted", "HoldLost", "ComputeHeld", "RunStarted", "RunStopped"}
@@ -420,20 +425,12 @@ func TestHandleCancelStopsARunningJobAndKeepsItsOutputSoFar(t *testing.T) {
 	held := n.hold(t, "job-1", job(`printf so-far > "$E31_OUTPUT/part.txt"; echo > "$READY"; exec sleep 30`,
 		map[string]string{"READY": ready.path}, events.OutputDecl{Path: "part.txt", Required: true}))
 
-	done := make(chan error, 1)
-	go func() { done <- n.run.HandleHeld(n.ctx, held) }()
+	done := n.handleHeldAsync(held)
 	ready.wait(t, n.ctx)
 	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", events.CancelRequested{By: "alice"})); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-n.ctx.Done():
-		t.Fatal("HandleHeld did not return after the cancel")
-	}
+	n.returned(t, done, "after the cancel")
 
 	names, stopped := n.log(t, "job-1")
 	want := []string{"JobSubmitted", "ComputeHeld", "RunStarted", "CancelRequested", "RunStopped"}
@@ -467,8 +464,7 @@ func TestHandleCancelWhileStagingRecordsCancelled(t *testing.T) {
 	spec.Data = []events.DataRef{ref}
 	held := n.hold(t, "job-1", spec)
 
-	done := make(chan error, 1)
-	go func() { done <- n.run.HandleHeld(n.ctx, held) }()
+	done := n.handleHeldAsync(held)
 	select {
 	case <-gate.entered:
 	case <-n.ctx.Done():
@@ -477,9 +473,7 @@ func TestHandleCancelWhileStagingRecordsCancelled(t *testing.T) {
 	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", events.CancelRequested{By: "alice"})); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	n.returned(t, done, "after the cancel")
 
 	_, stopped := n.log(t, "job-1")
 	if stopped == nil {
