@@ -100,6 +100,9 @@ type HoldRecord struct {
 	Submitter string `json:"submitter"`
 	Node      string `json:"node"`
 	State     string `json:"state"`
+	// Isolation is how the last attempt that started was isolated
+	// (RunStarted's isolation): sandbox, container or none.
+	Isolation events.Isolation `json:"isolation,omitempty"`
 
 	Outcome  events.Outcome `json:"outcome,omitempty"`
 	ExitCode *int           `json:"exit_code,omitempty"`

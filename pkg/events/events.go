@@ -189,6 +189,10 @@ type ComputeHeld struct {
 // RunStarted records that the node started the job.
 type RunStarted struct {
 	Hold
+	// Isolation is how the node isolates this attempt (IsolationSandbox,
+	// IsolationContainer or IsolationNone): what the hold record reports
+	// the attempt ran under. Absent in events from nodes older than it.
+	Isolation Isolation `json:"isolation,omitempty"`
 }
 
 // RunStopped records how and why the job stopped, what it used and what it
@@ -263,7 +267,29 @@ type NodeAnnounced struct {
 	GPU         int               `json:"gpu"`
 	DiskBytes   int64             `json:"disk_bytes"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// Isolation is the weakest isolation the node gives a job: RENT never
+	// places a job on a node that announces IsolationNone unless the node
+	// also says AllowUnisolated. Absent in announcements of nodes older
+	// than it.
+	Isolation Isolation `json:"isolation,omitempty"`
+	// AllowUnisolated says the node's operator started it with an explicit
+	// flag that lets it run jobs without isolation.
+	AllowUnisolated bool `json:"allow_unisolated,omitempty"`
 }
+
+// Isolation is how a node keeps a job apart from the node and other jobs.
+type Isolation string
+
+// The isolations a node may announce.
+const (
+	// IsolationSandbox is e31's own sandbox: namespaces, cgroup, seccomp,
+	// an unprivileged uid.
+	IsolationSandbox Isolation = "sandbox"
+	// IsolationContainer is a container engine's (jobs that name an image).
+	IsolationContainer Isolation = "container"
+	// IsolationNone is a plain child process: the job sees the node.
+	IsolationNone Isolation = "none"
+)
 
 // NodeExpired records that a node stopped renewing its lease: RENT counts it
 // lost until it announces itself again, and every attempt held on it ends.

@@ -436,6 +436,10 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			v.SetString(string(events.Failed))
 			return
 		}
+		if v.Type() == reflect.TypeFor[events.Isolation]() {
+			v.SetString(string(events.IsolationSandbox))
+			return
+		}
 		s, ok := map[string]string{
 			"node":      "node-7",
 			"boot":      "boot-2",
