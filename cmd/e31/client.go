@@ -105,7 +105,7 @@ func (a *app) whoami(creds string) (who, error) {
 
 // dial connects, failing fast with advice when nothing answers.
 func (a *app) dial(ctx context.Context) (*client, error) {
-	cfg := a.connectConfig("e31-cli")
+	cfg := a.clientConfig("e31-cli")
 	w, err := a.whoami(cfg.Creds)
 	if err != nil {
 		return nil, err

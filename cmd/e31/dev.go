@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,10 +64,13 @@ Authentication is on: every client, the services inside included, connects
 with credentials and may do only what its role allows (pkg/auth). On first
 start the operator, account and signing keys are made in DIR/keys (keep them
 private); on every start credentials are written into DIR/creds: operator.creds
-and auditor.creds, and NAME.creds for each submitter of --users, whose data
-bucket is made too. Use them with --creds or E31_CREDS:
+and auditor.creds, and NAME.creds for each submitter of --users and for the
+user who runs it ($USER), whose data buckets are made too. The CLI on this
+machine, given no credentials, uses $USER's for this server by itself; others
+are used with --creds or E31_CREDS:
 
   e31 dev --users alice,bob
+  e31 submit examples/hello/job.yaml                       # as $USER
   E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -94,6 +98,8 @@ type devSystem struct {
 	broker   *broker.Server
 	keys     *auth.Keys
 	credsDir string
+	// users are the submitters it wrote credentials for.
+	users    []auth.Identity
 	log      *slog.Logger
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -130,10 +136,13 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 	}
 	fmt.Fprintf(a.out, "e31 dev: NATS JetStream listening on %s (store in %s, sync=%s)\n", sys.broker.ClientURL(), filepath.Join(o.dir, "nats"), o.sync)
 	names := []string{"operator.creds", "auditor.creds"}
-	for _, u := range o.users {
-		names = append(names, u+".creds")
+	for _, u := range sys.users {
+		names = append(names, u.Name+".creds")
 	}
 	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", sys.credsDir, strings.Join(names, ", "))
+	if slices.Contains(sys.users, auth.Identity{Role: auth.Submitter, Name: a.env.User}) {
+		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, sys.credsFile(a.env.User))
+	}
 	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
 	<-ctx.Done()
 	fmt.Fprintln(a.out, "e31 dev: stopping")
@@ -167,6 +176,12 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 			return nil, usageErr("--users: %v", err)
 		}
 		users = append(users, id)
+	}
+	// The user who runs e31 dev is a submitter too, so that the CLI in
+	// another terminal works without credentials being exported
+	// (clientConfig finds them). A name e31 reserves gets none.
+	if me := (auth.Identity{Role: auth.Submitter, Name: a.env.User}); me.Validate() == nil && !slices.Contains(users, me) {
+		users = append(users, me)
 	}
 	keys, trust, err := devKeys(dir)
 	if err != nil {
@@ -224,9 +239,15 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		_ = sys.stop()
 		return nil, troubleErr(fmt.Errorf("dev: set up streams: %w", err))
 	}
+	sys.users = users
 	if err := sys.writeCreds(users); err != nil {
 		_ = sys.stop()
 		return nil, err
+	}
+	if a.env.ConfigDir != "" {
+		if err := connect.NoteDev(a.env.ConfigDir, strings.TrimPrefix(b.ClientURL(), "nats://"), dir); err != nil {
+			a.log.Warn("the CLI will not find your credentials by itself", "err", err)
+		}
 	}
 	for _, name := range []string{"ledger", "submit", "output", "release"} {
 		if err := start(name, name, nodeConfig{}); err != nil {

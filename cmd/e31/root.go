@@ -56,6 +56,9 @@ type env struct {
 	User string
 	// BenchN is the default number of jobs for `e31 bench`: $BENCH_N.
 	BenchN int
+	// ConfigDir is the user's configuration folder (os.UserConfigDir), where
+	// `e31 dev` notes where its credentials are; "" if there is none.
+	ConfigDir string
 }
 
 func readEnv() env {
@@ -76,7 +79,8 @@ func readEnv() env {
 		return '_'
 	}, user)
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
-	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN}
+	configDir, _ := os.UserConfigDir()
+	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN, ConfigDir: configDir}
 }
 
 // app is what every command shares: where to connect, how to log, where
@@ -106,6 +110,28 @@ func (a *app) connectConfig(name string) connect.Config {
 		ca = a.env.CA
 	}
 	return connect.Config{URL: url, Creds: creds, CA: ca, Name: name, Logger: a.log}
+}
+
+// clientConfig is connectConfig for a user's command: given no
+// credentials, it uses those an `e31 dev` on this machine wrote for the OS
+// user, if that is the server it talks to. A deployed system's credentials
+// stay explicit: no `e31 dev` noted its address.
+func (a *app) clientConfig(name string) connect.Config {
+	cfg := a.connectConfig(name)
+	if cfg.Creds != "" || a.env.ConfigDir == "" {
+		return cfg
+	}
+	creds, err := connect.DevCreds(a.env.ConfigDir, cfg.URL, a.env.User)
+	switch {
+	case err != nil:
+		a.log.Debug("no e31 dev credentials", "err", err)
+	case creds != "":
+		a.log.Debug("using the credentials e31 dev wrote for you", "creds", creds, "user", a.env.User)
+		cfg.Creds = creds
+	default:
+		a.log.Debug("no credentials given, and no e31 dev on this machine noted any for you", "nats", orDefault(cfg.URL, connect.DefaultURL), "user", a.env.User)
+	}
+	return cfg
 }
 
 func (a *app) setupLog() error {
