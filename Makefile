@@ -5,6 +5,9 @@ BIN       := bin/e31
 MODULES   := pkg services/submit services/rent services/run services/output services/release services/ledger cmd/e31
 BENCH_N   ?= 2000
 TEST_FLAGS ?= -count=1 -timeout 15m
+# The race detector runs on every module's unit and integration tests; the
+# long end-to-end load tests run without it to stay inside CI's time.
+RACE      ?= -race
 
 export GOFLAGS := -buildvcs=false
 
@@ -23,7 +26,7 @@ demo: build
 test: lint unit fuzz-short e2e
 
 unit:
-	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(TEST_FLAGS) ./$$m/...; done
+	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(RACE) $(TEST_FLAGS) ./$$m/...; done
 
 # e2e/upstream is a module of its own, outside the workspace: a system that
 # knows e31 only by its published schemas, and could not import it.
