@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,9 +12,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
@@ -38,7 +43,10 @@ func TestSubmitOfOneGiBKeepsTheCLISmall(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	t.Logf("built e31 in %s", time.Since(built).Round(time.Millisecond))
-	ts := startSystem(t, t.TempDir(), 1)
+	// The system runs as its own process, built like the CLI: inside this
+	// test binary it would run under the race detector, slow enough to
+	// change how much the CLI has in flight.
+	url, credsDir := startDevProcess(t, bin)
 
 	// A job no node can hold: it is refused once staged, so that only the
 	// staging is measured.
@@ -50,7 +58,7 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 	want := writeRandomFile(t, filepath.Join(filepath.Dir(job), "big.bin"), size)
 
 	start := time.Now()
-	cmd := exec.Command(bin, "submit", "--quiet", "--json", job, "--nats", ts.url, "--creds", ts.creds("alice"), "--log-level", "warn")
+	cmd := exec.Command(bin, "submit", "--quiet", "--json", job, "--nats", url, "--creds", filepath.Join(credsDir, "alice.creds"), "--log-level", "warn")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	took := time.Since(start)
@@ -71,7 +79,16 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("e31 submit printed %q", out)
 	}
-	evs, err := bus.ReadJob(ctxTimeout(t, 10*time.Second), ts.c.js, r.ID, 1)
+	nc, err := nats.Connect(url, nats.UserCredentials(filepath.Join(credsDir, "operator.creds")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := bus.ReadJob(ctxTimeout(t, 10*time.Second), js, r.ID, 1)
 	if err != nil || len(evs) == 0 {
 		t.Fatalf("job %s: %v", r.ID, err)
 	}
@@ -79,6 +96,50 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 	if !ok || len(req.Spec.Data) != 1 || req.Spec.Data[0].Digest != want || req.Spec.Data[0].Bytes != size {
 		t.Fatalf("first event %+v; want a request for %s", evs[0].Event, want)
 	}
+}
+
+// startDevProcess starts `bin dev` with alice as a submitter and returns its
+// NATS URL and credentials folder; it is stopped (SIGTERM) when the test ends.
+func startDevProcess(t *testing.T, bin string) (url, credsDir string) {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "dev", "--dir", dir, "--listen", "127.0.0.1:0", "--users", "alice", "--executor", "process", "--sync", "interval")
+	cmd.Env = append(os.Environ(), "USER=alice", "XDG_CONFIG_HOME="+t.TempDir())
+	cmd.Stderr = io.Discard
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("e31 dev did not stop within 30 s of SIGTERM")
+		}
+	})
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() {
+		line := lines.Text()
+		if rest, ok := strings.CutPrefix(line, "e31 dev: NATS JetStream listening on "); ok {
+			url, _, _ = strings.Cut(rest, " ")
+		}
+		if strings.Contains(line, "press Ctrl-C") {
+			go func() {
+				_, _ = io.Copy(io.Discard, stdout)
+				exited <- cmd.Wait()
+			}()
+			return url, filepath.Join(dir, "creds")
+		}
+	}
+	exited <- cmd.Wait()
+	t.Fatalf("e31 dev exited before it was ready (url %q)", url)
+	return "", ""
 }
 
 // writeRandomFile writes size pseudo-random bytes and returns their digest.
