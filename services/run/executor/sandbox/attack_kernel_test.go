@@ -133,3 +133,26 @@ func section(out, name string) string {
 	s, _, _ := strings.Cut(rest, name+"_end")
 	return s
 }
+
+// TestDataReadOnlyWithoutOverlay: where the work directory cannot be an
+// overlay's layer, /data is a bind mount, as read-only as the overlay.
+func TestDataReadOnlyWithoutOverlay(t *testing.T) {
+	t.Parallel()
+	for _, bindData := range []bool{false, true} {
+		e := newExecutor(t, Config{})
+		e.bindData = bindData
+		r := runJob(t, e, spec("data", sh(`
+echo "in=$(cat /data/in)"
+(echo pwned > /data/in) 2>/dev/null && echo wrote=in
+(echo pwned > /data/x) 2>/dev/null && echo wrote=x
+echo done=1
+`)), func(ws *executor.Workspace) { writeFile(t, filepath.Join(ws.DataDir, "in"), "input") })
+		got := lines(r.stdout)
+		if got["done"] != "1" || got["in"] != "input" {
+			t.Fatalf("bind %v: the job did not read its data: %q %s", bindData, r.stdout, r.stderr)
+		}
+		if w, ok := got["wrote"]; ok {
+			t.Errorf("bind %v: the job wrote /data/%s", bindData, w)
+		}
+	}
+}

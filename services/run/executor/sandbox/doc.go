@@ -28,7 +28,9 @@
 //     /data is a read-only overlay of the staged data over an empty
 //     directory, whose layers are named relative to the workspace ("data",
 //     "../.empty"), where a bind mount would show the data's path on the
-//     node's disk; /etc is a tmpfs, not a bind of a directory under Root.
+//     node's disk (where the work directory cannot be an overlay's layer,
+//     /data is that bind mount, and New logs so); /etc is a tmpfs, not a
+//     bind of a directory under Root.
 //     Its /proc/self/cgroup shows "/" in every hierarchy: the cgroup
 //     namespace is rooted at the job's cgroup (on v1; on v2, where the job
 //     joins its cgroup only after exec, it would be rooted at the node

@@ -33,8 +33,11 @@ type Executor struct {
 	cgroups cgroupDriver
 	etcDir  string
 	// emptyDir is an empty directory, the lower layer under every job's
-	// /data (see bind.overlay).
+	// /data (see bind.overlay), unless bindData.
 	emptyDir string
+	// bindData says the jobs' /data is a bind mount: the node's work
+	// directory cannot be an overlay's layer (probeOverlay).
+	bindData bool
 	// rootTag tells apart the cgroups of executors over different roots
 	// (several nodes in one process) that hold the same job attempt.
 	rootTag string
@@ -178,7 +181,10 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("sandbox: make empty layer: %w", err)
 	}
 	if err := probeOverlay(e.emptyDir); err != nil {
-		return nil, fmt.Errorf("%w: the jobs' /data is an overlay of the staged data, and %s cannot be one's layer: %v", ErrNotSupported, root, err)
+		// What the overlay hides is where the node keeps the data, not
+		// the data: worth a line in the log, not a node that will not run.
+		e.bindData = true
+		e.log.Warn("the work directory cannot be an overlay's layer: jobs' /data is a bind mount, and their mount table shows its path on the node", "root", root, "err", err)
 	}
 	if err := e.probe(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
@@ -467,7 +473,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	binds = append(binds,
 		// From the executor's own record, not from ws, whose fields RUN
 		// could change: only the job's workspace is ever mounted.
-		bind{src: j.ws.Data, dst: "data", overlay: true, emptyDir: e.emptyDir},
+		bind{src: j.ws.Data, dst: "data", readOnly: true, overlay: !e.bindData, emptyDir: e.emptyDir},
 		bind{src: j.ws.Out, dst: "out"},
 		bind{src: j.ws.Tmp, dst: "tmp"},
 	)
