@@ -39,7 +39,7 @@ type nodeConfig struct {
 	// operator's explicit choice, runs jobs unisolated (the node announces
 	// it may); "auto" refuses to start where the sandbox cannot run.
 	Executor string
-	Grace       time.Duration
+	Grace    time.Duration
 	// Instance names one instance of a service that needs a name (rent).
 	Instance string
 }
