@@ -53,12 +53,11 @@ type bind struct {
 	src, dst string // dst relative to the new root
 	readOnly bool
 	noexec   bool
-	// overlay mounts src read-only as the upper of two lower layers of an
-	// overlay, the other being the empty directory emptyDir, instead of
-	// binding it: the job's mount table then shows the mount's root as
-	// "/" and its layers by paths relative to src's parent, where a bind
-	// would show src's path on the host's filesystem (the node's work
-	// directory).
+	// overlay mounts, instead of a bind of src, a read-only overlay whose
+	// two layers are src and, below it, the empty directory emptyDir: the
+	// job's mount table then shows the mount's root as "/" and its layers
+	// by paths relative to src's parent, where a bind would show src's
+	// path on the host's filesystem (the node's work directory).
 	overlay  bool
 	emptyDir string
 }
