@@ -23,6 +23,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/run"
 )
 
 type devOptions struct {
@@ -85,7 +86,7 @@ are used with --creds or E31_CREDS:
 	f.StringVar(&o.nodeMemory, "node-memory", "4GiB", "memory per node")
 	f.StringVar(&o.nodeDisk, "node-disk", "20GiB", "disk for job output and scratch space per node")
 	f.StringVar(&o.sync, "sync", "always", "when the event store writes to disk: always or interval")
-	f.StringVar(&o.executor, "executor", "auto", "how nodes run jobs: sandbox (isolated; needs root), process (not isolated), auto")
+	f.StringVar(&o.executor, "executor", "auto", "how nodes run jobs: sandbox (isolated; needs root), process (NOT isolated, and the nodes say so), auto (the sandbox, or refuse to start where it cannot run)")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
@@ -161,6 +162,11 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	}
 	if o.nodes < 1 || o.nodeCPU <= 0 {
 		return nil, usageErr("--nodes and --node-cpu must be positive")
+	}
+	// Before anything is started: nodes that cannot isolate their jobs
+	// refuse to run them, unless --executor process says to.
+	if err := run.CheckExecutor(o.executor); err != nil {
+		return nil, usageErr("%v", err)
 	}
 	dir, err := filepath.Abs(o.dir)
 	if err != nil {

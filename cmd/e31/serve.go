@@ -15,6 +15,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/services/run"
 )
 
 func serveCmd(a *app) *cobra.Command {
@@ -41,6 +42,11 @@ is one compute node: give each node its own --node name.`,
 				}
 				if node.WorkDir == "" {
 					node.WorkDir = filepath.Join(os.TempDir(), "e31", node.Name)
+				}
+				// Before connecting: a node that cannot isolate its jobs
+				// refuses to run them, unless --executor process says to.
+				if err := run.CheckExecutor(node.Executor); err != nil {
+					return usageErr("%v", err)
 				}
 			}
 			cfg := a.connectConfig("e31-" + name)
@@ -75,7 +81,7 @@ is one compute node: give each node its own --node name.`,
 	f.StringVar(&memory, "node-memory", "4GiB", "run: memory this node offers")
 	f.StringVar(&disk, "node-disk", "20GiB", "run: disk for job output and scratch space")
 	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
-	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox, process or auto")
+	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
 	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: time between SIGTERM and SIGKILL")
 	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
 	return cmd

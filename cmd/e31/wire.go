@@ -35,8 +35,11 @@ type nodeConfig struct {
 	MemoryBytes int64
 	DiskBytes   int64
 	WorkDir     string
-	Executor    string // "sandbox", "process" or "auto"
-	Grace       time.Duration
+	// Executor is "sandbox", "process" or "auto". Only "process", the
+	// operator's explicit choice, runs jobs unisolated (the node announces
+	// it may); "auto" refuses to start where the sandbox cannot run.
+	Executor string
+	Grace    time.Duration
 	// Instance names one instance of a service that needs a name (rent).
 	Instance string
 }
@@ -76,7 +79,8 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		}
 		return run.New(js, run.Config{
 			Node: node.Name, CPU: node.CPU, MemoryBytes: node.MemoryBytes, DiskBytes: node.DiskBytes,
-			Executor: exec, Stores: store, Grace: node.Grace, Source: "e31/run/" + node.Name, Logger: log,
+			Executor: exec, AllowUnisolated: node.Executor == run.ExecProcess,
+			Stores: store, Grace: node.Grace, Source: "e31/run/" + node.Name, Logger: log,
 		})
 	}
 	return nil, usageErr("unknown service %q (expected one of %v)", name, services)

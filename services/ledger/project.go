@@ -249,6 +249,7 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 		r.State = api.StateHeld
 	case *events.RunStarted:
 		p.attempt(r, e.Attempt).StartedAt = &at
+		r.Isolation = e.Isolation // the last start's: see api.HoldRecord
 		r.State = api.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)

@@ -65,9 +65,9 @@ func fullLife() *history {
 	hold := holdOn("n1", 1)
 	h.add("count-clips-1", at("0s"), events.JobRequested{Submitter: "alice", Spec: spec})
 	h.add("count-clips-1", at("100ms"), events.JobSubmitted{Submitter: "alice", Spec: spec})
-	h.add("n1", at("500ms"), events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30})
+	h.add("n1", at("500ms"), events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox})
 	h.add("count-clips-1", at("1s"), events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
-	h.add("count-clips-1", at("1.25s"), events.RunStarted{Hold: hold})
+	h.add("count-clips-1", at("1.25s"), events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox})
 	h.add("count-clips-1", at("2s"), events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero,
 		Usage:  events.Usage{CPUSeconds: 0.01, MaxRSSBytes: 1 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2, Declared: spec.Output}})
@@ -86,14 +86,14 @@ func twoAttempts() *history {
 	first, second := holdOn("n1", 1), holdOn("n2", 2)
 	h.add("retried-1", at("0s"), events.JobSubmitted{Submitter: "bob", Spec: spec})
 	h.add("retried-1", at("1s"), events.ComputeHeld{Hold: first, Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("2s"), events.RunStarted{Hold: first})
+	h.add("retried-1", at("2s"), events.RunStarted{Hold: first, Isolation: events.IsolationSandbox})
 	h.add("retried-1", at("4s"), events.RunStopped{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
 		Usage: events.Usage{CPUSeconds: 1.5}, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{"count.txt"}}})
 	h.add("retried-1", at("4.5s"), events.OutputReturned{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
 		Files: []events.OutputFile{}, Partial: true, Missing: []string{"count.txt"}})
 	h.add("retried-1", at("5s"), events.ComputeReleased{Hold: first, Outcome: events.NodeLost, Final: false})
 	h.add("retried-1", at("10s"), events.ComputeHeld{Hold: second, Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("10.5s"), events.RunStarted{Hold: second})
+	h.add("retried-1", at("10.5s"), events.RunStarted{Hold: second, Isolation: events.IsolationContainer})
 	h.add("retried-1", at("12s"), events.RunStopped{Hold: second, Outcome: events.Succeeded, ExitCode: &zero,
 		Usage:  events.Usage{CPUSeconds: 0.75, MaxRSSBytes: 2 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2}})
@@ -157,8 +157,8 @@ func TestProjectionOfTwoAttempts(t *testing.T) {
 		t.Errorf("attempt 2 = %+v, want succeeded on n2, held 3s", a2)
 	}
 	// The top level is the last attempt's, except the meter, which is the total.
-	if r.State != api.StateReleased || r.Outcome != events.Succeeded || r.Reason != "" || r.Node != "n2" {
-		t.Errorf("record is %s, %s (%q) on %s; want released, succeeded, no reason, on n2", r.State, r.Outcome, r.Reason, r.Node)
+	if r.State != api.StateReleased || r.Outcome != events.Succeeded || r.Reason != "" || r.Node != "n2" || r.Isolation != events.IsolationContainer {
+		t.Errorf("record is %s, %s (%q) on %s in %q; want released, succeeded, no reason, on n2 in a container", r.State, r.Outcome, r.Reason, r.Node, r.Isolation)
 	}
 	if !r.HeldAt.Equal(at("10s")) || !r.ReleasedAt.Equal(at("13s")) || r.ExitCode == nil || *r.ExitCode != 0 || r.Usage.CPUSeconds != 0.75 {
 		t.Errorf("record times and results = held %v, released %v, exit %v, usage %+v; want attempt 2's", r.HeldAt, r.ReleasedAt, r.ExitCode, r.Usage)

@@ -51,7 +51,7 @@ func TestDecideStart(t *testing.T) {
 	}{
 		{
 			name: "nothing happened since the hold: start",
-			want: []events.Event{events.RunStarted{Hold: held.Hold}},
+			want: []events.Event{events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
 		},
 		{
 			name:  "the attempt already stopped: nothing",
@@ -107,13 +107,13 @@ func TestDecideStart(t *testing.T) {
 		{
 			name:  "a start and a stop of an earlier attempt do not count",
 			after: logged(events.RunStarted{Hold: attempt(1)}, events.RunStopped{Hold: attempt(1), Outcome: events.NodeLost}),
-			want:  []events.Event{events.RunStarted{Hold: held.Hold}},
+			want:  []events.Event{events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := run.DecideStart(held, tt.after, tt.result, tt.hasResult)
+			got := run.DecideStart(held, tt.after, tt.result, tt.hasResult, events.IsolationSandbox)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("DecideStart =\n %#v\nwant\n %#v", got, tt.want)
 			}

@@ -1,28 +1,61 @@
 package run
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/executor/sandbox"
 )
 
 // Executor kinds a node can run jobs with.
 const (
 	ExecSandbox = "sandbox" // isolated: namespaces, pivot_root, cgroups (needs root)
-	ExecProcess = "process" // a plain child process: NOT isolated
-	ExecAuto    = "auto"    // the sandbox where the machine allows it, else refuse
+	ExecProcess = "process" // a plain child process: NOT isolated; the operator's explicit choice
+	ExecAuto    = "auto"    // the sandbox where the machine allows it, else refuse to start
 )
 
-// OpenExecutor returns the executor of the given kind, making workspaces
-// under root.
-func OpenExecutor(kind, root string, log *slog.Logger) (executor.Executor, error) {
+// ErrNoIsolation is returned when a node was to isolate its jobs (executor
+// sandbox or auto) and this host cannot: the node refuses to start rather
+// than run jobs that see the node. Its message says what to do.
+var ErrNoIsolation = errors.New("run: this host cannot isolate jobs")
+
+// noIsolation is ErrNoIsolation with why, and the operator's two ways on.
+func noIsolation(why error) error {
+	return fmt.Errorf("%w (%v): run the node as root, which the sandbox needs, "+
+		"or pass --executor process to run jobs as plain child processes that see the node's files and network "+
+		"(the node then announces isolation \"none\", and only jobs that may run unisolated are placed on it)", ErrNoIsolation, why)
+}
+
+// CheckExecutor makes the checks of OpenExecutor that change nothing on the
+// host, so that a node can refuse to start before it starts anything: the
+// kind is known, and a host that must isolate jobs can (the sandbox's first
+// check: root). A nil error does not promise that OpenExecutor succeeds.
+func CheckExecutor(kind string) error {
 	switch kind {
 	case ExecProcess:
-		log.Warn("running jobs as plain child processes: they are NOT isolated from each other or the node")
-		return executor.NewProcess(root)
+		return nil
 	case "", ExecAuto, ExecSandbox:
-		return openSandbox(kind, root, log)
+		if err := sandbox.Check(); err != nil {
+			return noIsolation(err)
+		}
+		return nil
 	}
-	return nil, fmt.Errorf("run: executor %q: expected sandbox, process or auto", kind)
+	return fmt.Errorf("run: executor %q: expected sandbox, process or auto", kind)
+}
+
+// OpenExecutor returns the executor of the given kind, making workspaces
+// under root. Only kind ExecProcess runs jobs unisolated; sandbox and auto
+// (the same: auto no longer falls back) return an error wrapping
+// ErrNoIsolation where the sandbox cannot run.
+func OpenExecutor(kind, root string, log *slog.Logger) (executor.Executor, error) {
+	if err := CheckExecutor(kind); err != nil {
+		return nil, err
+	}
+	if kind == ExecProcess {
+		log.Warn("running jobs as plain child processes (--executor process): they are NOT isolated from each other or the node; the node announces isolation none")
+		return executor.NewProcess(root)
+	}
+	return openSandbox(root, log)
 }

@@ -45,6 +45,11 @@ type Config struct {
 	Labels      map[string]string
 
 	Executor executor.Executor
+	// AllowUnisolated says the operator chose, explicitly, to let this
+	// node run jobs without isolation (--executor process): the node
+	// announces it, and RENT places jobs on a node whose executor isolates
+	// nothing only then.
+	AllowUnisolated bool
 	// Stores gives each submitter's store; Store, if set instead, serves
 	// every submitter (tests).
 	Stores stage.Stores
@@ -181,11 +186,13 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	ann := events.NodeAnnounced{
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
+		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
 	}
 	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
 	}
-	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes)
+	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes,
+		"isolation", ann.Isolation, "allow_unisolated", ann.AllowUnisolated)
 	return l, nil
 }
 
@@ -273,7 +280,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
 	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return DecideStart(*held, after, cached, hasResult), nil
+		return DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), nil
 	})
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
@@ -379,8 +386,9 @@ func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job
 //   - this node holds the result of a run it could not record yet: that;
 //   - it started but never stopped: the node lost it (it restarted);
 //   - a cancel came first: stopped as cancelled, never started;
-//   - otherwise: RunStarted.
-func DecideStart(held events.ComputeHeld, after []events.Envelope, result events.RunStopped, hasResult bool) []events.Event {
+//   - otherwise: RunStarted, under the given isolation (the executor's for
+//     this job).
+func DecideStart(held events.ComputeHeld, after []events.Envelope, result events.RunStopped, hasResult bool, isolation events.Isolation) []events.Event {
 	started, cancelled := false, false
 	for _, e := range after {
 		switch ev := e.Event.(type) {
@@ -413,7 +421,13 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
 			Reason: "cancelled before it started"}}
 	}
-	return []events.Event{events.RunStarted{Hold: held.Hold}}
+	return []events.Event{events.RunStarted{Hold: held.Hold, Isolation: isolation}}
+}
+
+// isolationOf is the isolation the executor runs the held job under: what
+// its RunStarted, and so its hold record, says.
+func (s *Service) isolationOf(job string, held *events.ComputeHeld) events.Isolation {
+	return executor.IsolationOf(s.cfg.Executor, executor.Spec{JobID: job, Attempt: held.Attempt, Image: held.Spec.Work.Image})
 }
 
 // execute prepares the workspace, stages the data, runs the job and collects

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/services/run/executor"
 	"github.com/e31net/e31/services/run/executor/container"
 	"github.com/e31net/e31/services/run/executor/sandbox"
@@ -17,14 +18,13 @@ import (
 const LabelContainers = "containers"
 
 // openSandbox returns the sandbox executor, with the container executor for
-// jobs that name an image when a Docker engine answers. With kind "auto" a
-// host that cannot sandbox gets the plain process executor, loudly.
-func openSandbox(kind, root string, log *slog.Logger) (executor.Executor, error) {
+// jobs that name an image when a Docker engine answers. A host that cannot
+// sandbox gets an error wrapping ErrNoIsolation: never jobs unisolated.
+func openSandbox(root string, log *slog.Logger) (executor.Executor, error) {
 	sb, err := sandbox.New(sandbox.Config{Root: root, Logger: log})
 	if err != nil {
-		if kind == ExecAuto && errors.Is(err, sandbox.ErrNotSupported) {
-			log.Warn("this host cannot sandbox jobs; running them as plain child processes, NOT isolated", "why", err)
-			return executor.NewProcess(root)
+		if errors.Is(err, sandbox.ErrNotSupported) {
+			return nil, noIsolation(err)
 		}
 		return nil, fmt.Errorf("run: %w", err)
 	}
@@ -45,6 +45,21 @@ func openSandbox(kind, root string, log *slog.Logger) (executor.Executor, error)
 type byImage struct {
 	plain      executor.Executor
 	containers executor.Executor
+}
+
+var _ executor.Isolator = (*byImage)(nil)
+
+// Isolation implements executor.Isolator: the sandbox's, the weaker of the
+// two.
+func (b *byImage) Isolation() events.Isolation { return executor.Isolation(b.plain) }
+
+// IsolationOf implements executor.Isolator: a job that names an image runs
+// in a container, any other in the sandbox.
+func (b *byImage) IsolationOf(spec executor.Spec) events.Isolation {
+	if spec.Image != "" {
+		return events.IsolationContainer
+	}
+	return executor.IsolationOf(b.plain, spec)
 }
 
 // Containers reports whether jobs that name an image can run here.

@@ -63,3 +63,32 @@ type Executor interface {
 	// An error means the job could not be started at all.
 	Run(ctx context.Context, ws *Workspace) (Result, error)
 }
+
+// Isolator is implemented by executors that say how they keep a job apart
+// from the node and from other jobs. RUN announces the node with Isolation
+// and records IsolationOf in every RunStarted, for the hold record.
+type Isolator interface {
+	// Isolation is the weakest isolation the executor gives any job: what
+	// its node announces.
+	Isolation() events.Isolation
+	// IsolationOf is the isolation the job of spec runs under.
+	IsolationOf(spec Spec) events.Isolation
+}
+
+// Isolation is the weakest isolation e gives any job; an executor that is
+// not an Isolator is taken to isolate nothing.
+func Isolation(e Executor) events.Isolation {
+	if i, ok := e.(Isolator); ok {
+		return i.Isolation()
+	}
+	return events.IsolationNone
+}
+
+// IsolationOf is the isolation e runs the job of spec under; an executor
+// that is not an Isolator is taken to isolate nothing.
+func IsolationOf(e Executor, spec Spec) events.Isolation {
+	if i, ok := e.(Isolator); ok {
+		return i.IsolationOf(spec)
+	}
+	return events.IsolationNone
+}

@@ -23,6 +23,14 @@ type Process struct {
 	Root string
 }
 
+var _ Isolator = (*Process)(nil)
+
+// Isolation implements Isolator: none.
+func (p *Process) Isolation() events.Isolation { return events.IsolationNone }
+
+// IsolationOf implements Isolator: none, whatever the job.
+func (p *Process) IsolationOf(Spec) events.Isolation { return events.IsolationNone }
+
 // NewProcess returns a Process executor making workspaces under root.
 func NewProcess(root string) (*Process, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {

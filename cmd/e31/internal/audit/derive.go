@@ -146,6 +146,7 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 			case *events.RunStarted:
 				may(started, held)
 				at.a.StartedAt = &t
+				rec.Isolation = ev.Isolation // the last start's, in log order
 				rec.State = api.StateRunning
 			case *events.RunStopped:
 				may(stopped, held, started)

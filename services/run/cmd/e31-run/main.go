@@ -29,7 +29,7 @@ func main() {
 	memory := fs.String("node-memory", "4GiB", "memory this node offers")
 	disk := fs.String("node-disk", "20GiB", "disk for job output and scratch space")
 	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "e31"), "where job workspaces are made")
-	exec := fs.String("executor", run.ExecAuto, "sandbox, process or auto")
+	exec := fs.String("executor", run.ExecAuto, "sandbox; process (NOT isolated, and the node says so); or auto: the sandbox, or refuse to start where it cannot run")
 	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
 	os.Exit(daemon.Main("run", fs, os.Args[1:], func(ctx context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
 		mem, err := jobfile.ParseSize(*memory)
@@ -49,6 +49,6 @@ func main() {
 			return nil, err
 		}
 		return run.New(js, run.Config{Node: *node, CPU: *cpu, MemoryBytes: mem, DiskBytes: dsk, Executor: ex, Stores: store,
-			Grace: *grace, Source: "e31/run/" + *node, Logger: log})
+			AllowUnisolated: *exec == run.ExecProcess, Grace: *grace, Source: "e31/run/" + *node, Logger: log})
 	}))
 }

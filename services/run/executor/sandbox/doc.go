@@ -8,8 +8,8 @@
 //
 // # What a job gets
 //
-//   - New pid, mount, IPC and UTS namespaces, and a network namespace of
-//     its own while it runs. The job's command is pid 1 of its namespace;
+//   - New pid, mount, IPC, UTS and cgroup namespaces, and a network
+//     namespace of its own while it runs. The job's command is pid 1 of its namespace;
 //     when it exits or is killed, the kernel kills everything else in the
 //     namespace, setsid and double-forked daemons included. Run returns
 //     only after that and after the job's cgroup is seen empty, so the
@@ -17,17 +17,35 @@
 //   - Its own root: a small read-only tmpfs holding only mount points, with
 //     the host's /usr, /bin, /lib* (Config.SystemDirs) read-only and nosuid,
 //     a generated read-only /etc (passwd, group, hosts plus the files in
-//     Config.EtcFiles), the staged data read-only at /data, /out and /tmp
-//     writable (nosuid, nodev), /proc of its own pid namespace and a /dev of
-//     null, zero, full, random, urandom and tty (/dev/shm is /tmp). The host's
-//     mount tree is detached after pivot_root: nothing else of the node and
-//     nothing of another job is reachable.
+//     Config.EtcFiles; a tmpfs of its own), the staged data read-only at
+//     /data, /out and /tmp writable (nosuid, nodev), /proc of its own pid
+//     namespace and a /dev of null, zero, full, random, urandom and tty
+//     (/dev/shm is /tmp). The host's mount tree is detached after
+//     pivot_root: nothing else of the node and nothing of another job is
+//     reachable.
+//   - No host path in its /proc. Its mount table (/proc/self/mountinfo)
+//     shows every mount's root as "/" or as the path the job sees it at:
+//     /data is a read-only overlay of the staged data over an empty
+//     directory, whose layers are named relative to the workspace ("data",
+//     "../.empty"), where a bind mount would show the data's path on the
+//     node's disk (where the work directory cannot be an overlay's layer,
+//     /data is that bind mount, and New logs so); /etc is a tmpfs, not a
+//     bind of a directory under Root.
+//     Its /proc/self/cgroup shows "/" in every hierarchy: the cgroup
+//     namespace is rooted at the job's cgroup (on v1; on v2, where the job
+//     joins its cgroup only after exec, it would be rooted at the node
+//     agent's). What the mount table still shows of the node: the system
+//     directories' device and mount options (as /usr is the host's /usr),
+//     and mount ids.
 //   - Only a loopback interface, which is up.
 //   - A uid and gid of its own among the node's jobs (Config.UIDBase…),
 //     no_new_privs, an empty capability bounding set, and a seccomp filter
-//     that refuses to create user namespaces (the unprivileged way back to
-//     "root"), clone3, and the kernel's keyrings (which outlive a job, for
-//     the next job given its uid to read).
+//     as strict as Docker's default profile (SECCOMP.md, beside this file,
+//     compares them call by call): no user namespaces (the unprivileged way
+//     back to "root"), no io_uring (ENOSYS, so libraries use epoll), no
+//     keyrings (they outlive a job, for the next job given its uid to
+//     read), no eBPF, perf events, userfaultfd or vsock, and ENOSYS for
+//     calls newer than the filter.
 //   - A cgroup (v1 here; v2 where the unified hierarchy is the only one) with
 //     memory = Spec.MemoryBytes and no swap, a CFS quota of Spec.CPU cores and
 //     Config.PidsMax processes. Cpu seconds, peak memory and OOM kills are
@@ -48,9 +66,10 @@
 // prepared for it, instead of re-executing itself or bubblewrap as the
 // job's init:
 //
-//  0. Once, at New: a mount namespace is made whose only mount is a small
+//  0. Once, at New: a mount namespace is made whose only mounts are a small
 //     read-only tmpfs holding the mount points, /dev's nodes and the links
-//     of a job's root (the host's tree is pivoted away and detached). Every
+//     of a job's root, and the read-only tmpfs of /etc (the host's tree is
+//     pivoted away and detached). Every
 //     job's mount namespace is a copy of it, so no job ever copies the
 //     host's mount table or has to unmount it.
 //  1. Prepare takes a slot (see below): a workspace, a cgroup and a network
@@ -62,11 +81,13 @@
 //     made — all of which a child inherits at fork — and is kept from job
 //     to job (see launchers). Still in the host's view, it clones the job's
 //     directories (open_tree) and makes the clones read-only, nosuid, nodev
-//     as due (mount_setattr).
+//     as due (mount_setattr); the staged data it mounts anew, as a
+//     read-only overlay (see bind.overlay).
 //  3. The thread enters the template namespace and unshares new mount, pid,
 //     IPC and UTS namespaces, joins the slot's network namespace (setns),
 //     and attaches the clones (move_mount).
-//  4. It moves itself (alone, not its process) into the job's cgroup, forks
+//  4. It moves itself (alone, not its process) into the job's cgroup,
+//     unshares a cgroup namespace there (rooted at the job's cgroup), forks
 //     and execs the command with syscall.ForkExec (Setsid, the job's uid
 //     and gid, PR_SET_PDEATHSIG and PTRACE_TRACEME), and moves itself back.
 //     The child is pid 1 of the new pid namespace, born in the job's
@@ -158,7 +179,7 @@
 //     inode number (readlink /proc/self/ns/net), the same as an earlier
 //     job's — which tells it nothing that job did.
 //
-// Pid, IPC and UTS namespaces are new for every job: a job can leave SysV
+// Pid, IPC, UTS and cgroup namespaces are new for every job: a job can leave SysV
 // IPC objects and POSIX message queues in its IPC namespace, and the others
 // cost next to nothing. The uid a job runs as is handed out again too; the
 // seccomp filter keeps the kernel's keyrings, which are per uid and outlive

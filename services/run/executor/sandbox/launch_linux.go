@@ -53,6 +53,13 @@ type bind struct {
 	src, dst string // dst relative to the new root
 	readOnly bool
 	noexec   bool
+	// overlay mounts, instead of a bind of src, a read-only overlay whose
+	// two layers are src and, below it, the empty directory emptyDir: the
+	// job's mount table then shows the mount's root as "/" and its layers
+	// by paths relative to src's parent, where a bind would show src's
+	// path on the host's filesystem (the node's work directory).
+	overlay  bool
+	emptyDir string
 }
 
 type link struct{ name, target string }
@@ -198,6 +205,19 @@ func (l *launch) start() (int, error) {
 		}
 		return 0, fmt.Errorf("enter job cgroup: %w", err)
 	}
+	if len(l.enter) > 0 {
+		// A cgroup namespace rooted where the thread now is, the job's
+		// cgroup in every hierarchy it has one in (and the node agent's
+		// in the others): the job's /proc/self/cgroup shows "/", not
+		// where the node keeps its jobs. (On v2, where the job joins its
+		// cgroup only after exec, it would be rooted at the agent's.)
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			if lerr := writeZero(l.leave); lerr != nil {
+				return 0, fmt.Errorf("%w: %v (after failing to unshare its cgroup namespace: %v)", errStuckInCgroup, lerr, err)
+			}
+			return 0, fmt.Errorf("unshare cgroup namespace: %w", err)
+		}
+	}
 	pid, err := syscall.ForkExec(argv0, l.argv, attr)
 	if lerr := writeZero(l.leave); lerr != nil {
 		// A thread of the node agent must not stay in the job's cgroup:
@@ -268,14 +288,25 @@ func (l *launch) enterRoot() error {
 			unix.Close(fd)
 		}
 	}()
+	// The thread's own working directory, root and umask: mountOverlay
+	// changes directory.
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare fs: %w", err)
+	}
 	for _, b := range l.binds {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, b.src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		var fd int
+		var err error
+		if b.overlay {
+			fd, err = mountOverlay(b.src, b.emptyDir)
+		} else {
+			fd, err = unix.OpenTree(unix.AT_FDCWD, b.src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		}
 		if err != nil {
 			return fmt.Errorf("clone %s: %w", b.src, err)
 		}
 		clones = append(clones, fd)
 		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
-		if b.readOnly {
+		if b.readOnly || b.overlay {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}
 		if b.noexec {
@@ -284,9 +315,6 @@ func (l *launch) enterRoot() error {
 		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
 			return fmt.Errorf("restrict %s: %w", b.src, err)
 		}
-	}
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return fmt.Errorf("unshare fs: %w", err)
 	}
 	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template mount namespace: %w", err)
@@ -315,27 +343,60 @@ func (l *launch) enterRoot() error {
 	return nil
 }
 
+// mountOverlay makes a detached, read-only overlay of dir over the empty
+// directory empty and returns it. Its layers are named relative to dir's
+// parent, which the calling thread changes to (it must have its own
+// working directory: CLONE_FS unshared), since the job's mount table shows
+// them as given.
+func mountOverlay(dir, empty string) (int, error) {
+	parent, name := filepath.Split(filepath.Clean(dir))
+	emptyRel, err := filepath.Rel(parent, empty)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Chdir(parent); err != nil {
+		return -1, err
+	}
+	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen overlay: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "lowerdir", name+":"+emptyRel); err != nil {
+		return -1, fmt.Errorf("overlay lowerdir: %w", err)
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, fmt.Errorf("create overlay: %w", err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount overlay: %w", err)
+	}
+	return mnt, nil
+}
+
 // buildTemplate makes the mount namespace every job's is copied from: its
 // root is a read-only tmpfs holding the mount points (dirs), the device
-// nodes of /dev and the links; the host's mount tree is detached from it.
+// nodes of /dev and the links, with a read-only copy of the directory etc
+// at /etc; the host's mount tree is detached from it.
 // mountpoint is a host directory to mount that tmpfs on (in the new
 // namespace only). It returns a file descriptor of the namespace, which
 // keeps it alive.
-func buildTemplate(mountpoint string, dirs []string, links []link) (int, error) {
+func buildTemplate(mountpoint, etc string, dirs []string, links []link) (int, error) {
 	type result struct {
 		fd  int
 		err error
 	}
 	rc := make(chan result, 1)
 	go onOwnThread(func() {
-		fd, err := makeTemplate(mountpoint, dirs, links)
+		fd, err := makeTemplate(mountpoint, etc, dirs, links)
 		rc <- result{fd, err}
 	})
 	r := <-rc
 	return r.fd, r.err
 }
 
-func makeTemplate(root string, dirs []string, links []link) (int, error) {
+func makeTemplate(root, etc string, dirs []string, links []link) (int, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		return -1, fmt.Errorf("unshare mount namespace: %w", err)
 	}
@@ -350,6 +411,14 @@ func makeTemplate(root string, dirs []string, links []link) (int, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fail(fmt.Errorf("make mounts private: %w", err))
 	}
+	// The tmpfs covers root, and etc may be under it: read etc through a
+	// descriptor opened before.
+	etcFile, err := os.Open(etc)
+	if err != nil {
+		return fail(fmt.Errorf("open etc: %w", err))
+	}
+	defer etcFile.Close()
+	etc = fmt.Sprintf("/proc/self/fd/%d", etcFile.Fd())
 	if err := unix.Mount("tmpfs", root, "tmpfs", unix.MS_NOSUID, "size=256k,nr_inodes=512,mode=0755"); err != nil {
 		return fail(fmt.Errorf("mount template tmpfs: %w", err))
 	}
@@ -368,6 +437,26 @@ func makeTemplate(root string, dirs []string, links []link) (int, error) {
 		if err := unix.Symlink(ln.target, filepath.Join(root, ln.name)); err != nil {
 			return fail(fmt.Errorf("symlink %s: %w", ln.name, err))
 		}
+	}
+	// /etc is a small read-only tmpfs of its own, filled from etc: a copy
+	// rather than a bind of the host directory, so that the job's mount
+	// table shows its root as "/" and not as a path in the node's work
+	// directory.
+	etcDir := filepath.Join(root, "etc")
+	if err := unix.Mount("tmpfs", etcDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16m,nr_inodes=4096,mode=0755"); err != nil {
+		return fail(fmt.Errorf("mount etc tmpfs: %w", err))
+	}
+	ents, err := os.ReadDir(etc)
+	if err != nil {
+		return fail(fmt.Errorf("read etc: %w", err))
+	}
+	for _, ent := range ents {
+		if err := copyTree(filepath.Join(etc, ent.Name()), filepath.Join(etcDir, ent.Name())); err != nil {
+			return fail(fmt.Errorf("copy etc: %w", err))
+		}
+	}
+	if err := unix.Mount("", etcDir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fail(fmt.Errorf("make etc read-only: %w", err))
 	}
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
 		return fail(fmt.Errorf("make template read-only: %w", err))

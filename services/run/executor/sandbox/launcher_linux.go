@@ -46,8 +46,8 @@ type launchReq struct {
 // launcherIdleTTL is how long a kept thread waits for a job before it ends.
 const launcherIdleTTL = 30 * time.Second
 
-// hostNamespaces are the process's own mount, pid, IPC, UTS and network
-// namespaces, which a launcher thread goes back to after a job. They are
+// hostNamespaces are the process's own mount, pid, IPC, UTS, network and
+// cgroup namespaces, which a launcher thread goes back to after a job. They are
 // the main thread's: no thread of ours leaves them but launchers and the
 // like, and those never run on the main thread (see onOwnThread).
 var hostNamespaces = sync.OnceValues(func() ([]hostNS, error) {
@@ -55,7 +55,7 @@ var hostNamespaces = sync.OnceValues(func() ([]hostNS, error) {
 	for _, ns := range []struct {
 		name string
 		kind int
-	}{{"mnt", unix.CLONE_NEWNS}, {"pid", unix.CLONE_NEWPID}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"net", unix.CLONE_NEWNET}} {
+	}{{"mnt", unix.CLONE_NEWNS}, {"pid", unix.CLONE_NEWPID}, {"ipc", unix.CLONE_NEWIPC}, {"uts", unix.CLONE_NEWUTS}, {"net", unix.CLONE_NEWNET}, {"cgroup", unix.CLONE_NEWCGROUP}} {
 		fd, err := unix.Open("/proc/self/ns/"+ns.name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			for _, h := range host {

@@ -32,6 +32,12 @@ type Executor struct {
 	cfg     Config
 	cgroups cgroupDriver
 	etcDir  string
+	// emptyDir is an empty directory, the lower layer under every job's
+	// /data (see bind.overlay), unless bindData.
+	emptyDir string
+	// bindData says the jobs' /data is a bind mount: the node's work
+	// directory cannot be an overlay's layer (probeOverlay).
+	bindData bool
 	// rootTag tells apart the cgroups of executors over different roots
 	// (several nodes in one process) that hold the same job attempt.
 	rootTag string
@@ -55,7 +61,26 @@ type Executor struct {
 	closed bool
 }
 
-var _ executor.Executor = (*Executor)(nil)
+var (
+	_ executor.Executor = (*Executor)(nil)
+	_ executor.Isolator = (*Executor)(nil)
+)
+
+// Isolation implements executor.Isolator: every job is sandboxed.
+func (e *Executor) Isolation() events.Isolation { return events.IsolationSandbox }
+
+// IsolationOf implements executor.Isolator: sandbox, whatever the job.
+func (e *Executor) IsolationOf(executor.Spec) events.Isolation { return events.IsolationSandbox }
+
+// Check makes the first of New's checks, which changes nothing on the
+// host: whether this process can sandbox jobs at all (it must be root).
+// The error wraps ErrNotSupported.
+func Check() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: must run as root (euid is %d)", ErrNotSupported, os.Geteuid())
+	}
+	return nil
+}
 
 // New checks that the host can sandbox jobs (root, cgroups, namespaces, a
 // /proc that can be mounted for another pid namespace) and returns an
@@ -92,8 +117,8 @@ func New(cfg Config) (*Executor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("%w: must run as root (euid is %d)", ErrNotSupported, os.Geteuid())
+	if err := Check(); err != nil {
+		return nil, err
 	}
 	root, err := filepath.Abs(cfg.Root)
 	if err != nil {
@@ -151,6 +176,16 @@ func New(cfg Config) (*Executor, error) {
 	if err := e.makeEtc(); err != nil {
 		return nil, err
 	}
+	e.emptyDir = filepath.Join(root, ".empty")
+	if err := os.Mkdir(e.emptyDir, 0o555); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("sandbox: make empty layer: %w", err)
+	}
+	if err := probeOverlay(e.emptyDir); err != nil {
+		// What the overlay hides is where the node keeps the data, not
+		// the data: worth a line in the log, not a node that will not run.
+		e.bindData = true
+		e.log.Warn("the work directory cannot be an overlay's layer: jobs' /data is a bind mount, and their mount table shows its path on the node", "root", root, "err", err)
+	}
 	if err := e.probe(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
@@ -163,7 +198,7 @@ func New(cfg Config) (*Executor, error) {
 		link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
 		link{"dev/shm", "/tmp"})
 	// Root itself is the template's mount point, in its namespace only.
-	if e.template, err = buildTemplate(root, dirs, links); err != nil {
+	if e.template, err = buildTemplate(root, e.etcDir, dirs, links); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
 	// A node agent that died (SIGKILL, a crash) took its jobs with it
@@ -208,6 +243,33 @@ func (e *Executor) probe() error {
 	e.hostProc = true
 	e.log.Warn("kernel lacks procfs pidns= (Linux 6.18): jobs get the host's /proc limited to their own processes (hidepid=invisible), under host pids; tools that look up /proc/<getpid()>, such as ps, fail in jobs")
 	return nil
+}
+
+// probeOverlay mounts (detached, and at once let go) a read-only overlay
+// of two empty directories on the filesystem of empty: what every job's
+// /data is made as.
+func probeOverlay(empty string) error {
+	dir, err := os.MkdirTemp(filepath.Dir(empty), ".probe-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(dir)
+	fs, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen overlay: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "lowerdir", dir+":"+empty); err != nil {
+		return fmt.Errorf("overlay lowerdir: %w", err)
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fmt.Errorf("create overlay: %w", err)
+	}
+	mnt, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY)
+	if err != nil {
+		return fmt.Errorf("fsmount overlay: %w", err)
+	}
+	return unix.Close(mnt)
 }
 
 // makeEtc fills the jobs' shared, read-only /etc. It is built aside and
@@ -409,10 +471,9 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	env, path := jobEnv(spec)
 	binds := append([]bind(nil), e.binds...)
 	binds = append(binds,
-		bind{src: e.etcDir, dst: "etc", readOnly: true},
 		// From the executor's own record, not from ws, whose fields RUN
 		// could change: only the job's workspace is ever mounted.
-		bind{src: j.ws.Data, dst: "data", readOnly: true},
+		bind{src: j.ws.Data, dst: "data", readOnly: true, overlay: !e.bindData, emptyDir: e.emptyDir},
 		bind{src: j.ws.Out, dst: "out"},
 		bind{src: j.ws.Tmp, dst: "tmp"},
 	)
