@@ -229,3 +229,28 @@ func (s *Server) AssertNothingLands(tb testing.TB, asker *nats.Conn, subject str
 		tb.Errorf("%s: lease node.x: %v, want none", subject, err)
 	}
 }
+
+// WaitServed asks on subject, as nc's identity, until a service answers,
+// and fails the test if none does within 20 s: a service registers its
+// endpoints only once it has started.
+func WaitServed(tb testing.TB, nc *nats.Conn, subject string, body []byte) *nats.Msg {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		m, err := nc.RequestWithContext(ctx, subject, body)
+		if err == nil {
+			return m
+		}
+		if !errors.Is(err, nats.ErrNoResponders) {
+			tb.Fatalf("%s: %v", subject, err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			tb.Fatalf("%s: nothing answers", subject)
+		}
+	}
+}
