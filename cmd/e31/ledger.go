@@ -100,7 +100,7 @@ far and the command says how far behind it is.`,
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	f.BoolVar(&o.asCSV, "csv", false, "print CSV: one line per record, or per submitter with --totals")
 	f.BoolVar(&o.totals, "totals", false, "what each submitter would be billed for the period --since to --until")
-	f.BoolVar(&o.head, "head", false, "print the hash chain head over the log (SEQ:HASH), for 'e31 audit --since-head'")
+	f.BoolVar(&o.head, "head", false, "print the hash chain head over the log (SEQ:HASH), for 'e31 audit --since-head' (the auditor's and the operator's)")
 	f.StringVar(&o.q.Submitter, "submitter", "", "only this submitter's jobs")
 	f.StringVar(&o.q.Node, "node", "", "only jobs held on this node")
 	f.StringVar(&o.q.Sweep, "sweep", "", "only the jobs of this sweep")
