@@ -18,6 +18,7 @@ import (
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query"
 )
 
 // burstSize is how many submissions TestBurstIsAcceptedAndDrains sends at
@@ -187,7 +188,7 @@ func askWhy(ctx context.Context, t *testing.T, nc *nats.Conn, js jetstream.JetSt
 		t.Fatal(err)
 	}
 	req, _ := json.Marshal(api.WhyRequest{Job: job, MinSeq: info.State.LastSeq})
-	m, err := nc.RequestWithContext(ctx, api.RentWhySubject(events.Operator), req)
+	m, err := query.Ask(ctx, nc, api.RentWhySubject(events.Operator), req)
 	if err != nil {
 		t.Fatalf("ask RENT why %s waits: %v", job, err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -178,7 +179,7 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 		pprof.StopCPUProfile()
 	}
 	var info api.LedgerInfo
-	err = askJSON(nc, api.LedgerSubject(events.Operator, api.EndpointHead), &info)
+	err = askJSON(ctx, nc, api.LedgerSubject(events.Operator, api.EndpointHead), &info)
 	ledgerHead := info.Head.String()
 	stop()
 	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {
@@ -199,11 +200,14 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 	return nil
 }
 
-// askJSON asks a query endpoint and decodes the reply.
-func askJSON(nc *nats.Conn, subject string, reply any) error {
-	m, err := nc.Request(subject, nil, 10*time.Second)
+// askJSON asks a query endpoint, as the user its subject names, and
+// decodes the reply.
+func askJSON(ctx context.Context, nc *nats.Conn, subject string, reply any) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := query.Ask(ctx, nc, subject, nil)
 	if err != nil {
-		return fmt.Errorf("%s: %w", subject, err)
+		return err
 	}
 	if err := json.Unmarshal(m.Data, reply); err != nil {
 		return fmt.Errorf("%s: %w", subject, err)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -115,6 +117,11 @@ func (a *app) dial(ctx context.Context) (*client, error) {
 	opts, err := natsOptions(cfg)
 	if err != nil {
 		return nil, usageErr("--creds: %v", err)
+	}
+	if w.Role == "" {
+		// No e31 credentials name an inbox: reply on the one of the user
+		// the CLI asks as, the only one the query services answer on.
+		opts = append(opts, nats.CustomInboxPrefix(query.InboxPrefix(w.User)))
 	}
 	r := &refusals{waiting: map[*refusalWatch]struct{}{}}
 	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -215,8 +222,13 @@ func (c *client) append(ctx context.Context, job string, ev events.Event, opts .
 	return env, err
 }
 
+// errBusy is wrapped by the error of a query that a service answered
+// "busy" (api.CodeBusy) until the query's deadline.
+var errBusy = errors.New("the service stayed busy")
+
 // request sends a query, as the CLI's user, to the endpoint subjectOf
-// gives for it, and decodes the reply.
+// gives for it, and decodes the reply. A "busy" reply (the service is at a
+// limit: see pkg/query) is asked again, with backoff, until timeout.
 func (c *client) request(ctx context.Context, subject string, req, reply any, timeout time.Duration) error {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -226,17 +238,44 @@ func (c *client) request(ctx context.Context, subject string, req, reply any, ti
 	defer cancel()
 	gctx, done := c.guard(rctx, subject)
 	defer done()
-	m, err := c.nc.RequestWithContext(gctx, subject, b)
-	if errors.Is(err, nats.ErrNoResponders) {
+	var busy error
+	m, err := backoff.Retry(gctx, func() (*nats.Msg, error) {
+		m, err := c.nc.RequestWithContext(gctx, subject, b)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		var head struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		if json.Unmarshal(m.Data, &head) == nil && head.Code == api.CodeBusy {
+			busy = fmt.Errorf("%w: %s", errBusy, head.Error)
+			return nil, busy
+		}
+		return m, nil
+	}, backoff.WithBackOff(busyBackoff()), backoff.WithMaxElapsedTime(0))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
 		return troubleErr(fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject)))
-	}
-	if err != nil {
+	case err != nil && busy != nil && !errors.Is(context.Cause(gctx), nats.ErrPermissionViolation) && ctx.Err() == nil:
+		return troubleErr(fmt.Errorf("%s: %w (%s)", subject, busy, timeout))
+	case err != nil:
 		return c.refused(gctx, subject, err)
 	}
 	if err := json.Unmarshal(m.Data, reply); err != nil {
 		return troubleErr(fmt.Errorf("%s: bad reply: %w", subject, err))
 	}
 	return nil
+}
+
+// busyBackoff is how the CLI waits between asking a busy service again:
+// soon at first, at most every 2 s, spread out so that many clients
+// turned away together do not come back together.
+func busyBackoff() backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = 2 * time.Second
+	return b
 }
 
 // ledger is the subject of one of the ledger's endpoints for the CLI's user.
@@ -254,17 +293,39 @@ func serviceOf(subject string) string {
 
 // head asks the ledger how far the log goes: its last sequence now, read
 // by the ledger, so that a client needs no access to the log to ask any
-// service for an answer as of now.
+// service for an answer as of now. Only the auditor and the operator are
+// told.
 func (c *client) head(ctx context.Context) (api.LedgerInfo, error) {
 	var info api.LedgerInfo
-	err := c.request(ctx, c.ledger(api.EndpointHead), nil, &info, 10*time.Second)
-	return info, err
+	if err := c.request(ctx, c.ledger(api.EndpointHead), nil, &info, 10*time.Second); err != nil {
+		return info, err
+	}
+	switch {
+	case info.Code == api.CodeNotPermitted:
+		return info, &exitError{exitUsage, fmt.Errorf("%w for %s: %s", errNotPermitted, c.who, info.Error)}
+	case info.Error != "":
+		return info, troubleErr(fmt.Errorf("the ledger's head: %s", info.Error))
+	}
+	return info, nil
 }
 
 // lastSeq is the log's last sequence now, as the ledger reads it.
 func (c *client) lastSeq(ctx context.Context) (uint64, error) {
 	info, err := c.head(ctx)
 	return info.LastSeq, err
+}
+
+// asOfNow is how to ask for an answer as of everything logged so far: for
+// the auditor and the operator, the log's last sequence as MinSeq (which
+// also tells how far behind an answer is); for a submitter, which is told
+// nothing of the log beyond its own jobs, Fresh, and the service reads the
+// last sequence itself.
+func (c *client) asOfNow(ctx context.Context) (minSeq uint64, fresh bool, err error) {
+	if !api.SeesAll(c.who.User) {
+		return 0, true, nil
+	}
+	seq, err := c.lastSeq(ctx)
+	return seq, false, err
 }
 
 // record returns a job's hold record as of at least minSeq.
@@ -286,7 +347,13 @@ func (c *client) recordAs(ctx context.Context, q api.RecordRequest) (*api.HoldRe
 	if reply.Error != "" {
 		return nil, reply.Applied, errors.New(reply.Error)
 	}
-	return reply.Record, reply.Applied, nil
+	// A submitter is not told how far the ledger has read (see
+	// api.RecordReply); it has read its job's last event, at least.
+	applied := reply.Applied
+	if r := reply.Record; r != nil && len(r.Events) > 0 {
+		applied = max(applied, r.Events[len(r.Events)-1].Seq)
+	}
+	return reply.Record, applied, nil
 }
 
 // waitOf is how long the ledger may hold a request.

@@ -130,11 +130,11 @@ func dataRmCmd(a *app) *cobra.Command {
 
 // stored asks OUTPUT what jobs keep, as of everything logged so far.
 func (c *client) stored(ctx context.Context, q api.StoredRequest) ([]api.Stored, error) {
-	seq, err := c.lastSeq(ctx)
+	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, err
 	}
-	q.MinSeq = seq
+	q.MinSeq, q.Fresh = seq, fresh
 	var all []api.Stored
 	for {
 		var reply api.StoredReply

@@ -100,7 +100,7 @@ far and the command says how far behind it is.`,
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	f.BoolVar(&o.asCSV, "csv", false, "print CSV: one line per record, or per submitter with --totals")
 	f.BoolVar(&o.totals, "totals", false, "what each submitter would be billed for the period --since to --until")
-	f.BoolVar(&o.head, "head", false, "print the hash chain head over the log (SEQ:HASH), for 'e31 audit --since-head'")
+	f.BoolVar(&o.head, "head", false, "print the hash chain head over the log (SEQ:HASH), for 'e31 audit --since-head' (the auditor's and the operator's)")
 	f.StringVar(&o.q.Submitter, "submitter", "", "only this submitter's jobs")
 	f.StringVar(&o.q.Node, "node", "", "only jobs held on this node")
 	f.StringVar(&o.q.Sweep, "sweep", "", "only the jobs of this sweep")
@@ -117,18 +117,23 @@ func parseWhen(s string) (time.Time, error) {
 	return time.Parse(time.DateOnly, s)
 }
 
-// behind is how far the ledger had read when it answered.
+// behind is how far the ledger had read when it answered: applied of
+// last, for those told the log's sequences; for a submitter, only whether
+// it was still catching up.
 type behind struct {
 	applied, last uint64
+	catchingUp    bool
 }
 
 // noteBehind tells the user, on stderr, that the ledger is still catching up.
 func (c *client) noteBehind(b behind, what string) {
-	if b.applied >= b.last {
-		return
+	switch {
+	case b.applied < b.last:
+		fmt.Fprintf(c.a.errOut, "note: the ledger is catching up: it has read the log up to #%d of #%d (%d behind); %s\n",
+			b.applied, b.last, b.last-b.applied, what)
+	case b.catchingUp:
+		fmt.Fprintf(c.a.errOut, "note: the ledger is catching up; %s\n", what)
 	}
-	fmt.Fprintf(c.a.errOut, "note: the ledger is catching up: it has read the log up to #%d of #%d (%d behind); %s\n",
-		b.applied, b.last, b.last-b.applied, what)
 }
 
 // allRecords pages through the ledger as of now; it fails if the ledger
@@ -141,12 +146,11 @@ func (c *client) allRecords(ctx context.Context, q api.ListRequest) ([]*api.Hold
 // records pages through the ledger as of now. With partial, a ledger that
 // is still catching up answers with what it has, and the caller says so.
 func (c *client) records(ctx context.Context, q api.ListRequest, partial bool) ([]*api.HoldRecord, behind, error) {
-	info, err := c.head(ctx)
+	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, behind{}, err
 	}
-	seq := info.LastSeq
-	q.MinSeq = seq
+	q.MinSeq, q.Fresh = seq, fresh
 	st := behind{applied: seq, last: seq}
 	all := []*api.HoldRecord{}
 	for {
@@ -157,12 +161,16 @@ func (c *client) records(ctx context.Context, q api.ListRequest, partial bool) (
 		if reply.Error != "" {
 			return nil, st, &exitError{exitUsage, errors.New(reply.Error)}
 		}
-		if reply.Applied < seq {
+		if reply.Applied < seq || reply.CatchingUp {
 			if !partial {
-				return nil, st, troubleErr(fmt.Errorf("the ledger is catching up: it has read the log up to #%d of #%d; try again", reply.Applied, seq))
+				if reply.Applied < seq {
+					return nil, st, troubleErr(fmt.Errorf("the ledger is catching up: it has read the log up to #%d of #%d; try again", reply.Applied, seq))
+				}
+				return nil, st, troubleErr(errors.New("the ledger is catching up; try again"))
 			}
-			st.applied = min(st.applied, reply.Applied)
-			q.MinSeq = 0 // take what it has, without waiting again per page
+			st.applied, st.catchingUp = min(st.applied, reply.Applied), true
+			// Take what it has, without waiting again per page.
+			q.MinSeq, q.Fresh = 0, false
 		}
 		all = append(all, reply.Records...)
 		if !reply.More || len(reply.Records) == 0 {
@@ -181,11 +189,15 @@ func (c *client) printOneRecord(ctx context.Context, id string, o ledgerOptions)
 		if rerr := c.request(ctx, c.ledger(api.EndpointRecord), api.RecordRequest{Job: id}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
 			return err
 		}
-		seq, lerr := c.lastSeq(ctx)
-		if lerr != nil || reply.Applied >= seq {
-			return err
+		b := behind{catchingUp: true}
+		if api.SeesAll(c.who.User) {
+			seq, lerr := c.lastSeq(ctx)
+			if lerr != nil || reply.Applied >= seq {
+				return err
+			}
+			b = behind{applied: reply.Applied, last: seq}
 		}
-		c.noteBehind(behind{reply.Applied, seq}, "this record may not show everything yet")
+		c.noteBehind(b, "this record may not show everything yet")
 		rec = reply.Record
 	}
 	switch {
@@ -204,7 +216,7 @@ func (c *client) printHead(ctx context.Context, o ledgerOptions) error {
 	if err != nil {
 		return err
 	}
-	c.noteBehind(behind{info.Applied, info.LastSeq}, fmt.Sprintf("this head is as of #%d", info.Head.Seq))
+	c.noteBehind(behind{applied: info.Applied, last: info.LastSeq}, fmt.Sprintf("this head is as of #%d", info.Head.Seq))
 	if o.asJSON {
 		return writeJSON(c.a.out, info)
 	}
@@ -218,12 +230,11 @@ func (c *client) printHead(ctx context.Context, o ledgerOptions) error {
 // printTotals prints what each submitter would be billed for the period
 // (a submitter is told its own bill only).
 func (c *client) printTotals(ctx context.Context, o ledgerOptions) error {
-	info, err := c.head(ctx)
+	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return err
 	}
-	seq := info.LastSeq
-	q := api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter, MinSeq: seq}
+	q := api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter, MinSeq: seq, Fresh: fresh}
 	var reply api.TotalsReply
 	if err := c.request(ctx, c.ledger(api.EndpointTotals), q, &reply, 30*time.Second); err != nil {
 		return err
@@ -231,7 +242,7 @@ func (c *client) printTotals(ctx context.Context, o ledgerOptions) error {
 	if reply.Error != "" {
 		return &exitError{exitUsage, errors.New(reply.Error)}
 	}
-	c.noteBehind(behind{reply.Applied, seq}, "these totals may not count everything yet")
+	c.noteBehind(behind{applied: reply.Applied, last: seq, catchingUp: reply.CatchingUp}, "these totals may not count everything yet")
 	switch {
 	case o.asJSON:
 		return writeJSON(c.a.out, reply.Submitters)

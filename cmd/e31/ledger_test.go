@@ -63,7 +63,12 @@ output: [{path: x, required: false}]
 	if code != 0 || !strings.Contains(out, "audit passed") || !strings.Contains(out, "matches the ledger") || !strings.Contains(out, "passes through 1 head") {
 		t.Fatalf("e31 audit: exit %d\n%s", code, out)
 	}
-	headOut, _, code := ts.cli("ledger", "--head")
+	// The head (how far the log goes, the chain) is the auditor's and the
+	// operator's: a submitter learns nothing of other tenants from it.
+	if out, errOut, code := ts.cli("ledger", "--head"); code != exitUsage || out != "" || !strings.Contains(errOut, "not permitted") {
+		t.Errorf("alice: e31 ledger --head: exit %d, %q %q; want not permitted", code, out, errOut)
+	}
+	headOut, _, code := ts.cliAs("auditor", "ledger", "--head")
 	head, err := api.ParseHead(headOut)
 	if code != 0 || err != nil {
 		t.Fatalf("e31 ledger --head: exit %d, %q: %v", code, headOut, err)

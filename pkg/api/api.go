@@ -68,6 +68,17 @@ func UserOf(subject string) string {
 // is not the asker's: nobody is told which.
 const CodeNoSuchJob = "no_such_job"
 
+// CodeBusy is the Code of an answer to a request beyond one of the query
+// services' limits (requests in flight, long polls held open, per user or
+// in all; see pkg/query): nothing was done, and asking again later may
+// succeed. Its Error reads "busy: …, retry".
+const CodeBusy = "busy"
+
+// CodeNotPermitted is the Code of an answer to a question the asker may
+// not ask: the ledger's head (counts, sequences, the hash chain) is for the
+// auditor and the operator only.
+const CodeNotPermitted = "not_permitted"
+
 // Auditor is the user every auditor asks as: auditors read everything and
 // change nothing, so they need not be told apart here.
 const Auditor = "auditor"
@@ -241,7 +252,10 @@ type RecordReply struct {
 	Error  string      `json:"error,omitempty"`
 	// Code says what Error is, for a program: CodeNoSuchJob.
 	Code string `json:"code,omitempty"`
-	// Applied is the last log sequence the ledger has applied.
+	// Applied is the last log sequence the ledger has applied. A
+	// submitter learns nothing of the log beyond its own jobs: it is told
+	// at most the MinSeq it asked for (so Applied >= MinSeq still says the
+	// ledger had caught up), and 0 when it asked for none.
 	Applied uint64 `json:"applied"`
 }
 
@@ -273,10 +287,19 @@ type ListReply struct {
 	Records []*HoldRecord `json:"records"`
 	More    bool          `json:"more"`
 	Applied uint64        `json:"applied"`
-	Error   string        `json:"error,omitempty"`
+	// CatchingUp says the ledger had not read the log as far as asked
+	// (MinSeq, or with Fresh the log's end) when it answered: the records
+	// may not show everything yet. A submitter is told this rather than
+	// how far the ledger has read (see Applied of RecordReply).
+	CatchingUp bool   `json:"catching_up,omitempty"`
+	Error      string `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeBusy.
+	Code string `json:"code,omitempty"`
 }
 
-// LedgerInfo says how far the ledger has read the log.
+// LedgerInfo says how far the ledger has read the log. It is the answer to
+// the auditor and the operator only: a submitter asking for it is answered
+// with Error and CodeNotPermitted, and no figure.
 type LedgerInfo struct {
 	Applied  uint64 `json:"applied"`
 	LastSeq  uint64 `json:"last_seq"`
@@ -285,7 +308,10 @@ type LedgerInfo struct {
 	CaughtUp bool   `json:"caught_up"`
 	// Head is the hash chain over every message the ledger has read, as of
 	// Head.Seq (which is Applied): see DigestVersion.
-	Head Head `json:"head"`
+	Head  Head   `json:"head"`
+	Error string `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeNotPermitted, CodeBusy.
+	Code string `json:"code,omitempty"`
 }
 
 // TotalsRequest asks what each submitter would be billed for a period (a
@@ -322,7 +348,11 @@ type Totals struct {
 type TotalsReply struct {
 	Submitters []Totals `json:"submitters"`
 	Applied    uint64   `json:"applied"`
-	Error      string   `json:"error,omitempty"`
+	// CatchingUp is as in ListReply.
+	CatchingUp bool   `json:"catching_up,omitempty"`
+	Error      string `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeBusy.
+	Code string `json:"code,omitempty"`
 }
 
 // WhyRequest asks the scheduler why a job is where it is. With MinSeq the
@@ -340,8 +370,12 @@ type WhyReply struct {
 	State    string `json:"state"`
 	Reason   string `json:"reason,omitempty"`
 	Position int    `json:"position,omitempty"`
-	Queued   int    `json:"queued,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// Queued is how many jobs wait in all: told to the auditor and the
+	// operator only.
+	Queued int    `json:"queued,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeBusy.
+	Code string `json:"code,omitempty"`
 }
 
 // EventsRequest asks for the events of one job, as stored, after the stream

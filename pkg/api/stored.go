@@ -22,6 +22,10 @@ type StoredRequest struct {
 	After string `json:"after,omitempty"`
 	// MinSeq makes OUTPUT answer only once it has read the log that far.
 	MinSeq uint64 `json:"min_seq,omitempty"`
+	// Fresh makes OUTPUT answer as of everything logged before the
+	// request: how a submitter, who may not read the log's last sequence,
+	// asks for an answer as of now.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // StoredReply is one page of jobs, sorted by id.
@@ -30,6 +34,8 @@ type StoredReply struct {
 	More    bool     `json:"more"`
 	Applied uint64   `json:"applied"`
 	Error   string   `json:"error,omitempty"`
+	// Code says what Error is, for a program: CodeBusy.
+	Code string `json:"code,omitempty"`
 }
 
 // Stored is what one job keeps in the store.

@@ -16,6 +16,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -308,8 +309,10 @@ func ask(t *testing.T, nc *nats.Conn, subject string, q, reply any) {
 	t.Helper()
 	b, _ := json.Marshal(q)
 	deadline := time.Now().Add(10 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	for {
-		m, err := nc.Request(subject, b, time.Until(deadline))
+		m, err := query.Ask(ctx, nc, subject, b)
 		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
 			<-time.After(10 * time.Millisecond)
 			continue

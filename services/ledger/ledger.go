@@ -11,11 +11,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query"
 )
 
 // Config configures the service.
@@ -26,16 +26,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Workers digest and decode messages in parallel; default GOMAXPROCS.
 	Workers int
+	// Queries bounds what askers may hold of the query endpoints at once
+	// (zero fields: query's defaults).
+	Queries query.Limits
 }
 
 // Service is the LEDGER. Several may run; each keeps its own projection.
-// Its query handlers may be called concurrently with the fold: every
-// access to the projection holds mu.
+// Its query handlers run concurrently with each other and with the fold
+// (pkg/query): every access to the projection holds mu.
 type Service struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	log *slog.Logger
 	cfg Config
+
+	queries *query.Server
 
 	mu       sync.Mutex
 	proj     *Projection
@@ -52,8 +57,22 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/ledger"
 	}
-	return &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
-		proj: NewProjection(), changed: make(chan struct{}), ready: make(chan struct{})}, nil
+	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
+		proj: NewProjection(), changed: make(chan struct{}), ready: make(chan struct{})}
+	s.queries = query.New(nc, query.Config{Name: "e31-ledger", Version: "0.4.0", Description: "hold records",
+		Metadata: map[string]string{"source": cfg.Source}, Limits: cfg.Queries, Logger: s.log})
+	// Every endpoint is served for every user, e31.api.*.ledger.<endpoint>:
+	// the user is read from the subject each request came on.
+	for endpoint, h := range map[string]query.Handler{
+		api.EndpointRecord: s.serveRecord,
+		api.EndpointList:   s.serveList,
+		api.EndpointTotals: s.serveTotals,
+		api.EndpointEvents: s.serveEvents,
+		api.EndpointHead:   s.serveHead,
+	} {
+		s.queries.Handle(endpoint, api.LedgerSubject("*", endpoint), h)
+	}
+	return s, nil
 }
 
 // CaughtUp is closed once the ledger has applied the whole log as it was
@@ -61,37 +80,25 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 func (s *Service) CaughtUp() <-chan struct{} { return s.ready }
 
 // Run serves queries at once, rebuilds the records from the log, then
-// follows it until ctx ends.
+// follows it until ctx ends. The queries being answered end with it.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "e31-ledger", Version: "0.3.0", Description: "hold records",
-		Metadata: map[string]string{"source": s.cfg.Source}})
-	if err != nil {
-		return fmt.Errorf("ledger: query service: %w", err)
+	if err := s.queries.Start(ctx); err != nil {
+		return fmt.Errorf("ledger: %w", err)
 	}
-	defer func() { _ = svc.Stop() }()
-	// Every endpoint is served for every user, e31.api.*.ledger.<endpoint>:
-	// the user is read from the subject each request came on.
-	for endpoint, h := range map[string]micro.HandlerFunc{
-		api.EndpointRecord: s.serveRecord,
-		api.EndpointList:   s.serveList,
-		api.EndpointTotals: s.serveTotals,
-		api.EndpointEvents: s.serveEvents,
-		api.EndpointHead:   s.serveHead,
-	} {
-		subject := api.LedgerSubject("*", endpoint)
-		if err := svc.AddEndpoint(endpoint, h, micro.WithEndpointSubject(subject)); err != nil {
-			return fmt.Errorf("ledger: endpoint %s: %w", subject, err)
-		}
-	}
+	defer s.queries.Stop()
 	s.dropOldConsumer(ctx)
 	if err := s.follow(ctx); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("ledger: follow the log: %w", err)
 	}
 	return nil
 }
+
+// QueryStats are the counts of the query endpoints: requests refused for
+// their reply subject, answered busy, served.
+func (s *Service) QueryStats() query.Stats { return s.queries.Stats() }
 
 // dropOldConsumer deletes the durable consumer earlier versions followed
 // the log with: nothing reads it any more, and left alone it would keep its
@@ -127,32 +134,37 @@ func (s *Service) applyBatch(xs []Prepared, last bool) bool {
 	return first
 }
 
-// waitFor blocks until the projection has applied seq, or d passes.
-func (s *Service) waitFor(seq uint64, d time.Duration) uint64 {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
+// waitFor waits until the projection has applied seq, or until deadline,
+// and returns what it has applied. The error is the layer's: a user
+// holding every long poll it may.
+func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uint64, error) {
 	for {
 		s.mu.Lock()
 		applied, ch := s.proj.Applied(), s.changed
 		s.mu.Unlock()
 		if applied >= seq {
-			return applied
+			return applied, nil
 		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return applied
+		changed, err := r.Await(ch, deadline)
+		if err != nil {
+			return applied, err
+		}
+		if !changed {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.proj.Applied(), nil
 		}
 	}
 }
 
-// waitOf bounds how long a request may be held: a long poll ends at 30 s,
-// and the client asks again.
+// waitOf is how long a request may be held: Wait, or 5 s without one (the
+// query layer caps it at its MaxWait, 30 s by default: a long poll ends
+// then, and the client asks again).
 func waitOf(d time.Duration) time.Duration {
 	if d <= 0 {
 		return 5 * time.Second
 	}
-	return min(d, 30*time.Second)
+	return d
 }
 
 // lastSeq is the log's last sequence now.
@@ -167,9 +179,9 @@ func (s *Service) lastSeq() (uint64, error) {
 }
 
 // catchUp waits until the projection has applied minSeq, or, with fresh,
-// everything logged so far, for at most d. It returns what is applied and
+// everything logged so far, until deadline. It returns what is applied and
 // the sequence that was waited for.
-func (s *Service) catchUp(minSeq uint64, fresh bool, d time.Duration) (applied, want uint64, err error) {
+func (s *Service) catchUp(r *query.Request, minSeq uint64, fresh bool, deadline time.Time) (applied, want uint64, err error) {
 	want = minSeq
 	if fresh {
 		last, err := s.lastSeq()
@@ -178,12 +190,39 @@ func (s *Service) catchUp(minSeq uint64, fresh bool, d time.Duration) (applied, 
 		}
 		want = max(want, last)
 	}
-	return s.waitFor(want, d), want, nil
+	applied, err = s.waitFor(r, want, deadline)
+	return applied, want, err
 }
 
-// behindError says the ledger has not read the log as far as asked.
-func behindError(applied, want uint64) string {
+// failed answers a request whose handling failed: busy if a limit was
+// reached, else with the error in reply's Error.
+func failed[T any](r *query.Request, err error, reply func(msg string) T) {
+	if errors.Is(err, query.ErrBusy) {
+		r.Busy(err)
+		return
+	}
+	r.Respond(reply(err.Error()))
+}
+
+// behindError says the ledger has not read the log as far as asked: with
+// the sequences to those who may read the log, without them to a
+// submitter, who is told nothing of the log beyond its own jobs.
+func behindError(r *query.Request, applied, want uint64) string {
+	if !r.SeesAll() {
+		return "the ledger is catching up: it has not read the log as far as your request needs yet; try again"
+	}
 	return fmt.Sprintf("the ledger is catching up: it has read the log up to #%d, not yet #%d", applied, want)
+}
+
+// shown is the Applied a reply tells r's user: the sequence itself to the
+// auditor and the operator; to a submitter at most the minSeq it asked
+// for, so that Applied >= MinSeq still says the ledger had caught up, and
+// nothing more of how far the log goes.
+func shown(r *query.Request, applied, minSeq uint64) uint64 {
+	if r.SeesAll() {
+		return applied
+	}
+	return min(applied, minSeq)
 }
 
 // noSuchJob is the answer about a job the user may not see, exactly as
@@ -198,107 +237,101 @@ func (s *Service) mayRead(user, job string) bool {
 	return user != "" && s.proj.Owner(job) == user
 }
 
-// changes waits for the projection to move on, or for the deadline.
-func (s *Service) changes(ch <-chan struct{}, deadline time.Time) bool {
-	left := time.Until(deadline)
-	if left <= 0 {
-		return false
-	}
-	t := time.NewTimer(left)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-func (s *Service) serveRecord(req micro.Request) {
-	user := api.UserOf(req.Subject())
+func (s *Service) serveRecord(r *query.Request) {
 	var q api.RecordRequest
-	if err := json.Unmarshal(req.Data(), &q); err != nil || q.Job == "" {
-		_ = req.RespondJSON(api.RecordReply{Error: "expected {\"job\": ID}"})
+	if err := json.Unmarshal(r.Data(), &q); err != nil || q.Job == "" {
+		r.Respond(api.RecordReply{Error: "expected {\"job\": ID}"})
 		return
 	}
-	start := time.Now()
-	applied, want, err := s.catchUp(q.MinSeq, q.Fresh, waitOf(q.Wait))
+	// A long poll answers once the job is over, or when its time is up;
+	// catching up counts against the same time.
+	deadline := r.Deadline(waitOf(q.Wait))
+	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, deadline)
 	if err != nil {
-		_ = req.RespondJSON(api.RecordReply{Error: err.Error()})
+		failed(r, err, func(msg string) api.RecordReply { return api.RecordReply{Error: msg} })
 		return
 	}
 	if applied < want {
-		_ = req.RespondJSON(api.RecordReply{Applied: applied, Error: behindError(applied, want)})
+		r.Respond(api.RecordReply{Applied: shown(r, applied, q.MinSeq), Error: behindError(r, applied, want)})
 		return
 	}
-	// A long poll answers once the job is over, or when its time is up.
-	deadline := start.Add(waitOf(q.Wait))
 	for {
 		s.mu.Lock()
-		reply := api.RecordReply{Applied: s.proj.Applied()}
-		r := s.proj.Record(q.Job)
+		reply := api.RecordReply{Applied: shown(r, s.proj.Applied(), q.MinSeq)}
+		rec := s.proj.Record(q.Job)
 		switch {
-		case !s.mayRead(user, q.Job):
+		case !s.mayRead(r.User, q.Job):
 			reply.Error, reply.Code = noSuchJob(q.Job), api.CodeNoSuchJob
-		case r == nil && !q.UntilOver:
+		case rec == nil && !q.UntilOver:
 			reply.Error = "job " + q.Job + " has no record yet: its request could not be read"
-		case r != nil && (r.Over() || !q.UntilOver):
-			reply.Record = r
+		case rec != nil && (rec.Over() || !q.UntilOver):
+			reply.Record = rec
 		default:
 			// Not over yet (or its unreadable request not yet rejected).
 			ch := s.changed
 			s.mu.Unlock()
-			if s.changes(ch, deadline) {
+			changed, err := r.Await(ch, deadline)
+			if err != nil {
+				r.Busy(err)
+				return
+			}
+			if changed {
 				continue
 			}
 			// Time is up: the record as it is, or none yet (the job's
 			// unreadable request is not rejected yet); the client asks again.
 			s.mu.Lock()
-			reply.Applied, reply.Record = s.proj.Applied(), s.proj.Record(q.Job)
+			reply.Applied, reply.Record = shown(r, s.proj.Applied(), q.MinSeq), s.proj.Record(q.Job)
 		}
-		s.respond(req, reply)
+		// Encoded while the lock is held: records change under it.
+		r.Respond(reply)
 		s.mu.Unlock()
 		return
 	}
 }
 
-func (s *Service) serveList(req micro.Request) {
-	user := api.UserOf(req.Subject())
+func (s *Service) serveList(r *query.Request) {
 	var q api.ListRequest
-	if len(req.Data()) > 0 {
-		if err := json.Unmarshal(req.Data(), &q); err != nil {
-			_ = req.RespondJSON(api.ListReply{Error: "bad list request: " + err.Error()})
+	if len(r.Data()) > 0 {
+		if err := json.Unmarshal(r.Data(), &q); err != nil {
+			r.Respond(api.ListReply{Error: "bad list request: " + err.Error()})
 			return
 		}
 	}
-	if !api.SeesAll(user) {
-		if q.Submitter != "" && q.Submitter != user {
-			_ = req.RespondJSON(api.ListReply{Error: "you may list your own records only (you are " + user + ")"})
+	if !r.SeesAll() {
+		if q.Submitter != "" && q.Submitter != r.User {
+			r.Respond(api.ListReply{Error: "you may list your own records only (you are " + r.User + ")"})
 			return
 		}
-		q.Submitter = user
+		q.Submitter = r.User
 	}
-	start := time.Now()
-	applied, want, err := s.catchUp(q.MinSeq, q.Fresh, waitOf(0))
+	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
 	if err != nil {
-		_ = req.RespondJSON(api.ListReply{Error: err.Error()})
+		failed(r, err, func(msg string) api.ListReply { return api.ListReply{Error: msg} })
 		return
 	}
 	if q.UntilOver {
 		// Re-count at most four times a second: a count reads every record.
-		deadline := start.Add(waitOf(q.Wait))
+		deadline := r.Deadline(waitOf(q.Wait))
 		for {
 			s.mu.Lock()
 			pending, ch := s.proj.Pending(q), s.changed
 			s.mu.Unlock()
-			if pending == 0 || !s.changes(ch, deadline) {
+			if pending == 0 {
 				break
 			}
-			next := time.Now().Add(250 * time.Millisecond)
-			if next.After(deadline) {
-				next = deadline
+			changed, err := r.Await(ch, deadline)
+			if err != nil {
+				r.Busy(err)
+				return
 			}
-			s.changes(nil, next)
+			if !changed {
+				break
+			}
+			if _, err := r.Await(nil, time.Now().Add(250*time.Millisecond)); err != nil {
+				r.Busy(err)
+				return
+			}
 		}
 	}
 	s.mu.Lock()
@@ -306,44 +339,52 @@ func (s *Service) serveList(req micro.Request) {
 	recs, more := s.proj.List(q)
 	reply := api.ListReply{Records: recs, More: more, Applied: s.proj.Applied()}
 	if applied < want {
-		reply.Applied = applied
+		reply.Applied, reply.CatchingUp = applied, true
 	}
-	s.respond(req, reply)
+	reply.Applied = shown(r, reply.Applied, q.MinSeq)
+	r.Respond(reply)
 }
 
-func (s *Service) serveTotals(req micro.Request) {
-	user := api.UserOf(req.Subject())
+func (s *Service) serveTotals(r *query.Request) {
 	var q api.TotalsRequest
-	if len(req.Data()) > 0 {
-		if err := json.Unmarshal(req.Data(), &q); err != nil {
-			_ = req.RespondJSON(api.TotalsReply{Error: "bad totals request: " + err.Error()})
+	if len(r.Data()) > 0 {
+		if err := json.Unmarshal(r.Data(), &q); err != nil {
+			r.Respond(api.TotalsReply{Error: "bad totals request: " + err.Error()})
 			return
 		}
 	}
-	if !api.SeesAll(user) {
-		if q.Submitter != "" && q.Submitter != user {
-			_ = req.RespondJSON(api.TotalsReply{Error: "you may see your own totals only (you are " + user + ")"})
+	if !r.SeesAll() {
+		if q.Submitter != "" && q.Submitter != r.User {
+			r.Respond(api.TotalsReply{Error: "you may see your own totals only (you are " + r.User + ")"})
 			return
 		}
-		q.Submitter = user
+		q.Submitter = r.User
 	}
-	applied, _, err := s.catchUp(q.MinSeq, q.Fresh, waitOf(0))
+	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
 	if err != nil {
-		_ = req.RespondJSON(api.TotalsReply{Error: err.Error()})
+		failed(r, err, func(msg string) api.TotalsReply { return api.TotalsReply{Error: msg} })
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.respond(req, api.TotalsReply{Submitters: s.proj.Totals(q), Applied: applied})
+	r.Respond(api.TotalsReply{Submitters: s.proj.Totals(q), Applied: shown(r, applied, q.MinSeq), CatchingUp: applied < want})
 }
 
-func (s *Service) serveHead(req micro.Request) {
-	last, err := s.lastSeq()
-	if err != nil {
-		_ = req.Error("503", err.Error(), nil)
+// serveHead says how far the ledger has read, how many records it has and
+// its chain head: figures about every tenant's jobs and the whole log, for
+// the auditor and the operator only.
+func (s *Service) serveHead(r *query.Request) {
+	if !r.SeesAll() {
+		r.Respond(api.LedgerInfo{Error: "the ledger's head (how far it has read the log, its records, its hash chain) is told to the auditor and the operator only",
+			Code: api.CodeNotPermitted})
 		return
 	}
-	_ = req.RespondJSON(s.info(last))
+	last, err := s.lastSeq()
+	if err != nil {
+		r.Respond(api.LedgerInfo{Error: err.Error()})
+		return
+	}
+	r.Respond(s.info(last))
 }
 
 // maxEventsReply bounds the events of one reply, so that it fits in one
@@ -353,52 +394,58 @@ const maxEventsReply = 512 << 10
 // serveEvents answers with a job's events as stored, read from the log
 // after the ownership check: how a submitter sees its job's events without
 // being allowed to read the log.
-func (s *Service) serveEvents(req micro.Request) {
-	user := api.UserOf(req.Subject())
+func (s *Service) serveEvents(r *query.Request) {
 	var q api.EventsRequest
-	if err := json.Unmarshal(req.Data(), &q); err != nil || !events.ValidID(q.Job) {
-		_ = req.RespondJSON(api.EventsReply{Error: "expected {\"job\": ID}"})
+	if err := json.Unmarshal(r.Data(), &q); err != nil || !events.ValidID(q.Job) {
+		r.Respond(api.EventsReply{Error: "expected {\"job\": ID}"})
 		return
 	}
-	start := time.Now()
-	applied, want, err := s.catchUp(0, q.Fresh, waitOf(q.Wait))
+	deadline := r.Deadline(waitOf(q.Wait))
+	applied, want, err := s.catchUp(r, 0, q.Fresh, deadline)
 	if err != nil {
-		_ = req.RespondJSON(api.EventsReply{Error: err.Error()})
+		failed(r, err, func(msg string) api.EventsReply { return api.EventsReply{Error: msg} })
 		return
 	}
 	if applied < want {
-		_ = req.RespondJSON(api.EventsReply{Applied: applied, Error: behindError(applied, want)})
+		r.Respond(api.EventsReply{Applied: shown(r, applied, q.After), Error: behindError(r, applied, want)})
 		return
 	}
 	// With Wait, hold the request until the job has an event after After:
 	// also after its end, when deletions come.
-	deadline := start.Add(waitOf(q.Wait))
 	var over bool
 	for {
 		s.mu.Lock()
-		if !s.mayRead(user, q.Job) {
+		if !s.mayRead(r.User, q.Job) {
 			s.mu.Unlock()
-			_ = req.RespondJSON(api.EventsReply{Applied: applied, Error: noSuchJob(q.Job), Code: api.CodeNoSuchJob})
+			r.Respond(api.EventsReply{Applied: shown(r, applied, q.After), Error: noSuchJob(q.Job), Code: api.CodeNoSuchJob})
 			return
 		}
-		r := s.proj.Record(q.Job)
-		over = r != nil && r.Over()
-		newer := r == nil || len(r.Events) == 0 || r.Events[len(r.Events)-1].Seq > q.After
+		rec := s.proj.Record(q.Job)
+		over = rec != nil && rec.Over()
+		newer := rec == nil || len(rec.Events) == 0 || rec.Events[len(rec.Events)-1].Seq > q.After
 		applied = s.proj.Applied()
 		ch := s.changed
 		s.mu.Unlock()
-		if q.Wait <= 0 || newer || !s.changes(ch, deadline) {
+		if q.Wait <= 0 || newer {
+			break
+		}
+		changed, err := r.Await(ch, deadline)
+		if err != nil {
+			r.Busy(err)
+			return
+		}
+		if !changed {
 			break
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	evs, more, err := s.readJob(ctx, q.Job, q.After, applied)
 	if err != nil {
-		_ = req.RespondJSON(api.EventsReply{Applied: applied, Error: err.Error()})
+		r.Respond(api.EventsReply{Applied: shown(r, applied, q.After), Error: err.Error()})
 		return
 	}
-	_ = req.RespondJSON(api.EventsReply{Events: evs, More: more, Over: over && !more, Applied: applied})
+	r.Respond(api.EventsReply{Events: evs, More: more, Over: over && !more, Applied: shown(r, applied, q.After)})
 }
 
 // readJob reads a job's stored messages after sequence after, up to upTo,
@@ -449,14 +496,4 @@ func (s *Service) info(last uint64) api.LedgerInfo {
 		info.Behind = last - info.Applied
 	}
 	return info
-}
-
-// respond marshals while the lock is held (records change under it).
-func (s *Service) respond(req micro.Request, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		_ = req.Error("500", err.Error(), nil)
-		return
-	}
-	_ = req.Respond(b)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -79,10 +80,12 @@ func record(t *testing.T, nc *nats.Conn, job string, seq uint64) api.RecordReply
 	q, _ := json.Marshal(api.RecordRequest{Job: job, MinSeq: seq, Wait: 10 * time.Second})
 	// The service answers once Run has registered it: until then, retry.
 	deadline := time.Now().Add(12 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
 	var m *nats.Msg
 	var err error
 	for {
-		m, err = nc.Request(api.LedgerSubject(events.Operator, api.EndpointRecord), q, time.Until(deadline))
+		m, err = query.Ask(ctx, nc, api.LedgerSubject(events.Operator, api.EndpointRecord), q)
 		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
 			break
 		}

@@ -3,59 +3,99 @@ package output
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
-
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query"
 )
 
 // maxStoredPage bounds one reply: it must fit in one NATS message.
 const maxStoredPage = 500
 
-// serveAPI answers api.OutputStoredService from the projection until the returned
-// function is called.
+// serveAPI answers api.OutputStoredService from the projection until the
+// returned function is called, which waits for the requests being
+// answered.
 func (s *Service) serveAPI() (func(), error) {
-	svc, err := micro.AddService(s.js.Conn(), micro.Config{Name: "e31-output", Version: "0.1.0", Description: "stored data and output, and their retention"})
-	if err != nil {
+	queries := query.New(s.js.Conn(), query.Config{Name: "e31-output", Version: "0.2.0", Description: "stored data and output, and their retention",
+		Limits: s.queryLimits, Logger: s.log})
+	queries.Handle("stored", api.OutputStoredService, s.serveStored)
+	if err := queries.Start(context.Background()); err != nil {
 		return nil, err
 	}
-	if err := svc.AddEndpoint("stored", micro.HandlerFunc(s.serveStored), micro.WithEndpointSubject(api.OutputStoredService)); err != nil {
-		_ = svc.Stop()
-		return nil, err
-	}
-	return func() { _ = svc.Stop() }, nil
+	s.queries.Store(queries)
+	return queries.Stop, nil
 }
 
-func (s *Service) serveStored(req micro.Request) {
+// QueryStats are the counts of the stored endpoint: requests refused for
+// their reply subject, answered busy, served. Zero until Run serves it.
+func (s *Service) QueryStats() query.Stats {
+	if q := s.queries.Load(); q != nil {
+		return q.Stats()
+	}
+	return query.Stats{}
+}
+
+// storedWait is how long a stored request waits for the projection to read
+// the log as far as it asks.
+const storedWait = 10 * time.Second
+
+func (s *Service) serveStored(r *query.Request) {
 	var q api.StoredRequest
-	if len(req.Data()) > 0 {
-		if err := json.Unmarshal(req.Data(), &q); err != nil {
-			_ = req.RespondJSON(api.StoredReply{Error: "bad request: " + err.Error()})
+	if len(r.Data()) > 0 {
+		if err := json.Unmarshal(r.Data(), &q); err != nil {
+			r.Respond(api.StoredReply{Error: "bad request: " + err.Error()})
 			return
 		}
 	}
 	// The user is the subject's token, which only that user may publish
 	// on: a submitter hears about its own jobs only.
-	user := api.UserOf(req.Subject())
-	if user == "" {
-		_ = req.RespondJSON(api.StoredReply{Error: "ask on e31.api.<user>.output.stored"})
-		return
+	if !r.SeesAll() {
+		q.Submitter = r.User
 	}
-	if user != api.Auditor && user != events.Operator {
-		q.Submitter = user
+	want := q.MinSeq
+	if q.Fresh {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		st, err := s.js.Stream(ctx, events.Stream)
+		cancel()
+		if err != nil {
+			r.Respond(api.StoredReply{Error: fmt.Sprintf("the log's last sequence: %v", err)})
+			return
+		}
+		want = max(want, st.CachedInfo().State.LastSeq)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.waitFor(ctx, q.MinSeq); err != nil {
-		_ = req.RespondJSON(api.StoredReply{Error: err.Error()})
-		return
+	deadline := r.Deadline(storedWait)
+	for {
+		s.mu.Lock()
+		applied, ch := s.refs.Applied(), s.changed
+		s.mu.Unlock()
+		if applied >= want {
+			break
+		}
+		changed, err := r.Await(ch, deadline)
+		if err != nil {
+			r.Busy(err)
+			return
+		}
+		if !changed {
+			// How far OUTPUT has read is told to those who may read the
+			// log; a submitter learns nothing of it.
+			msg := "OUTPUT is catching up: it has not read the log as far as your request needs yet; try again"
+			if r.SeesAll() {
+				msg = fmt.Sprintf("OUTPUT is catching up: it has read the log up to #%d, not yet #%d", applied, want)
+			}
+			r.Respond(api.StoredReply{Error: msg})
+			return
+		}
 	}
 	s.mu.Lock()
 	reply := api.StoredReply{Applied: s.refs.Applied(), Jobs: []api.Stored{}}
+	if !r.SeesAll() {
+		reply.Applied = min(reply.Applied, q.MinSeq)
+	}
 	jobs := s.refs.Jobs()
 	slices.SortFunc(jobs, func(a, b *Held) int { return strings.Compare(a.Job, b.Job) })
 	for _, h := range jobs {
@@ -73,7 +113,7 @@ func (s *Service) serveStored(req micro.Request) {
 		reply.Jobs = append(reply.Jobs, storedOf(h))
 	}
 	s.mu.Unlock()
-	_ = req.RespondJSON(reply)
+	r.Respond(reply)
 }
 
 // storedOf is what a job keeps, as the API shows it.

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -54,6 +56,9 @@ type Config struct {
 	// DeleteGrace is the time between a deletion and the sweep that removes
 	// the freed objects; default DefaultDeleteGrace.
 	DeleteGrace time.Duration
+	// Queries bounds what askers may hold of the stored endpoint at once
+	// (zero fields: query's defaults).
+	Queries query.Limits
 }
 
 // Service is the OUTPUT step; any number may run. Each instance keeps its
@@ -78,6 +83,9 @@ type Service struct {
 	// store.
 	sweepMu sync.Mutex
 	index   map[stage.Store]*objectIndex
+
+	queryLimits query.Limits
+	queries     atomic.Pointer[query.Server] // set once Run serves queries (api.go)
 }
 
 // New returns a Service on js.
@@ -104,6 +112,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "output"),
 		verify: cfg.Verifier, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
 		refs: NewRefs(), changed: make(chan struct{}), index: map[stage.Store]*objectIndex{},
+		queryLimits: cfg.Queries,
 	}
 	return s, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/output"
 )
@@ -314,7 +315,9 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 
 	// What OUTPUT says it keeps agrees.
 	var reply api.StoredReply
-	msg, err := w.js.Conn().Request(api.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msg, err := query.Ask(ctx, w.js.Conn(), api.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,16 +27,17 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/query"
 )
 
 // maxHoldsPerPass bounds the holds appended in one round trip.
@@ -54,6 +55,9 @@ type Config struct {
 	// Default: the host name.
 	Instance string
 	Pool     PoolConfig
+	// Queries bounds what askers may hold of the why endpoint at once
+	// (zero fields: query's defaults).
+	Queries query.Limits
 }
 
 // Service is the RENT step.
@@ -74,6 +78,9 @@ type Service struct {
 
 	// kick wakes the scheduler: something changed that may allow a decision.
 	kick chan struct{}
+
+	queryLimits query.Limits
+	queries     atomic.Pointer[query.Server] // set once Run serves queries
 }
 
 // New returns a Service.
@@ -94,7 +101,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
 		pool: NewPool(cfg.Pool, cfg.Now), changed: make(chan struct{}), expiring: map[string]string{},
-		kick: make(chan struct{}, 1)}, nil
+		kick: make(chan struct{}, 1), queryLimits: cfg.Queries}, nil
 }
 
 // sanitize makes s usable in a consumer name.
@@ -128,16 +135,15 @@ func (s *Service) Run(ctx context.Context) error {
 	s.replayed = last
 	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", len(s.pool.nodes), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
 
-	svc, err := micro.AddService(s.nc, micro.Config{Name: "e31-rent", Version: "0.1.0", Description: "why a job waits"})
-	if err != nil {
-		return fmt.Errorf("rent: query service: %w", err)
-	}
-	defer svc.Stop()
 	// Served for every user, e31.api.*.rent.why: the user is read from the
 	// subject each request came on.
-	if err := svc.AddEndpoint(api.EndpointWhy, micro.HandlerFunc(s.why), micro.WithEndpointSubject(api.RentWhySubject("*"))); err != nil {
-		return fmt.Errorf("rent: query service: %w", err)
+	queries := query.New(s.nc, query.Config{Name: "e31-rent", Version: "0.2.0", Description: "why a job waits", Limits: s.queryLimits, Logger: s.log})
+	queries.Handle(api.EndpointWhy, api.RentWhySubject("*"), s.why)
+	if err := queries.Start(ctx); err != nil {
+		return fmt.Errorf("rent: %w", err)
 	}
+	s.queries.Store(queries)
+	defer queries.Stop()
 	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
 	if err != nil {
 		return fmt.Errorf("rent: leases: %w", err)
@@ -479,35 +485,49 @@ func (s *Service) logDecision(d Decision, stored events.Envelope) {
 
 // why answers why a job is where it is. A submitter is told about its own
 // waiting and held jobs only; about any other job it is told what it would
-// be told about one the scheduler has never seen.
-func (s *Service) why(req micro.Request) {
-	user := api.UserOf(req.Subject())
+// be told about one the scheduler has never seen; and never how many jobs
+// wait in all.
+func (s *Service) why(r *query.Request) {
 	var q api.WhyRequest
-	if err := json.Unmarshal(req.Data(), &q); err != nil || q.Job == "" {
-		_ = req.RespondJSON(api.WhyReply{Error: "expected {\"job\": ID}"})
+	if err := json.Unmarshal(r.Data(), &q); err != nil || q.Job == "" {
+		r.Respond(api.WhyReply{Error: "expected {\"job\": ID}"})
 		return
 	}
-	deadline := time.NewTimer(5 * time.Second)
-	defer deadline.Stop()
+	deadline := r.Deadline(5 * time.Second)
 	for {
 		s.mu.Lock()
 		if s.pool.Applied() >= q.MinSeq {
 			reply := s.pool.Why(q.Job)
-			if j := s.pool.jobs[q.Job]; !api.SeesAll(user) && (j == nil || j.submitter != user) {
-				reply = s.pool.Why("")
-				reply.Job = q.Job
+			if !r.SeesAll() {
+				if j := s.pool.jobs[q.Job]; j == nil || j.submitter != r.User {
+					reply = s.pool.Why("")
+					reply.Job = q.Job
+				}
+				reply.Queued = 0
 			}
 			s.mu.Unlock()
-			_ = req.RespondJSON(reply)
+			r.Respond(reply)
 			return
 		}
 		ch := s.changed
 		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline.C:
-			_ = req.RespondJSON(api.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
+		changed, err := r.Await(ch, deadline)
+		if err != nil {
+			r.Busy(err)
+			return
+		}
+		if !changed {
+			r.Respond(api.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
 			return
 		}
 	}
+}
+
+// QueryStats are the counts of the why endpoint: requests refused for
+// their reply subject, answered busy, served. Zero until Run serves it.
+func (s *Service) QueryStats() query.Stats {
+	if q := s.queries.Load(); q != nil {
+		return q.Stats()
+	}
+	return query.Stats{}
 }
