@@ -1,0 +1,56 @@
+// Package metrics derives what an operator watches from the event log, and
+// exposes it in Prometheus' terms.
+//
+// The figures about jobs, the meter and the pool are not counted by the
+// services as they work: they are a projection of the E31 stream, like the
+// ledger's hold records, so that they say what the log says and agree with
+// `e31 ledger` (a test compares them). Any process that can read the log can
+// serve them, and a restarted one arrives at the same figures by replaying
+// the log from its first event.
+//
+// The projection (Projection.Apply) is a pure fold of one event into the
+// figures, tested on tables of events; LogCollector follows the stream with
+// an ordered consumer, feeds the fold and hands the figures to Prometheus at
+// each scrape as constant metrics, the way kube-state-metrics does. Memory
+// is bounded by the live jobs and the nodes: a job is forgotten once it is
+// over (rejected, cancelled or finally released), and only counters remain.
+//
+// # Metrics
+//
+// Jobs (no job id in any label: a label per job would grow without bound):
+//
+//   - e31_jobs{state}: jobs in each state as `e31 status` names them
+//     (submitted, waiting, held, running, stopped, returned, released,
+//     rejected, cancelled). The last three are over: they count every job
+//     that ended so.
+//   - e31_jobs_finished_total{outcome}: jobs over, by final outcome (the hold
+//     record's outcome).
+//   - e31_job_wait_seconds: histogram, from the job's submission (or the
+//     release of a lost attempt) to its hold, by ce-time.
+//   - e31_job_start_seconds: histogram, from the hold to the node's start.
+//   - e31_job_release_seconds: histogram, from the attempt's stop (or the
+//     loss of its node) to its release.
+//
+// The meter, per submitter, counted when an attempt is released (as the
+// ledger bills it, so the figures agree with `e31 ledger --totals`):
+//
+//   - e31_held_seconds_total{submitter}
+//   - e31_held_cpu_core_seconds_total{submitter}
+//   - e31_held_memory_gib_seconds_total{submitter}
+//   - e31_held_gpu_seconds_total{submitter}
+//
+// The pool:
+//
+//   - e31_node_capacity{node,resource,unit}: what each node in the pool
+//     announced (resource cpu/core, memory/byte, gpu/gpu, disk/byte).
+//   - e31_node_held{node,resource,unit}: what is held on it now.
+//   - e31_nodes{state,isolation}: nodes up and lost, by the isolation they
+//     announced ("unknown" for nodes older than the field).
+//
+// The log:
+//
+//   - e31_events_total{type}: events read, by ce-type; "unknown" for types
+//     this version does not know and "undecodable" for messages that are
+//     not valid events, so that nobody who can publish grows the label set.
+//   - e31_log_applied_sequence: the last stream sequence folded in.
+package metrics
