@@ -120,7 +120,9 @@ func (c *LogCollector) follow(ctx context.Context) error {
 	c.mu.Lock()
 	from := c.p.Applied() + 1
 	c.mu.Unlock()
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.JobSubjects, events.NodeSubjects}}
+	// No filter: the stream holds job and node events only, and the
+	// figures need both.
+	cfg := jetstream.OrderedConsumerConfig{}
 	if from > 1 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = from
