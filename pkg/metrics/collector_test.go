@@ -4,18 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/ops"
 )
 
 var (
@@ -200,4 +204,65 @@ e31_nodes{isolation="sandbox",state="up"} 1
 	if _, err := metrics.NewRegistry(c); err != nil {
 		t.Errorf("registry with the runtime and process collectors: %v", err)
 	}
+}
+
+// TestReadyzSaysNotReadyUntilCaughtUp serves /readyz over HTTP for a
+// collector of a long log: it answers 503 with the reason until the
+// collector has read the log as it was, and 200 from then on.
+func TestReadyzSaysNotReadyUntilCaughtUp(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	last := appendLife(t, ctx, js, "j", "alice", 2000, events.Succeeded)
+
+	c := metrics.NewLogCollector(js, slog.New(slog.DiscardHandler))
+	s, err := ops.Listen(ops.Config{Addr: "127.0.0.1:0", Gatherer: prometheus.NewRegistry(), Ready: map[string]ops.Check{"log": c.Ready}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + s.Addr() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	// Before the collector reads anything, it is behind the whole log.
+	if code, body := readyz(); code != http.StatusServiceUnavailable || !strings.Contains(body, "not caught up") {
+		t.Fatalf("/readyz before reading the log: %d %q; want 503 and why", code, body)
+	}
+	followed := make(chan error, 1)
+	go func() { followed <- c.Run(runCtx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-followed
+	})
+	await(t, ctx, "/readyz says ready", func() bool {
+		code, body := readyz()
+		if code == http.StatusOK {
+			if f := c.Figures(); f.Applied < last {
+				t.Fatalf("/readyz ready at #%d, before the log's last event #%d", f.Applied, last)
+			}
+			return true
+		}
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "not caught up") {
+			t.Fatalf("/readyz while catching up: %d %q", code, body)
+		}
+		return false
+	})
 }
