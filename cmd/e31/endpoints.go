@@ -71,7 +71,9 @@ func connected(nc *nats.Conn) ops.Check {
 }
 
 // serveDevEndpoints starts, within the system, the log's metrics (read as
-// the auditor, who changes nothing) and the endpoints. They stop with it.
+// the auditor, who changes nothing), the consumers' lag (asked as the
+// operator: listing consumers is the operator's) and the endpoints. They
+// stop with it.
 func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *slog.Logger) error {
 	if o.addr == "" {
 		return nil
@@ -85,10 +87,24 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		nc.Close()
 		return fmt.Errorf("dev: metrics: %w", err)
 	}
-	logs := metrics.NewLogCollector(js, log)
-	reg, err := metrics.NewRegistry(logs)
+	onc, err := s.connect(operator, "e31-dev-streams", log)
 	if err != nil {
 		nc.Close()
+		return err
+	}
+	closeAll := func() {
+		nc.Close()
+		onc.Close()
+	}
+	ojs, err := jetstream.New(onc)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("dev: metrics: %w", err)
+	}
+	logs := metrics.NewLogCollector(js, log)
+	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs))
+	if err != nil {
+		closeAll()
 		return err
 	}
 	srv, err := o.listen(log, reg, map[string]ops.Check{
@@ -96,14 +112,14 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		"services": s.servicesRunning,
 	})
 	if err != nil {
-		nc.Close()
+		closeAll()
 		return err
 	}
 	s.httpAddr = srv.Addr()
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
-		defer nc.Close()
+		defer closeAll()
 		_ = logs.Run(ctx)
 	}()
 	go func() {

@@ -198,7 +198,10 @@ func TestMetricsAgreeWithTheLedger(t *testing.T) {
 	if up != 1 {
 		t.Errorf("e31_nodes{state=up} sum to %g, want 1", up)
 	}
-	for _, fam := range []string{"go_goroutines", "process_cpu_seconds_total", "e31_events_total"} {
+	if pending, ok := value(fams, "e31_consumer_pending", "service", "submit"); !ok || pending != 0 {
+		t.Errorf("e31_consumer_pending{service=submit} with every job over: %g (%v), want 0", pending, ok)
+	}
+	for _, fam := range []string{"go_goroutines", "process_cpu_seconds_total", "e31_events_total", "e31_consumer_ack_pending"} {
 		if fams[fam] == nil {
 			t.Errorf("no %s in /metrics", fam)
 		}

@@ -53,4 +53,14 @@
 //     this version does not know and "undecodable" for messages that are
 //     not valid events, so that nobody who can publish grows the label set.
 //   - e31_log_applied_sequence: the last stream sequence folded in.
+//
+// The bus, asked of the NATS server at each scrape by StreamCollector
+// (which needs the operator's permission to list consumers):
+//
+//   - e31_consumer_pending{service,consumer}: events not yet delivered to
+//     each durable consumer of the log: the lag an operator scales on.
+//   - e31_consumer_ack_pending{service,consumer}: delivered, not yet
+//     acknowledged.
+//   - e31_poison_messages{service}: events a service could never handle,
+//     in the poison stream (kept 30 days).
 package metrics
