@@ -157,12 +157,13 @@ func (s *devSystem) fail(err error) {
 	s.errs = append(s.errs, err)
 }
 
-// serveEndpoints starts the endpoints of `e31 serve NAME` and returns a
-// function that stops them and waits until they have. The ledger, which
+// serveEndpoints starts the endpoints of `e31 serve NAME` and returns where
+// they listen ("" if nowhere) and a function that stops them and waits
+// until they have. The ledger, which
 // reads the whole log anyway, also serves the figures derived from it:
 // one instance per deployment gives them, and summing instances of other
 // services would count every job several times.
-func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (stop func(), err error) {
+func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (addr string, stop func(), err error) {
 	ready := map[string]ops.Check{"nats": connected(nc)}
 	var cs []prometheus.Collector
 	var logs *metrics.LogCollector
@@ -173,11 +174,11 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 	}
 	reg, err := metrics.NewRegistry(cs...)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	srv, err := o.listen(log, reg, ready)
 	if err != nil || srv == nil {
-		return func() {}, err
+		return "", func() {}, err
 	}
 	log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
 	ctx, cancel := context.WithCancel(ctx)
@@ -193,7 +194,7 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 	if logs != nil {
 		g.Go(func() error { return logs.Run(ctx) })
 	}
-	return func() {
+	return srv.Addr(), func() {
 		cancel()
 		_ = g.Wait()
 	}, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
 )
 
 // scrape gets url and parses Prometheus' text exposition.
@@ -236,5 +237,47 @@ func TestEndpointsBeyondLoopbackNeedAToken(t *testing.T) {
 	s, err := httpOptions{addr: ""}.listen(log, nil, nil)
 	if s != nil || err != nil {
 		t.Errorf(`--http "": %v, %v; want nothing served`, s, err)
+	}
+}
+
+// TestServeLedgerServesTheLogsFigures checks the endpoints of `e31 serve`:
+// every service says whether it is connected; the ledger also serves the
+// figures of the log.
+func TestServeLedgerServesTheLogsFigures(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	nc := js.Conn()
+	log := slog.New(slog.DiscardHandler)
+	ctx := natstest.Context(t, time.Minute)
+	for name, wantJobs := range map[string]bool{"ledger": true, "submit": false} {
+		addr, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, nc, js, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, body := httpGet(t, "http://"+addr+"/readyz")
+			if code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serve %s: /readyz %d %s", name, code, body)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		fams, _ := scrape(t, "http://"+addr+"/metrics")
+		if _, ok := fams["e31_jobs"]; ok != wantJobs {
+			t.Errorf("serve %s: e31_jobs served: %v, want %v", name, ok, wantJobs)
+		}
+		if fams["go_goroutines"] == nil {
+			t.Errorf("serve %s: no Go runtime metrics", name)
+		}
+	}
+	if addr, stop, err := serveEndpoints(ctx, httpOptions{}, "rent", nc, js, log); addr != "" || err != nil {
+		t.Errorf("serve without --http: %q, %v; want nothing served", addr, err)
+	} else {
+		stop()
 	}
 }

@@ -57,7 +57,7 @@ also serves the figures derived from the log (e31_jobs, the meter, the pool).`,
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log)
+			_, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log)
 			if err != nil {
 				return err
 			}
