@@ -80,6 +80,7 @@ are used with --creds or E31_CREDS:
 otherwise; --http "" serves nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.http.asked = cmd.Flags().Changed("http")
 			return runDev(cmd.Context(), a, o)
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,9 @@ import (
 type httpOptions struct {
 	addr      string
 	tokenFile string
+	// asked is whether --http was given: a default address that is taken
+	// (another e31 dev on this machine) is then no reason not to start.
+	asked bool
 }
 
 // httpHelp is what the help of both commands says about the endpoints.
@@ -113,6 +117,10 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 	})
 	if err != nil {
 		closeAll()
+		if !o.asked && errors.Is(err, syscall.EADDRINUSE) {
+			log.Warn("not serving /metrics: the address is taken, perhaps by another e31 dev; give one with --http", "http", o.addr)
+			return nil
+		}
 		return err
 	}
 	s.httpAddr = srv.Addr()

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -279,5 +281,27 @@ func TestServeLedgerServesTheLogsFigures(t *testing.T) {
 		t.Errorf("serve without --http: %q, %v; want nothing served", addr, err)
 	} else {
 		stop()
+	}
+}
+
+// TestDevStartsWhenTheDefaultAddressIsTaken: a second e31 dev on this
+// machine starts without its endpoints rather than not at all, unless
+// --http was given.
+func TestDevStartsWhenTheDefaultAddressIsTaken(t *testing.T) {
+	t.Parallel()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, http: httpOptions{addr: taken.Addr().String()}})
+	if ts.sys.httpAddr != "" {
+		t.Errorf("serving on %s, which was taken", ts.sys.httpAddr)
+	}
+	a := &app{out: io.Discard, errOut: io.Discard, log: slog.New(slog.DiscardHandler)}
+	_, err = startDev(context.Background(), a, devOptions{dir: t.TempDir(), listen: "127.0.0.1:0", nodes: 1, nodeCPU: 1, nodeMemory: "1GiB",
+		nodeDisk: "1GiB", sync: "interval", executor: "process", http: httpOptions{addr: taken.Addr().String(), asked: true}})
+	if err == nil {
+		t.Error("e31 dev started although the --http it was given is taken")
 	}
 }
