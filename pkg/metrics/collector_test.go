@@ -122,11 +122,14 @@ func TestCollectorFollowsTheLog(t *testing.T) {
 
 	// A log long enough that catching up takes a while.
 	last := appendLife(t, ctx, js, "old", "alice", 3000, events.Succeeded)
+	began := time.Now()
 	c := start(t, js)
 	if err := c.Ready(ctx); !errors.Is(err, metrics.ErrNotCaughtUp) {
 		t.Fatalf("ready before reading anything: %v", err)
 	}
 	awaitReady(t, ctx, c, last)
+	took := time.Since(began)
+	t.Logf("caught up with %d events in %s: %.0f events/s", last, took.Round(time.Millisecond), float64(last)/took.Seconds())
 	f := c.Figures()
 	if f.Jobs[api.StateReleased] != 3000 || f.Finished[events.Succeeded] != 3000 {
 		t.Errorf("jobs %v finished %v; want 3000 released and succeeded", f.Jobs, f.Finished)

@@ -320,3 +320,22 @@ func TestHistogramBuckets(t *testing.T) {
 		t.Errorf("count %d, want 5", h.Count)
 	}
 }
+
+// BenchmarkProjectionApply is the fold's cost per event, a job's whole
+// life at a time: what following the log costs beside decoding.
+func BenchmarkProjectionApply(b *testing.B) {
+	lives := make([][]events.Envelope, 1000)
+	for i := range lives {
+		lives[i] = life(fmt.Sprintf("j%d", i), "alice", events.Succeeded)
+	}
+	p := NewProjection()
+	var seq uint64
+	for i := 0; b.Loop(); i++ {
+		for _, e := range lives[i%len(lives)] {
+			seq++
+			e.Seq = seq
+			p.Apply(e)
+		}
+	}
+	b.ReportMetric(float64(b.N*7)/b.Elapsed().Seconds(), "events/s")
+}
