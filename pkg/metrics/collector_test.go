@@ -52,11 +52,15 @@ func appendLife(t *testing.T, ctx context.Context, js jetstream.JetStream, prefi
 				t.Fatal(err)
 			}
 		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal("publishing timed out")
+		// A hundred jobs at a time: the client allows only so many
+		// publishes without an answer.
+		if i%100 == 99 || i == n-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatal("publishing timed out")
+			}
+		}
 	}
 	info, err := js.Stream(ctx, events.Stream)
 	if err != nil {
