@@ -124,15 +124,16 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		return err
 	}
 	s.httpAddr = srv.Addr()
-	s.wg.Add(2)
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		// The connections close once both are done: a scrape under way
+		// still asks the server while the log's reading stops.
 		defer closeAll()
-		_ = logs.Run(ctx)
-	}()
-	go func() {
-		defer s.wg.Done()
-		if err := srv.Serve(ctx); err != nil {
+		var g errgroup.Group
+		g.Go(func() error { return logs.Run(ctx) })
+		g.Go(func() error { return srv.Serve(ctx) })
+		if err := g.Wait(); err != nil {
 			s.fail(fmt.Errorf("http: %w", err))
 		}
 	}()
