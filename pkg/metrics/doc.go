@@ -63,4 +63,14 @@
 //     acknowledged.
 //   - e31_poison_messages{service}: events a service could never handle,
 //     in the poison stream (kept 30 days).
+//
+// What only the services know, told as they work (Handlers and Scheduler,
+// for pkg/bus and RENT to call once they are wired to them):
+//
+//   - e31_handler_seconds{service,handler}: histogram of each handling.
+//   - e31_handler_errors_total{service,reason}: transient, permanent or
+//     timeout.
+//   - e31_poison_total{service}: events moved to the poison stream.
+//   - e31_scheduler_decision_seconds, e31_scheduler_queue_depth{submitter},
+//     e31_scheduler_leader.
 package metrics
