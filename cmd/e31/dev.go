@@ -76,8 +76,8 @@ are used with --creds or E31_CREDS:
   e31 submit examples/hello/job.yaml                       # as $USER
   E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml
 
-` + httpHelp + ` It serves on 127.0.0.1:8031 unless told
-otherwise; --http "" serves nothing.`,
+` + httpHelp(`By default it serves on
+127.0.0.1:8031; --http "" serves nothing.`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.http.asked = cmd.Flags().Changed("http")

@@ -28,9 +28,10 @@ func serveCmd(a *app) *cobra.Command {
 Any service may run as several instances; they share the work. 'e31 serve run'
 is one compute node: give each node its own --node name.
 
-` + httpHelp + ` It serves nothing unless told
-(several services on one machine would want the same port). 'e31 serve ledger'
-also serves the figures derived from the log (e31_jobs, the meter, the pool).`,
+` + httpHelp(`By default it serves
+nothing: several services on one machine would want the same port. 'e31 serve
+ledger' also serves the figures derived from the log (e31_jobs, the meter, the
+pool).`),
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: services,
 		RunE: func(cmd *cobra.Command, args []string) error {
