@@ -243,6 +243,11 @@ func (p *Projection) Apply(env events.Envelope) {
 			n.Up = false
 		}
 	case *events.JobRequested:
+		// A request under the id of a job already over and forgotten
+		// (which SUBMIT refuses to the poison stream) looks like a new
+		// one and stays submitted: telling them apart would mean keeping
+		// every id ever used. Clients request only ids with no events, so
+		// only a broken or hostile client does this, to its own figure.
 		if p.jobs[env.Subject] == nil {
 			p.newJob(env.Subject, e.Submitter)
 		}
