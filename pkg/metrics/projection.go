@@ -247,7 +247,7 @@ func (p *Projection) Apply(env events.Envelope) {
 		// (which SUBMIT refuses to the poison stream) looks like a new
 		// one and stays submitted: telling them apart would mean keeping
 		// every id ever used. Clients request only ids with no events, so
-		// only a broken or hostile client does this, to its own figure.
+		// only a broken or hostile client does this (one entry each).
 		if p.jobs[env.Subject] == nil {
 			p.newJob(env.Subject, e.Submitter)
 		}
