@@ -22,6 +22,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run"
 )
@@ -43,6 +44,8 @@ type devOptions struct {
 	leaseTTL      time.Duration
 	// users are the submitters to write credentials for, into DIR/creds.
 	users []string
+	// http is where the operator's endpoints are served.
+	http httpOptions
 }
 
 func devCmd(a *app) *cobra.Command {
@@ -72,9 +75,13 @@ are used with --creds or E31_CREDS:
 
   e31 dev --users alice,bob
   e31 submit examples/hello/job.yaml                       # as $USER
-  E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml`,
+  E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml
+
+` + httpHelp(`By default it serves on
+127.0.0.1:8031; --http "" serves nothing.`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.http.asked = cmd.Flags().Changed("http")
 			return runDev(cmd.Context(), a, o)
 		},
 	}
@@ -91,6 +98,7 @@ are used with --creds or E31_CREDS:
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
 	f.StringSliceVar(&o.users, "users", nil, "submitters to write credentials for, into DIR/creds/NAME.creds (comma separated)")
+	o.http.flags(f, ops.DefaultDevAddr)
 	return cmd
 }
 
@@ -100,7 +108,9 @@ type devSystem struct {
 	keys     *auth.Keys
 	credsDir string
 	// users are the submitters it wrote credentials for.
-	users    []auth.Identity
+	users []auth.Identity
+	// httpAddr is where the operator's endpoints listen; "" if nowhere.
+	httpAddr string
 	log      *slog.Logger
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
@@ -143,6 +153,9 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", sys.credsDir, strings.Join(names, ", "))
 	if slices.Contains(sys.users, auth.Identity{Role: auth.Submitter, Name: a.env.User}) {
 		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, sys.credsFile(a.env.User))
+	}
+	if sys.httpAddr != "" {
+		fmt.Fprintf(a.out, "e31 dev: metrics at http://%s/metrics, readiness at /readyz\n", sys.httpAddr)
 	}
 	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
 	<-ctx.Done()
@@ -277,6 +290,10 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 			return nil, err
 		}
 	}
+	if err := sys.serveDevEndpoints(runCtx, o.http, a.log); err != nil {
+		_ = sys.stop()
+		return nil, err
+	}
 	return sys, nil
 }
 
@@ -333,6 +350,10 @@ func (s *devSystem) connect(id auth.Identity, name string, log *slog.Logger) (*n
 
 // operator is the identity `e31 dev` sets up the system as.
 var operator = auth.Identity{Role: auth.Operator, Name: events.Operator}
+
+// auditorID is the identity that reads the log for the metrics: it may
+// read everything and change nothing.
+var auditorID = auth.Identity{Role: auth.Auditor, Name: api.Auditor}
 
 // setup creates the streams and buckets, and every user's data bucket.
 func (s *devSystem) setup(ctx context.Context, leaseTTL time.Duration, users []auth.Identity) error {

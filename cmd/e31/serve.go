@@ -21,12 +21,18 @@ import (
 func serveCmd(a *app) *cobra.Command {
 	var node nodeConfig
 	var memory, disk string
+	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "serve SERVICE",
 		Short: "Run one service against an external NATS: submit, rent, run, output, release or ledger",
 		Long: `Run one e31 service against the NATS server given by --nats (or $E31_NATS).
 Any service may run as several instances; they share the work. 'e31 serve run'
-is one compute node: give each node its own --node name.`,
+is one compute node: give each node its own --node name.
+
+` + httpHelp(`By default it serves
+nothing: several services on one machine would want the same port. 'e31 serve
+ledger' also serves the figures derived from the log (e31_jobs, the meter, the
+pool).`),
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: services,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -58,6 +64,11 @@ is one compute node: give each node its own --node name.`,
 				return troubleErr(err)
 			}
 			defer nc.Close()
+			_, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log)
+			if err != nil {
+				return err
+			}
+			defer stopHTTP()
 			// Started again, rather than exit, when it fails for a reason
 			// that passes (a NATS server restarting): see daemon.RunAgain.
 			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
@@ -83,6 +94,7 @@ is one compute node: give each node its own --node name.`,
 	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
 	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
 	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: time between SIGTERM and SIGKILL")
+	httpOpts.flags(f, "")
 	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
 	return cmd
 }

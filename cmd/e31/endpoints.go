@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/e31net/e31/pkg/metrics"
+	"github.com/e31net/e31/pkg/ops"
+)
+
+// httpOptions are the flags of the operator's endpoints (/metrics, /healthz,
+// /readyz), the same for `e31 dev` and `e31 serve`.
+type httpOptions struct {
+	addr      string
+	tokenFile string
+	// asked is whether --http was given: a default address that is taken
+	// (another e31 dev on this machine) is then no reason not to start.
+	asked bool
+}
+
+// httpHelp is what the help of both commands says about the endpoints,
+// ending with what the command serves by default.
+func httpHelp(byDefault string) string {
+	return `With --http ADDR it serves, over HTTP on ADDR: /metrics (Prometheus), /healthz
+(alive) and /readyz (connected and caught up with the log, or why not, in plain
+text). ADDR must be a loopback address (127.0.0.1, [::1], localhost) unless
+--http-token-file names a file whose first line is a token that every request
+must then show as "Authorization: Bearer TOKEN". ` + byDefault
+}
+
+func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
+	f.StringVar(&o.addr, "http", def, `serve /metrics, /healthz and /readyz on this address ("" for none)`)
+	f.StringVar(&o.tokenFile, "http-token-file", "", "a file with the bearer token that --http requires; needed to serve beyond loopback")
+}
+
+// listen binds the endpoints' address, or returns nil if there is none.
+// A missing token for an address beyond loopback is a usage error.
+func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[string]ops.Check) (*ops.Server, error) {
+	if o.addr == "" {
+		return nil, nil
+	}
+	var token string
+	if o.tokenFile != "" {
+		var err error
+		if token, err = ops.ReadToken(o.tokenFile); err != nil {
+			return nil, usageErr("--http-token-file: %v", err)
+		}
+	}
+	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Logger: log})
+	if errors.Is(err, ops.ErrTokenRequired) {
+		return nil, usageErr("--http %s: %v", o.addr, err)
+	}
+	if err != nil {
+		return nil, troubleErr(fmt.Errorf("--http: %w", err))
+	}
+	return s, nil
+}
+
+// connected is the readiness check of a NATS connection.
+func connected(nc *nats.Conn) ops.Check {
+	return func(context.Context) error {
+		if st := nc.Status(); st != nats.CONNECTED {
+			return fmt.Errorf("not connected to NATS (%s)", st)
+		}
+		return nil
+	}
+}
+
+// serveDevEndpoints starts, within the system, the log's metrics (read as
+// the auditor, who changes nothing), the consumers' lag (asked as the
+// operator: listing consumers is the operator's) and the endpoints. They
+// stop with it.
+func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *slog.Logger) error {
+	if o.addr == "" {
+		return nil
+	}
+	nc, err := s.connect(auditorID, "e31-dev-metrics", log)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("dev: metrics: %w", err)
+	}
+	onc, err := s.connect(operator, "e31-dev-streams", log)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	closeAll := func() {
+		nc.Close()
+		onc.Close()
+	}
+	ojs, err := jetstream.New(onc)
+	if err != nil {
+		closeAll()
+		return fmt.Errorf("dev: metrics: %w", err)
+	}
+	logs := metrics.NewLogCollector(js, log)
+	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs))
+	if err != nil {
+		closeAll()
+		return err
+	}
+	srv, err := o.listen(log, reg, map[string]ops.Check{
+		"log":      logs.Ready,
+		"services": s.servicesRunning,
+	})
+	if err != nil {
+		closeAll()
+		if !o.asked && errors.Is(err, syscall.EADDRINUSE) {
+			log.Warn("not serving /metrics: the address is taken, perhaps by another e31 dev; give one with --http", "http", o.addr)
+			return nil
+		}
+		return err
+	}
+	s.httpAddr = srv.Addr()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		// The connections close once both are done: a scrape under way
+		// still asks the server while the log's reading stops.
+		defer closeAll()
+		var g errgroup.Group
+		g.Go(func() error { return logs.Run(ctx) })
+		g.Go(func() error { return srv.Serve(ctx) })
+		if err := g.Wait(); err != nil {
+			s.fail(fmt.Errorf("http: %w", err))
+		}
+	}()
+	return nil
+}
+
+// servicesRunning is ready while every service of the system runs.
+func (s *devSystem) servicesRunning(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var stopped []string
+	for id, svc := range s.services {
+		select {
+		case <-svc.done:
+			stopped = append(stopped, id)
+		default:
+		}
+	}
+	if len(stopped) > 0 {
+		slices.Sort(stopped)
+		return fmt.Errorf("stopped: %s", strings.Join(stopped, ", "))
+	}
+	return nil
+}
+
+// fail records an error that stop returns.
+func (s *devSystem) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errs = append(s.errs, err)
+}
+
+// serveEndpoints starts the endpoints of `e31 serve NAME` and returns where
+// they listen ("" if nowhere) and a function that stops them and waits
+// until they have. The ledger, which
+// reads the whole log anyway, also serves the figures derived from it:
+// one instance per deployment gives them, and summing instances of other
+// services would count every job several times.
+func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (addr string, stop func(), err error) {
+	ready := map[string]ops.Check{"nats": connected(nc)}
+	var cs []prometheus.Collector
+	var logs *metrics.LogCollector
+	if name == "ledger" {
+		logs = metrics.NewLogCollector(js, log)
+		cs = append(cs, logs)
+		ready["log"] = logs.Ready
+	}
+	reg, err := metrics.NewRegistry(cs...)
+	if err != nil {
+		return "", nil, err
+	}
+	srv, err := o.listen(log, reg, ready)
+	if err != nil || srv == nil {
+		return "", func() {}, err
+	}
+	log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	// A group without a context: the endpoints failing must not stop the
+	// service, which is what they only watch.
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := srv.Serve(ctx); err != nil {
+			log.Error("http endpoints stopped", "err", err)
+		}
+		return nil
+	})
+	if logs != nil {
+		g.Go(func() error { return logs.Run(ctx) })
+	}
+	return srv.Addr(), func() {
+		cancel()
+		_ = g.Wait()
+	}, nil
+}

@@ -1,0 +1,165 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/e31net/e31/pkg/bus"
+)
+
+// What the services tell as they work, rather than what the log says. The
+// services do not import Prometheus: pkg/bus and RENT call small interfaces
+// these types satisfy, and cmd/e31 registers them with the process's
+// registry.
+
+// Reasons of e31_handler_errors_total: a closed set, so that an error's
+// text never becomes a label.
+const (
+	// ReasonTransient: the handler failed for a reason that passes (the
+	// server, a conflict); the event is delivered again.
+	ReasonTransient = "transient"
+	// ReasonPermanent: the event can never be handled; it goes to the
+	// poison stream.
+	ReasonPermanent = "permanent"
+	// ReasonTimeout: the handler ran out of time.
+	ReasonTimeout = "timeout"
+)
+
+// Handlers counts how each service handles events. Its methods may be
+// called concurrently, from every lane of every handler.
+type Handlers struct {
+	seconds *prometheus.HistogramVec
+	errs    *prometheus.CounterVec
+	poison  *prometheus.CounterVec
+}
+
+// NewHandlers returns the handlers' metrics, to register once per process.
+func NewHandlers() *Handlers {
+	return &Handlers{
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "e31_handler_seconds",
+			Help:    "Time a service's handler took over one event, whatever came of it.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"service", "handler"}),
+		errs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "e31_handler_errors_total",
+			Help: "Events a service's handler failed on: transient (delivered again), permanent (to the poison stream) or timeout.",
+		}, []string{"service", "reason"}),
+		poison: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "e31_poison_total",
+			Help: "Events a service moved to the poison stream since the process started.",
+		}, []string{"service"}),
+	}
+}
+
+// Handled records that handler of service took took over one event and
+// returned err.
+func (h *Handlers) Handled(service, handler string, took time.Duration, err error) {
+	h.seconds.WithLabelValues(service, handler).Observe(took.Seconds())
+	if err != nil {
+		h.errs.WithLabelValues(service, Reason(err)).Inc()
+	}
+}
+
+// Poisoned records that service moved an event to the poison stream.
+func (h *Handlers) Poisoned(service string) { h.poison.WithLabelValues(service).Inc() }
+
+// Reason is the label of e31_handler_errors_total for err.
+func Reason(err error) string {
+	switch {
+	case bus.IsPermanent(err):
+		return ReasonPermanent
+	case errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	default:
+		return ReasonTransient
+	}
+}
+
+// Describe sends the descriptions of the handlers' metrics.
+func (h *Handlers) Describe(ch chan<- *prometheus.Desc) {
+	h.seconds.Describe(ch)
+	h.errs.Describe(ch)
+	h.poison.Describe(ch)
+}
+
+// Collect sends the handlers' metrics.
+func (h *Handlers) Collect(ch chan<- prometheus.Metric) {
+	h.seconds.Collect(ch)
+	h.errs.Collect(ch)
+	h.poison.Collect(ch)
+}
+
+// Scheduler is RENT's own metrics: how long it takes to decide, how many
+// jobs wait, and whether this instance is the one that decides. Its methods
+// may be called concurrently.
+type Scheduler struct {
+	decision prometheus.Histogram
+	leader   prometheus.Gauge
+
+	mu    sync.Mutex
+	queue map[string]int // by submitter, replaced whole by Waiting
+}
+
+var descQueue = prometheus.NewDesc("e31_scheduler_queue_depth",
+	"Jobs waiting for compute, by submitter, as this instance's scheduler sees them.", []string{"submitter"}, nil)
+
+// NewScheduler returns the scheduler's metrics, to register once per
+// process that runs RENT.
+func NewScheduler() *Scheduler {
+	return &Scheduler{
+		decision: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "e31_scheduler_decision_seconds",
+			Help:    "Time one pass of the scheduler took to decide what to hold.",
+			Buckets: []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1},
+		}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "e31_scheduler_leader",
+			Help: "1 on the scheduler instance that decides, 0 on a standby.",
+		}),
+	}
+}
+
+// Decided records one pass of the scheduler.
+func (s *Scheduler) Decided(took time.Duration) { s.decision.Observe(took.Seconds()) }
+
+// Waiting sets the queue to depth, by submitter, at once: a scrape sees
+// the queue of one pass, never half of two. A submitter absent from depth
+// has nothing waiting. depth is copied.
+func (s *Scheduler) Waiting(depth map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.queue = maps.Clone(depth)
+}
+
+// Leading records whether this instance decides.
+func (s *Scheduler) Leading(leading bool) {
+	v := 0.0
+	if leading {
+		v = 1
+	}
+	s.leader.Set(v)
+}
+
+// Describe sends the descriptions of the scheduler's metrics.
+func (s *Scheduler) Describe(ch chan<- *prometheus.Desc) {
+	s.decision.Describe(ch)
+	ch <- descQueue
+	s.leader.Describe(ch)
+}
+
+// Collect sends the scheduler's metrics.
+func (s *Scheduler) Collect(ch chan<- prometheus.Metric) {
+	s.decision.Collect(ch)
+	s.leader.Collect(ch)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for submitter, n := range s.queue {
+		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(n), submitter)
+	}
+}

@@ -1,0 +1,80 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/metrics"
+)
+
+func TestHandlers(t *testing.T) {
+	t.Parallel()
+	h := metrics.NewHandlers()
+	var wg sync.WaitGroup
+	for lane := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.Handled("release", "returned", time.Millisecond, nil)
+			if lane == 0 {
+				h.Handled("release", "returned", time.Second, bus.Permanent(errors.New("bad body")))
+				h.Poisoned("release")
+			}
+			if lane == 1 {
+				h.Handled("release", "returned", time.Second, fmt.Errorf("append: %w", bus.ErrConflict))
+				h.Handled("release", "returned", time.Second, context.DeadlineExceeded)
+			}
+		}()
+	}
+	wg.Wait()
+	want := `
+# HELP e31_handler_errors_total Events a service's handler failed on: transient (delivered again), permanent (to the poison stream) or timeout.
+# TYPE e31_handler_errors_total counter
+e31_handler_errors_total{reason="permanent",service="release"} 1
+e31_handler_errors_total{reason="timeout",service="release"} 1
+e31_handler_errors_total{reason="transient",service="release"} 1
+# HELP e31_poison_total Events a service moved to the poison stream since the process started.
+# TYPE e31_poison_total counter
+e31_poison_total{service="release"} 1
+`
+	if err := testutil.CollectAndCompare(h, strings.NewReader(want), "e31_handler_errors_total", "e31_poison_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(h, "e31_handler_seconds"); n != 1 {
+		t.Errorf("%d handler histograms, want 1", n)
+	}
+	if problems, err := testutil.CollectAndLint(h); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+func TestScheduler(t *testing.T) {
+	t.Parallel()
+	s := metrics.NewScheduler()
+	s.Leading(true)
+	s.Decided(2 * time.Millisecond)
+	s.Waiting(map[string]int{"alice": 3, "bob": 1})
+	s.Waiting(map[string]int{"alice": 2}) // bob's jobs were all held
+	want := `
+# HELP e31_scheduler_leader 1 on the scheduler instance that decides, 0 on a standby.
+# TYPE e31_scheduler_leader gauge
+e31_scheduler_leader 1
+# HELP e31_scheduler_queue_depth Jobs waiting for compute, by submitter, as this instance's scheduler sees them.
+# TYPE e31_scheduler_queue_depth gauge
+e31_scheduler_queue_depth{submitter="alice"} 2
+`
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want), "e31_scheduler_leader", "e31_scheduler_queue_depth"); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.CollectAndLint(s); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
