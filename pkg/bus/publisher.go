@@ -142,6 +142,9 @@ func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opt
 		popts = append(popts, jetstream.WithExpectLastSequenceForSubject(o.expect, events.JobSubject(env.Subject)))
 	}
 	ack, err := p.js.PublishMsg(ctx, m, popts...)
+	if err == nil && ack.Duplicate {
+		ack, err = p.unlessForged(ctx, m, ack, popts)
+	}
 	if err != nil {
 		if isWrongLastSequence(err) {
 			return env, fmt.Errorf("append %s after #%d: %w", env.ID, o.expect, ErrConflict)
@@ -163,6 +166,37 @@ func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opt
 	}
 	env.Seq = ack.Sequence
 	return env, nil
+}
+
+// unlessForged checks that a duplicate the server reported is the event
+// itself, stored before on its own subject, and stores the event if it is
+// not. The server's duplicate window is per stream, not per subject, and a
+// tenant may publish on its own tail of any job's subjects with any
+// Nats-Msg-Id: one that names an event a service is yet to append (ids are
+// deterministic, <job>/held/1) would otherwise keep that event out of the
+// log for the whole window, and again each time it is published. The
+// forgery is in the log on the tenant's subject, where no reader takes it
+// for the event. The event is then stored without a Nats-Msg-Id: with an
+// expected sequence, that expectation is what keeps a retry from storing it
+// twice; without one, a retry may.
+func (p *Publisher) unlessForged(ctx context.Context, m *nats.Msg, ack *jetstream.PubAck, popts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	for stored, err := range Stored(ctx, p.js, m.Subject, ack.Sequence) {
+		if err != nil {
+			return nil, fmt.Errorf("check the duplicate at #%d: %w", ack.Sequence, err)
+		}
+		if stored.Sequence == ack.Sequence {
+			return ack, nil
+		}
+		break
+	}
+	again := nats.NewMsg(m.Subject)
+	again.Data = m.Data
+	for k, vs := range m.Header {
+		if k != nats.MsgIdHdr {
+			again.Header[k] = vs
+		}
+	}
+	return p.js.PublishMsg(ctx, again, popts...)
 }
 
 func isWrongLastSequence(err error) bool {
@@ -219,6 +253,20 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 		}
 		select {
 		case ack := <-f.Ok():
+			if ack.Duplicate {
+				var popts []jetstream.PublishOpt
+				if batch[i].ExpectSet {
+					popts = append(popts, jetstream.WithExpectLastSequenceForSubject(batch[i].Expect, events.JobSubject(batch[i].Subject)))
+				}
+				var err error
+				if ack, err = p.unlessForged(ctx, f.Msg(), ack, popts); err != nil {
+					if isWrongLastSequence(err) {
+						err = ErrConflict
+					}
+					errs[i] = fmt.Errorf("append %s: %w", envs[i].ID, err)
+					continue
+				}
+			}
 			// As in AppendEnvelope: a duplicate is not an append after
 			// the expected sequence.
 			if ack.Duplicate && batch[i].ExpectSet {

@@ -38,14 +38,16 @@ func (p *Publisher) React(ctx context.Context, trigger events.Envelope, decide D
 		if !errors.Is(err, ErrConflict) {
 			return stored, err
 		}
-		after, err = ReadJob(ctx, p.js, job, trigger.Seq+1)
+		// Expect the last message stored for the job, whatever it is: a
+		// message that does not decode (a tenant may publish junk on its
+		// own tail of any job's subjects) is in no decision, but the server
+		// counts it, and expecting the last event instead would conflict
+		// for ever.
+		h, err := ReadHistory(ctx, p.js, job, trigger.Seq+1)
 		if err != nil {
 			return nil, fmt.Errorf("react to %s: %w", trigger, err)
 		}
-		expect = trigger.Seq
-		if len(after) > 0 {
-			expect = after[len(after)-1].Seq
-		}
+		after, expect = h.Events, max(trigger.Seq, h.Last)
 	}
 	return nil, fmt.Errorf("react to %s: the job's log kept moving for %d rounds", trigger, maxReactRounds)
 }
@@ -62,20 +64,6 @@ func (p *Publisher) appendChain(ctx context.Context, job string, evs []events.Ev
 		expect = env.Seq
 	}
 	return stored, nil
-}
-
-// ReadJob returns the events of one job from stream sequence from onwards
-// (1 for all of them), as they are at the time of the call.
-func ReadJob(ctx context.Context, js jetstream.JetStream, job string, from uint64) ([]events.Envelope, error) {
-	var out []events.Envelope
-	_, err := Replay(ctx, js, ReplayOptions{Filters: []string{events.JobSubject(job)}, From: from}, func(env events.Envelope) error {
-		out = append(out, env)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read job %s: %w", job, err)
-	}
-	return out, nil
 }
 
 // ReplayOptions says what to replay.
@@ -151,21 +139,29 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn 
 	return last, nil
 }
 
-// Owner is the submitter of job, read from its first event: the request,
-// whose subject ends with its submitter (bound by the server's permissions
-// to who published it). It is "" when the job's first event is something
-// else; jetstream.ErrMsgNotFound when the job has no events.
+// Owner is the submitter of job: the identity its first request was
+// published under (the subject's last token, bound by the server's
+// permissions to who published it). Only the first request counts: anyone
+// may publish a request under any job id on its own tail, and a later one,
+// or junk, says nothing about whose job it is. A job with no request (the
+// operator wrote its JobSubmitted) belongs to whom its first event names, ""
+// if that is no JobSubmitted; jetstream.ErrMsgNotFound when the job has no
+// events.
 func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, error) {
+	m, err := FirstRequest(ctx, js, job)
+	if err == nil {
+		return m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], nil
+	}
+	if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", err
+	}
 	stream, err := js.Stream(ctx, events.Stream)
 	if err != nil {
 		return "", fmt.Errorf("owner of %s: %w", job, err)
 	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
+	m, err = stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
 	if err != nil {
 		return "", fmt.Errorf("owner of %s: %w", job, err)
-	}
-	if parts := strings.Split(m.Subject, "."); len(parts) == 5 && parts[3] == "requested" {
-		return parts[4], nil
 	}
 	if env, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
 		if sub, ok := env.Event.(*events.JobSubmitted); ok {
@@ -173,4 +169,19 @@ func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, err
 		}
 	}
 	return "", nil
+}
+
+// FirstRequest is the first message stored on the job's request subjects
+// (e31.job.<job>.requested.*), whether it decodes or not: the one request
+// that says what the job is. jetstream.ErrMsgNotFound if there is none.
+func FirstRequest(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error) {
+	stream, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("first request of %s: %w", job, err)
+	}
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.RequestSubject(job, "*")))
+	if err != nil {
+		return nil, fmt.Errorf("first request of %s: %w", job, err)
+	}
+	return m, nil
 }
