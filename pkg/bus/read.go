@@ -81,45 +81,37 @@ type ReplayOptions struct {
 // last stream sequence it read (or From-1). Events of unknown types and
 // malformed events are skipped: a reader must not stop at what a newer or
 // hostile writer left in the log.
+//
+// It reads with direct gets, not a consumer: nats.go's consumers take a
+// stored message with an empty body and a Status header for a status of
+// their own and never hand it over, and an ordered consumer then starts
+// again before it, for ever. Any tenant can store one on its own tail.
 func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn func(events.Envelope) error) (uint64, error) {
 	if len(opts.Filters) == 0 {
 		opts.Filters = []string{events.JobSubjects, events.NodeSubjects}
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
-	if opts.From > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = opts.From
+	stream, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return max(opts.From, 1) - 1, fmt.Errorf("replay: %w", err)
+	}
+	end := stream.CachedInfo().State.LastSeq
+	filter, match := "", opts.Filters
+	if len(opts.Filters) == 1 {
+		filter, match = opts.Filters[0], nil
 	}
 	last := max(opts.From, 1) - 1
-	cons, err := js.OrderedConsumer(ctx, events.Stream, cfg)
-	if err != nil {
-		return last, fmt.Errorf("replay: %w", err)
-	}
-	pending := cons.CachedInfo().NumPending
-	if pending == 0 {
-		return last, nil
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return last, fmt.Errorf("replay: %w", err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	for read := uint64(0); read < pending; read++ {
-		m, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return last, ctx.Err()
-			}
-			return last, fmt.Errorf("replay after #%d: %w", last, err)
-		}
-		md, err := m.Metadata()
+	for m, err := range Stored(ctx, js, filter, opts.From) {
 		if err != nil {
 			return last, fmt.Errorf("replay after #%d: %w", last, err)
 		}
-		last = md.Sequence.Stream
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if m.Sequence > end {
+			break
+		}
+		last = m.Sequence
+		if match != nil && !matchesAny(match, m.Subject) {
+			continue
+		}
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil {
 			if opts.Logger != nil && !events.IsUnknownType(err) {
 				opts.Logger.Warn("replay: skipping an event that does not decode", "seq", last, "err", err)
@@ -130,13 +122,36 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn 
 		if err := fn(env); err != nil {
 			return last, err
 		}
-		// The ordered consumer counts pending at creation; once it is
-		// exhausted we are at the end as of the call.
-		if md.NumPending == 0 {
-			break
-		}
 	}
 	return last, nil
+}
+
+// matchesAny reports whether subject matches one of the NATS subject filters.
+func matchesAny(filters []string, subject string) bool {
+	for _, f := range filters {
+		if matches(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// matches reports whether subject matches the NATS subject filter f:
+// "*" is one token, a final ">" one or more.
+func matches(f, subject string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(f, ".")
+		st, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case ft == ">":
+			return true
+		case ft != "*" && ft != st:
+			return false
+		case !fmore || !smore:
+			return fmore == smore
+		}
+		f, subject = frest, srest
+	}
 }
 
 // Owner is the submitter of job: the identity its first request was
