@@ -21,6 +21,9 @@ type Handler struct {
 	// Undecodable, if set, deals with messages that are not valid events;
 	// otherwise they go to the poison stream.
 	Undecodable Undecodable
+	// Message, if set instead of Handle, takes each message as it is: for
+	// streams whose messages are not events (OUTPUT's timers).
+	Message message.NoPublishHandlerFunc
 }
 
 // Run runs handlers on one Router until ctx ends, then stops taking new
@@ -48,7 +51,11 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 			return fmt.Errorf("%s: handler %s: %w", service, h.Name, err)
 		}
 		subs = append(subs, sub)
-		r.AddConsumerHandler(h.Name, h.Topic, sub, message.NoPublishHandlerFunc(Handle(h.Handle, h.Undecodable)))
+		fn := h.Message
+		if fn == nil {
+			fn = Handle(h.Handle, h.Undecodable)
+		}
+		r.AddConsumerHandler(h.Name, h.Topic, sub, fn)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

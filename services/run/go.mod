@@ -8,6 +8,7 @@ require (
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.56.0
+	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.50.0
 )
 
