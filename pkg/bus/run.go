@@ -81,6 +81,11 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 	for _, s := range subs {
 		err = errors.Join(err, s.Close())
 	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Shut down while a handler was still subscribing: a clean
+		// shutdown all the same.
+		err = nil
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", service, err)
 	}

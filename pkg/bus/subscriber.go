@@ -200,6 +200,15 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		cc.FilterSubjects = filters
 	}
 	cons, err := s.consumer(ctx, cc)
+	if err != nil && ctx.Err() != nil {
+		// Stopped while subscribing: nothing to hand over, as after any
+		// stop. (An error here would leave watermill's Router waiting for
+		// a handler that never started.)
+		s.wg.Done()
+		out := make(chan *message.Message)
+		close(out)
+		return out, nil
+	}
 	if err != nil {
 		s.wg.Done()
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
@@ -245,7 +254,10 @@ type subscription struct {
 
 // consume starts pulling from cons, unless the subscription has stopped.
 func (sub *subscription) consume(cons jetstream.Consumer, maxAckPending int) (jetstream.MessagesContext, error) {
-	iter, err := cons.Messages(jetstream.PullMaxMessages(min(maxAckPending, 256)))
+	// Heartbeats every few seconds: a consumer that disappears without a
+	// word is noticed by the heartbeats that stop.
+	iter, err := cons.Messages(jetstream.PullMaxMessages(min(maxAckPending, 256)),
+		jetstream.PullExpiry(10*time.Second), jetstream.PullHeartbeat(3*time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +320,17 @@ func (s *Subscriber) fail(err error) {
 	case s.failed <- err:
 	default:
 	}
+}
+
+// gone reports whether a pull that went unanswered (no heartbeat) is
+// unanswered because the consumer, or its stream, is no more: the server
+// does not always tell the pulls waiting on a consumer it deletes.
+func (s *Subscriber) gone(ctx context.Context, sub *subscription, err error) bool {
+	if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+		return false
+	}
+	_, err = s.js.Consumer(ctx, s.cfg.Stream, sub.cc.Durable)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // reconsume makes the subscription's consumer again after it disappeared
@@ -413,7 +436,7 @@ func (s *Subscriber) run(ctx context.Context, sub *subscription, iter jetstream.
 			if ctx.Err() != nil {
 				return
 			}
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrMsgIteratorClosed) || s.gone(ctx, sub, err) {
 				// Nobody stopped it: the consumer is gone (deleted with the
 				// JetStream API, or its stream was). Without it nothing more
 				// would ever come: make it again, or say why not.
