@@ -30,7 +30,10 @@ func junk(t *testing.T, ctx context.Context, js jetstream.JetStream, job, who st
 		msgs = append(msgs, m)
 	}
 	add("e31.job."+job+".requested."+who, []byte("not json at all"), nil)
-	add("e31.job."+job+".cancel."+who, []byte(`{"by":"`+who+`"}`), nats.Header{"ce-type": {"e31.job.cancel_requested.v1"}})
+	// What it tells the server of its message must not follow a copy of
+	// it to the poison stream.
+	add("e31.job."+job+".cancel."+who, []byte(`{"by":"`+who+`"}`), nats.Header{"ce-type": {"e31.job.cancel_requested.v1"},
+		"Nats-Expected-Stream": {events.Stream}})
 	// A status header of its own, and no body: a reader that took it for
 	// the server's end of batch would stop before the job's last message.
 	// (nats.go's consumers take such a message for a status of theirs and

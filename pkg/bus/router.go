@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -151,7 +152,12 @@ func poisonQueue(pub *Publisher, topic string, log *slog.Logger) message.Handler
 			seq := m.Metadata.Get(MetaSeq)
 			pm := message.NewMessage(events.Stream+"-"+seq, m.Payload)
 			for k, v := range m.Metadata {
-				pm.Metadata.Set(k, v)
+				// Whatever its publisher told the server about the
+				// original (an expected stream, a TTL, a rollup) must not
+				// decide whether the copy is kept.
+				if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+					pm.Metadata.Set(k, v)
+				}
 			}
 			pm.Metadata.Set(middleware.ReasonForPoisonedKey, err.Error())
 			pm.Metadata.Set(middleware.PoisonedTopicKey, message.SubscribeTopicFromCtx(m.Context()))
