@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -171,4 +172,33 @@ func TestRunSetsAsideWhatIsNoEvent(t *testing.T) {
 	if m.Header.Get("reason_poisoned") == "" || m.Header.Get(bus.MetaSubject) == "" {
 		t.Errorf("a poison message says neither why nor from where: %v", m.Header)
 	}
+}
+
+// TestRunHandlesWhatComesAfterForgedStatuses: nats.go's consumer takes an
+// empty message with a Status header for a status of the server's, never
+// hands it over and never acks it, so that a few of them fill a consumer's
+// MaxAckPending for good. The Subscriber's own pulls hand them over, and
+// they are set aside like any other junk.
+func TestRunHandlesWhatComesAfterForgedStatuses(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	pub := bus.NewPublisher(js, "e31/test", nil)
+	seen, fn := handled()
+	runHandlers(t, js, bus.Handler{Name: "cancel", Topic: events.KindSubject(events.TypeCancelRequested),
+		Subscriber: bus.SubscriberConfig{Durable: "t", Lanes: 1, MaxAckPending: 4}, Handle: fn})
+
+	for _, status := range []string{"100", "100", "404", "408", "409", "409", "503", "100"} {
+		m := nats.NewMsg("e31.job.victim.cancel.mallory")
+		m.Header.Set("Status", status)
+		m.Header.Set("Description", "Consumer Deleted")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pub.Append(ctx, "victim", events.CancelRequested{By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	await(t, seen, "victim")
 }

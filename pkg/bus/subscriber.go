@@ -214,7 +214,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
 	}
 	sub := &subscription{cc: cc, unsettled: map[uint64]int{}}
-	iter, err := sub.consume(cons, s.cfg.MaxAckPending)
+	iter, err := sub.consume(s.js, cons, s.cfg.MaxAckPending)
 	if err != nil {
 		s.wg.Done()
 		return nil, fmt.Errorf("bus: consume %s: %w", cc.Durable, err)
@@ -233,7 +233,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		defer s.wg.Done()
 		defer cancel()
 		stop := context.AfterFunc(ctx, sub.stop)
-		defer stop()
+		defer func() { stop(); sub.stop() }()
 		s.run(ctx, sub, iter, out)
 	}()
 	return out, nil
@@ -246,18 +246,15 @@ type subscription struct {
 	cc jetstream.ConsumerConfig
 
 	mu        sync.Mutex
-	iter      jetstream.MessagesContext
+	iter      deliveries
 	stopped   bool
 	delivered uint64         // the highest stream sequence handed out
 	unsettled map[uint64]int // handed out, not yet acked or terminated
 }
 
 // consume starts pulling from cons, unless the subscription has stopped.
-func (sub *subscription) consume(cons jetstream.Consumer, maxAckPending int) (jetstream.MessagesContext, error) {
-	// Heartbeats every few seconds: a consumer that disappears without a
-	// word is noticed by the heartbeats that stop.
-	iter, err := cons.Messages(jetstream.PullMaxMessages(min(maxAckPending, 256)),
-		jetstream.PullExpiry(10*time.Second), jetstream.PullHeartbeat(3*time.Second))
+func (sub *subscription) consume(js jetstream.JetStream, cons jetstream.Consumer, maxAckPending int) (deliveries, error) {
+	iter, err := newPuller(js, cons, min(maxAckPending, 256))
 	if err != nil {
 		return nil, err
 	}
@@ -336,7 +333,7 @@ func (s *Subscriber) gone(ctx context.Context, sub *subscription, err error) boo
 // reconsume makes the subscription's consumer again after it disappeared
 // and starts pulling from it. Another instance sharing the durable may have
 // made it first: then that one is used as it is.
-func (s *Subscriber) reconsume(ctx context.Context, sub *subscription) (jetstream.MessagesContext, error) {
+func (s *Subscriber) reconsume(ctx context.Context, sub *subscription) (deliveries, error) {
 	cc := sub.cc
 	start := sub.resumeAt()
 	delay := 100 * time.Millisecond
@@ -351,7 +348,7 @@ func (s *Subscriber) reconsume(ctx context.Context, sub *subscription) (jetstrea
 		}
 		if err == nil {
 			s.cfg.Logger.Warn("bus: the consumer was deleted; it is made again", "durable", cc.Durable, "from", start)
-			return sub.consume(cons, s.cfg.MaxAckPending)
+			return sub.consume(s.js, cons, s.cfg.MaxAckPending)
 		}
 		if !events.Transient(err) && !errors.Is(err, jetstream.ErrConsumerExists) || ctx.Err() != nil {
 			return nil, fmt.Errorf("bus: make the deleted consumer %s again: %w", cc.Durable, err)
@@ -402,19 +399,19 @@ func (s *Subscriber) createConsumer(ctx context.Context, cc jetstream.ConsumerCo
 }
 
 // run pulls messages and hands them to lanes (or straight out) until ctx ends.
-func (s *Subscriber) run(ctx context.Context, sub *subscription, iter jetstream.MessagesContext, out chan<- *message.Message) {
+func (s *Subscriber) run(ctx context.Context, sub *subscription, iter deliveries, out chan<- *message.Message) {
 	var handlers sync.WaitGroup
 	defer func() {
 		handlers.Wait()
 		close(out)
 	}()
-	var lanes []chan jetstream.Msg
+	var lanes []chan delivery
 	if s.cfg.Lanes > 0 {
-		lanes = make([]chan jetstream.Msg, s.cfg.Lanes)
+		lanes = make([]chan delivery, s.cfg.Lanes)
 		for i := range lanes {
-			lanes[i] = make(chan jetstream.Msg, 64)
+			lanes[i] = make(chan delivery, 64)
 			handlers.Add(1)
-			go func(in <-chan jetstream.Msg) {
+			go func(in <-chan delivery) {
 				defer handlers.Done()
 				for {
 					select {
@@ -473,7 +470,7 @@ func (s *Subscriber) run(ctx context.Context, sub *subscription, iter jetstream.
 
 // deliver hands one message to the Router and settles it with the server
 // according to what the handler did.
-func (s *Subscriber) deliver(ctx context.Context, sub *subscription, m jetstream.Msg, out chan<- *message.Message) {
+func (s *Subscriber) deliver(ctx context.Context, sub *subscription, m delivery, out chan<- *message.Message) {
 	wm := toWatermill(m)
 	var seq uint64
 	if md, err := m.Metadata(); err == nil {
@@ -532,7 +529,7 @@ func (s *Subscriber) deliver(ctx context.Context, sub *subscription, m jetstream
 	}
 }
 
-func toWatermill(m jetstream.Msg) *message.Message {
+func toWatermill(m delivery) *message.Message {
 	h := m.Headers()
 	id := h.Get(HeaderUUID)
 	if id == "" {
