@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,8 +52,9 @@ type puller struct {
 	ctx    context.Context // ends with Stop
 	cancel context.CancelFunc
 
-	// asked counts the messages the last request may still bring. Only
-	// Next touches it.
+	// asked counts the messages the requests made may still bring: once
+	// half a batch is left, the next is asked for, so that messages keep
+	// coming while the last ones are handled. Only Next touches it.
 	asked int
 }
 
@@ -64,9 +66,9 @@ const (
 	pullHeartbeat = 3 * time.Second
 )
 
-// newPuller starts pulling from the durable consumer cons, batch messages
-// at a time.
-func newPuller(js jetstream.JetStream, cons jetstream.Consumer, batch int) (*puller, error) {
+// newPuller starts pulling from the consumer cons, batch messages at a
+// time, until Stop is called or ctx ends.
+func newPuller(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, batch int) (*puller, error) {
 	info := cons.CachedInfo()
 	req, err := json.Marshal(map[string]any{
 		"batch": batch, "expires": pullExpiry.Nanoseconds(), "idle_heartbeat": pullHeartbeat.Nanoseconds(),
@@ -78,7 +80,7 @@ func newPuller(js jetstream.JetStream, cons jetstream.Consumer, batch int) (*pul
 		nc: js.Conn(), next: apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name,
 		request: req, batch: batch, heartbeat: pullHeartbeat,
 	}
-	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.ctx, p.cancel = context.WithCancel(ctx)
 	p.in = make(chan *nats.Msg, batch)
 	// A callback, not NextMsg: NextMsg turns any empty message with a 503
 	// Status header into nats.ErrNoResponders and drops it, stored or not.
@@ -106,7 +108,7 @@ func newPuller(js jetstream.JetStream, cons jetstream.Consumer, batch int) (*pul
 
 // pull asks for the next batch.
 func (p *puller) pull() error {
-	p.asked = p.batch
+	p.asked += p.batch
 	if err := p.nc.PublishRequest(p.next, p.sub.Subject, p.request); err != nil {
 		return fmt.Errorf("bus: pull: %w", err)
 	}
@@ -126,6 +128,7 @@ func (p *puller) Next() (delivery, error) {
 		case <-p.ctx.Done():
 			return nil, jetstream.ErrMsgIteratorClosed
 		case <-silence.C:
+			p.asked = 0 // whatever was asked for is lost
 			if err := p.pull(); err != nil {
 				return nil, err
 			}
@@ -134,26 +137,24 @@ func (p *puller) Next() (delivery, error) {
 			silence.Reset(2 * p.heartbeat)
 		}
 		if strings.HasPrefix(m.Reply, "$JS.ACK.") {
-			if p.asked--; p.asked <= 0 {
-				if err := p.pull(); err != nil {
-					return pulled{m}, err
-				}
-			}
-			return pulled{m}, nil
+			p.asked--
+			return pulled{m}, p.more()
 		}
 		switch m.Header.Get("Status") {
 		case "100": // heartbeat
 		case "404", "408": // no messages, or the request expired
-			if err := p.pull(); err != nil {
+			p.ended(m)
+			if err := p.more(); err != nil {
 				return nil, err
 			}
 		case "409":
 			if strings.Contains(strings.ToLower(m.Header.Get("Description")), "consumer deleted") {
 				return nil, jetstream.ErrConsumerDeleted
 			}
-			// The batch ended early (max bytes, a new leader, a server
+			// The request ended early (max bytes, a new leader, a server
 			// shutting down): ask again.
-			if err := p.pull(); err != nil {
+			p.ended(m)
+			if err := p.more(); err != nil {
 				return nil, err
 			}
 		case "503":
@@ -165,6 +166,23 @@ func (p *puller) Next() (delivery, error) {
 			return nil, fmt.Errorf("bus: pull: status %s %s", m.Header.Get("Status"), m.Header.Get("Description"))
 		}
 	}
+}
+
+// ended takes what a request that ended will no longer bring off asked.
+func (p *puller) ended(status *nats.Msg) {
+	left, err := strconv.Atoi(status.Header.Get("Nats-Pending-Messages"))
+	if err != nil {
+		left = p.batch
+	}
+	p.asked = max(p.asked-left, 0)
+}
+
+// more asks for the next batch once half of one is left to come.
+func (p *puller) more() error {
+	if p.asked > p.batch/2 {
+		return nil
+	}
+	return p.pull()
 }
 
 // Stop ends the pulling; Next then returns jetstream.ErrMsgIteratorClosed.

@@ -254,7 +254,7 @@ type subscription struct {
 
 // consume starts pulling from cons, unless the subscription has stopped.
 func (sub *subscription) consume(js jetstream.JetStream, cons jetstream.Consumer, maxAckPending int) (deliveries, error) {
-	iter, err := newPuller(js, cons, min(maxAckPending, 256))
+	iter, err := newPuller(context.Background(), js, cons, min(maxAckPending, 256))
 	if err != nil {
 		return nil, err
 	}
