@@ -82,6 +82,21 @@ output: [x]
 		t.Fatalf("alice's job after bob's garbage: exit %d, %s (%s), submitter %s, %d files", code, rec.Outcome, rec.Reason, rec.Submitter, rec.Output.Files)
 	}
 	ts.garbageOn(id, "bob")
+	// Empty messages with a Status header: nats.go's consumers take them
+	// for statuses of the server's. Every service and the ledger read past
+	// them: alice's next job succeeds, and its record is served.
+	for _, status := range []string{"100", "404", "408", "409", "503"} {
+		m := nats.NewMsg("e31.job." + id + ".delete.bob")
+		m.Header.Set("Status", status)
+		m.Header.Set("Description", "Consumer Deleted")
+		if _, err := ts.client("bob").js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := ts.submit(writeJob(t, "work: {command: [/bin/true]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
+	if rec, code := ts.wait(next); code != 0 {
+		t.Fatalf("alice's next job after bob's forged statuses: exit %d, %s (%s)", code, rec.Outcome, rec.Reason)
+	}
 
 	before := consumers()
 	for i := range 200 {

@@ -70,7 +70,7 @@ const (
 	directBatch = 256
 	// directMaxBytes bounds what one request is sent at once.
 	directMaxBytes = 8 << 20
-	// directWait is how long a reply may take when ctx sets no deadline.
+	// directWait is how long a reply may take.
 	directWait = 5 * time.Second
 )
 
@@ -101,7 +101,21 @@ var errStopped = errors.New("bus: stopped")
 func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uint64) iter.Seq2[*jetstream.RawStreamMsg, error] {
 	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
 		nc := js.Conn()
-		sub, err := nc.SubscribeSync(nc.NewInbox())
+		// A callback, not NextMsg: NextMsg turns any empty message with a
+		// 503 Status header into nats.ErrNoResponders and drops it, and a
+		// tenant may store one.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		in := make(chan *nats.Msg, directBatch)
+		sub, err := nc.Subscribe(nc.NewInbox(), func(m *nats.Msg) {
+			select {
+			case in <- m:
+			case <-ctx.Done():
+			}
+		})
+		if err == nil {
+			err = sub.SetPendingLimits(-1, -1)
+		}
 		if err != nil {
 			yield(nil, fmt.Errorf("direct get on %s: %w", filter, err))
 			return
@@ -110,7 +124,7 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 		subject := apiPrefix(js.Options()) + "DIRECT.GET." + events.Stream
 		seq := max(from, 1)
 		for {
-			next, more, err := directBatchGet(ctx, nc, sub, subject, filter, seq, yield)
+			next, more, err := directBatchGet(ctx, nc, in, sub.Subject, subject, filter, seq, yield)
 			if errors.Is(err, errStopped) {
 				return
 			}
@@ -129,25 +143,27 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 // directBatchGet asks for one batch from seq and hands each message to
 // yield. It returns the sequence to ask from next and whether the server
 // said more messages match.
-func directBatchGet(ctx context.Context, nc *nats.Conn, sub *nats.Subscription, subject, filter string, seq uint64,
+func directBatchGet(ctx context.Context, nc *nats.Conn, in <-chan *nats.Msg, inbox, subject, filter string, seq uint64,
 	yield func(*jetstream.RawStreamMsg, error) bool) (uint64, bool, error) {
 	req, err := json.Marshal(directRequest{Seq: seq, NextFor: filter, Batch: directBatch, MaxBytes: directMaxBytes})
 	if err != nil {
 		return 0, false, err
 	}
-	if err := nc.PublishRequest(subject, sub.Subject, req); err != nil {
+	if err := nc.PublishRequest(subject, inbox, req); err != nil {
 		return 0, false, err
 	}
 	next := seq
+	wait := time.NewTimer(directWait)
+	defer wait.Stop()
 	for {
-		wait, cancel := ctx, context.CancelFunc(func() {})
-		if _, ok := ctx.Deadline(); !ok {
-			wait, cancel = context.WithTimeout(ctx, directWait)
-		}
-		r, err := sub.NextMsgWithContext(wait)
-		cancel()
-		if err != nil {
-			return 0, false, err
+		var r *nats.Msg
+		select {
+		case r = <-in:
+			wait.Reset(directWait)
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-wait.C:
+			return 0, false, nats.ErrTimeout
 		}
 		// A stored message comes with the server's Nats-Sequence; a status
 		// (end of batch, nothing found, an error) never does. A status

@@ -40,6 +40,7 @@ func junk(t *testing.T, ctx context.Context, js jetstream.JetStream, job, who st
 	// never hand it over; see TestReplayReadsPastAForgedStatus.)
 	if withStatus {
 		add("e31.job."+job+".delete."+who, nil, nats.Header{"Status": {"204"}, "Description": {"EOB"}})
+		add("e31.job."+job+".delete."+who, nil, nats.Header{"Status": {"503"}})
 	}
 	// A well-formed event of a type that does not belong on that subject,
 	// whose Nats-Msg-Id is the id of the hold RENT would append next: the
@@ -283,7 +284,7 @@ func TestReplayReadsPastAForgedStatus(t *testing.T) {
 	if _, err := pub.Append(ctx, "a", submitted()); err != nil {
 		t.Fatal(err)
 	}
-	for _, status := range []string{"100", "404", "409"} {
+	for _, status := range []string{"100", "404", "409", "503"} {
 		m := nats.NewMsg("e31.job.v.delete.mallory")
 		m.Header.Set("Status", status)
 		m.Header.Set("Description", "Consumer Deleted")

@@ -124,11 +124,24 @@ var serverHeaders = [...]string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", 
 // to fn, in order, exactly as stored.
 func readDirect(ctx context.Context, js jetstream.JetStream, stream string, last uint64, fn func(Raw)) error {
 	nc := js.Conn()
-	sub, err := nc.SubscribeSync(nc.NewInbox())
+	// A callback, not NextMsg: NextMsg turns any empty message with a 503
+	// Status header into "no responders" and drops it, stored or not.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan *nats.Msg, directBatch)
+	sub, err := nc.Subscribe(nc.NewInbox(), func(m *nats.Msg) {
+		select {
+		case in <- m:
+		case <-ctx.Done():
+		}
+	})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return err
+	}
 	prefix := jetstream.DefaultAPIPrefix
 	if o := js.Options(); o.APIPrefix != "" {
 		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
@@ -148,11 +161,13 @@ func readDirect(ctx context.Context, js jetstream.JetStream, stream string, last
 		from := next
 	batch:
 		for {
-			wait, cancel := context.WithTimeout(ctx, directWait)
-			r, err := sub.NextMsgWithContext(wait)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("direct get from #%d: %w", from, err)
+			var r *nats.Msg
+			select {
+			case r = <-in:
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(directWait):
+				return fmt.Errorf("direct get from #%d: %w", from, nats.ErrTimeout)
 			}
 			// A stored message carries the server's Nats-Sequence; a status
 			// (end of batch, nothing found) never does, whatever Status
