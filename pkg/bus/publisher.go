@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -180,14 +181,12 @@ func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opt
 // expected sequence, that expectation is what keeps a retry from storing it
 // twice; without one, a retry may.
 func (p *Publisher) unlessForged(ctx context.Context, m *nats.Msg, ack *jetstream.PubAck, popts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	for stored, err := range Stored(ctx, p.js, m.Subject, ack.Sequence) {
-		if err != nil {
-			return nil, fmt.Errorf("check the duplicate at #%d: %w", ack.Sequence, err)
-		}
-		if stored.Sequence == ack.Sequence {
-			return ack, nil
-		}
-		break
+	subject, err := p.subjectAt(ctx, ack.Sequence)
+	if err != nil {
+		return nil, fmt.Errorf("check the duplicate at #%d: %w", ack.Sequence, err)
+	}
+	if subject == m.Subject {
+		return ack, nil
 	}
 	again := nats.NewMsg(m.Subject)
 	again.Data = m.Data
@@ -197,6 +196,42 @@ func (p *Publisher) unlessForged(ctx context.Context, m *nats.Msg, ack *jetstrea
 		}
 	}
 	return p.js.PublishMsg(ctx, again, popts...)
+}
+
+// subjectAt is the subject of the message stored at seq, as the stream's
+// leader says: a direct get may be answered by a replica that has not
+// stored it yet, and a real duplicate taken for a forgery would be stored
+// twice.
+func (p *Publisher) subjectAt(ctx context.Context, seq uint64) (string, error) {
+	req, err := json.Marshal(map[string]uint64{"seq": seq})
+	if err != nil {
+		return "", err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, directWait)
+		defer cancel()
+	}
+	r, err := p.js.Conn().RequestWithContext(ctx, apiPrefix(p.js.Options())+"STREAM.MSG.GET."+events.Stream, req)
+	if err != nil {
+		return "", err
+	}
+	var resp struct {
+		Message *struct {
+			Subject string `json:"subject"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &resp); err != nil {
+		return "", err
+	}
+	if resp.Error != nil {
+		return "", resp.Error
+	}
+	if resp.Message == nil {
+		return "", errors.New("no message in the answer")
+	}
+	return resp.Message.Subject, nil
 }
 
 func isWrongLastSequence(err error) bool {
