@@ -99,6 +99,11 @@ var errStopped = errors.New("bus: stopped")
 // direct get, and what orbit.go's jetstreamext offers is one batch per
 // call, pre-1.0: this is the loop over batches e31 needs, in one place.
 func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uint64) iter.Seq2[*jetstream.RawStreamMsg, error] {
+	return stored(ctx, js, filter, from, directBatch)
+}
+
+// stored is Stored, batch messages per request.
+func stored(ctx context.Context, js jetstream.JetStream, filter string, from uint64, batch int) iter.Seq2[*jetstream.RawStreamMsg, error] {
 	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
 		nc := js.Conn()
 		// A callback, not NextMsg: NextMsg turns any empty message with a
@@ -106,7 +111,7 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 		// tenant may store one.
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		in := make(chan *nats.Msg, directBatch)
+		in := make(chan *nats.Msg, batch)
 		sub, err := nc.Subscribe(nc.NewInbox(), func(m *nats.Msg) {
 			select {
 			case in <- m:
@@ -124,7 +129,7 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 		subject := apiPrefix(js.Options()) + "DIRECT.GET." + events.Stream
 		seq := max(from, 1)
 		for {
-			next, more, err := directBatchGet(ctx, nc, in, sub.Subject, subject, filter, seq, yield)
+			next, more, err := directBatchGet(ctx, nc, in, sub.Subject, subject, filter, seq, batch, yield)
 			if errors.Is(err, errStopped) {
 				return
 			}
@@ -143,9 +148,9 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 // directBatchGet asks for one batch from seq and hands each message to
 // yield. It returns the sequence to ask from next and whether the server
 // said more messages match.
-func directBatchGet(ctx context.Context, nc *nats.Conn, in <-chan *nats.Msg, inbox, subject, filter string, seq uint64,
+func directBatchGet(ctx context.Context, nc *nats.Conn, in <-chan *nats.Msg, inbox, subject, filter string, seq uint64, batch int,
 	yield func(*jetstream.RawStreamMsg, error) bool) (uint64, bool, error) {
-	req, err := json.Marshal(directRequest{Seq: seq, NextFor: filter, Batch: directBatch, MaxBytes: directMaxBytes})
+	req, err := json.Marshal(directRequest{Seq: seq, NextFor: filter, Batch: batch, MaxBytes: directMaxBytes})
 	if err != nil {
 		return 0, false, err
 	}

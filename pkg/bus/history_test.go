@@ -218,6 +218,12 @@ func TestOwnerIsWhoeverRequestedFirst(t *testing.T) {
 	if _, err := js.Publish(ctx, "e31.job.j.cancel.mallory", []byte("junk")); err != nil {
 		t.Fatal(err)
 	}
+	// nats.go's GetMsg takes this one for "no responders".
+	forged := nats.NewMsg("e31.job.j.delete.mallory")
+	forged.Header.Set("Status", "503")
+	if _, err := js.PublishMsg(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
 	req := events.JobRequested{Submitter: "alice", Spec: submitted().Spec}
 	if _, err := pub.Append(ctx, "j", req); err != nil {
 		t.Fatal(err)
@@ -306,5 +312,28 @@ func TestReplayReadsPastAForgedStatus(t *testing.T) {
 		if err != nil || read != last.Seq || fmt.Sprint(got) != "[a b]" {
 			t.Errorf("replay %v: read to #%d, events %v, err %v; want to #%d, [a b]", filters, read, got, err, last.Seq)
 		}
+	}
+}
+
+// TestTheFirstRequestIsReadWhateverItIs: a first request that is an empty
+// message with a 503 Status header (nats.go's GetMsg says "no responders"
+// for ever) is read as the message it is.
+func TestTheFirstRequestIsReadWhateverItIs(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	forged := nats.NewMsg("e31.job.mine.requested.mallory")
+	forged.Header.Set("Status", "503")
+	ack, err := js.PublishMsg(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := bus.FirstRequest(ctx, js, "mine")
+	if err != nil || m.Sequence != ack.Sequence {
+		t.Fatalf("first request: %v, %v; want #%d", m, err, ack.Sequence)
+	}
+	if owner, err := bus.Owner(ctx, js, "mine"); err != nil || owner != "mallory" {
+		t.Errorf("owner = %q, %v; want mallory", owner, err)
 	}
 }

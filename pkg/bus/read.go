@@ -170,11 +170,7 @@ func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, err
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return "", err
 	}
-	stream, err := js.Stream(ctx, events.Stream)
-	if err != nil {
-		return "", fmt.Errorf("owner of %s: %w", job, err)
-	}
-	m, err = stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
+	m, err = first(ctx, js, events.JobSubject(job))
 	if err != nil {
 		return "", fmt.Errorf("owner of %s: %w", job, err)
 	}
@@ -190,13 +186,21 @@ func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, err
 // (e31.job.<job>.requested.*), whether it decodes or not: the one request
 // that says what the job is. jetstream.ErrMsgNotFound if there is none.
 func FirstRequest(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error) {
-	stream, err := js.Stream(ctx, events.Stream)
-	if err != nil {
-		return nil, fmt.Errorf("first request of %s: %w", job, err)
-	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.RequestSubject(job, "*")))
+	m, err := first(ctx, js, events.RequestSubject(job, "*"))
 	if err != nil {
 		return nil, fmt.Errorf("first request of %s: %w", job, err)
 	}
 	return m, nil
+}
+
+// first is the first message stored on filter; jetstream.ErrMsgNotFound
+// if there is none. Read like a job's history: nats.go's GetMsg takes a
+// stored empty message with a 503 Status header, which a tenant may
+// publish, for "no responders", and a retry would fail the same way for
+// ever.
+func first(ctx context.Context, js jetstream.JetStream, filter string) (*jetstream.RawStreamMsg, error) {
+	for m, err := range stored(ctx, js, filter, 1, 1) {
+		return m, err
+	}
+	return nil, jetstream.ErrMsgNotFound
 }
