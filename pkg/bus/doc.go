@@ -25,6 +25,30 @@
 //     step reads what happened and decides again: a redelivered trigger whose
 //     effect is already in the log changes nothing, whenever it arrives.
 //
+// # What a tenant can publish
+//
+// Any submitter may publish on its own tail of any job's subjects
+// (…requested.<me>, …cancel.<me>, …delete.<me>), so the log holds what
+// nobody checked: junk, events of types that do not belong where they are,
+// forged Nats-Msg-Ids, empty messages with a Status header. Nothing of it
+// may stop a job or a reader:
+//
+//   - A job's history is read with batched direct gets (ReadHistory,
+//     Stored), which create nothing on the server, and ends at the true last
+//     message of the job's subjects, junk included: that is what React
+//     expects, so junk never makes an append conflict for ever.
+//   - An append the server takes for a duplicate is checked: a forged
+//     Nats-Msg-Id on a tenant's subject does not keep the event out.
+//   - The Subscriber pulls with plain pull requests (see puller) and tells
+//     a stored message from the server's statuses by its $JS.ACK reply:
+//     nats.go's consumers take an empty message with a Status header for a
+//     status and never hand it over. A message that is not a valid event is
+//     moved to the poison stream, logged at Error and counted (Poisoned,
+//     SetAside); the job it names goes on.
+//   - A durable consumer deleted under a running Subscriber is made again
+//     from the first message it had not settled; if it cannot be, Run ends
+//     with the error.
+//
 // # Ordering
 //
 // A Subscriber with Lanes > 0 hands messages with the same key (the job id)

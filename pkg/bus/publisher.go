@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -142,6 +143,9 @@ func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opt
 		popts = append(popts, jetstream.WithExpectLastSequenceForSubject(o.expect, events.JobSubject(env.Subject)))
 	}
 	ack, err := p.js.PublishMsg(ctx, m, popts...)
+	if err == nil && ack.Duplicate {
+		ack, err = p.unlessForged(ctx, m, ack, popts)
+	}
 	if err != nil {
 		if isWrongLastSequence(err) {
 			return env, fmt.Errorf("append %s after #%d: %w", env.ID, o.expect, ErrConflict)
@@ -163,6 +167,71 @@ func (p *Publisher) AppendEnvelope(ctx context.Context, env events.Envelope, opt
 	}
 	env.Seq = ack.Sequence
 	return env, nil
+}
+
+// unlessForged checks that a duplicate the server reported is the event
+// itself, stored before on its own subject, and stores the event if it is
+// not. The server's duplicate window is per stream, not per subject, and a
+// tenant may publish on its own tail of any job's subjects with any
+// Nats-Msg-Id: one that names an event a service is yet to append (ids are
+// deterministic, <job>/held/1) would otherwise keep that event out of the
+// log for the whole window, and again each time it is published. The
+// forgery is in the log on the tenant's subject, where no reader takes it
+// for the event. The event is then stored without a Nats-Msg-Id: with an
+// expected sequence, that expectation is what keeps a retry from storing it
+// twice; without one, a retry may.
+func (p *Publisher) unlessForged(ctx context.Context, m *nats.Msg, ack *jetstream.PubAck, popts []jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	subject, err := p.subjectAt(ctx, ack.Sequence)
+	if err != nil {
+		return nil, fmt.Errorf("check the duplicate at #%d: %w", ack.Sequence, err)
+	}
+	if subject == m.Subject {
+		return ack, nil
+	}
+	again := nats.NewMsg(m.Subject)
+	again.Data = m.Data
+	for k, vs := range m.Header {
+		if k != nats.MsgIdHdr {
+			again.Header[k] = vs
+		}
+	}
+	return p.js.PublishMsg(ctx, again, popts...)
+}
+
+// subjectAt is the subject of the message stored at seq, as the stream's
+// leader says: a direct get may be answered by a replica that has not
+// stored it yet, and a real duplicate taken for a forgery would be stored
+// twice.
+func (p *Publisher) subjectAt(ctx context.Context, seq uint64) (string, error) {
+	req, err := json.Marshal(map[string]uint64{"seq": seq})
+	if err != nil {
+		return "", err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, directWait)
+		defer cancel()
+	}
+	r, err := p.js.Conn().RequestWithContext(ctx, apiPrefix(p.js.Options())+"STREAM.MSG.GET."+events.Stream, req)
+	if err != nil {
+		return "", err
+	}
+	var resp struct {
+		Message *struct {
+			Subject string `json:"subject"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &resp); err != nil {
+		return "", err
+	}
+	if resp.Error != nil {
+		return "", resp.Error
+	}
+	if resp.Message == nil {
+		return "", errors.New("no message in the answer")
+	}
+	return resp.Message.Subject, nil
 }
 
 func isWrongLastSequence(err error) bool {
@@ -219,6 +288,20 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 		}
 		select {
 		case ack := <-f.Ok():
+			if ack.Duplicate {
+				var popts []jetstream.PublishOpt
+				if batch[i].ExpectSet {
+					popts = append(popts, jetstream.WithExpectLastSequenceForSubject(batch[i].Expect, events.JobSubject(batch[i].Subject)))
+				}
+				var err error
+				if ack, err = p.unlessForged(ctx, f.Msg(), ack, popts); err != nil {
+					if isWrongLastSequence(err) {
+						err = ErrConflict
+					}
+					errs[i] = fmt.Errorf("append %s: %w", envs[i].ID, err)
+					continue
+				}
+			}
 			// As in AppendEnvelope: a duplicate is not an append after
 			// the expected sequence.
 			if ack.Duplicate && batch[i].ExpectSet {

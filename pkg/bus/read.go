@@ -38,14 +38,16 @@ func (p *Publisher) React(ctx context.Context, trigger events.Envelope, decide D
 		if !errors.Is(err, ErrConflict) {
 			return stored, err
 		}
-		after, err = ReadJob(ctx, p.js, job, trigger.Seq+1)
+		// Expect the last message stored for the job, whatever it is: a
+		// message that does not decode (a tenant may publish junk on its
+		// own tail of any job's subjects) is in no decision, but the server
+		// counts it, and expecting the last event instead would conflict
+		// for ever.
+		h, err := ReadHistory(ctx, p.js, job, trigger.Seq+1)
 		if err != nil {
 			return nil, fmt.Errorf("react to %s: %w", trigger, err)
 		}
-		expect = trigger.Seq
-		if len(after) > 0 {
-			expect = after[len(after)-1].Seq
-		}
+		after, expect = h.Events, max(trigger.Seq, h.Last)
 	}
 	return nil, fmt.Errorf("react to %s: the job's log kept moving for %d rounds", trigger, maxReactRounds)
 }
@@ -64,20 +66,6 @@ func (p *Publisher) appendChain(ctx context.Context, job string, evs []events.Ev
 	return stored, nil
 }
 
-// ReadJob returns the events of one job from stream sequence from onwards
-// (1 for all of them), as they are at the time of the call.
-func ReadJob(ctx context.Context, js jetstream.JetStream, job string, from uint64) ([]events.Envelope, error) {
-	var out []events.Envelope
-	_, err := Replay(ctx, js, ReplayOptions{Filters: []string{events.JobSubject(job)}, From: from}, func(env events.Envelope) error {
-		out = append(out, env)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read job %s: %w", job, err)
-	}
-	return out, nil
-}
-
 // ReplayOptions says what to replay.
 type ReplayOptions struct {
 	// Filters are subject filters; default: every job and node event.
@@ -93,45 +81,37 @@ type ReplayOptions struct {
 // last stream sequence it read (or From-1). Events of unknown types and
 // malformed events are skipped: a reader must not stop at what a newer or
 // hostile writer left in the log.
+//
+// It reads with direct gets, not a consumer: nats.go's consumers take a
+// stored message with an empty body and a Status header for a status of
+// their own and never hand it over, and an ordered consumer then starts
+// again before it, for ever. Any tenant can store one on its own tail.
 func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn func(events.Envelope) error) (uint64, error) {
 	if len(opts.Filters) == 0 {
 		opts.Filters = []string{events.JobSubjects, events.NodeSubjects}
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: opts.Filters}
-	if opts.From > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = opts.From
+	stream, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return max(opts.From, 1) - 1, fmt.Errorf("replay: %w", err)
+	}
+	end := stream.CachedInfo().State.LastSeq
+	filter, match := "", opts.Filters
+	if len(opts.Filters) == 1 {
+		filter, match = opts.Filters[0], nil
 	}
 	last := max(opts.From, 1) - 1
-	cons, err := js.OrderedConsumer(ctx, events.Stream, cfg)
-	if err != nil {
-		return last, fmt.Errorf("replay: %w", err)
-	}
-	pending := cons.CachedInfo().NumPending
-	if pending == 0 {
-		return last, nil
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return last, fmt.Errorf("replay: %w", err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	for read := uint64(0); read < pending; read++ {
-		m, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return last, ctx.Err()
-			}
-			return last, fmt.Errorf("replay after #%d: %w", last, err)
-		}
-		md, err := m.Metadata()
+	for m, err := range Stored(ctx, js, filter, opts.From) {
 		if err != nil {
 			return last, fmt.Errorf("replay after #%d: %w", last, err)
 		}
-		last = md.Sequence.Stream
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if m.Sequence > end {
+			break
+		}
+		last = m.Sequence
+		if match != nil && !matchesAny(match, m.Subject) {
+			continue
+		}
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil {
 			if opts.Logger != nil && !events.IsUnknownType(err) {
 				opts.Logger.Warn("replay: skipping an event that does not decode", "seq", last, "err", err)
@@ -142,30 +122,57 @@ func Replay(ctx context.Context, js jetstream.JetStream, opts ReplayOptions, fn 
 		if err := fn(env); err != nil {
 			return last, err
 		}
-		// The ordered consumer counts pending at creation; once it is
-		// exhausted we are at the end as of the call.
-		if md.NumPending == 0 {
-			break
-		}
 	}
 	return last, nil
 }
 
-// Owner is the submitter of job, read from its first event: the request,
-// whose subject ends with its submitter (bound by the server's permissions
-// to who published it). It is "" when the job's first event is something
-// else; jetstream.ErrMsgNotFound when the job has no events.
+// matchesAny reports whether subject matches one of the NATS subject filters.
+func matchesAny(filters []string, subject string) bool {
+	for _, f := range filters {
+		if matches(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+// matches reports whether subject matches the NATS subject filter f:
+// "*" is one token, a final ">" one or more.
+func matches(f, subject string) bool {
+	for {
+		ft, frest, fmore := strings.Cut(f, ".")
+		st, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case ft == ">":
+			return true
+		case ft != "*" && ft != st:
+			return false
+		case !fmore || !smore:
+			return fmore == smore
+		}
+		f, subject = frest, srest
+	}
+}
+
+// Owner is the submitter of job: the identity its first request was
+// published under (the subject's last token, bound by the server's
+// permissions to who published it). Only the first request counts: anyone
+// may publish a request under any job id on its own tail, and a later one,
+// or junk, says nothing about whose job it is. A job with no request (the
+// operator wrote its JobSubmitted) belongs to whom its first event names, ""
+// if that is no JobSubmitted; jetstream.ErrMsgNotFound when the job has no
+// events.
 func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, error) {
-	stream, err := js.Stream(ctx, events.Stream)
+	m, err := FirstRequest(ctx, js, job)
+	if err == nil {
+		return m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], nil
+	}
+	if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return "", err
+	}
+	m, err = first(ctx, js, events.JobSubject(job))
 	if err != nil {
 		return "", fmt.Errorf("owner of %s: %w", job, err)
-	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
-	if err != nil {
-		return "", fmt.Errorf("owner of %s: %w", job, err)
-	}
-	if parts := strings.Split(m.Subject, "."); len(parts) == 5 && parts[3] == "requested" {
-		return parts[4], nil
 	}
 	if env, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
 		if sub, ok := env.Event.(*events.JobSubmitted); ok {
@@ -173,4 +180,27 @@ func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, err
 		}
 	}
 	return "", nil
+}
+
+// FirstRequest is the first message stored on the job's request subjects
+// (e31.job.<job>.requested.*), whether it decodes or not: the one request
+// that says what the job is. jetstream.ErrMsgNotFound if there is none.
+func FirstRequest(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error) {
+	m, err := first(ctx, js, events.RequestSubject(job, "*"))
+	if err != nil {
+		return nil, fmt.Errorf("first request of %s: %w", job, err)
+	}
+	return m, nil
+}
+
+// first is the first message stored on filter; jetstream.ErrMsgNotFound
+// if there is none. Read like a job's history: nats.go's GetMsg takes a
+// stored empty message with a 503 Status header, which a tenant may
+// publish, for "no responders", and a retry would fail the same way for
+// ever.
+func first(ctx context.Context, js jetstream.JetStream, filter string) (*jetstream.RawStreamMsg, error) {
+	for m, err := range stored(ctx, js, filter, 1, 1) {
+		return m, err
+	}
+	return nil, jetstream.ErrMsgNotFound
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -87,7 +89,7 @@ type RouterConfig struct {
 // NewRouter returns a watermill Router with e31's middleware: failures are
 // logged with the job id, retried a few times in place, then redelivered by
 // the server with a delay; poison (malformed events, panics) goes to the
-// poison stream with the reason, and the stream moves on.
+// poison stream with the reason, logged at Error, and the stream moves on.
 func NewRouter(cfg RouterConfig) (*message.Router, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -102,13 +104,12 @@ func NewRouter(cfg RouterConfig) (*message.Router, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: router for %s: %w", cfg.Service, err)
 	}
-	poison, err := middleware.PoisonQueueWithFilter(cfg.Publisher, "e31.poison."+cfg.Service, IsPermanent)
-	if err != nil {
-		return nil, fmt.Errorf("bus: poison queue for %s: %w", cfg.Service, err)
+	if cfg.Publisher == nil {
+		return nil, fmt.Errorf("bus: router for %s: a Publisher is required, for the poison stream", cfg.Service)
 	}
 	r.AddMiddleware(
+		poisonQueue(cfg.Publisher, "e31.poison."+cfg.Service, cfg.Logger),
 		logFailures(cfg.Logger),
-		poison,
 		middleware.Retry{
 			MaxRetries:      cfg.Retries,
 			InitialInterval: 20 * time.Millisecond,
@@ -121,22 +122,81 @@ func NewRouter(cfg RouterConfig) (*message.Router, error) {
 	return r, nil
 }
 
-// logFailures logs every failure once, with the job and event it was about.
+// Counters of what this process's handlers set aside, for /metrics.
+var poisoned, undecodable atomic.Uint64
+
+// Poisoned is how many messages this process's handlers have moved to the
+// poison stream: malformed events, events whose type does not belong on
+// their subject, handlers that panicked or gave up for good.
+func Poisoned() uint64 { return poisoned.Load() }
+
+// SetAside is how many of the Poisoned messages were not valid events at
+// all, or not where their type belongs. Any tenant may publish junk on its
+// own tail of any job's subjects: this counts it, and the job it names goes
+// on without it.
+func SetAside() uint64 { return undecodable.Load() }
+
+// poisonQueue moves a message whose handler failed for good to the poison
+// stream, with the reason, logs it at Error, counts it and lets the stream
+// move on: nothing that can never be handled may hold up what comes after
+// it. A failure to move it is returned, so the message is tried again.
+func poisonQueue(pub *Publisher, topic string, log *slog.Logger) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(m *message.Message) ([]*message.Message, error) {
+			out, err := h(m)
+			if err == nil || !IsPermanent(err) {
+				return out, err
+			}
+			// One poison message per stored message: its id is where it was
+			// stored, never anything its publisher chose.
+			seq := m.Metadata.Get(MetaSeq)
+			pm := message.NewMessage(events.Stream+"-"+seq, m.Payload)
+			for k, v := range m.Metadata {
+				// Whatever its publisher told the server about the
+				// original (an expected stream, a TTL, a rollup) must not
+				// decide whether the copy is kept.
+				if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+					pm.Metadata.Set(k, v)
+				}
+			}
+			pm.Metadata.Set(middleware.ReasonForPoisonedKey, err.Error())
+			pm.Metadata.Set(middleware.PoisonedTopicKey, message.SubscribeTopicFromCtx(m.Context()))
+			pm.Metadata.Set(middleware.PoisonedHandlerKey, message.HandlerNameFromCtx(m.Context()))
+			if perr := pub.Publish(topic, pm); perr != nil {
+				log.Error("moving a message to the poison stream failed; it is tried again",
+					"job", JobKey(m.Metadata.Get(MetaSubject)), "seq", seq, "err", errors.Join(err, perr))
+				return nil, fmt.Errorf("move to the poison stream: %w", perr)
+			}
+			poisoned.Add(1)
+			var bad *events.DecodeError
+			if errors.As(err, &bad) {
+				undecodable.Add(1)
+			}
+			log.Error("message set aside in the poison stream",
+				"job", JobKey(m.Metadata.Get(MetaSubject)),
+				"subject", m.Metadata.Get(MetaSubject),
+				"seq", seq,
+				"handler", message.HandlerNameFromCtx(m.Context()),
+				"poison", topic,
+				"err", err)
+			return nil, nil
+		}
+	}
+}
+
+// logFailures logs every failure that will be tried again, once, with the
+// job and event it was about.
 func logFailures(log *slog.Logger) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(m *message.Message) ([]*message.Message, error) {
 			out, err := h(m)
-			if err != nil {
-				level := slog.LevelWarn
-				if IsPermanent(err) {
-					level = slog.LevelError
-				}
-				log.Log(m.Context(), level, "handler failed",
+			// A permanent failure is logged, at Error, as it is set aside.
+			if err != nil && !IsPermanent(err) {
+				log.Warn("handler failed",
 					"job", JobKey(m.Metadata.Get(MetaSubject)),
 					"event", m.UUID,
 					"seq", m.Metadata.Get(MetaSeq),
 					"handler", message.HandlerNameFromCtx(m.Context()),
-					"permanent", IsPermanent(err),
 					"err", err)
 			}
 			return out, err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // Handler binds a HandlerFunc to a topic (subject filters separated by
@@ -20,11 +21,17 @@ type Handler struct {
 	// Undecodable, if set, deals with messages that are not valid events;
 	// otherwise they go to the poison stream.
 	Undecodable Undecodable
+	// Message, if set instead of Handle, takes each message as it is: for
+	// streams whose messages are not events (OUTPUT's timers).
+	Message message.NoPublishHandlerFunc
 }
 
 // Run runs handlers on one Router until ctx ends, then stops taking new
 // messages and waits for running handlers (up to the Router's close
-// timeout). It returns nil after a clean shutdown.
+// timeout). It returns nil after a clean shutdown, and an error as soon as
+// a handler's subscription ends for good (its consumer was deleted and
+// could not be made again): a service that silently stops handling one of
+// its topics would look alive and do nothing.
 func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service string, log *slog.Logger, handlers ...Handler) error {
 	if log == nil {
 		log = slog.Default()
@@ -44,11 +51,40 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 			return fmt.Errorf("%s: handler %s: %w", service, h.Name, err)
 		}
 		subs = append(subs, sub)
-		r.AddConsumerHandler(h.Name, h.Topic, sub, message.NoPublishHandlerFunc(Handle(h.Handle, h.Undecodable)))
+		fn := h.Message
+		if fn == nil {
+			fn = Handle(h.Handle, h.Undecodable)
+		}
+		r.AddConsumerHandler(h.Name, h.Topic, sub, fn)
 	}
-	err = r.Run(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := r.Run(gctx)
+		if err == nil && gctx.Err() == nil {
+			// The Router stops by itself only once every handler's channel
+			// has closed: nothing would be handled any more.
+			return errors.New("every handler stopped")
+		}
+		return err
+	})
+	for i, s := range subs {
+		g.Go(func() error {
+			select {
+			case <-gctx.Done():
+				return nil
+			case err := <-s.Failed():
+				return fmt.Errorf("handler %s: %w", handlers[i].Name, err)
+			}
+		})
+	}
+	err = g.Wait()
 	for _, s := range subs {
 		err = errors.Join(err, s.Close())
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Shut down while a handler was still subscribing: a clean
+		// shutdown all the same.
+		err = nil
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", service, err)

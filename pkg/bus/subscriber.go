@@ -86,6 +86,7 @@ type Subscriber struct {
 	closed  bool
 	closing chan struct{}
 	wg      sync.WaitGroup
+	failed  chan error
 }
 
 // NewSubscriber checks cfg and returns a Subscriber.
@@ -120,7 +121,7 @@ func NewSubscriber(js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, e
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Subscriber{js: js, cfg: cfg, closing: make(chan struct{})}, nil
+	return &Subscriber{js: js, cfg: cfg, closing: make(chan struct{}), failed: make(chan error, 1)}, nil
 }
 
 // JobKey is the job id of a job event subject (e31.job.<id>.…), else the subject.
@@ -162,6 +163,11 @@ func ConsumerName(durable, topic string) string {
 
 // Subscribe starts consuming topic. The channel closes when ctx is done or
 // the Subscriber is closed; an unacked message is then redelivered later.
+//
+// If the durable consumer disappears while it is consumed (an operator
+// deleted it), the Subscriber makes it again, starting at the first message
+// it had not settled, so nothing is skipped; if it cannot, it reports why on
+// Failed and closes the channel.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	s.mu.Lock()
 	if s.closed {
@@ -194,12 +200,21 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		cc.FilterSubjects = filters
 	}
 	cons, err := s.consumer(ctx, cc)
+	if err != nil && ctx.Err() != nil {
+		// Stopped while subscribing: nothing to hand over, as after any
+		// stop. (An error here would leave watermill's Router waiting for
+		// a handler that never started.)
+		s.wg.Done()
+		out := make(chan *message.Message)
+		close(out)
+		return out, nil
+	}
 	if err != nil {
 		s.wg.Done()
 		return nil, fmt.Errorf("bus: consumer %s on %s: %w", cc.Durable, s.cfg.Stream, err)
 	}
-	batch := min(s.cfg.MaxAckPending, 256)
-	iter, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	sub := &subscription{cc: cc, unsettled: map[uint64]int{}}
+	iter, err := sub.consume(s.js, cons, s.cfg.MaxAckPending)
 	if err != nil {
 		s.wg.Done()
 		return nil, fmt.Errorf("bus: consume %s: %w", cc.Durable, err)
@@ -213,14 +228,138 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			cancel()
 		case <-ctx.Done():
 		}
-		iter.Stop()
 	}()
 	go func() {
 		defer s.wg.Done()
 		defer cancel()
-		s.run(ctx, iter, out)
+		stop := context.AfterFunc(ctx, sub.stop)
+		defer func() { stop(); sub.stop() }()
+		s.run(ctx, sub, iter, out)
 	}()
 	return out, nil
+}
+
+// subscription is one topic's durable consumer as it is consumed: which
+// messages it handed out and has not settled, so that a consumer that
+// disappears can be made again from the first of them.
+type subscription struct {
+	cc jetstream.ConsumerConfig
+
+	mu        sync.Mutex
+	iter      deliveries
+	stopped   bool
+	delivered uint64         // the highest stream sequence handed out
+	unsettled map[uint64]int // handed out, not yet acked or terminated
+}
+
+// consume starts pulling from cons, unless the subscription has stopped.
+func (sub *subscription) consume(js jetstream.JetStream, cons jetstream.Consumer, maxAckPending int) (deliveries, error) {
+	iter, err := newPuller(context.Background(), js, cons, min(maxAckPending, 256))
+	if err != nil {
+		return nil, err
+	}
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.iter = iter
+	if sub.stopped {
+		iter.Stop()
+	}
+	return iter, nil
+}
+
+// stop ends the pulling, whichever consumer it is from.
+func (sub *subscription) stop() {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.stopped = true
+	if sub.iter != nil {
+		sub.iter.Stop()
+	}
+}
+
+// handedOut notes that the message at seq is being handled.
+func (sub *subscription) handedOut(seq uint64) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	sub.unsettled[seq]++
+	sub.delivered = max(sub.delivered, seq)
+}
+
+// settled notes that the message at seq is acked or terminated: a consumer
+// made again need not deliver it again.
+func (sub *subscription) settled(seq uint64) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	delete(sub.unsettled, seq)
+}
+
+// resumeAt is where a consumer made again must start so that it skips
+// nothing that was not settled; 0 if nothing was handed out yet.
+func (sub *subscription) resumeAt() uint64 {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	if sub.delivered == 0 {
+		return 0
+	}
+	start := sub.delivered + 1
+	for seq := range sub.unsettled {
+		start = min(start, seq)
+	}
+	return start
+}
+
+// Failed reports, once, why a subscription of this Subscriber ended before
+// it was closed: its consumer disappeared and could not be made again.
+func (s *Subscriber) Failed() <-chan error { return s.failed }
+
+func (s *Subscriber) fail(err error) {
+	select {
+	case s.failed <- err:
+	default:
+	}
+}
+
+// gone reports whether a pull that went unanswered (no heartbeat) is
+// unanswered because the consumer, or its stream, is no more: the server
+// does not always tell the pulls waiting on a consumer it deletes.
+func (s *Subscriber) gone(ctx context.Context, sub *subscription, err error) bool {
+	if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+		return false
+	}
+	_, err = s.js.Consumer(ctx, s.cfg.Stream, sub.cc.Durable)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// reconsume makes the subscription's consumer again after it disappeared
+// and starts pulling from it. Another instance sharing the durable may have
+// made it first: then that one is used as it is.
+func (s *Subscriber) reconsume(ctx context.Context, sub *subscription) (deliveries, error) {
+	cc := sub.cc
+	start := sub.resumeAt()
+	delay := 100 * time.Millisecond
+	for {
+		var cons jetstream.Consumer
+		var err error
+		if start == 0 {
+			cons, err = s.createConsumer(ctx, cc)
+		} else if cons, err = s.js.Consumer(ctx, s.cfg.Stream, cc.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+			cons, err = s.js.CreateConsumer(ctx, s.cfg.Stream, cc)
+		}
+		if err == nil {
+			s.cfg.Logger.Warn("bus: the consumer was deleted; it is made again", "durable", cc.Durable, "from", start)
+			return sub.consume(s.js, cons, s.cfg.MaxAckPending)
+		}
+		if !events.Transient(err) && !errors.Is(err, jetstream.ErrConsumerExists) || ctx.Err() != nil {
+			return nil, fmt.Errorf("bus: make the deleted consumer %s again: %w", cc.Durable, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bus: make the deleted consumer %s again: %w", cc.Durable, errors.Join(err, ctx.Err()))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // consumer creates (or finds, and updates) the durable consumer cc. It
@@ -260,19 +399,19 @@ func (s *Subscriber) createConsumer(ctx context.Context, cc jetstream.ConsumerCo
 }
 
 // run pulls messages and hands them to lanes (or straight out) until ctx ends.
-func (s *Subscriber) run(ctx context.Context, iter jetstream.MessagesContext, out chan<- *message.Message) {
+func (s *Subscriber) run(ctx context.Context, sub *subscription, iter deliveries, out chan<- *message.Message) {
 	var handlers sync.WaitGroup
 	defer func() {
 		handlers.Wait()
 		close(out)
 	}()
-	var lanes []chan jetstream.Msg
+	var lanes []chan delivery
 	if s.cfg.Lanes > 0 {
-		lanes = make([]chan jetstream.Msg, s.cfg.Lanes)
+		lanes = make([]chan delivery, s.cfg.Lanes)
 		for i := range lanes {
-			lanes[i] = make(chan jetstream.Msg, 64)
+			lanes[i] = make(chan delivery, 64)
 			handlers.Add(1)
-			go func(in <-chan jetstream.Msg) {
+			go func(in <-chan delivery) {
 				defer handlers.Done()
 				for {
 					select {
@@ -282,7 +421,7 @@ func (s *Subscriber) run(ctx context.Context, iter jetstream.MessagesContext, ou
 						if !ok {
 							return
 						}
-						s.deliver(ctx, m, out)
+						s.deliver(ctx, sub, m, out)
 					}
 				}
 			}(lanes[i])
@@ -291,8 +430,22 @@ func (s *Subscriber) run(ctx context.Context, iter jetstream.MessagesContext, ou
 	for {
 		m, err := iter.Next()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrMsgIteratorClosed) || s.gone(ctx, sub, err) {
+				// Nobody stopped it: the consumer is gone (deleted with the
+				// JetStream API, or its stream was). Without it nothing more
+				// would ever come: make it again, or say why not.
+				iter.Stop()
+				if iter, err = s.reconsume(ctx, sub); err != nil {
+					if ctx.Err() == nil {
+						s.cfg.Logger.Error("bus: the consumer was deleted and cannot be made again", "durable", sub.cc.Durable, "err", err)
+						s.fail(err)
+					}
+					return
+				}
+				continue
 			}
 			s.cfg.Logger.Warn("bus: pulling messages", "durable", s.cfg.Durable, "err", err)
 			continue
@@ -301,7 +454,7 @@ func (s *Subscriber) run(ctx context.Context, iter jetstream.MessagesContext, ou
 			handlers.Add(1)
 			go func() {
 				defer handlers.Done()
-				s.deliver(ctx, m, out)
+				s.deliver(ctx, sub, m, out)
 			}()
 			continue
 		}
@@ -317,8 +470,13 @@ func (s *Subscriber) run(ctx context.Context, iter jetstream.MessagesContext, ou
 
 // deliver hands one message to the Router and settles it with the server
 // according to what the handler did.
-func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *message.Message) {
+func (s *Subscriber) deliver(ctx context.Context, sub *subscription, m delivery, out chan<- *message.Message) {
 	wm := toWatermill(m)
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	sub.handedOut(seq)
 	msgCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wm.SetContext(msgCtx)
@@ -339,12 +497,14 @@ func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *m
 			if err := m.Ack(); err != nil {
 				s.cfg.Logger.Warn("bus: ack", "msg", wm.UUID, "err", err)
 			}
+			sub.settled(seq)
 			return
 		case <-wm.Nacked():
 			if reason := wm.Metadata.Get(MetaTerminate); reason != "" {
 				if err := m.TermWithReason(reason); err != nil {
 					s.cfg.Logger.Warn("bus: term", "msg", wm.UUID, "err", err)
 				}
+				sub.settled(seq)
 				return
 			}
 			delivered := 1
@@ -369,7 +529,7 @@ func (s *Subscriber) deliver(ctx context.Context, m jetstream.Msg, out chan<- *m
 	}
 }
 
-func toWatermill(m jetstream.Msg) *message.Message {
+func toWatermill(m delivery) *message.Message {
 	h := m.Headers()
 	id := h.Get(HeaderUUID)
 	if id == "" {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,13 +22,17 @@ var ErrHeld = errors.New("lease: held by another owner")
 // ErrLost means the lease expired or was taken while we thought we held it.
 var ErrLost = errors.New("lease: lost")
 
-// Lease is one held key.
+// Lease is one held key. Its methods may be called concurrently.
 type Lease struct {
 	kv    jetstream.KeyValue
 	key   string
 	owner string
 	ttl   time.Duration
-	rev   uint64
+
+	// mu guards what a renewal changes: Keep renews on one goroutine while
+	// others ask Valid before they act.
+	mu  sync.Mutex
+	rev uint64
 	// renewed is when the last renewal was stored: an owner must not act
 	// on the lease once ttl/2 has passed without one.
 	renewed time.Time
@@ -83,18 +88,32 @@ func isWrongSequence(err error) bool {
 
 // Valid reports whether the owner may still act on the lease: it was renewed
 // within the last half of its TTL, so it cannot have expired yet.
-func (l *Lease) Valid() bool { return time.Since(l.renewed) < l.ttl/2 }
+// It is safe to call concurrently with Renew and Keep.
+func (l *Lease) Valid() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Since(l.renewed) < l.ttl/2
+}
+
+// revision is the key's revision as of the last renewal.
+func (l *Lease) revision() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rev
+}
 
 // Renew extends the lease, or reports ErrLost if it expired or changed hands.
 func (l *Lease) Renew(ctx context.Context) error {
-	rev, err := l.kv.Update(ctx, l.key, []byte(l.owner), l.rev)
+	rev, err := l.kv.Update(ctx, l.key, []byte(l.owner), l.revision())
 	if err != nil {
 		if isWrongSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			return fmt.Errorf("%w: %s", ErrLost, l.key)
 		}
 		return fmt.Errorf("lease: renew %s: %w", l.key, err)
 	}
+	l.mu.Lock()
 	l.rev, l.renewed = rev, time.Now()
+	l.mu.Unlock()
 	return nil
 }
 
@@ -120,7 +139,7 @@ func (l *Lease) Keep(ctx context.Context) error {
 // Release gives the lease up at once, so that a successor need not wait for
 // it to expire.
 func (l *Lease) Release(ctx context.Context) error {
-	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev)); err != nil && !isWrongSequence(err) {
+	if err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.revision())); err != nil && !isWrongSequence(err) {
 		return fmt.Errorf("lease: release %s: %w", l.key, err)
 	}
 	return nil

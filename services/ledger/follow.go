@@ -7,9 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/bus"
 )
 
 // batchSize is how many messages are prepared together: enough that handing
@@ -31,21 +29,18 @@ type batch struct {
 // part, on every core) and folding (in order, under the lock) overlap.
 func (s *Service) follow(ctx context.Context) error {
 	start := time.Now()
-	cons, err := s.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return fmt.Errorf("read the log: %w", err)
-	}
-	if cons.CachedInfo().NumPending == 0 {
-		s.applyBatch(nil, true)
-		s.log.Info("the log is empty: nothing to rebuild")
-	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(4 * batchSize))
+	// Not nats.go's ordered consumer: one empty message with a Status
+	// header, which any tenant may store, stops it for ever (see
+	// bus.Follower).
+	iter, err := bus.Follow(ctx, s.js, nil, 1)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
 	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
+	if iter.Pending() == 0 {
+		s.applyBatch(nil, true)
+		s.log.Info("the log is empty: nothing to rebuild")
+	}
 
 	workers := s.cfg.Workers
 	if workers <= 0 {
@@ -92,25 +87,21 @@ func (s *Service) follow(ctx context.Context) error {
 // read hands the stream to the workers in batches, in order. A batch is
 // handed over when it is full or when it holds the last message the stream
 // had when it was read, so that a live event is folded in at once.
-func (s *Service) read(ctx context.Context, iter jetstream.MessagesContext, work, ordered chan<- *batch) error {
+func (s *Service) read(ctx context.Context, iter *bus.Follower, work, ordered chan<- *batch) error {
 	b := &batch{in: make([]Stored, 0, batchSize), done: make(chan struct{})}
 	for {
-		m, err := iter.Next()
+		m, pending, err := iter.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("read the log: %w", err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("read the log: %w", err)
-		}
-		b.in = append(b.in, Stored{Seq: md.Sequence.Stream, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-		if len(b.in) < batchSize && md.NumPending > 0 {
+		b.in = append(b.in, Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data})
+		if len(b.in) < batchSize && pending > 0 {
 			continue
 		}
-		b.last = md.NumPending == 0
+		b.last = pending == 0
 		select {
 		case ordered <- b:
 		case <-ctx.Done():

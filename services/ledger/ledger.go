@@ -449,40 +449,26 @@ func (s *Service) serveEvents(r *query.Request) {
 }
 
 // readJob reads a job's stored messages after sequence after, up to upTo,
-// as many as fit in one reply.
+// as many as fit in one reply. It reads with direct gets: a consumer per
+// request, which any submitter can ask for as often as it likes, would
+// fill the stream's consumer limit.
 func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) ([]api.StoredEvent, bool, error) {
 	out := []api.StoredEvent{}
-	cons, err := s.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.JobSubject(job)}, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: after + 1,
-		// Read once and dropped: the server may let it go soon after.
-		InactiveThreshold: 10 * time.Second})
-	if err != nil {
-		return nil, false, fmt.Errorf("read the events of %s: %w", job, err)
-	}
-	pending := cons.CachedInfo().NumPending
 	size := 0
-	for read := uint64(0); read < pending; read++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	for m, err := range bus.Stored(ctx, s.js, events.JobSubject(job), after+1) {
 		if err != nil {
 			return nil, false, fmt.Errorf("read the events of %s: %w", job, err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return nil, false, fmt.Errorf("read the events of %s: %w", job, err)
-		}
-		if md.Sequence.Stream > upTo {
+		if m.Sequence > upTo {
 			// Logged after the ownership check: the next request sees it.
 			return out, true, nil
 		}
-		e := api.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())
+		e := api.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)
 		if len(out) > 0 && size+e.Size() > maxEventsReply {
 			return out, true, nil
 		}
 		size += e.Size()
 		out = append(out, e)
-		if md.NumPending == 0 {
-			break
-		}
 	}
 	return out, false, nil
 }

@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -37,35 +36,23 @@ func (s *Service) followFrom(ctx context.Context, start time.Time) error {
 	s.mu.Lock()
 	from := s.refs.Applied() + 1
 	s.mu.Unlock()
-	cons, err := s.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.JobSubjects, events.NodeSubjects},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    from,
-	})
-	if err != nil {
-		return fmt.Errorf("follow from #%d: %w", from, err)
-	}
-	if cons.CachedInfo().NumPending == 0 {
-		s.caughtUpNow(ctx, start)
-	}
-	iter, err := cons.Messages()
+	// Not nats.go's ordered consumer, which a tenant's empty message with
+	// a Status header stops for ever: see bus.Follower.
+	iter, err := bus.Follow(ctx, s.js, nil, from)
 	if err != nil {
 		return fmt.Errorf("follow from #%d: %w", from, err)
 	}
 	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
+	if iter.Pending() == 0 {
+		s.caughtUpNow(ctx, start)
+	}
 	for {
-		m, err := iter.Next()
+		m, pending, err := iter.Next()
 		if err != nil {
 			return fmt.Errorf("follow: %w", err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("follow: %w", err)
-		}
-		seq := md.Sequence.Stream
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		seq := m.Sequence
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil && !events.IsUnknownType(err) {
 			s.log.Warn("skipping an event that does not decode", "seq", seq, "err", err)
 		}
@@ -83,7 +70,7 @@ func (s *Service) followFrom(ctx context.Context, start time.Time) error {
 		if live {
 			s.setTimers(ctx, timers)
 		}
-		if md.NumPending == 0 && !live {
+		if pending == 0 && !live {
 			s.caughtUpNow(ctx, start)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
@@ -132,31 +133,22 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.stores == nil {
 		return bus.Run(ctx, s.js, s.pub, "output", s.log, returned)
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	wg.Go(func() {
-		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
-			errs <- fmt.Errorf("output: follow the log: %w", err)
-			cancel()
-		}
-	})
 	stopAPI, err := s.serveAPI()
 	if err != nil {
-		cancel()
-		wg.Wait()
 		return err
 	}
 	defer stopAPI()
-	err = s.runHandlers(ctx, returned)
-	cancel()
-	wg.Wait()
-	close(errs)
-	for e := range errs {
-		err = errors.Join(err, e)
-	}
-	return err
+	// The projection and the handlers end together: the first to fail
+	// ends the other, and Run returns its error.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("output: follow the log: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return s.runHandlers(ctx, returned) })
+	return g.Wait()
 }
 
 // Handle verifies what a stopped job left and records it as returned.

@@ -149,6 +149,11 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 	}
 	switch e := env.Event.(type) {
 	case *events.JobRequested:
+		// Only the job's first request says whose it is: anyone may
+		// publish another under its id, and must not make it theirs.
+		if h.Submitter != "" {
+			return nil
+		}
 		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
 	case *events.JobSubmitted:

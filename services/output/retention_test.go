@@ -169,3 +169,27 @@ func TestOnlyTheSubmitterDeletes(t *testing.T) {
 		t.Errorf("the operator's request deleted %+v, want the output", got)
 	}
 }
+
+// TestALaterRequestDoesNotMakeAJobAnotherTenants: anyone may publish a
+// request under a job's id on its own tail; it must not let them delete
+// what the job stored.
+func TestALaterRequestDoesNotMakeAJobAnotherTenants(t *testing.T) {
+	t.Parallel()
+	r := output.NewRefs()
+	evs := life("v", 1)
+	evs = append(evs, history("v", 10,
+		events.JobRequested{Submitter: "mallory", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
+		events.DeleteRequested{By: "mallory", What: events.WhatAll})...)
+	var timers []output.Timer
+	for _, e := range evs {
+		timers = append(timers, r.Apply(e)...)
+	}
+	for _, tm := range timers {
+		if tm.At.Equal(evs[len(evs)-1].Time) {
+			t.Errorf("mallory's delete request set a timer: %+v", tm)
+		}
+	}
+	if n := r.Count(output.Root{Tenant: "mallory", Kind: stage.KindFile, Digest: digest('b')}); n != 0 {
+		t.Errorf("mallory's data is held %d times by alice's job", n)
+	}
+}

@@ -72,35 +72,19 @@ func timerKey(subject string) string {
 }
 
 // runHandlers runs the handler of stopped jobs and the timer handler on one
-// Router until ctx ends.
+// Router until ctx ends, or until one of them cannot go on.
 func (s *Service) runHandlers(ctx context.Context, returned bus.Handler) error {
-	r, err := bus.NewRouter(bus.RouterConfig{Service: "output", Logger: s.log, Publisher: s.pub})
-	if err != nil {
-		return err
-	}
-	cfg := returned.Subscriber
-	cfg.Logger = s.log
-	stops, err := bus.NewSubscriber(s.js, cfg)
-	if err != nil {
-		return fmt.Errorf("output: %w", err)
-	}
-	timers, err := bus.NewSubscriber(s.js, bus.SubscriberConfig{
-		Stream: events.TimerStream, Durable: "output-timers", Lanes: 16, Key: timerKey, Logger: s.log,
-		// A sweep of a job with many files may take a while; the
-		// subscriber keeps it alive meanwhile.
-		AckWait: 30 * time.Second,
+	return bus.Run(ctx, s.js, s.pub, "output", s.log, returned, bus.Handler{
+		Name:  "timers",
+		Topic: timerTopic,
+		Subscriber: bus.SubscriberConfig{
+			Stream: events.TimerStream, Durable: "output-timers", Lanes: 16, Key: timerKey,
+			// A sweep of a job with many files may take a while; the
+			// subscriber keeps it alive meanwhile.
+			AckWait: 30 * time.Second,
+		},
+		Message: s.handleTimer,
 	})
-	if err != nil {
-		return fmt.Errorf("output: %w", err)
-	}
-	r.AddConsumerHandler(returned.Name, returned.Topic, stops, bus.Handle(returned.Handle, returned.Undecodable))
-	r.AddConsumerHandler("timers", timerTopic, timers, s.handleTimer)
-	err = r.Run(ctx)
-	err = errors.Join(err, stops.Close(), timers.Close())
-	if err != nil {
-		return fmt.Errorf("output: %w", err)
-	}
-	return nil
 }
 
 // handleTimer does what a timer that fired is for.

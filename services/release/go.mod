@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/nats-io/nats.go v1.56.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
@@ -25,6 +26,7 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )

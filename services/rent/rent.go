@@ -32,6 +32,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
@@ -148,25 +149,31 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rent: leases: %w", err)
 	}
-	var wg sync.WaitGroup
-	for _, f := range []func(context.Context, jetstream.KeyValue){s.watchNodes, s.sweepNodes, s.lead} {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(ctx, kv) }()
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); s.scheduler(ctx) }()
+	// Everything Run starts ends with it: the first to fail ends the rest,
+	// and the leader lease is given up on the way out, so that a standby
+	// decides at once rather than after the lease lapses.
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { s.watchNodes(ctx, g, kv); return nil })
+	g.Go(func() error { s.sweepNodes(ctx, kv); return nil })
+	g.Go(func() error { s.lead(ctx, kv); return nil })
+	g.Go(func() error { s.scheduler(ctx); return nil })
 	s.wake()
-	err = bus.Run(ctx, s.js, s.pub, "rent", s.log, bus.Handler{
-		Name:  "rent",
-		Topic: events.JobSubjects + " " + events.NodeSubjects,
-		// One lane: the pool must see the log in order. Each instance reads
-		// the whole log on a consumer of its own.
-		Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour,
-			StartSeq: s.replayed + 1},
-		Handle: s.Handle,
+	g.Go(func() error {
+		err := bus.Run(ctx, s.js, s.pub, "rent", s.log, bus.Handler{
+			Name:  "rent",
+			Topic: events.JobSubjects + " " + events.NodeSubjects,
+			// One lane: the pool must see the log in order. Each instance reads
+			// the whole log on a consumer of its own.
+			Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour,
+				StartSeq: s.replayed + 1},
+			Handle: s.Handle,
+		})
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("rent: the log's handler stopped")
+		}
+		return err
 	})
-	wg.Wait()
-	return err
+	return g.Wait()
 }
 
 // Handle applies one event and wakes the scheduler.
@@ -217,7 +224,13 @@ func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue) {
 			s.leader = nil
 			s.mu.Unlock()
 			if ctx.Err() != nil {
-				_ = l.Release(context.WithoutCancel(ctx))
+				release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := l.Release(release); err != nil {
+					s.log.Warn("giving up the leader lease; a standby takes over when it lapses", "err", err)
+				} else {
+					s.log.Info("leader lease given up")
+				}
+				cancel()
 				return
 			}
 			s.log.Warn("leadership lost: this instance stops deciding", "err", err)
@@ -273,7 +286,7 @@ func (s *Service) leading() bool {
 // watchNodes follows the node leases. A lease that disappears means its
 // node is lost; a node the log knows that holds no lease when this instance
 // starts is lost too, unless it renews within a lease time.
-func (s *Service) watchNodes(ctx context.Context, kv jetstream.KeyValue) {
+func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstream.KeyValue) {
 	ttl, err := lease.TTL(ctx, kv)
 	if err != nil {
 		ttl = events.DefaultLeaseTTL
@@ -295,12 +308,25 @@ func (s *Service) watchNodes(ctx context.Context, kv jetstream.KeyValue) {
 				// The current leases are all in: nodes without one get a lease
 				// time to show up.
 				s.mu.Lock()
+				var missing []string
 				for name, n := range s.pool.nodes {
 					if !n.expired && !live[name] {
-						time.AfterFunc(ttl, func() { s.checkNode(kv, name) })
+						missing = append(missing, name)
 					}
 				}
 				s.mu.Unlock()
+				if len(missing) > 0 {
+					g.Go(func() error {
+						select {
+						case <-ctx.Done():
+						case <-time.After(ttl):
+							for _, name := range missing {
+								s.checkNode(ctx, kv, name)
+							}
+						}
+						return nil
+					})
+				}
 				continue
 			}
 			name := strings.TrimPrefix(e.Key(), "node.")
@@ -341,14 +367,14 @@ func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
 		}
 		s.mu.Unlock()
 		for _, name := range live {
-			s.checkNode(kv, name)
+			s.checkNode(ctx, kv, name)
 		}
 	}
 }
 
 // checkNode counts a node lost if it still holds no lease.
-func (s *Service) checkNode(kv jetstream.KeyValue, name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func (s *Service) checkNode(ctx context.Context, kv jetstream.KeyValue, name string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := kv.Get(ctx, "node."+name); errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		s.nodeGone(name)

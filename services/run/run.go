@@ -26,6 +26,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
@@ -144,8 +145,29 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	go s.keepLease(ctx, kv, l)
 
+	// The lease is kept while the handlers run, also while they record
+	// the jobs that the shutdown stopped, and given up once they are done:
+	// RENT then counts the node gone at once rather than a lease time
+	// later. If the handlers fail, Run ends with their error and the lease
+	// goes with them; if the lease cannot be kept, the handlers stop.
+	g, gctx := errgroup.WithContext(ctx)
+	handling, handled := context.WithCancel(context.WithoutCancel(ctx))
+	defer handled()
+	g.Go(func() error { return s.keepLease(handling, kv, l) })
+	g.Go(func() error {
+		defer handled()
+		err := s.handle(gctx)
+		if err == nil && gctx.Err() == nil {
+			err = errors.New("run: the handlers stopped")
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+// handle runs the node's handlers until ctx ends.
+func (s *Service) handle(ctx context.Context) error {
 	durable := "run-" + s.cfg.Node
 	return bus.Run(ctx, s.js, s.pub, "run", s.log,
 		bus.Handler{
@@ -196,16 +218,21 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	return l, nil
 }
 
-// keepLease renews the node's lease until ctx ends. If the lease is lost
-// (the node was cut off for longer than its TTL), the pool has counted this
-// node dead and held its jobs again elsewhere: stop every job here at once,
-// and join the pool again as a new boot.
-func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) {
+// keepLease renews the node's lease until ctx ends, then gives it up. If
+// the lease is lost (the node was cut off for longer than its TTL), the pool
+// has counted this node dead and held its jobs again elsewhere: stop every
+// job here at once, and join the pool again as a new boot. It fails only if
+// the node cannot join again for a reason that does not pass by itself.
+func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
 	for {
 		err := l.Keep(ctx)
 		if ctx.Err() != nil {
-			_ = l.Release(context.WithoutCancel(ctx))
-			return
+			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := l.Release(release); err != nil {
+				s.log.Warn("giving up the node's lease; the pool counts the node gone when it lapses", "err", err)
+			}
+			return nil
 		}
 		s.log.Error("the node lost its lease: stopping its jobs, which are held again elsewhere", "err", err)
 		s.mu.Lock()
@@ -217,10 +244,16 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 			if l, err = s.announce(ctx, kv); err == nil {
 				break
 			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !events.Transient(err) {
+				return fmt.Errorf("run: join the pool again: %w", err)
+			}
 			s.log.Warn("joining the pool again failed; retrying", "err", err)
 			select {
 			case <-ctx.Done():
-				return
+				return nil
 			case <-time.After(time.Second):
 			}
 		}

@@ -76,9 +76,10 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // ErrIDInUse is the poison reason for a request whose job id already names
-// another job. It cannot be recorded on that job's log without corrupting
-// it, so it goes to the poison stream; clients avoid it by publishing the
-// request only if the job has no events yet.
+// another job: any request after the job's first, well-formed or not, from
+// anyone. It cannot be recorded on that job's log without corrupting it,
+// and it must not change the job, so it goes to the poison stream; clients
+// avoid it by publishing the request only if the job has no events yet.
 var ErrIDInUse = errors.New("submit: job id already in use")
 
 // Handle decides one request.
@@ -123,8 +124,9 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 // Unreadable refuses a request e31 cannot read (bad JSON, an unknown field,
 // a body that disagrees with its subject) with a JobRejected that names the
 // problem, so that whoever published it learns why, as with an invalid
-// declaration. Only the job's first event is answered this way: garbage
-// under an id already in use goes to the poison stream.
+// declaration. Only the job's first request is answered this way: garbage
+// under an id already in use goes to the poison stream, and the job it
+// names goes on as if it were not there.
 func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, problem error) error {
 	parts := strings.Split(subject, ".")
 	if len(parts) != 5 || parts[3] != "requested" || !events.ValidID(parts[2]) || seq == 0 {
@@ -158,15 +160,14 @@ func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, pr
 	return nil
 }
 
-// firstSeq is the sequence of the job's first event.
+// firstSeq is the sequence of the job's first request, readable or not:
+// the one request that says what the job is. Anyone may publish a request
+// under any job id on its own tail, and what comes after the first, or on
+// the job's other subjects before it, is no request for this job.
 func (s *Service) firstSeq(ctx context.Context, job string) (uint64, error) {
-	stream, err := s.js.Stream(ctx, events.Stream)
+	m, err := bus.FirstRequest(ctx, s.js, job)
 	if err != nil {
-		return 0, fmt.Errorf("first event of %s: %w", job, err)
-	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.JobSubject(job)))
-	if err != nil {
-		return 0, fmt.Errorf("first event of %s: %w", job, err)
+		return 0, err
 	}
 	return m.Sequence, nil
 }

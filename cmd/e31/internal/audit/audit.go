@@ -58,8 +58,14 @@ type Report struct {
 	Checked []api.Head `json:"checked,omitempty"`
 	// Skipped counts events of types this version does not know, by type:
 	// they are in the chain, but nothing else can be said of them.
-	Skipped  map[string]int `json:"skipped,omitempty"`
-	Findings []Finding      `json:"findings"`
+	Skipped map[string]int `json:"skipped,omitempty"`
+	// SetAside counts what clients published that is no part of any job's
+	// life: messages on a request, cancel or delete subject that are not
+	// valid events there (any tenant may publish on its own tail of any
+	// job's subjects), and requests after a job's first. They are in the
+	// chain and in no record's derivation; the services set them aside too.
+	SetAside int       `json:"set_aside,omitempty"`
+	Findings []Finding `json:"findings"`
 	// Compared counts the ledger's records compared with the rebuilt ones.
 	Compared int `json:"compared,omitempty"`
 	// Moving counts jobs whose ledger record already includes events logged
@@ -86,8 +92,9 @@ type Options struct {
 // derives and checks every record in Finish. It is not safe for concurrent
 // use; Read* decode in parallel and feed it in order.
 type Auditor struct {
-	// unreadable holds the jobs whose request could not be read.
-	unreadable map[string]bool
+	// unreadable holds, for each job whose first request could not be
+	// read, where that request is.
+	unreadable map[string]uint64
 	opts       Options
 	rep        Report
 	chain      HashChain
@@ -208,6 +215,22 @@ func (a *Auditor) ingest(d *decoded) {
 	a.seen.set(m.Seq)
 	a.rep.LastSeq = max(a.rep.LastSeq, m.Seq)
 	if d.err != nil {
+		if kind, ok := clientSubject(m.Subject); ok {
+			// Anyone allowed to submit can publish garbage on its own tail
+			// of any job's subjects: it is the client's fault, not the
+			// log's, and it changes no job. Only a job's first request,
+			// readable or not, says what the job is: SUBMIT refuses an
+			// unreadable one with a JobRejected that names the problem.
+			a.rep.SetAside++
+			job := jobOf(m.Subject)
+			if kind == "requested" && !events.IsUnknownType(d.err) && a.unreadable[job] == 0 && !a.requested(job) {
+				if a.unreadable == nil {
+					a.unreadable = map[string]uint64{}
+				}
+				a.unreadable[job] = m.Seq
+			}
+			return
+		}
 		if events.IsUnknownType(d.err) {
 			if a.rep.Skipped == nil {
 				a.rep.Skipped = map[string]int{}
@@ -215,26 +238,17 @@ func (a *Auditor) ingest(d *decoded) {
 			a.rep.Skipped[m.Headers.Get(events.HeaderType)]++
 			return
 		}
-		if isRequestSubject(m.Subject) {
-			// Anyone allowed to submit can publish garbage as a request;
-			// SUBMIT refuses it with a JobRejected that names the problem.
-			// It is the client's fault, not the log's.
-			if a.rep.Skipped == nil {
-				a.rep.Skipped = map[string]int{}
-			}
-			a.rep.Skipped["unreadable request"]++
-			if a.unreadable == nil {
-				a.unreadable = map[string]bool{}
-			}
-			a.unreadable[jobOf(m.Subject)] = true
-			return
-		}
 		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Undecodable, Detail: d.err.Error()})
 		return
 	}
 	env := &d.env
-	for _, w := range d.wrong {
-		a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Inconsistent, Detail: w})
+	if _, client := clientSubject(env.NATSSubject); !client {
+		// A client's request may carry any id: it is the client's own
+		// publish, checked by no service, and changes nothing but as
+		// what it asks. The services' events must carry theirs.
+		for _, w := range d.wrong {
+			a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Inconsistent, Detail: w})
+		}
 	}
 	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
 	if strings.HasPrefix(env.NATSSubject, "e31.node.") {
@@ -264,6 +278,18 @@ func (a *Auditor) ingest(d *decoded) {
 	if !f.repeat {
 		a.capacity(env.Subject, f)
 	}
+}
+
+// requested reports whether a readable request of job has been read.
+func (a *Auditor) requested(job string) bool {
+	if j := a.jobs[job]; j != nil {
+		for _, f := range j.facts {
+			if f.typ == events.TypeJobRequested {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // typeNames maps each event type to itself, held apart from the header
@@ -343,6 +369,7 @@ func (a *Auditor) Finish() *Report {
 	type result struct {
 		rec      *api.HoldRecord
 		findings []Finding
+		setAside int
 	}
 	results := make([]result, len(a.order))
 	workers := a.opts.Workers
@@ -357,8 +384,8 @@ func (a *Auditor) Finish() *Report {
 		go func() {
 			defer wg.Done()
 			for i := start; i < end; i++ {
-				rec, fs := derive(a.order[i], a.jobs[a.order[i]].facts, a.unreadable[a.order[i]])
-				results[i] = result{rec, fs}
+				rec, fs, aside := derive(a.order[i], a.jobs[a.order[i]].facts, a.unreadable[a.order[i]])
+				results[i] = result{rec, fs, aside}
 			}
 		}()
 	}
@@ -367,6 +394,7 @@ func (a *Auditor) Finish() *Report {
 	for i, id := range a.order {
 		a.rep.Records[id] = results[i].rec
 		a.rep.Findings = append(a.rep.Findings, results[i].findings...)
+		a.rep.SetAside += results[i].setAside
 	}
 	a.rep.Jobs = len(a.order)
 	a.rep.Head = a.chain.Head()
@@ -427,6 +455,9 @@ func (r *Report) Summary() string {
 		if len(r.Checked) == 0 && r.Compared == 0 {
 			s += " (with no head and no records to hold it against, a changed event would go unseen)"
 		}
+		if r.SetAside > 0 {
+			s += fmt.Sprintf("; %d message(s) clients published are no part of any job and were set aside", r.SetAside)
+		}
 		return s + "; chain head " + r.Head.String()
 	}
 	kinds := map[string]int{}
@@ -441,9 +472,17 @@ func (r *Report) Summary() string {
 	return fmt.Sprintf("audit FAILED: %d events, %d jobs: %s", r.Events, r.Jobs, strings.Join(parts, ", "))
 }
 
-// isRequestSubject reports whether subject is where clients publish job
-// requests: e31.job.<job>.requested.<submitter>.
-func isRequestSubject(subject string) bool {
+// clientSubject reports whether subject is one a client publishes on, on
+// its own tail: e31.job.<job>.requested|cancel|delete.<identity>, and which
+// kind it is.
+func clientSubject(subject string) (string, bool) {
 	parts := strings.Split(subject, ".")
-	return len(parts) == 5 && parts[0] == "e31" && parts[1] == "job" && parts[3] == "requested"
+	if len(parts) != 5 || parts[0] != "e31" || parts[1] != "job" {
+		return "", false
+	}
+	switch parts[3] {
+	case "requested", "cancel", "delete":
+		return parts[3], true
+	}
+	return "", false
 }

@@ -60,8 +60,13 @@ func (at *attempt) meter(releasedAt time.Time) {
 
 // derive builds one job's record from its whole history and checks the
 // history against the life of a job.
-func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Finding) {
+//
+// unreadableAt, when not 0, is where the job's first request is, which
+// could not be read. It returns how many of the job's facts it set aside:
+// requests after the first.
+func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, []Finding, int) {
 	var findings []Finding
+	setAside := 0
 	bad := func(f fact, kind, format string, args ...any) {
 		findings = append(findings, Finding{Job: jobID, Seq: f.seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
@@ -70,11 +75,6 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 	byNumber := map[int]*attempt{}
 	var attempts []*attempt
 	ph := unrequested
-	if unreadable {
-		// Its request was published but cannot be read: SUBMIT answers it
-		// with a rejection, as it would an invalid one.
-		ph = requested
-	}
 	last := 0 // the highest attempt held
 	var cancelAsked bool
 	var end *fact
@@ -83,9 +83,15 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 
 	for i := range facts {
 		f := facts[i]
+		if ph == unrequested && unreadableAt != 0 && f.seq > unreadableAt {
+			// Its first request was published but cannot be read: SUBMIT
+			// answers it with a rejection, as it would an invalid one.
+			ph = requested
+		}
 		// A repeated request under a used id is refused by SUBMIT and is no
 		// part of the job.
 		if f.repeat && f.typ == events.TypeJobRequested {
+			setAside++
 			continue
 		}
 		rec.Events = append(rec.Events, api.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
@@ -94,7 +100,7 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 			continue
 		}
 		name := events.Name(f.typ)
-		if ph == over && f.typ != events.TypeCancelRequested && !events.AfterEnd(f.ev) {
+		if ph == over && !isRequest(f.typ) && !events.AfterEnd(f.ev) {
 			bad(f, Order, "%s after the job ended with %s at #%d", name, events.Name(end.typ), end.seq)
 		}
 		t := f.at
@@ -201,8 +207,10 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 		case *events.JobRequested:
 			if ph != unrequested {
 				// Only the first request says what was asked (as in the
-				// ledger): a later one changes nothing but this finding.
-				bad(f, Order, "requested after the job %s", ph)
+				// ledger): anyone may publish another under the job's id,
+				// on its own tail, and it changes nothing. It is listed,
+				// as the ledger lists it, and set aside.
+				setAside++
 			} else {
 				ph = requested
 				rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
@@ -266,7 +274,7 @@ func derive(jobID string, facts []fact, unreadable bool) (*api.HoldRecord, []Fin
 			rec.Outcome, rec.Reason = lastA.Outcome, lastA.Reason
 		}
 	}
-	return rec, findings
+	return rec, findings, setAside
 }
 
 func requestOf(s events.JobSpec) api.Request {

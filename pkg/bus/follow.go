@@ -1,0 +1,154 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Follower reads the event log in order from a sequence on, for ever: what
+// nats.go's ordered consumer does, with the pulls of a puller, so that no
+// message a tenant stored can stop it (an ordered consumer that meets an
+// empty message with a Status header never hands it over, takes the next
+// one for a gap, and starts again before it, for ever). It is for one
+// goroutine.
+type Follower struct {
+	js      jetstream.JetStream
+	ctx     context.Context
+	filters []string
+
+	p       *puller
+	started bool
+	name    string // of the current consumer
+	next    uint64 // the stream sequence to read next
+	cseq    uint64 // the consumer sequence of the last message read
+	pending uint64
+}
+
+// followInactive is how long an abandoned follower's consumer outlives it.
+const followInactive = time.Minute
+
+// Follow starts reading the stream's messages on filters (every job and
+// node event if none) from sequence from (1 or 0: the first), until ctx
+// ends or Stop is called.
+func Follow(ctx context.Context, js jetstream.JetStream, filters []string, from uint64) (*Follower, error) {
+	if len(filters) == 0 {
+		filters = []string{events.JobSubjects, events.NodeSubjects}
+	}
+	f := &Follower{js: js, ctx: ctx, filters: filters, next: max(from, 1)}
+	if err := f.start(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Pending is how many messages there were to read when Follow started.
+func (f *Follower) Pending() uint64 { return f.pending }
+
+// start makes a consumer that delivers from f.next on and pulls from it.
+func (f *Follower) start() error {
+	cfg := jetstream.ConsumerConfig{
+		AckPolicy: jetstream.AckNonePolicy, FilterSubjects: f.filters, DeliverPolicy: jetstream.DeliverAllPolicy,
+		InactiveThreshold: followInactive, MemoryStorage: true, Replicas: 1,
+	}
+	if f.next > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.next
+	}
+	cons, err := f.js.CreateConsumer(f.ctx, events.Stream, cfg)
+	if err != nil {
+		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
+	}
+	p, err := newPuller(f.ctx, f.js, cons, 1024)
+	if err != nil {
+		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
+	}
+	f.p, f.name, f.cseq = p, cons.CachedInfo().Name, 0
+	if !f.started {
+		f.started, f.pending = true, cons.CachedInfo().NumPending
+	}
+	return nil
+}
+
+// restart drops the current consumer and makes another from where the
+// reading is, trying again while it fails for a reason that passes.
+func (f *Follower) restart() error {
+	f.drop()
+	delay := 100 * time.Millisecond
+	for {
+		err := f.start()
+		if err == nil || f.ctx.Err() != nil {
+			return err
+		}
+		if !events.Transient(err) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return err
+		}
+		select {
+		case <-f.ctx.Done():
+			return f.ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// drop stops pulling and deletes the consumer, as far as it can: the
+// server removes it anyway once it is inactive.
+func (f *Follower) drop() {
+	if f.p == nil {
+		return
+	}
+	f.p.Stop()
+	f.p = nil
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(f.ctx), time.Second)
+	defer cancel()
+	_ = f.js.DeleteConsumer(ctx, events.Stream, f.name)
+}
+
+// Next returns the next message, exactly as stored, and how many more
+// messages on the filters the server held when it sent it (0: this is the
+// last for now). It waits for one as long as ctx lasts; a consumer lost on
+// the way (deleted, its server restarted, a message missing between two)
+// is made again where the reading is.
+func (f *Follower) Next() (*jetstream.RawStreamMsg, uint64, error) {
+	for {
+		if f.ctx.Err() != nil {
+			return nil, 0, f.ctx.Err()
+		}
+		if f.p == nil {
+			if err := f.restart(); err != nil {
+				return nil, 0, err
+			}
+		}
+		d, err := f.p.Next()
+		if err != nil {
+			if f.ctx.Err() != nil {
+				return nil, 0, f.ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil, 0, err
+			}
+			f.drop() // deleted, silent or unanswered: start again
+			continue
+		}
+		md, err := d.Metadata()
+		if err != nil {
+			return nil, 0, fmt.Errorf("bus: follow the log: %w", err)
+		}
+		if md.Sequence.Consumer != f.cseq+1 {
+			f.drop() // a message went missing on the way
+			continue
+		}
+		f.cseq, f.next = md.Sequence.Consumer, md.Sequence.Stream+1
+		return &jetstream.RawStreamMsg{Subject: d.Subject(), Sequence: md.Sequence.Stream, Header: d.Headers(), Data: d.Data(),
+			Time: md.Timestamp}, md.NumPending, nil
+	}
+}
+
+// Stop ends the reading and gives the consumer up. To end a Next that
+// waits, end its ctx: Stop is for the goroutine that calls Next.
+func (f *Follower) Stop() { f.drop() }

@@ -1,0 +1,86 @@
+package bus_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
+)
+
+// TestFollowReadsEverythingInOrderAndGoesOn: forged statuses, a deleted
+// consumer and messages logged while it waits stop nothing.
+func TestFollowReadsEverythingInOrderAndGoesOn(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	publish := func(subject string, h nats.Header) uint64 {
+		t.Helper()
+		m := nats.NewMsg(subject)
+		for k, vs := range h {
+			m.Header[k] = vs
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	for _, status := range []string{"100", "404", "408", "409", "503"} {
+		publish("e31.job.v.cancel.mallory", nats.Header{"Status": {status}, "Description": {"Consumer Deleted"}})
+	}
+	stream, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := info.State.Consumers
+
+	f, err := bus.Follow(ctx, js, nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Pending() != 5 {
+		t.Errorf("pending at the start: %d, want 5", f.Pending())
+	}
+	read := func(want uint64) {
+		t.Helper()
+		m, _, err := f.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Sequence != want {
+			t.Fatalf("read #%d, want #%d", m.Sequence, want)
+		}
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		read(seq)
+	}
+	// Live: logged while it waits.
+	go func() {
+		if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+			t.Error(err)
+		}
+	}()
+	read(6)
+	// Its consumer deleted under it: it goes on where it was.
+	names := stream.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if err := js.DeleteConsumer(ctx, events.Stream, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish("e31.job.v.cancel.alice", nil)
+	read(7)
+	f.Stop()
+	if info, err = stream.Info(ctx); err != nil || info.State.Consumers != consumers {
+		t.Errorf("consumers after Stop: %d (%v), want %d", info.State.Consumers, err, consumers)
+	}
+}

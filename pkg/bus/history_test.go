@@ -1,0 +1,339 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
+)
+
+// junk publishes what any tenant may publish on its own tail of any job's
+// subjects, with a plain client: each kind of garbage a reader must pass
+// over without losing count of where the job's log is.
+func junk(t *testing.T, ctx context.Context, js jetstream.JetStream, job, who string, withStatus bool) int {
+	t.Helper()
+	var msgs []*nats.Msg
+	add := func(subject string, body []byte, h nats.Header) {
+		m := nats.NewMsg(subject)
+		m.Data = body
+		for k, vs := range h {
+			m.Header[k] = vs
+		}
+		msgs = append(msgs, m)
+	}
+	add("e31.job."+job+".requested."+who, []byte("not json at all"), nil)
+	// What it tells the server of its message must not follow a copy of
+	// it to the poison stream.
+	add("e31.job."+job+".cancel."+who, []byte(`{"by":"`+who+`"}`), nats.Header{"ce-type": {"e31.job.cancel_requested.v1"},
+		"Nats-Expected-Stream": {events.Stream}})
+	// A status header of its own, and no body: a reader that took it for
+	// the server's end of batch would stop before the job's last message.
+	// (nats.go's consumers take such a message for a status of theirs and
+	// never hand it over; see TestReplayReadsPastAForgedStatus.)
+	if withStatus {
+		add("e31.job."+job+".delete."+who, nil, nats.Header{"Status": {"204"}, "Description": {"EOB"}})
+		add("e31.job."+job+".delete."+who, nil, nats.Header{"Status": {"503"}})
+	}
+	// A well-formed event of a type that does not belong on that subject,
+	// whose Nats-Msg-Id is the id of the hold RENT would append next: the
+	// server's duplicate window would take the real hold for a repeat.
+	held := events.New(job, events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}}, "mallory", at)
+	m, err := held.Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("e31.job."+job+".requested."+who, m.Data, m.Header)
+	for _, m := range msgs {
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatalf("publish junk on %s: %v", m.Subject, err)
+		}
+	}
+	return len(msgs)
+}
+
+func TestReactExpectsTheJobsTrueLastSequence(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+
+	trigger, err := pub.Append(ctx, "victim", submitted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := junk(t, ctx, js, "victim", "mallory", true)
+	held := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 20}, Submitter: "alice"}
+	stored, err := pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
+		if len(after) != 0 {
+			return nil, fmt.Errorf("decided from %d events after the trigger; junk is no event", len(after))
+		}
+		return []events.Event{held}, nil
+	})
+	if err != nil {
+		t.Fatalf("react with junk after the trigger: %v", err)
+	}
+	if len(stored) != 1 || stored[0].Seq != trigger.Seq+uint64(n)+1 {
+		t.Fatalf("stored %+v, want the hold right after the %d junk messages", stored, n)
+	}
+	h, err := bus.ReadHistory(ctx, js, "victim", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Last != stored[0].Seq || h.SetAside != n || len(h.Events) != 2 {
+		t.Errorf("history: last #%d, %d set aside, %d events; want #%d, %d, 2", h.Last, h.SetAside, len(h.Events), stored[0].Seq, n)
+	}
+}
+
+func TestStoredGivesMessagesAsTheyWereStored(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+
+	m := nats.NewMsg("e31.job.j1.cancel.mallory")
+	m.Data = []byte("x")
+	// Headers of the names the server adds to a direct get's answer: the
+	// publisher's own stay, the server's go.
+	m.Header.Set(jetstream.SequenceHeader, "999")
+	m.Header.Set("ce-id", "j1/cancel")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// More than one batch of another job's messages in between, and more
+	// than one batch of this job's after.
+	for i := range 300 {
+		if _, err := js.Publish(ctx, "e31.job.other.cancel.x", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "e31.job.j1.cancel.y", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*jetstream.RawStreamMsg
+	for m, err := range bus.Stored(ctx, js, events.JobSubject("j1"), 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+	}
+	if len(got) != 301 {
+		t.Fatalf("read %d messages of j1, want 301", len(got))
+	}
+	first := got[0]
+	if first.Sequence != 1 || first.Subject != "e31.job.j1.cancel.mallory" || string(first.Data) != "x" {
+		t.Errorf("first = #%d %s %q", first.Sequence, first.Subject, first.Data)
+	}
+	want := nats.Header{jetstream.SequenceHeader: {"999"}, "ce-id": {"j1/cancel"}}
+	if fmt.Sprint(first.Header) != fmt.Sprint(want) {
+		t.Errorf("headers = %v, want %v as published", first.Header, want)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i].Sequence <= got[i-1].Sequence || got[i].Subject != "e31.job.j1.cancel.y" {
+			t.Fatalf("message %d: #%d %s after #%d", i, got[i].Sequence, got[i].Subject, got[i-1].Sequence)
+		}
+	}
+	// Stopping early is allowed, and a job without messages has none.
+	for range bus.Stored(ctx, js, events.JobSubject("j1"), 1) {
+		break
+	}
+	for m, err := range bus.Stored(ctx, js, events.JobSubject("nobody"), 1) {
+		t.Fatalf("a job without messages yielded %v, %v", m, err)
+	}
+}
+
+// Thousands of reads and conflicts leave nothing behind on the server: the
+// stream's consumer count is where it was.
+func TestReadsLeaveNoConsumerBehind(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 2*time.Minute)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+	stream, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	before := consumers()
+
+	trigger, err := pub.Append(ctx, "busy", submitted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk(t, ctx, js, "busy", "mallory", true)
+	for i := range 2000 {
+		if _, err := bus.ReadHistory(ctx, js, "busy", 1); err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	// Each of these conflicts once (the junk came after the trigger) and
+	// reads the history to decide again.
+	for i := range 500 {
+		_, err := pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
+			for _, e := range after {
+				if _, done := e.Event.(*events.JobRejected); done {
+					return nil, nil
+				}
+			}
+			return []events.Event{events.JobRejected{Reason: "test"}}, nil
+		})
+		if err != nil {
+			t.Fatalf("react %d: %v", i, err)
+		}
+		if i%10 == 0 {
+			if _, err := bus.Owner(ctx, js, "busy"); err != nil {
+				t.Fatalf("owner %d: %v", i, err)
+			}
+		}
+	}
+	if after := consumers(); after != before {
+		t.Errorf("the stream has %d consumers after the reads, %d before", after, before)
+	}
+}
+
+func TestOwnerIsWhoeverRequestedFirst(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+
+	// Junk on the job's other subjects before its request says nothing of
+	// whose it is; nor does a later request, well-formed or not.
+	if _, err := js.Publish(ctx, "e31.job.j.cancel.mallory", []byte("junk")); err != nil {
+		t.Fatal(err)
+	}
+	// nats.go's GetMsg takes this one for "no responders".
+	forged := nats.NewMsg("e31.job.j.delete.mallory")
+	forged.Header.Set("Status", "503")
+	if _, err := js.PublishMsg(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	req := events.JobRequested{Submitter: "alice", Spec: submitted().Spec}
+	if _, err := pub.Append(ctx, "j", req); err != nil {
+		t.Fatal(err)
+	}
+	junk(t, ctx, js, "j", "mallory", true)
+	env := events.New("j", events.JobRequested{Submitter: "mallory", Spec: submitted().Spec}, "mallory", at)
+	env.ID = "j/requested/again" // past the duplicate window, or another id
+	if _, err := pub.AppendEnvelope(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := bus.Owner(ctx, js, "j")
+	if err != nil || owner != "alice" {
+		t.Errorf("owner = %q, %v; want alice", owner, err)
+	}
+	if _, err := bus.Owner(ctx, js, "none"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("owner of a job with no events: err = %v, want ErrMsgNotFound", err)
+	}
+}
+
+func TestAForgedMessageIDKeepsNoEventOut(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+
+	sub, err := pub.Append(ctx, "j", submitted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := nats.NewMsg("e31.job.j.cancel.mallory")
+	forged.Data = []byte("{}")
+	forged.Header.Set(nats.MsgIdHdr, "j/held/1")
+	ack, err := js.PublishMsg(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"}
+	stored, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "j", Event: held, Expect: ack.Sequence, ExpectSet: true}})
+	if errs[0] != nil || stored[0].Seq <= ack.Sequence {
+		t.Fatalf("hold after a forged id: #%d, %v; want it stored after #%d", stored[0].Seq, errs[0], ack.Sequence)
+	}
+	// Stored once: a repeat is a real duplicate, a conflict with the
+	// expectation it no longer meets.
+	if _, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "j", Event: held, Expect: ack.Sequence, ExpectSet: true}}); !errors.Is(errs[0], bus.ErrConflict) {
+		t.Errorf("the hold appended again: err = %v, want ErrConflict", errs[0])
+	}
+	evs, err := bus.ReadJob(ctx, js, "j", sub.Seq)
+	if err != nil || len(evs) != 2 {
+		t.Errorf("job has %d events (%v), want the submission and one hold", len(evs), err)
+	}
+}
+
+// nats.go's consumers take an empty message with a Status header for one
+// of their own statuses and never hand it over; an ordered consumer then
+// starts again before it, for ever. Replay reads past it.
+func TestReplayReadsPastAForgedStatus(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+
+	if _, err := pub.Append(ctx, "a", submitted()); err != nil {
+		t.Fatal(err)
+	}
+	for _, status := range []string{"100", "404", "409", "503"} {
+		m := nats.NewMsg("e31.job.v.delete.mallory")
+		m.Header.Set("Status", status)
+		m.Header.Set("Description", "Consumer Deleted")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := pub.Append(ctx, "b", submitted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, filters := range [][]string{nil, {events.JobSubjects}} {
+		got = got[:0]
+		read, err := bus.Replay(ctx, js, bus.ReplayOptions{Filters: filters}, func(env events.Envelope) error {
+			got = append(got, env.Subject)
+			return nil
+		})
+		if err != nil || read != last.Seq || fmt.Sprint(got) != "[a b]" {
+			t.Errorf("replay %v: read to #%d, events %v, err %v; want to #%d, [a b]", filters, read, got, err, last.Seq)
+		}
+	}
+}
+
+// TestTheFirstRequestIsReadWhateverItIs: a first request that is an empty
+// message with a 503 Status header (nats.go's GetMsg says "no responders"
+// for ever) is read as the message it is.
+func TestTheFirstRequestIsReadWhateverItIs(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	forged := nats.NewMsg("e31.job.mine.requested.mallory")
+	forged.Header.Set("Status", "503")
+	ack, err := js.PublishMsg(ctx, forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := bus.FirstRequest(ctx, js, "mine")
+	if err != nil || m.Sequence != ack.Sequence {
+		t.Fatalf("first request: %v, %v; want #%d", m, err, ack.Sequence)
+	}
+	if owner, err := bus.Owner(ctx, js, "mine"); err != nil || owner != "mallory" {
+		t.Errorf("owner = %q, %v; want mallory", owner, err)
+	}
+}

@@ -1,0 +1,97 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/natstest"
+)
+
+func bucket(t *testing.T, ttl time.Duration) (context.Context, jetstream.KeyValue) {
+	t.Helper()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, kv
+}
+
+// TestValidWhileKeepRenews: the scheduler asks Valid before every decision
+// while Keep renews on another goroutine; run with -race.
+func TestValidWhileKeepRenews(t *testing.T) {
+	t.Parallel()
+	ctx, kv := bucket(t, time.Second)
+	l, err := lease.Acquire(ctx, kv, "leader.test", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepCtx, stop := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- l.Keep(keepCtx) }()
+
+	// Two lease times of asking, from several goroutines at once: the
+	// lease is renewed every third of one, so it is valid throughout.
+	until := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	invalid := make(chan time.Time, 1)
+	for range 4 {
+		wg.Go(func() {
+			for time.Now().Before(until) {
+				if !l.Valid() {
+					select {
+					case invalid <- time.Now():
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stop()
+	if err := <-kept; err != nil {
+		t.Errorf("Keep: %v", err)
+	}
+	select {
+	case at := <-invalid:
+		t.Errorf("the lease was not valid at %s while it was kept", at.Format(time.RFC3339Nano))
+	default:
+	}
+}
+
+// TestReleaseLetsAStandbyTakeOverAtOnce: a released lease is free without
+// waiting for it to lapse.
+func TestReleaseLetsAStandbyTakeOverAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, kv := bucket(t, time.Minute)
+	l, err := lease.Acquire(ctx, kv, "leader.test", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.Acquire(ctx, kv, "leader.test", "b"); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("a held lease taken again: err = %v, want ErrHeld", err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.Acquire(ctx, kv, "leader.test", "b"); err != nil {
+		t.Fatalf("after the release: %v", err)
+	}
+	// The old owner finds out at its next renewal.
+	if err := l.Renew(ctx); !errors.Is(err, lease.ErrLost) {
+		t.Errorf("renewing a lease taken over: err = %v, want ErrLost", err)
+	}
+}

@@ -1,0 +1,151 @@
+package rent_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/services/rent"
+)
+
+// noLeaks checks, once the test's server and connections are gone, that
+// nothing the test started is still running. Register it first.
+func noLeaks(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+}
+
+// instance is one RENT running in the background.
+type instance struct {
+	stop func()
+	done chan error
+}
+
+func runRent(t *testing.T, srv *natstest.Server, js jetstream.JetStream, name string) *instance {
+	t.Helper()
+	svc, err := rent.New(srv.Conn(t), js, rent.Config{Instance: name, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	in := &instance{stop: stop, done: make(chan error, 1)}
+	go func() { in.done <- svc.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-in.done })
+	return in
+}
+
+// leaderIs waits until the leader lease names want ("" for none).
+func leaderIs(t *testing.T, ctx context.Context, kv jetstream.KeyValue, want string, within time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	w, err := kv.Watch(ctx, "leader.rent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				continue
+			}
+			if got := string(e.Value()); e.Operation() == jetstream.KeyValuePut && got == want || e.Operation() != jetstream.KeyValuePut && want == "" {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("the leader lease did not name %q within %s", want, within)
+		}
+	}
+}
+
+// TestAStandbyLeadsAtOnceWhenTheLeaderStops: the leader gives its lease up
+// on the way out, so the standby decides at once, not a lease time later.
+func TestAStandbyLeadsAtOnceWhenTheLeaderStops(t *testing.T) {
+	noLeaks(t)
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := runRent(t, srv, js, "a")
+	leaderIs(t, ctx, kv, "a", 10*time.Second)
+	runRent(t, srv, js, "b")
+	a.stop()
+	if err := <-a.done; err != nil {
+		t.Errorf("Run of a after its context ended: %v", err)
+	}
+	a.done <- nil
+	leaderIs(t, ctx, kv, "b", events.DefaultLeaseTTL/2)
+}
+
+// TestRunEndsAndGivesUpLeadershipWhenItCannotFollowTheLog: once its
+// consumer is gone for good, RENT would lead while deciding from a pool
+// that no longer follows the log. Run ends with the error instead, and the
+// lease goes with it.
+func TestRunEndsAndGivesUpLeadershipWhenItCannotFollowTheLog(t *testing.T) {
+	noLeaks(t)
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := runRent(t, srv, js, "a")
+	leaderIs(t, ctx, kv, "a", 10*time.Second)
+	if err := js.DeleteStream(ctx, events.Stream); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-a.done:
+		a.done <- err
+		if err == nil {
+			t.Fatal("Run returned nil without the log it follows")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run went on for 30s without the log it follows")
+	}
+	if _, err := kv.Get(ctx, "leader.rent"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the leader lease after Run ended: err = %v, want it given up", err)
+	}
+}
+
+// TestRunMakesItsDeletedConsumerAgain: an operator deletes RENT's consumer;
+// RENT makes it again and goes on holding jobs.
+func TestRunMakesItsDeletedConsumerAgain(t *testing.T) {
+	noLeaks(t)
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	pub := bus.NewPublisher(js, "e31/test", nil)
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRent(t, srv, js, "a")
+	leaderIs(t, ctx, kv, "a", 10*time.Second)
+	for _, s := range []step{announce("n1", 4), submit("job-1", 1)} {
+		if _, err := pub.Append(ctx, s.subject, s.ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, js, "job-1", events.TypeComputeHeld)
+	name := bus.ConsumerName("rent-a", events.JobSubjects+" "+events.NodeSubjects)
+	if err := js.DeleteConsumer(ctx, events.Stream, name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Append(ctx, "job-2", submit("job-2", 1).ev); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, js, "job-2", events.TypeComputeHeld)
+}
