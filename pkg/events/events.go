@@ -118,7 +118,9 @@ type Hold struct {
 	CPU         float64 `json:"cpu"`
 	MemoryBytes int64   `json:"memory_bytes"`
 	GPU         int     `json:"gpu"`
-	DiskBytes   int64   `json:"disk_bytes"`
+	// DiskBytes is the node disk held: request.disk (the job's writable
+	// space) and its staged inputs, which are written to the same disk.
+	DiskBytes int64 `json:"disk_bytes"`
 }
 
 // Usage is what the job measurably used, read from the kernel at its end.

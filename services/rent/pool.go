@@ -44,6 +44,12 @@ type node struct {
 	// containers says the node runs jobs that name an image.
 	containers bool
 	expired    bool // its lease lapsed: it holds nothing new until it announces again
+	// lostAt is when its lease lapsed (the time of NodeExpired), while
+	// expired: for how long it still counts as a node that could hold a job.
+	lostAt time.Time
+	// unisolated says it announced isolation none without its operator's
+	// leave to run jobs so: it holds nothing, and counts for nothing.
+	unisolated bool
 	holds      map[string]*job
 }
 
@@ -61,7 +67,10 @@ type job struct {
 	last      uint64 // the job's last event: what a decision expects
 	submitter string
 	spec      events.JobSpec
+	// need is what a hold of it takes: its request, and on the node's disk
+	// its staged inputs beside request.disk.
 	need      res
+	heldDisk  int64 // the disk its current hold took, as ComputeHeld says
 	limit     time.Duration
 	attempt   int // the last attempt held; 0 before the first
 	state     jobState
@@ -100,7 +109,25 @@ type PoolConfig struct {
 	// MaxScan bounds the waiting jobs one pass looks at, so that a queue of
 	// a hundred thousand jobs costs no more per decision than a short one.
 	MaxScan int
+	// RememberLost is how long a node whose lease lapsed still counts when
+	// a job is judged on whether any node could ever hold it. Default:
+	// DefaultRememberLost.
+	RememberLost time.Duration
 }
+
+// DefaultRememberLost is how long a lost node (its lease lapsed) still
+// counts for whether a newly queued job could ever be held. Run nodes come
+// back after a crash, a reboot or an upgrade within minutes: a job submitted
+// meanwhile that only such a node can hold waits for it rather than being
+// rejected. Fifteen minutes covers a reboot of a large machine with room to
+// spare; a node gone longer is taken to be gone for good, so that retiring
+// one does not leave jobs that nothing else can run waiting for it.
+//
+// It bounds only that judgement, made once when a job first enters the
+// queue. A job judged able to run waits however long its node is away, and
+// a job held once and lost with its node is never judged again: a lost node
+// is never the job's fault.
+const DefaultRememberLost = 15 * time.Minute
 
 // Pool is RENT's view of the world, built only from events: the nodes and
 // what each has free, the jobs waiting in order and those held. It does no
@@ -114,6 +141,15 @@ type PoolConfig struct {
 // reservation: the node and time at which it will fit, known exactly
 // because every held job declared its limit. Later jobs may start ahead of
 // it (backfill) only where they cannot delay that reservation.
+//
+// Where a job may be held: a node whose free cpu, memory, gpu and disk
+// cover its request, on the disk its staged inputs too (they are written
+// there); that runs containers if it names an image; and that is isolated,
+// or whose operator allowed it to run jobs unisolated. A job that no such
+// node could ever hold is rejected when it first enters the queue, judged
+// against the live nodes and those lost less than RememberLost ago; that
+// judgement is never made again, so a job held once, or accepted, waits
+// through any node's loss rather than being rejected for it.
 type Pool struct {
 	cfg    PoolConfig
 	now    func() time.Time
@@ -134,7 +170,11 @@ type Pool struct {
 	// unchecked holds jobs queued while no node was live: once one
 	// announces, they need the check whether any node could hold them.
 	unchecked map[string]*job
-	applied   uint64
+	// outBytes is the size of the output a job returned (its last
+	// attempt's), until it ends: what staging it takes on the node of a job
+	// that reads it and was submitted before it was there to be sized.
+	outBytes map[string]int64
+	applied  uint64
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -145,6 +185,9 @@ func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
 	if cfg.MaxScan <= 0 {
 		cfg.MaxScan = 2000
 	}
+	if cfg.RememberLost <= 0 {
+		cfg.RememberLost = DefaultRememberLost
+	}
 	if now == nil {
 		now = time.Now
 	}
@@ -152,7 +195,7 @@ func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
 		cfg: cfg, now: now,
 		nodes: map[string]*node{}, jobs: map[string]*job{}, over: map[string]events.Outcome{},
 		levels: map[int]*level{}, usage: map[string]int64{}, after: map[string][]*job{}, early: map[string][]string{},
-		attention: map[string]*job{}, unchecked: map[string]*job{},
+		attention: map[string]*job{}, unchecked: map[string]*job{}, outBytes: map[string]int64{},
 	}
 }
 
@@ -173,9 +216,12 @@ func (p *Pool) Apply(env events.Envelope) {
 		n := p.node(e.Node)
 		// A re-announced node keeps what is held on it: those holds end
 		// through their own events.
-		n.boot, n.expired = e.Boot, false
+		n.boot, n.expired, n.lostAt = e.Boot, false, time.Time{}
 		n.cap = resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		n.containers = e.Labels[LabelContainers] == "true"
+		// An announcement without isolation (a node older than it, or a
+		// synthetic one) is taken as before: the node may hold jobs.
+		n.unisolated = e.Isolation == events.IsolationNone && !e.AllowUnisolated
 		p.live = nil
 		for id, j := range p.unchecked {
 			p.attention[id] = j
@@ -183,8 +229,8 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		return
 	case *events.NodeExpired:
-		if n := p.nodes[e.Node]; n != nil && n.boot == e.Boot {
-			n.expired = true
+		if n := p.nodes[e.Node]; n != nil && n.boot == e.Boot && !n.expired {
+			n.expired, n.lostAt = true, p.timeOf(env)
 			p.live = nil
 		}
 		return
@@ -204,7 +250,8 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		r := e.Spec.Request
 		j = &job{id: id, order: env.Seq, last: env.Seq, submitter: e.Submitter, spec: e.Spec,
-			need: resOf(r.CPU, r.MemoryBytes, r.GPU, r.DiskBytes), limit: time.Duration(r.LimitSeconds * float64(time.Second))}
+			need:  resOf(r.CPU, r.MemoryBytes, r.GPU, r.DiskBytes+inputBytes(e.Spec.Data)),
+			limit: time.Duration(r.LimitSeconds * float64(time.Second))}
 		p.jobs[id] = j
 		for _, by := range p.early[id] {
 			if events.MayCancel(by, e.Submitter) {
@@ -226,6 +273,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		if j.pending == 0 && j.rejection == "" {
 			p.enqueue(j)
+			p.judge(j, p.timeOf(env))
 		}
 	case *events.CancelRequested:
 		if j == nil {
@@ -249,6 +297,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		j.state, j.attempt, j.node, j.heldAt = held, e.Attempt, e.Node, env.Time
 		j.stopped, j.lost = false, false
 		hold := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		j.heldDisk = e.DiskBytes
 		n.used = n.used.plus(hold)
 		n.holds[j.id] = j
 		p.usage[j.submitter] += hold.milliCPU
@@ -259,6 +308,10 @@ func (p *Pool) Apply(env events.Envelope) {
 	case *events.HoldLost:
 		if j != nil && j.state == held && e.Attempt == j.attempt {
 			j.lost = true
+		}
+	case *events.OutputReturned:
+		if j != nil && e.Attempt == j.attempt {
+			p.outBytes[id] = e.Bytes
 		}
 	case *events.ComputeReleased:
 		if j == nil || j.state != held || e.Attempt != j.attempt {
@@ -275,15 +328,38 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		j.node = ""
 		if e.Final {
-			p.end(id, e.Outcome)
+			p.end(id, e.Outcome, p.timeOf(env))
 			return
 		}
+		// Held again after its node was lost (or its attempt otherwise
+		// ended): it was judged when first queued and is not judged again.
 		p.enqueue(j)
 	case *events.JobRejected:
-		p.end(id, events.Rejected)
+		p.end(id, events.Rejected, p.timeOf(env))
 	case *events.JobCancelled:
-		p.end(id, events.Cancelled)
+		p.end(id, events.Cancelled, p.timeOf(env))
 	}
+}
+
+// timeOf is when an event happened, by the log; the pool's clock for an
+// event that does not say.
+func (p *Pool) timeOf(env events.Envelope) time.Time {
+	if env.Time.IsZero() {
+		return p.now()
+	}
+	return env.Time
+}
+
+// inputBytes is what a job's staged inputs take on a node's disk, as far as
+// its submission says. An input from a job that had not finished when it
+// was submitted has no size there: it is added once that job succeeds (see
+// end).
+func inputBytes(data []events.DataRef) int64 {
+	var n int64
+	for _, d := range data {
+		n += max(d.Bytes, 0)
+	}
+	return n
 }
 
 func (p *Pool) node(name string) *node {
@@ -297,11 +373,14 @@ func (p *Pool) node(name string) *node {
 }
 
 // end forgets an ended job (keeping its outcome for the jobs that run after
-// it) and lets its dependents go on, or rejects them.
-func (p *Pool) end(id string, outcome events.Outcome) {
+// it) and lets its dependents go on, or rejects them. A dependent that
+// stages its output counts that output's size on the node's disk from now.
+func (p *Pool) end(id string, outcome events.Outcome, at time.Time) {
 	if j := p.jobs[id]; j != nil {
 		p.dequeue(j)
 	}
+	out := p.outBytes[id]
+	delete(p.outBytes, id)
 	delete(p.jobs, id)
 	delete(p.early, id)
 	delete(p.attention, id)
@@ -318,12 +397,56 @@ func (p *Pool) end(id string, outcome events.Outcome) {
 			p.attention[d.id] = d
 			continue
 		}
+		for _, ref := range d.spec.Data {
+			if ref.FromJob == id && ref.Digest == "" {
+				// SUBMIT could not size it: it did not exist yet.
+				d.need.disk += out
+			}
+		}
 		d.pending--
 		if d.pending == 0 && d.rejection == "" {
 			p.enqueue(d)
+			p.judge(d, at)
 		}
 	}
 	delete(p.after, id)
+}
+
+// judge decides, once, when a job first enters the queue, whether any node
+// could ever hold it: a node live now, or one lost no longer than
+// RememberLost before, which is likely to come back. A job none of them
+// could hold is rejected, unless it asked to wait for a node. The judgement
+// is made from the log (the event that queued the job, and its time), so a
+// rebuilt pool makes the same one; it is not made again when nodes are lost
+// later, nor ever for a job held once. With no live node at all the job is
+// not judged against an empty pool: it waits for the first node to announce
+// itself, and Decide judges it then.
+func (p *Pool) judge(j *job, at time.Time) {
+	if j.attempt > 0 || j.state != waiting || j.spec.WaitForNode || j.cancel || j.rejection != "" {
+		return
+	}
+	live := p.liveNodes()
+	switch {
+	case p.everFitsLive(j, live) || p.fitsLost(j, at):
+	case len(live) == 0:
+		p.unchecked[j.id] = j
+	default:
+		j.rejection = p.neverFits(j, live)
+		p.attention[j.id] = j
+	}
+}
+
+// neverFits says why no node in the pool can ever hold j.
+func (p *Pool) neverFits(j *job, live []*node) string {
+	if j.spec.Work.Image != "" && !p.anyContainers(live) {
+		return "no node in the pool can ever hold it: it names an image and no node runs containers (set wait_for_node to wait for one)"
+	}
+	reason := fmt.Sprintf("no node in the pool can ever hold it: it needs %s and the largest node has %s (set wait_for_node to wait for a larger one)",
+		p.describeNeed(j), describe(p.largest()))
+	if note := p.unisolatedNote(j); note != "" {
+		reason += "; " + note
+	}
+	return reason
 }
 
 // enqueue puts j in its submitter's queue at its priority, in submission
@@ -341,7 +464,10 @@ func (p *Pool) enqueue(j *job) {
 		lv.subs[j.submitter] = q
 	}
 	j.state, j.queue = waiting, q
-	p.attention[j.id] = j
+	if j.cancel || j.rejection != "" {
+		// Held, it left the attention of Decide; waiting, it needs it again.
+		p.attention[j.id] = j
+	}
 	for e := q.jobs.Back(); e != nil; e = e.Prev() {
 		if e.Value.(*job).order < j.order {
 			j.elem = q.jobs.InsertAfter(j, e)
@@ -394,7 +520,6 @@ type reservation struct {
 // for waiting jobs in order, with backfill. At most max holds are returned.
 func (p *Pool) Decide(max int) []Decision {
 	now := p.now()
-	live := p.liveNodes()
 	var out []Decision
 	for _, j := range p.sorted(p.attention) {
 		switch {
@@ -404,20 +529,12 @@ func (p *Pool) Decide(max int) []Decision {
 			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobCancelled{Reason: "cancelled before compute was held"}})
 		case j.rejection != "":
 			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
-		case j.state != waiting || j.spec.WaitForNode:
-			delete(p.attention, j.id)
-		case len(live) == 0:
-			p.unchecked[j.id] = j
-			delete(p.attention, j.id)
-		case !p.everFitsLive(j, live):
-			reason := fmt.Sprintf("no node in the pool can ever hold it: it needs %s and the largest node has %s (set wait_for_node to wait for a larger one)",
-				describe(j.need), describe(p.largest()))
-			if j.spec.Work.Image != "" && !p.anyContainers(live) {
-				reason = "no node in the pool can ever hold it: it names an image and no node runs containers (set wait_for_node to wait for one)"
-			}
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: reason}})
 		default:
+			// Queued while no node was live: judged now that one is.
 			delete(p.attention, j.id)
+			if p.judge(j, now); j.rejection != "" {
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
+			}
 		}
 	}
 	for _, name := range p.expiredNodes() {
@@ -456,9 +573,10 @@ func (p *Pool) expiredNodes() []string {
 	return out
 }
 
+// holdOf is j's current hold, as its ComputeHeld recorded it.
 func (p *Pool) holdOf(j *job) events.Hold {
 	r := j.spec.Request
-	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: r.DiskBytes}
+	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: j.heldDisk}
 }
 
 // holds walks the waiting jobs in scheduling order and holds what fits.
@@ -535,8 +653,10 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 			usage[j.submitter] += j.need.milliCPU
 			h.fix(j.submitter)
 			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
+				// The disk held is request.disk and the staged inputs: both
+				// are written to the node's disk.
 				Hold: events.Hold{Attempt: j.attempt + 1, Node: n.name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
-					GPU: j.spec.Request.GPU, DiskBytes: j.spec.Request.DiskBytes},
+					GPU: j.spec.Request.GPU, DiskBytes: j.need.disk},
 				Submitter: j.submitter,
 				Spec:      j.spec,
 			}})
@@ -634,15 +754,16 @@ func (p *Pool) priorities() []int {
 	return out
 }
 
-// liveNodes lists the nodes that may hold jobs, by name. The slice is
-// shared: callers must not change it.
+// liveNodes lists the nodes that may hold jobs, by name: not lost, and not
+// running jobs unisolated without leave. The slice is shared: callers must
+// not change it.
 func (p *Pool) liveNodes() []*node {
 	if p.live != nil {
 		return p.live
 	}
 	out := []*node{}
 	for _, n := range p.nodes {
-		if !n.expired && n.cap.milliCPU > 0 {
+		if !n.expired && !n.unisolated && n.cap.milliCPU > 0 {
 			out = append(out, n)
 		}
 	}
@@ -663,11 +784,63 @@ func (p *Pool) everFits(j *job) bool { return p.everFitsLive(j, p.liveNodes()) }
 
 func (p *Pool) everFitsLive(j *job, live []*node) bool {
 	for _, n := range live {
-		if j.need.fits(n.cap) && p.runs(n, j) {
+		if p.couldHold(n, j) {
 			return true
 		}
 	}
 	return false
+}
+
+// couldHold reports whether n, empty, could hold j.
+func (p *Pool) couldHold(n *node, j *job) bool { return j.need.fits(n.cap) && p.runs(n, j) }
+
+// fitsLost reports whether a node lost no longer than RememberLost before
+// at could hold j.
+func (p *Pool) fitsLost(j *job, at time.Time) bool {
+	for _, n := range p.nodes {
+		if n.expired && !n.unisolated && at.Sub(n.lostAt) < p.cfg.RememberLost && p.couldHold(n, j) {
+			return true
+		}
+	}
+	return false
+}
+
+// lostFor names the lost nodes that could hold j, however long ago they
+// were lost, by name.
+func (p *Pool) lostFor(j *job) []string {
+	var out []string
+	for _, n := range p.nodes {
+		if n.expired && !n.unisolated && p.couldHold(n, j) {
+			out = append(out, n.name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// unisolatedNote names the nodes that could hold j but run jobs without
+// isolation, which their operators did not allow; "" if there are none.
+func (p *Pool) unisolatedNote(j *job) string {
+	var names []string
+	for _, n := range p.nodes {
+		if n.unisolated && !n.expired && (j == nil || p.couldHold(n, j)) {
+			names = append(names, n.name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	sort.Strings(names)
+	return fmt.Sprintf("%s announce%s isolation none (jobs would see the node) and %s not started to allow it, so %s no jobs",
+		strings.Join(names, ", "), plural(len(names), "s", ""), plural(len(names), "was", "were"), plural(len(names), "holds", "hold"))
+}
+
+// plural picks one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // cursor is a submitter's next job during a pass.
@@ -743,16 +916,51 @@ func (p *Pool) Why(id string) api.WhyReply {
 	switch {
 	case j.cancel:
 		r.Reason = "cancel requested; it will not be held"
+	case j.rejection != "":
+		r.Reason = "will be rejected: " + j.rejection
 	case len(p.liveNodes()) == 0:
-		r.Reason = "no compute node has joined the pool yet"
+		r.Reason = p.noLiveNode(j)
 	case !p.everFits(j):
-		r.Reason = fmt.Sprintf("needs %s; the largest node has %s: no node in the pool can hold it, and it waits for one to join (wait_for_node)", describe(j.need), describe(p.largest()))
+		r.Reason = p.waitsForNode(j)
 	case r.Position == 1:
 		r.Reason = fmt.Sprintf("next in line: needs %s; the node with the most free has %s (%s in all)", describe(j.need), describe(p.mostFree()), describe(p.total()))
 	default:
 		r.Reason = fmt.Sprintf("position %d of %d in the queue (priority %d, then fair share between submitters, then submission order); it needs %s", r.Position, p.nWait, j.spec.Priority, describe(j.need))
 	}
 	return r
+}
+
+// noLiveNode says why a job waits in a pool with no node that may hold it.
+func (p *Pool) noLiveNode(j *job) string {
+	reason := "no compute node has joined the pool yet"
+	if lost := p.lostFor(j); len(lost) > 0 {
+		reason = fmt.Sprintf("no node in the pool is live: it waits for %s, lost (its lease lapsed), to announce itself again", strings.Join(lost, ", "))
+	}
+	if note := p.unisolatedNote(nil); note != "" {
+		reason += "; " + note
+	}
+	return reason
+}
+
+// waitsForNode says why a job that no live node can hold waits.
+func (p *Pool) waitsForNode(j *job) string {
+	reason := fmt.Sprintf("needs %s; the largest node has %s: no node in the pool can hold it now", p.describeNeed(j), describe(p.largest()))
+	lost := p.lostFor(j)
+	switch {
+	case len(lost) > 0:
+		reason += fmt.Sprintf(", and it waits for %s, lost (its lease lapsed), to announce itself again or for a node as large to join", strings.Join(lost, ", "))
+	case j.attempt > 0:
+		reason += ", and it waits for one that can to join"
+	default:
+		reason += ", and it waits for one to join (wait_for_node)"
+	}
+	if j.attempt > 0 {
+		reason += fmt.Sprintf("; it was held before (attempt %d) and a lost node is never the job's fault: it is not rejected for it", j.attempt)
+	}
+	if note := p.unisolatedNote(j); note != "" {
+		reason += "; " + note
+	}
+	return reason
 }
 
 // position is j's place in the order holds are made, counting jobs of higher
@@ -821,7 +1029,20 @@ func describe(r res) string {
 	if r.gpu > 0 {
 		parts = append(parts, fmt.Sprintf("%d gpu", r.gpu))
 	}
+	if r.disk > 0 {
+		parts = append(parts, humanBytes(r.disk)+" disk")
+	}
 	return strings.Join(parts, ", ")
+}
+
+// describeNeed is describe of what j needs, saying what of its disk is its
+// staged inputs.
+func (p *Pool) describeNeed(j *job) string {
+	d := describe(j.need)
+	if inputs := j.need.disk - j.spec.Request.DiskBytes; inputs > 0 {
+		d += fmt.Sprintf(" (request.disk %s and %s of staged inputs)", humanBytes(j.spec.Request.DiskBytes), humanBytes(inputs))
+	}
+	return d
 }
 
 func humanBytes(n int64) string {

@@ -57,8 +57,8 @@ type Config struct {
 	Store  stage.Store
 	// Grace is how long a job has between SIGTERM and SIGKILL.
 	Grace time.Duration
-	// MaxOutputBytes bounds what one job may return when its hold carries
-	// no disk; otherwise the hold's DiskBytes (request.disk) does.
+	// MaxOutputBytes bounds what one job may return when it declares no
+	// disk; otherwise its request.disk does.
 	MaxOutputBytes int64
 
 	Source string
@@ -496,9 +496,11 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
 	}
+	// The job's writable space is its request.disk. The hold's disk is more
+	// when it stages inputs: they take the node's disk too, outside it.
 	xspec := executor.Spec{
 		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
-		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: held.DiskBytes,
+		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: spec.Request.DiskBytes,
 		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
 	}
 	ws, err := s.cfg.Executor.Prepare(ctx, xspec)
@@ -554,8 +556,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
 	// The job's declared disk bounds its output too; the node's bound is
-	// for holds that carry none.
-	bound := held.DiskBytes
+	// for jobs that declare none.
+	bound := spec.Request.DiskBytes
 	if bound <= 0 {
 		bound = s.cfg.MaxOutputBytes
 	}

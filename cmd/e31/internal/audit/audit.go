@@ -39,7 +39,7 @@ const (
 	Inconsistent = "inconsistent" // an event that contradicts itself or its hold
 	Unreleased   = "unreleased"   // compute still held for a job that is over
 	Clock        = "clock"        // compute released before it was held
-	Capacity     = "capacity"     // a node held beyond what it has, or while expired
+	Capacity     = "capacity"     // a node held beyond what it has, while expired, or unisolated without leave
 	Chain        = "chain"        // the log does not pass through a chain head
 	Mismatch     = "mismatch"     // the ledger's record differs from the log's
 	MissingRec   = "missing_record"

@@ -391,3 +391,36 @@ func TestExpiryOfAnOldBoot(t *testing.T) {
 		t.Errorf("findings: %+v", rep.Findings)
 	}
 }
+
+// TestHoldOnAnUnisolatedNodeWithoutLeave: RENT never holds a job on a node
+// that runs jobs without isolation unless its operator allowed it; a hold
+// there is a capacity finding. An announcement without isolation (older
+// nodes) is taken as before.
+func TestHoldOnAnUnisolatedNodeWithoutLeave(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name    string
+		iso     events.Isolation
+		allow   bool
+		finding bool
+	}{
+		{"isolation none", events.IsolationNone, false, true},
+		{"isolation none, allowed", events.IsolationNone, true, false},
+		{"sandbox", events.IsolationSandbox, false, false},
+		{"no isolation announced", "", false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			l := &log{t: t}
+			l.add("n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30,
+				Isolation: tt.iso, AllowUnisolated: tt.allow})
+			l.submitted("a").life("a", hold("n1", 1, 1), true)
+			rep := l.audit(Options{})
+			found := len(rep.Findings) == 1 && rep.Findings[0].Kind == Capacity && rep.Findings[0].Job == "a" &&
+				strings.Contains(rep.Findings[0].Detail, "isolation none without allow_unisolated")
+			if tt.finding != found || !tt.finding && !rep.OK() {
+				t.Errorf("findings = %+v, want a capacity finding about isolation: %v", rep.Findings, tt.finding)
+			}
+		})
+	}
+}

@@ -39,8 +39,11 @@ type node struct {
 	announced bool
 	boot      string // the boot last announced
 	expired   uint64 // sequence of the NodeExpired in force, or 0
-	cap, used amount
-	ids       []string
+	// unisolated is the sequence of the announcement in force if it said
+	// isolation none without allow_unisolated, or 0: RENT holds nothing there.
+	unisolated uint64
+	cap, used  amount
+	ids        []string
 }
 
 type holdKey struct {
@@ -75,8 +78,11 @@ func (a *Auditor) nodeEvent(f fact, name string) {
 	n.ids = append(n.ids, f.id)
 	switch e := f.ev.(type) {
 	case *events.NodeAnnounced:
-		n.announced, n.boot, n.expired = true, e.Boot, 0
+		n.announced, n.boot, n.expired, n.unisolated = true, e.Boot, 0, 0
 		n.cap = amountOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		if e.Isolation == events.IsolationNone && !e.AllowUnisolated {
+			n.unisolated = f.seq
+		}
 	case *events.NodeExpired:
 		// The expiry of a boot the node has since replaced says nothing of
 		// the node now.
@@ -87,8 +93,11 @@ func (a *Auditor) nodeEvent(f fact, name string) {
 }
 
 // capacity tracks what is held on each node at every point of the log, and
-// finds the points where a node holds more than it has. What a release
-// gives back is what its attempt's hold took, whatever the release says.
+// finds the points where a node holds more than it has, or holds anything
+// while expired or while it runs jobs unisolated without its operator's
+// leave. A hold's disk is the node disk it took (request.disk and the
+// staged inputs). What a release gives back is what its attempt's hold
+// took, whatever the release says.
 func (a *Auditor) capacity(jobID string, f fact) {
 	switch e := f.ev.(type) {
 	case *events.ComputeHeld:
@@ -107,6 +116,9 @@ func (a *Auditor) capacity(jobID string, f fact) {
 		case n.expired > 0:
 			a.find(Finding{Job: jobID, Seq: f.seq, Kind: Capacity, Detail: fmt.Sprintf(
 				"attempt %d held on node %s, which expired at #%d and has not announced itself since", e.Attempt, e.Node, n.expired)})
+		case n.unisolated > 0:
+			a.find(Finding{Job: jobID, Seq: f.seq, Kind: Capacity, Detail: fmt.Sprintf(
+				"attempt %d held on node %s, which announced isolation none without allow_unisolated at #%d", e.Attempt, e.Node, n.unisolated)})
 		default:
 			if over := n.used.over(n.cap); len(over) > 0 {
 				a.find(Finding{Job: jobID, Seq: f.seq, Kind: Capacity, Detail: fmt.Sprintf(
