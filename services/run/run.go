@@ -450,7 +450,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
 	}
 	xspec := executor.Spec{
-		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
+		JobID: job, Attempt: held.Attempt, Submitter: held.Submitter, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: held.DiskBytes,
 		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
 	}
