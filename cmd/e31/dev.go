@@ -21,6 +21,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -319,6 +320,9 @@ func (s *devSystem) setup(ctx context.Context, leaseTTL time.Duration, users []a
 		return err
 	}
 	if err := events.Setup(ctx, js, events.StreamOptions{LeaseTTL: leaseTTL}); err != nil {
+		return err
+	}
+	if _, err := limits.Setup(ctx, js, 1); err != nil {
 		return err
 	}
 	// A submitter may not make its own bucket (see auth.DataBucketSubjects).

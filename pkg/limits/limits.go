@@ -32,13 +32,17 @@ func Key(submitter string) string { return "submitter." + submitter }
 // Unlimited, as a limit, means no limit.
 const Unlimited = 0
 
-// The built-in defaults, for a limit the operator set nowhere. They bound
-// what one tenant can take of a shared system while leaving room for every
-// workload e31 is tested with (a burst of 100,000 jobs from one
-// submitter): an operator tightens them per submitter or for everyone.
+// The built-in defaults, for a limit the operator set nowhere. They leave
+// room for every workload e31 is tested with (a burst of 100,000 jobs from
+// one submitter) while bounding what one tenant can make SUBMIT and RENT
+// hold: an operator tightens them per submitter or for everyone.
 const (
-	// DefaultMaxDataBytes bounds a submitter's data bucket: 50 GiB.
-	DefaultMaxDataBytes int64 = 50 << 30
+	// DefaultMaxDataBytes is no bound: JetStream reserves a bucket's
+	// MaxBytes on its servers' file store when the bucket is made, so a
+	// default of any size would make every new submitter's bucket take that
+	// much, and creating one fails once the reservations exceed the store.
+	// The operator gives each submitter its share (e31 setup --max-data).
+	DefaultMaxDataBytes int64 = Unlimited
 	// DefaultMaxQueued bounds a submitter's jobs submitted and not over.
 	DefaultMaxQueued = 200_000
 	// DefaultMaxRate bounds a submitter's submissions a minute.
