@@ -211,3 +211,19 @@ func (b *Book) For(submitter string) Limits {
 	defer b.mu.RUnlock()
 	return Resolve(submitter, b.policies[DefaultKey], b.policies[Key(submitter)])
 }
+
+// Limits implements the executors' policy lookup (container.Images) from
+// the Book.
+func (b *Book) Limits(_ context.Context, submitter string) (Limits, error) {
+	return b.For(submitter), nil
+}
+
+// Lookup reads a submitter's limits from the bucket at each call: for a
+// node, which checks the images of the few jobs that name one and needs no
+// watch kept for that.
+type Lookup struct{ JS jetstream.JetStream }
+
+// Limits gives submitter's limits as the bucket has them now.
+func (l Lookup) Limits(ctx context.Context, submitter string) (Limits, error) {
+	return ReadIfSet(ctx, l.JS, submitter)
+}

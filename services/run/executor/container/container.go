@@ -64,10 +64,11 @@ type Config struct {
 	Images Images
 }
 
-// Images gives a submitter's limits, among them the images it may run.
-// Implementations are safe for concurrent use.
+// Images gives a submitter's limits, among them the images it may run
+// (limits.Lookup, limits.Book). Implementations are safe for concurrent
+// use.
 type Images interface {
-	For(submitter string) limits.Limits
+	Limits(ctx context.Context, submitter string) (limits.Limits, error)
 }
 
 // ErrImageNotAllowed is returned by Prepare and Run for a job naming an
@@ -202,7 +203,7 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("container: spec needs a job id and a command")
 	}
-	if err := e.allowed(spec); err != nil {
+	if err := e.allowed(ctx, spec); err != nil {
 		return nil, err
 	}
 	uid, ok := workspace.TakeUID(e.cfg.UIDBase, e.cfg.UIDCount)
@@ -265,18 +266,23 @@ func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Re
 	if j.spec.Image == "" {
 		return executor.Result{}, ErrNoImage
 	}
-	if err := e.allowed(j.spec); err != nil {
+	if err := e.allowed(ctx, j.spec); err != nil {
 		return executor.Result{}, err
 	}
 	return e.run(ctx, j)
 }
 
-// allowed refuses an image the policy does not allow the job's submitter.
-func (e *Executor) allowed(spec executor.Spec) error {
+// allowed refuses an image the policy does not allow the job's submitter,
+// and any image while the policy cannot be read.
+func (e *Executor) allowed(ctx context.Context, spec executor.Spec) error {
 	if e.cfg.Images == nil || spec.Image == "" {
 		return nil
 	}
-	if p := e.cfg.Images.For(spec.Submitter).ImageProblem(spec.Image); p != "" {
+	l, err := e.cfg.Images.Limits(ctx, spec.Submitter)
+	if err != nil {
+		return fmt.Errorf("container: job %s: the images allowed to %s: %w", spec.JobID, spec.Submitter, err)
+	}
+	if p := l.ImageProblem(spec.Image); p != "" {
 		return fmt.Errorf("%w: job %s: %s", ErrImageNotAllowed, spec.JobID, p)
 	}
 	return nil

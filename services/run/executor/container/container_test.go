@@ -131,12 +131,12 @@ func buildProbe(ctx context.Context, cli *client.Client) error {
 // testImages allows the probe image to the test's submitter alone.
 type testImages struct{}
 
-func (testImages) For(submitter string) limits.Limits {
+func (testImages) Limits(_ context.Context, submitter string) (limits.Limits, error) {
 	l := limits.Limits{Submitter: submitter}
 	if submitter == "tester" {
 		l.Images = []string{probeImage}
 	}
-	return l
+	return l, nil
 }
 
 // TestAnImageNotAllowedIsRefused: the node refuses an image its policy
