@@ -1,6 +1,8 @@
 package submit
 
 import (
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -75,4 +77,35 @@ func TestQueueForgetsEndedJobs(t *testing.T) {
 	if len(q.jobs) != 0 || len(q.by) != 0 {
 		t.Fatalf("the queue keeps %d jobs and %d submitters after they ended", len(q.jobs), len(q.by))
 	}
+}
+
+// TestQueueMemoryPerLiveJob: the queue keeps a few hundred bytes per live
+// job (SUBMIT is bounded at 256 MiB with 100,000 jobs queued in the e2e
+// burst).
+func TestQueueMemoryPerLiveJob(t *testing.T) {
+	const n = 100_000
+	jobs := make([]string, n)
+	for i := range jobs {
+		jobs[i] = fmt.Sprintf("burst-%08d", i)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	q := NewQueue()
+	t0 := time.Now()
+	for i, job := range jobs {
+		q.Apply(events.Envelope{Seq: uint64(2*i + 1), Subject: job, Event: &events.JobRequested{Submitter: "alice"}})
+		q.Apply(events.Envelope{Seq: uint64(2*i + 2), Subject: job, Event: &events.JobSubmitted{Submitter: "alice"}, Time: t0})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perJob := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("queue: %d bytes per live job", perJob)
+	if perJob > 512 {
+		t.Errorf("the queue keeps %d bytes per live job, want at most 512", perJob)
+	}
+	if u := q.Usage("alice", 2*n+1, t0); u.Queued != n || u.Recent != n {
+		t.Fatalf("Usage = %+v", u)
+	}
+	runtime.KeepAlive(q)
 }
