@@ -22,6 +22,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run"
@@ -367,6 +368,9 @@ func (s *devSystem) setup(ctx context.Context, leaseTTL time.Duration, users []a
 		return err
 	}
 	if err := events.Setup(ctx, js, events.StreamOptions{LeaseTTL: leaseTTL}); err != nil {
+		return err
+	}
+	if _, err := limits.Setup(ctx, js, 1); err != nil {
 		return err
 	}
 	// A submitter may not make its own bucket (see auth.DataBucketSubjects).

@@ -181,7 +181,7 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 	root.AddCommand(
 		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a),
 		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a), dataCmd(a),
-		setupCmd(a), credsCmd(a),
+		setupCmd(a), limitsCmd(a), credsCmd(a),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -19,13 +20,14 @@ import (
 // when it is first needed, with as many replicas as the event log.
 var setupStreamNames = []string{
 	events.Stream, events.PoisonStream, events.TimerStream,
-	"KV_" + events.LeasesBucket,
+	"KV_" + events.LeasesBucket, limits.Stream,
 }
 
 func setupCmd(a *app) *cobra.Command {
 	var replicas int
 	var leaseTTL, timeout time.Duration
 	var submitters []string
+	var lf limitFlags
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create e31's streams and buckets on a NATS cluster, with the replicas wanted",
@@ -40,7 +42,25 @@ from its first event. Running it again is safe. A fresh cluster may not have
 elected a leader yet: setup retries until --timeout.
 
 --submitter NAME (repeatable) also makes that submitter's data bucket: a
-submitter's credentials let it use its bucket, never create one.`,
+submitter's credentials let it use its bucket, never create one.
+
+Limits, kept in the E31_LIMITS bucket, for the submitters named with
+--submitter, or for everyone (the default) without it; a submitter's own
+limit wins over the default, and 'e31 limits' shows a submitter its own:
+
+  --max-data SIZE     what its data bucket may hold (its MaxBytes): staging
+                      beyond it fails; never set below what the bucket holds
+                      (default unlimited: the servers reserve each bucket's
+                      max-data on their file store, so the sum over every
+                      submitter must fit it)
+  --max-queued N      jobs submitted and not yet over (default 200000)
+  --max-rate N        submissions a minute (default 120000)
+  --allow-image IMAGE a container image its jobs may name (work.image),
+                      repeatable; 'prefix*' allows every image it starts.
+                      No image is allowed until one is.
+
+A limit may be 'unlimited'. A request beyond a limit, or naming an image not
+allowed, is rejected with the reason.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > 5 {
@@ -57,6 +77,9 @@ submitter's credentials let it use its bucket, never create one.`,
 			// Right after a cluster starts, creating a replicated stream can
 			// fail until every peer is known and a meta leader elected.
 			if err := retry(ctx, func() error { return events.Setup(ctx, js, o) }); err != nil {
+				return troubleErr(fmt.Errorf("setup: %w", err))
+			}
+			if err := retry(ctx, func() error { _, err := limits.Setup(ctx, js, replicas); return err }); err != nil {
 				return troubleErr(fmt.Errorf("setup: %w", err))
 			}
 			for _, name := range setupStreamNames {
@@ -76,6 +99,9 @@ submitter's credentials let it use its bucket, never create one.`,
 					fmt.Fprintf(a.out, "%s: %d replica(s)\n", name, have)
 				}
 			}
+			if _, _, err := lf.policyEdit(); err != nil {
+				return err
+			}
 			for _, u := range submitters {
 				if !events.ValidID(u) {
 					return usageErr("--submitter %q is not a submitter id", u)
@@ -85,14 +111,18 @@ submitter's credentials let it use its bucket, never create one.`,
 				}
 				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
 			}
-			return nil
+			return setLimits(ctx, a.out, js, replicas, submitters, lf)
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "copies of every stream: 1 on one server, 3 on a three-server cluster")
 	f.DurationVar(&leaseTTL, "lease-ttl", events.DefaultLeaseTTL, "how long a node or scheduler lives without renewing its lease (only when the bucket is created)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the cluster to accept the streams")
-	f.StringArrayVar(&submitters, "submitter", nil, "also make this submitter's data bucket (repeatable)")
+	f.StringArrayVar(&submitters, "submitter", nil, "also make this submitter's data bucket, and set the limits given for it (repeatable)")
+	f.StringVar(&lf.maxData, "max-data", "", "what a submitter's data bucket may hold, e.g. 50GiB, or unlimited (default unlimited)")
+	f.StringVar(&lf.maxQueued, "max-queued", "", "jobs a submitter may have submitted and not yet over, or unlimited (default 200000)")
+	f.StringVar(&lf.maxRate, "max-rate", "", "jobs a submitter may submit a minute, or unlimited (default 120000)")
+	f.StringArrayVar(&lf.allowImages, "allow-image", nil, "a container image jobs may name; 'prefix*' for every image it starts (repeatable)")
 	return cmd
 }
 

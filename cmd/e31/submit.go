@@ -151,6 +151,9 @@ func (c *client) stage(ctx context.Context, job *jobfile.Job, p stage.Progress) 
 		}
 		for i, path := range job.Paths {
 			ref, err := stage.Upload(ctx, store, path, p)
+			if errors.Is(err, stage.ErrFull) {
+				return spec, c.dataFull(ctx, fmt.Sprintf("stage data %q from %s", spec.Data[i].Name, path))
+			}
 			if err != nil {
 				return spec, troubleErr(fmt.Errorf("stage data %q from %s: %w", spec.Data[i].Name, path, err))
 			}

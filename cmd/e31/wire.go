@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/ledger"
 	"github.com/e31net/e31/services/output"
@@ -17,6 +18,7 @@ import (
 	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/executor/container"
 	"github.com/e31net/e31/services/submit"
 )
 
@@ -73,7 +75,7 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		if err != nil {
 			return nil, err
 		}
-		exec, err := newExecutor(node, log)
+		exec, err := newExecutor(node, log, limits.Lookup{JS: js})
 		if err != nil {
 			return nil, err
 		}
@@ -92,8 +94,10 @@ func openStores(ctx context.Context, js jetstream.JetStream) (stage.Stores, erro
 	return stage.Open(ctx, js)
 }
 
-func newExecutor(node nodeConfig, log *slog.Logger) (executor.Executor, error) {
-	exec, err := run.OpenExecutor(node.Executor, filepath.Join(node.WorkDir, "jobs"), log.With("node", node.Name))
+// newExecutor opens the node's executor; its container executor checks
+// each job's image against the operator's policy again.
+func newExecutor(node nodeConfig, log *slog.Logger, images container.Images) (executor.Executor, error) {
+	exec, err := run.OpenExecutorWith(node.Executor, filepath.Join(node.WorkDir, "jobs"), log.With("node", node.Name), images)
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
 )
 
 // owned is the event types each service appends: the only events it may
@@ -43,7 +44,7 @@ const responseTTL = time.Minute
 //     it is there ($JS.API.INFO, which shows only the account's totals);
 //   - a submitter: publish its requests and cancels (their subjects end
 //     with its name), ask the query services as itself (e31.api.<name>.>),
-//     and read and write its own data bucket. It reads nothing of the log:
+//     read and write its own data bucket, and read its own limits. It reads nothing of the log:
 //     publishing into the log needs no JetStream API, only the PubAck on its
 //     inbox;
 //   - the auditor: read the whole log (ordered consumers and direct gets on
@@ -71,6 +72,7 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 		}
 		g.pub(api.UserSubjects(id.Name))
 		g.pub(DataBucketSubjects(id.Name)...)
+		g.pub(LimitsSubjects(id.Name)...)
 	case Auditor:
 		g.pub(api.UserSubjects(api.Auditor))
 		g.pub(streamInfo(events.Stream))
@@ -110,6 +112,8 @@ func servicePermissions(g *grant, id Identity) {
 		// the bucket of a submitter who has none, as every service that
 		// opens the stores does).
 		g.pub(allDataBuckets(true)...)
+		// Watches the limits and allowed images it decides by.
+		g.pub(kvRead(limits.Bucket)...)
 	case RentService:
 		// The leader lease, and watching every lease: node leases say
 		// which nodes live.
@@ -121,6 +125,8 @@ func servicePermissions(g *grant, id Identity) {
 		g.pub(kvRead(events.LeasesBucket)...)
 		g.pub(kvKey(events.LeasesBucket, "node."+id.Name))
 		g.pub(allDataBuckets(true)...)
+		// The images allowed, which its container executor checks again.
+		g.pub(kvRead(limits.Bucket)...)
 	case OutputService:
 		// Returned output, manifests, deletions and sweeps of every
 		// submitter's bucket; its retention timers; what jobs keep, asked
@@ -151,6 +157,14 @@ func DataBucketSubjects(user string) []string {
 	out := []string{"$O." + bucket + ".>", streamInfo(s), streamPurge(s)}
 	out = append(out, readMessages(s)...)
 	return append(out, consume(s, true)...)
+}
+
+// LimitsSubjects is what a submitter may publish to read its limits: a
+// direct get of its own key in the limits bucket, and of the default key
+// (limits for everyone, which say nothing of any other tenant). Nothing
+// else of the bucket: no other submitter's key, no watch, no listing.
+func LimitsSubjects(user string) []string {
+	return []string{limits.DirectGetSubject(limits.Key(user)), limits.DirectGetSubject(limits.DefaultKey)}
 }
 
 // allDataBuckets is every submitter's bucket: the object store subjects,

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
 )
 
 // Open sets up the e31 streams and returns every submitter's store, as a
@@ -81,7 +82,8 @@ func (t *Tenants) For(ctx context.Context, submitter string) (Store, error) {
 }
 
 // OpenBucket creates a submitter's data bucket if it is missing, with as
-// many replicas as the event log, and returns it.
+// many replicas as the event log and as many bytes as the submitter's
+// max-data (pkg/limits), and returns it.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, submitter string) (jetstream.ObjectStore, error) {
 	replicas := 1
 	if st, err := js.Stream(ctx, events.Stream); err == nil {
@@ -90,6 +92,17 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, submitter string) (
 	cfg := events.DataBucketConfig(events.StreamOptions{Replicas: replicas})
 	cfg.Bucket = events.DataBucketFor(submitter)
 	cfg.Description = "e31 staged data and returned output of " + submitter + ", content addressed"
+	// The bound is the bucket's own: the server refuses a put past it and
+	// keeps what is stored (an object store discards new messages, never
+	// old ones).
+	lim, err := limits.ReadIfSet(ctx, js, submitter)
+	if err != nil {
+		return nil, fmt.Errorf("stage: create %s: %w", cfg.Bucket, err)
+	}
+	cfg.MaxBytes = lim.MaxDataBytes
+	if cfg.MaxBytes == limits.Unlimited {
+		cfg.MaxBytes = -1
+	}
 	obs, err := js.CreateObjectStore(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		return js.ObjectStore(ctx, cfg.Bucket)

@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +45,9 @@ var (
 	// ErrOutputTooLarge is returned by Collect when the declared output is
 	// larger than the job may return.
 	ErrOutputTooLarge = errors.New("stage: output too large")
+	// ErrFull means the store holds as much as it may (the submitter's
+	// max-data): nothing was stored, and nothing stored before was lost.
+	ErrFull = errors.New("stage: the store is full")
 )
 
 // Store is where content-addressed blobs live. JetStream's object store is
@@ -131,6 +135,9 @@ func (o *objectStore) Put(ctx context.Context, name, digest string, size int64, 
 	// cleans up after it.
 	vr := &checkedReader{ctx: ctx, r: r, left: size, h: sha256.New(), want: want}
 	info, err := o.os.Put(context.WithoutCancel(ctx), jetstream.ObjectMeta{Name: name}, vr)
+	if isFull(err) {
+		return fmt.Errorf("put %s: %w (%v)", name, ErrFull, err)
+	}
 	if err != nil {
 		return fmt.Errorf("put %s: %w", name, err)
 	}
@@ -141,6 +148,14 @@ func (o *objectStore) Put(ctx context.Context, name, digest string, size int64, 
 		return fmt.Errorf("put %s: stored %d bytes %s, want %d bytes %s: %w", name, info.Size, info.Digest, size, digest, ErrChanged)
 	}
 	return nil
+}
+
+// isFull reports whether the server refused a chunk because the bucket is
+// at its MaxBytes. The server says so only in words: a store failure
+// (JSStreamStoreFailedF, 10077) described as its ErrMaxBytes.
+func isFull(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 && strings.Contains(apiErr.Description, "maximum bytes")
 }
 
 // checkedReader passes r through to nats.go, hashing it, and turns a

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/executor/container"
 	"github.com/e31net/e31/services/run/executor/sandbox"
 )
 
@@ -50,6 +51,13 @@ func CheckExecutor(kind string) error {
 // (the same: auto no longer falls back) return an error wrapping
 // ErrNoIsolation where the sandbox cannot run.
 func OpenExecutor(kind, root string, log *slog.Logger) (executor.Executor, error) {
+	return OpenExecutorWith(kind, root, log, nil)
+}
+
+// OpenExecutorWith is OpenExecutor whose container executor refuses the
+// images that images does not allow a job's submitter (the operator's
+// policy, which SUBMIT enforces first).
+func OpenExecutorWith(kind, root string, log *slog.Logger, images container.Images) (executor.Executor, error) {
 	if err := CheckExecutor(kind); err != nil {
 		return nil, err
 	}
@@ -57,5 +65,5 @@ func OpenExecutor(kind, root string, log *slog.Logger) (executor.Executor, error
 		log.Warn("running jobs as plain child processes (--executor process): they are NOT isolated from each other or the node; the node announces isolation none")
 		return executor.NewProcess(root)
 	}
-	return openSandbox(root, log)
+	return openSandbox(root, log, images)
 }

@@ -499,7 +499,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	// The job's writable space is its request.disk. The hold's disk is more
 	// when it stages inputs: they take the node's disk too, outside it.
 	xspec := executor.Spec{
-		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
+		JobID: job, Attempt: held.Attempt, Submitter: held.Submitter, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: spec.Request.DiskBytes,
 		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
 	}

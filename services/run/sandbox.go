@@ -20,7 +20,7 @@ const LabelContainers = "containers"
 // openSandbox returns the sandbox executor, with the container executor for
 // jobs that name an image when a Docker engine answers. A host that cannot
 // sandbox gets an error wrapping ErrNoIsolation: never jobs unisolated.
-func openSandbox(root string, log *slog.Logger) (executor.Executor, error) {
+func openSandbox(root string, log *slog.Logger, images container.Images) (executor.Executor, error) {
 	sb, err := sandbox.New(sandbox.Config{Root: root, Logger: log})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotSupported) {
@@ -31,7 +31,7 @@ func openSandbox(root string, log *slog.Logger) (executor.Executor, error) {
 	r := &byImage{plain: sb}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ce, err := container.New(ctx, container.Config{Root: root, UIDBase: 3000000, Logger: log}); err == nil {
+	if ce, err := container.New(ctx, container.Config{Root: root, UIDBase: 3000000, Logger: log, Images: images}); err == nil {
 		r.containers = ce
 		log.Info("jobs that name an image run as containers")
 	} else {

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -34,6 +36,10 @@ type Config struct {
 	// every submitter (tests).
 	Stores stage.Stores
 	Store  stage.Store
+	// Limits gives each submitter's limits and allowed images. Default:
+	// Run watches the limits bucket (and a Service that is not Run uses
+	// the built-in defaults).
+	Limits *limits.Book
 }
 
 // Service is the SUBMIT step; any number may run.
@@ -42,6 +48,13 @@ type Service struct {
 	pub    *bus.Publisher
 	log    *slog.Logger
 	stores stage.Stores
+	now    func() time.Time
+	limits *limits.Book
+
+	// mu guards queue, which is brought up to date as a request needs it
+	// (catchUp).
+	mu    sync.Mutex
+	queue *Queue
 }
 
 // New returns a Service.
@@ -58,13 +71,27 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/submit"
 	}
-	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores,
+		now: cfg.Now, limits: cfg.Limits, queue: NewQueue()}, nil
 }
 
 // Run handles requests until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
+	}
+	if s.limits == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		book, err := limits.Watch(wctx, s.js)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("submit: %w", err)
+		}
+		defer func() { cancel(); <-book.Done() }()
+		s.limits = book
 	}
 	return bus.Run(ctx, s.js, s.pub, "submit", s.log, bus.Handler{
 		Name:        "submit",
@@ -95,7 +122,7 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	if first != env.Seq {
 		return bus.Permanent(fmt.Errorf("%w: %s (its first event is #%d, this request is #%d)", ErrIDInUse, env.Subject, first, env.Seq))
 	}
-	decision, err := s.check(ctx, env.Subject, req)
+	decision, err := s.check(ctx, env.Subject, env.Seq, req)
 	if err != nil {
 		return fmt.Errorf("check %s: %w", env.Subject, err)
 	}
@@ -174,7 +201,10 @@ func (s *Service) firstSeq(ctx context.Context, job string) (uint64, error) {
 
 // check returns JobSubmitted or JobRejected for a request. An error means it
 // could not tell (the store did not answer) and the request is retried.
-func (s *Service) check(ctx context.Context, job string, req *events.JobRequested) (events.Event, error) {
+//
+// The quotas are checked after the declaration and before the staged data,
+// so that a flood of requests over a quota costs no reads of the store.
+func (s *Service) check(ctx context.Context, job string, seq uint64, req *events.JobRequested) (events.Event, error) {
 	var problems []string
 	if strings.TrimSpace(req.Submitter) == "" {
 		problems = append(problems, "submitter: required")
@@ -182,8 +212,19 @@ func (s *Service) check(ctx context.Context, job string, req *events.JobRequeste
 	if err := jobfile.Validate(req.Spec); err != nil {
 		problems = append(problems, strings.Split(err.Error(), "\n")...)
 	}
+	lim := s.limitsOf(req.Submitter)
+	if p := lim.ImageProblem(req.Spec.Work.Image); p != "" {
+		problems = append(problems, "work.image: "+p)
+	}
 	if len(problems) > 0 {
 		return rejection(problems), nil
+	}
+	usage, err := s.usage(ctx, req.Submitter, seq)
+	if err != nil {
+		return nil, err
+	}
+	if reason := limits.Admit(lim, usage); reason != "" {
+		return events.JobRejected{Reason: reason}, nil
 	}
 	spec := req.Spec
 	spec.Data = append([]events.DataRef(nil), req.Spec.Data...)
@@ -241,6 +282,35 @@ func (s *Service) check(ctx context.Context, job string, req *events.JobRequeste
 		return rejection(problems), nil
 	}
 	return events.JobSubmitted{Submitter: req.Submitter, Spec: spec}, nil
+}
+
+// limitsOf is a submitter's limits.
+func (s *Service) limitsOf(submitter string) limits.Limits {
+	if s.limits == nil {
+		return limits.Resolve(submitter, limits.Policy{}, limits.Policy{})
+	}
+	return s.limits.For(submitter)
+}
+
+// usage is what submitter had before the request at seq. The queue is
+// read up to the request first, from where it was: whichever request gets
+// here first reads for every request waiting behind it, so a burst costs a
+// read of the log per batch, not per request.
+func (s *Service) usage(ctx context.Context, submitter string, seq uint64) (limits.Usage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queue.Applied() < seq {
+		last, err := bus.Replay(ctx, s.js, bus.ReplayOptions{Filters: []string{events.JobSubjects}, From: s.queue.Applied() + 1, Logger: s.log},
+			func(env events.Envelope) error {
+				s.queue.Apply(env)
+				return nil
+			})
+		s.queue.Through(last)
+		if err != nil {
+			return limits.Usage{}, fmt.Errorf("quota of %s: %w", submitter, err)
+		}
+	}
+	return s.queue.Usage(submitter, seq, s.now()), nil
 }
 
 func isBadData(err error) bool {

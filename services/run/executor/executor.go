@@ -14,7 +14,10 @@ import (
 type Spec struct {
 	JobID   string
 	Attempt int
-	Command []string
+	// Submitter is whose job it is: what an executor's policy (the images
+	// allowed) is read for.
+	Submitter string
+	Command   []string
 	// Env is the declared environment; executors add E31_JOB_ID, E31_DATA and
 	// E31_OUTPUT (the paths as the job sees them).
 	Env   map[string]string

@@ -17,6 +17,7 @@ import (
 
 	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run"
 )
@@ -44,7 +45,7 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
-		ex, err := run.OpenExecutor(*exec, filepath.Join(*workDir, *node, "jobs"), log)
+		ex, err := run.OpenExecutorWith(*exec, filepath.Join(*workDir, *node, "jobs"), log, limits.Lookup{JS: js})
 		if err != nil {
 			return nil, err
 		}

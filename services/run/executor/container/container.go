@@ -26,6 +26,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/services/run/executor"
 	"github.com/e31net/e31/services/run/executor/internal/workspace"
 )
@@ -55,7 +56,24 @@ type Config struct {
 	ShmBytes int64
 	// Logger receives the executor's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Images says which images each submitter's jobs may run (the
+	// operator's policy, a limits.Book). SUBMIT rejects a job naming any
+	// other; the node refuses it again, so that a job that reached it some
+	// other way cannot run another tenant's private image. Nil: every image
+	// present (for a node whose only jobs SUBMIT checked).
+	Images Images
 }
+
+// Images gives a submitter's limits, among them the images it may run
+// (limits.Lookup, limits.Book). Implementations are safe for concurrent
+// use.
+type Images interface {
+	Limits(ctx context.Context, submitter string) (limits.Limits, error)
+}
+
+// ErrImageNotAllowed is returned by Prepare and Run for a job naming an
+// image the policy does not allow its submitter.
+var ErrImageNotAllowed = errors.New("container: image not allowed")
 
 // Executor runs jobs as containers. It is safe for concurrent use.
 type Executor struct {
@@ -185,6 +203,9 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("container: spec needs a job id and a command")
 	}
+	if err := e.allowed(ctx, spec); err != nil {
+		return nil, err
+	}
 	uid, ok := workspace.TakeUID(e.cfg.UIDBase, e.cfg.UIDCount)
 	if !ok {
 		return nil, fmt.Errorf("container: job %s: all %d job uids are in use", spec.JobID, e.cfg.UIDCount)
@@ -245,7 +266,26 @@ func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Re
 	if j.spec.Image == "" {
 		return executor.Result{}, ErrNoImage
 	}
+	if err := e.allowed(ctx, j.spec); err != nil {
+		return executor.Result{}, err
+	}
 	return e.run(ctx, j)
+}
+
+// allowed refuses an image the policy does not allow the job's submitter,
+// and any image while the policy cannot be read.
+func (e *Executor) allowed(ctx context.Context, spec executor.Spec) error {
+	if e.cfg.Images == nil || spec.Image == "" {
+		return nil
+	}
+	l, err := e.cfg.Images.Limits(ctx, spec.Submitter)
+	if err != nil {
+		return fmt.Errorf("container: job %s: the images allowed to %s: %w", spec.JobID, spec.Submitter, err)
+	}
+	if p := l.ImageProblem(spec.Image); p != "" {
+		return fmt.Errorf("%w: job %s: %s", ErrImageNotAllowed, spec.JobID, p)
+	}
+	return nil
 }
 
 func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/services/run/executor"
 )
 
@@ -56,7 +58,7 @@ func newExecutor(t *testing.T) *Executor {
 	if imageErr != nil {
 		t.Fatalf("build probe image: %v", imageErr)
 	}
-	e, err := New(ctx, Config{Root: t.TempDir(), Client: cli, UIDBase: 2300000, Logger: slog.New(slog.DiscardHandler)})
+	e, err := New(ctx, Config{Root: t.TempDir(), Client: cli, UIDBase: 2300000, Logger: slog.New(slog.DiscardHandler), Images: testImages{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,9 +128,39 @@ func buildProbe(ctx context.Context, cli *client.Client) error {
 	}
 }
 
+// testImages allows the probe image to the test's submitter alone.
+type testImages struct{}
+
+func (testImages) Limits(_ context.Context, submitter string) (limits.Limits, error) {
+	l := limits.Limits{Submitter: submitter}
+	if submitter == "tester" {
+		l.Images = []string{probeImage}
+	}
+	return l, nil
+}
+
+// TestAnImageNotAllowedIsRefused: the node refuses an image its policy
+// does not allow the job's submitter, present on the node as it is.
+func TestAnImageNotAllowedIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t)
+	s := spec("c-other-tenant")
+	s.Submitter = "mallory"
+	ws, err := e.Prepare(context.Background(), s)
+	if !errors.Is(err, ErrImageNotAllowed) {
+		if err == nil {
+			_ = ws.Release()
+		}
+		t.Fatalf("Prepare of mallory's job naming %s: err = %v, want ErrImageNotAllowed", probeImage, err)
+	}
+	if want := `image "` + probeImage + `" is not allowed for mallory; allowed: none`; !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say %q", err, want)
+	}
+}
+
 func spec(id string, args ...string) executor.Spec {
 	return executor.Spec{
-		JobID: id, Image: probeImage, Command: append([]string{"/probe"}, args...),
+		JobID: id, Submitter: "tester", Image: probeImage, Command: append([]string{"/probe"}, args...),
 		CPU: 1, MemoryBytes: 128 << 20, DiskBytes: 16 << 20,
 		Limit: 30 * time.Second, Grace: 500 * time.Millisecond,
 	}
