@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,21 +25,42 @@ type tenant struct {
 	js   jetstream.JetStream
 	// inbox is the prefix its permissions let it subscribe under.
 	inbox string
+
+	mu sync.Mutex
+	// refusals are what the server told the connection asynchronously:
+	// a publish or subscription it refused.
+	refusals []error
 }
 
 // newTenant connects as the submitter name.
 func newTenant(t testing.TB, name string) *tenant {
 	t.Helper()
-	nc := connect(t, name)
-	js, err := jetstream.New(nc)
-	if err != nil {
+	m := &tenant{name: name}
+	m.nc = connect(t, name, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.refusals = append(m.refusals, err)
+	}))
+	var err error
+	if m.js, err = jetstream.New(m.nc); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(creds(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tenant{name: name, nc: nc, js: js, inbox: inboxPrefix(t, b)}
+	m.inbox = inboxPrefix(t, b)
+	return m
+}
+
+// takeRefusals returns, and forgets, what the server refused the tenant
+// since the last call.
+func (m *tenant) takeRefusals() []error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.refusals
+	m.refusals = nil
+	return r
 }
 
 // newID is a job id of the tenant's choosing (pkg/events/schema: letters,

@@ -209,20 +209,39 @@ func (s stored) String() string {
 // with direct gets.
 func (w *watcher) jobEvents(t testing.TB, job string) []stored {
 	t.Helper()
+	evs, err := w.readJob(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// readJob is jobEvents for a goroutine of a test, which may not end it.
+func (w *watcher) readJob(job string) ([]stored, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []stored
 	for seq := uint64(1); ; {
 		m, err := w.log.GetMsg(ctx, seq, jetstream.WithGetMsgSubject("e31.job."+job+".>"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out
+			return out, nil
 		}
 		if err != nil {
-			t.Fatalf("operator: read the events of %s: %v", job, err)
+			return out, fmt.Errorf("operator: read the events of %s: %w", job, err)
 		}
 		out = append(out, stored{seq: m.Sequence, subject: m.Subject, header: m.Header, data: m.Data})
 		seq = m.Sequence + 1
 	}
+}
+
+// describe is a job's events, or why they could not be read, for a
+// failure message.
+func (w *watcher) describe(job string) string {
+	evs, err := w.readJob(job)
+	if err != nil {
+		return err.Error()
+	}
+	return clip(journey(evs), 600)
 }
 
 // ending is how a job ended, from its events: "" while it is not over.
