@@ -35,6 +35,7 @@ func TestHostileTenant(t *testing.T) {
 	t.Run("garbage", s.garbage)
 	t.Run("msgids", s.msgids)
 	t.Run("flood", s.flood)
+	t.Run("snooping", s.snooping)
 	t.Run("image", s.image)
 	t.Run("quotas", s.quotas)
 }
@@ -485,6 +486,86 @@ func (s *suite) flood(t *testing.T) {
 	}
 	stopWaiting()
 	aftermath(t, s, "flood", before)
+}
+
+// snooping has mallory ask every endpoint what it may ask, and looks for
+// anything about other tenants in the answers (SECURITY.md: a submitter
+// learns nothing of other tenants, no counts, sequences or ids): honest's
+// name or job ids anywhere, the ledger head's counts and sequence, the
+// scheduler's count of every queued job.
+func (s *suite) snooping(t *testing.T) {
+	w, mal := s.w, s.mal
+	before := w.lastSeq(t)
+	waiting := mal.submit(t, "snooping-waits", stuck("snooping-waits"))
+	if reason, ok := accepted(t, w, waiting); !ok {
+		t.Fatalf("mallory's job %s, waiting for a node of 64 cpu, was rejected: %s", waiting, reason)
+	}
+	questions := []struct {
+		endpoint string
+		q        any
+	}{
+		{"ledger.head", map[string]any{}},
+		{"ledger.list", map[string]any{}},
+		{"ledger.totals", map[string]any{}},
+		{"ledger.record", map[string]any{"job": s.warm.id}},
+		{"ledger.events", map[string]any{"job": s.warm.id}},
+		{"rent.why", map[string]any{"job": waiting}},
+		{"rent.why", map[string]any{"job": s.warm.id}},
+		{"output.stored", map[string]any{}},
+		{"output.stored", map[string]any{"submitter": honest}},
+	}
+	for _, q := range questions {
+		var answer map[string]any
+		if err := mal.askPatiently(q.endpoint, q.q, &answer); err != nil {
+			t.Errorf("%s did not answer mallory: %v", mal.api(q.endpoint), err)
+			continue
+		}
+		raw, asked := string(mustJSON(answer)), string(mustJSON(q.q))
+		// An answer may repeat what the question named (an error about
+		// "job X"), never tell more.
+		for _, secret := range []string{honest, s.warm.id} {
+			if strings.Contains(raw, secret) && !strings.Contains(asked, secret) {
+				t.Errorf("mallory asked %s %s and was told of honest: %s", mal.api(q.endpoint), asked, clip(raw, 300))
+			}
+		}
+		if strings.Contains(asked, honest) {
+			// Refused, or answered about mallory's own jobs: any job of
+			// honest's would name honest as its submitter.
+			jobs, _ := answer["jobs"].([]any)
+			for _, j := range jobs {
+				job, _ := j.(map[string]any)
+				if sub, _ := job["submitter"].(string); sub != mallory {
+					t.Errorf("mallory asked %s %s and was told of a job of %q: %s", mal.api(q.endpoint), asked, sub, clip(raw, 300))
+				}
+			}
+		}
+		if strings.Contains(asked, s.warm.id) {
+			events, _ := answer["events"].([]any)
+			state, _ := answer["state"].(string)
+			if answer["record"] != nil || len(events) > 0 || (state != "" && state != "unknown") {
+				t.Errorf("mallory asked %s about honest's job and was told of it: %s", mal.api(q.endpoint), clip(raw, 300))
+			}
+		}
+		switch q.endpoint {
+		case "ledger.head":
+			head, _ := answer["head"].(map[string]any)
+			for _, f := range []any{answer["records"], answer["last_seq"], answer["behind"], head["seq"]} {
+				if n, ok := f.(float64); ok && n > 0 {
+					t.Errorf("mallory asked %s and was told the log's counts or sequence: %s", mal.api(q.endpoint), clip(raw, 300))
+					break
+				}
+			}
+		case "rent.why":
+			if n, ok := answer["queued"].(float64); ok && n > 0 {
+				t.Errorf("mallory asked %s %s and was told how many jobs wait in all: %s", mal.api(q.endpoint), asked, clip(raw, 300))
+			}
+		}
+	}
+	mal.cancel(t, waiting)
+	if end, evs := w.waitOver(t, waiting, 30*time.Second); end == "" {
+		t.Errorf("mallory's job %s did not end within 30 s of its cancel: %s", waiting, journey(evs))
+	}
+	aftermath(t, s, "snooping", before)
 }
 
 // image asks for a container image the operator allowed no one:
