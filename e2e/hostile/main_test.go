@@ -68,8 +68,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "hostile: keeping", dir)
 	}
 	e31Bin = filepath.Join(dir, "e31")
-	build := exec.Command("go", "build", "-o", e31Bin, ".")
-	build.Dir = "../../cmd/e31"
+	// Built as `make build` builds it, in the repository's workspace: this
+	// module runs with GOWORK=off, which must not reach the build of e31.
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	build := exec.Command("go", "build", "-o", e31Bin, "./cmd/e31")
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOWORK="+filepath.Join(root, "go.work"))
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "hostile: build e31: %v\n%s", err, out)
 		return 1
