@@ -14,10 +14,30 @@
 // watches every subject during an attack and reads the log afterwards, so a
 // test can say exactly what leaked where.
 //
-// After each attack the same things must hold: honest's jobs succeed with
-// their output intact, nothing is in the log that mallory could not have
-// written, `e31 audit` passes, and the event log has no more consumers than
-// before.
+// TestHostileTenant runs the attacks in turn, one subtest each, on one
+// system, so that what one attack leaves behind shows in the next:
+//
+//   - replies (replies_test.go): every query endpoint asked with the reply
+//     subject of a lease, an object of honest's bucket, every event subject
+//     of honest's running job, the JetStream API and honest's inbox;
+//   - garbage (garbage_test.go): junk, bodies at and over the bounds,
+//     wrong types, events of types mallory does not own and forged
+//     by/submitter fields, on every tail mallory may publish, of its own
+//     jobs and honest's;
+//   - msgids: events stored ahead of their owners under the ids the
+//     owners will give them, so that the real ones look like repeats;
+//   - flood (flood_test.go): 50 long polls and a burst of questions, while
+//     honest's queries are timed (p99 logged);
+//   - snooping: what mallory's answers tell of honest;
+//   - image and quotas (policy_test.go): an image nobody allowed, and
+//     max-data, max-queued and max-rate set by the operator and exceeded.
+//
+// After each attack the same things must hold (aftermath): honest's jobs
+// succeed with their output intact, nothing is in the log that mallory
+// could not have written, the event log has no more consumers than at
+// rest, and `e31 audit` passes. A failure names the attack and what it
+// changed; waits are bounded, so a frozen job is reported as such, with
+// its events, rather than as a timeout of the whole test.
 //
 // Like e2e/upstream, the package knows e31 only by its published contract:
 // the JSON Schemas and README in pkg/events/schema, README.md and
