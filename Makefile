@@ -28,11 +28,14 @@ test: lint unit fuzz-short e2e
 unit:
 	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(RACE) $(TEST_FLAGS) ./$$m/...; done
 
-# e2e/upstream is a module of its own, outside the workspace: a system that
-# knows e31 only by its published schemas, and could not import it.
+# e2e/upstream and e2e/hostile are modules of their own, outside the
+# workspace: a system that knows e31 only by its published schemas, and a
+# hostile tenant that knows it only as a submitter does; neither could
+# import it.
+OUTSIDE_MODULES := e2e/upstream e2e/hostile
 e2e:
 	$(GO) test $(TEST_FLAGS) ./e2e/...
-	cd e2e/upstream && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
+	@set -e; for m in $(OUTSIDE_MODULES); do echo "== go test ./$$m/..."; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
 
 ## bench: N trivial jobs through the whole life in e31 dev (BENCH_N, default 2000), then
 ## staging, the scheduler, the ledger, and what a second SUBMIT instance adds under load.
@@ -60,7 +63,7 @@ fuzz-short:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES) e2e; do $(GO) vet ./$$m/...; done
-	@cd e2e/upstream && GOWORK=off $(GO) vet ./...
+	@set -e; for m in $(OUTSIDE_MODULES); do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 clean:
 	rm -rf bin
