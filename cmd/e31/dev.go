@@ -87,7 +87,7 @@ are used with --creds or E31_CREDS:
 	f.StringVar(&o.nodeDisk, "node-disk", "20GiB", "disk for job output and scratch space per node")
 	f.StringVar(&o.sync, "sync", "always", "when the event store writes to disk: always or interval")
 	f.StringVar(&o.executor, "executor", "auto", "how nodes run jobs: sandbox (isolated; needs root), process (NOT isolated, and the nodes say so), auto (the sandbox, or refuse to start where it cannot run)")
-	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
 	f.StringSliceVar(&o.users, "users", nil, "submitters to write credentials for, into DIR/creds/NAME.creds (comma separated)")

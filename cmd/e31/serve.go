@@ -82,7 +82,7 @@ is one compute node: give each node its own --node name.`,
 	f.StringVar(&disk, "node-disk", "20GiB", "run: disk for job output and scratch space")
 	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
 	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
-	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: time between SIGTERM and SIGKILL")
+	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
 	return cmd
 }

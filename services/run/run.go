@@ -54,7 +54,9 @@ type Config struct {
 	// every submitter (tests).
 	Stores stage.Stores
 	Store  stage.Store
-	// Grace is how long a job has between SIGTERM and SIGKILL.
+	// Grace is how long before its limit a job gets SIGTERM (SIGKILL comes
+	// at the limit), and how long a cancelled job has before SIGKILL. A
+	// short job gets at most a tenth of its limit (executor.GraceFor).
 	Grace time.Duration
 	// MaxOutputBytes bounds what one job may return when its hold carries
 	// no disk; otherwise the hold's DiskBytes (request.disk) does.
@@ -70,6 +72,10 @@ var errShutdown = errors.New("run: the node is shutting down")
 
 // errCancelRequested is the cause given to jobs a submitter cancelled.
 var errCancelRequested = errors.New("run: cancel requested")
+
+// errLimitBeforeStart is the cause given to preparing and staging a job
+// when its limit passes before it could start.
+var errLimitBeforeStart = errors.New("run: the limit passed before the job started")
 
 // errFenced is the cause given to jobs stopped because this node lost its
 // lease: the pool counts it dead and has held its jobs again elsewhere.
@@ -294,7 +300,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 		return nil
 	}
 	log.Info("run started", "seq", stored[0].Seq)
-	stopped := s.execute(jobCtx, job, held, log)
+	stopped := s.execute(jobCtx, job, held, env.Time, log)
 	s.mu.Lock()
 	s.results[resultKey(job, held.Attempt)] = stopped
 	s.mu.Unlock()
@@ -432,8 +438,21 @@ func (s *Service) isolationOf(job string, held *events.ComputeHeld) events.Isola
 
 // execute prepares the workspace, stages the data, runs the job and collects
 // its output. Every failure becomes the stop's outcome and reason.
-func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, log *slog.Logger) events.RunStopped {
+//
+// The job's limit counts from heldAt, the hold's ce-time, when the meter
+// started, not from the start of its process: the time spent staging its
+// data is held compute too, and counting from the process start would let
+// the bill pass the limit by that much. SIGKILL comes at the deadline, and
+// SIGTERM a grace period before it.
+func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, heldAt time.Time, log *slog.Logger) events.RunStopped {
 	spec := held.Spec
+	limit := time.Duration(spec.Request.LimitSeconds * float64(time.Second))
+	grace := executor.GraceFor(limit, s.cfg.Grace)
+	deadline := Deadline(heldAt, limit, time.Now())
+	// Preparing and staging end at the deadline too: a job whose data
+	// takes its whole limit to stage has used up its hold.
+	prepCtx, cancelPrep := context.WithDeadlineCause(ctx, deadline, errLimitBeforeStart)
+	defer cancelPrep()
 	stopped := events.RunStopped{Hold: held.Hold,
 		Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}}
 	// A failure before the job ran is the job's (bad data, say) unless it
@@ -441,7 +460,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	fail := func(format string, args ...any) events.RunStopped {
 		stopped.Outcome = events.Failed
 		stopped.Reason = fmt.Sprintf(format, args...)
-		switch context.Cause(ctx) {
+		switch context.Cause(prepCtx) {
+		case errLimitBeforeStart:
+			stopped.Outcome = events.LimitExceeded
+			stopped.Reason = fmt.Sprintf("its limit of %s passed before it started (%s)", limit, stopped.Reason)
 		case errShutdown:
 			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down before the job started"
 		case errFenced:
@@ -459,6 +481,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		env[k] = v
 	}
 	env["E31_ATTEMPT"] = strconv.Itoa(held.Attempt)
+	// When the job is killed, and how long before that it hears of it: a
+	// training loop can plan its last checkpoint.
+	env["E31_DEADLINE"] = deadline.UTC().Format(time.RFC3339Nano)
+	env["E31_GRACE_SECONDS"] = strconv.FormatFloat(grace.Seconds(), 'f', -1, 64)
 	if sw := spec.Sweep; sw != nil {
 		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
@@ -466,9 +492,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	xspec := executor.Spec{
 		JobID: job, Attempt: held.Attempt, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: held.DiskBytes,
-		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
+		Limit: limit, Deadline: deadline, Grace: grace,
 	}
-	ws, err := s.cfg.Executor.Prepare(ctx, xspec)
+	ws, err := s.cfg.Executor.Prepare(prepCtx, xspec)
 	if err != nil {
 		return fail("preparing the job's workspace: %v", err)
 	}
@@ -479,8 +505,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}()
 	// A job's data and output live in its submitter's store.
 	var store stage.Store
-	err = again(ctx, log, "opening the store", func() (err error) {
-		store, err = s.cfg.Stores.For(ctx, held.Submitter)
+	err = again(prepCtx, log, "opening the store", func() (err error) {
+		store, err = s.cfg.Stores.For(prepCtx, held.Submitter)
 		return err
 	})
 	if err != nil {
@@ -490,15 +516,15 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		if ref.Digest == "" && ref.FromJob != "" {
 			// The earlier job had not finished when this one was submitted;
 			// it has now (RENT held this job after it succeeded).
-			resolved, err := s.outputOf(ctx, store, ref.FromJob)
+			resolved, err := s.outputOf(prepCtx, store, ref.FromJob)
 			if err != nil {
 				return fail("staging data %q from job %s: %v", ref.Name, ref.FromJob, err)
 			}
 			resolved.Name = ref.Name
 			ref = resolved
 		}
-		err := again(ctx, log, "staging data", func() error {
-			return stage.Download(ctx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil)
+		err := again(prepCtx, log, "staging data", func() error {
+			return stage.Download(prepCtx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil)
 		})
 		if err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
@@ -561,6 +587,18 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	}
 	return stopped
+}
+
+// Deadline is when a job held at heldAt with the given limit is killed: the
+// limit after the hold, as the meter counts. heldAt is the hold's ce-time,
+// from the clock of the RENT that held it; a node whose clock is behind
+// would count the limit from a moment in its future, so the deadline is
+// never later than the limit from now, the moment the node reads the hold.
+func Deadline(heldAt time.Time, limit time.Duration, now time.Time) time.Time {
+	if heldAt.IsZero() || heldAt.After(now) {
+		heldAt = now
+	}
+	return heldAt.Add(limit)
 }
 
 // again calls op until it succeeds, fails for a reason that does not pass

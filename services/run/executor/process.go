@@ -82,9 +82,9 @@ func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	limit := time.NewTimer(spec.Limit)
-	defer limit.Stop()
-	var stopping <-chan time.Time
+	termAt, killAt := spec.Stops(res.Started)
+	term, kill := Due(termAt), Due(killAt)
+	done := ctx.Done()
 	var why events.Outcome
 	var werr error
 wait:
@@ -92,17 +92,25 @@ wait:
 		select {
 		case werr = <-waited:
 			break wait
-		case <-limit.C:
-			why = events.LimitExceeded
-			stopping = stop(pgid, spec.Grace)
-		case <-ctx.Done():
+		case <-term:
+			term = nil
+			if why == "" {
+				why = events.LimitExceeded
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			}
+		case <-done:
+			done = nil
 			if why == "" {
 				why = events.Cancelled
-				stopping = stop(pgid, spec.Grace)
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+				kill = Due(KillBy(time.Now(), spec.Grace, killAt))
 			}
-		case <-stopping:
+		case <-kill:
+			kill = nil
+			if why == "" {
+				why = events.LimitExceeded
+			}
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			stopping = nil
 		}
 	}
 	// The first process is gone; anything it left in its group goes with it.
@@ -138,12 +146,6 @@ wait:
 		}
 	}
 	return res, nil
-}
-
-// stop sends SIGTERM to the group and returns when SIGKILL is due.
-func stop(pgid int, grace time.Duration) <-chan time.Time {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	return time.After(grace)
 }
 
 // Environ is a job's environment: the declared variables, then E31_* (which

@@ -30,7 +30,7 @@ func main() {
 	disk := fs.String("node-disk", "20GiB", "disk for job output and scratch space")
 	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "e31"), "where job workspaces are made")
 	exec := fs.String("executor", run.ExecAuto, "sandbox; process (NOT isolated, and the node says so); or auto: the sandbox, or refuse to start where it cannot run")
-	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
+	grace := fs.Duration("grace", 10*time.Second, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	os.Exit(daemon.Main("run", fs, os.Args[1:], func(ctx context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
 		mem, err := jobfile.ParseSize(*memory)
 		if err != nil {

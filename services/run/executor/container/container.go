@@ -309,16 +309,9 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		return executor.Result{}, fmt.Errorf("container: start %s: %w", spec.JobID, err)
 	}
 	res := executor.Result{Started: time.Now()}
-	var limit <-chan time.Time
-	if spec.Limit > 0 {
-		t := time.NewTimer(spec.Limit)
-		defer t.Stop()
-		limit = t.C
-	}
-	var (
-		stopping bool
-		kill     <-chan time.Time
-	)
+	termAt, killAt := spec.Stops(res.Started)
+	term, kill := executor.Due(termAt), executor.Due(killAt)
+	stopping := false
 	stop := func(outcome events.Outcome, reason string) {
 		if stopping {
 			return
@@ -329,8 +322,8 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
 			j.log.Warn("signal container", "err", err)
 		}
-		kill = time.After(spec.Grace)
 	}
+	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
 	done := ctx.Done()
 loop:
 	for {
@@ -342,13 +335,18 @@ loop:
 			break loop
 		case err := <-errc:
 			return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
-		case <-limit:
-			stop(events.LimitExceeded, fmt.Sprintf("wall-clock limit %s reached", spec.Limit))
+		case <-term:
+			term = nil
+			stop(events.LimitExceeded, limitReason)
 		case <-done:
 			done = nil
-			stop(events.Cancelled, "cancelled")
+			if !stopping {
+				stop(events.Cancelled, "cancelled")
+				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
+			}
 		case <-kill:
 			kill = nil
+			stop(events.LimitExceeded, limitReason)
 			if err := e.cli.ContainerKill(bg, j.id, "SIGKILL"); err != nil {
 				j.log.Warn("kill container", "err", err)
 			}

@@ -11,8 +11,9 @@
 // space than that (and a /dev/shm of Config.ShmBytes) and what RUN collects
 // from Workspace.OutDir is on the node after the container is gone. Memory
 // (without swap), cpu (NanoCPUs) and the process count are limited by the
-// engine; an OOM kill is out_of_memory, the wall-clock limit and
-// cancellation stop the container with SIGTERM, the grace, then SIGKILL.
+// engine; an OOM kill is out_of_memory. The wall-clock limit sends SIGTERM a
+// grace period before Spec.Stops' deadline and SIGKILL at it; cancellation
+// sends SIGTERM, then SIGKILL a grace period later (executor.KillBy).
 //
 // Usage is read at the end, not sampled: with the engine's cgroupfs driver
 // every job's container is placed under a cgroup parent of its own

@@ -522,15 +522,10 @@ wait:
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
-	var limit <-chan time.Time
-	if spec.Limit > 0 {
-		t := time.NewTimer(spec.Limit)
-		defer t.Stop()
-		limit = t.C
-	}
+	termAt, killAt := spec.Stops(res.Started)
+	term, kill := executor.Due(termAt), executor.Due(killAt)
 	var (
 		stopping bool
-		kill     <-chan time.Time
 		ex       exited
 	)
 	stop := func(outcome events.Outcome, reason string) {
@@ -541,22 +536,26 @@ wait:
 		res.Outcome, res.Reason = outcome, reason
 		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
 		killAll(j.cg, syscall.SIGTERM)
-		t := time.NewTimer(spec.Grace)
-		kill = t.C
 	}
+	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
 	done := ctx.Done()
 loop:
 	for {
 		select {
 		case ex = <-donec:
 			break loop
-		case <-limit:
-			stop(events.LimitExceeded, fmt.Sprintf("wall-clock limit %s reached", spec.Limit))
+		case <-term:
+			term = nil
+			stop(events.LimitExceeded, limitReason)
 		case <-done:
 			done = nil
-			stop(events.Cancelled, "cancelled")
+			if !stopping {
+				stop(events.Cancelled, "cancelled")
+				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
+			}
 		case <-kill:
 			kill = nil
+			stop(events.LimitExceeded, limitReason)
 			// SIGKILL to pid 1 makes the kernel kill its whole pid namespace.
 			_ = syscall.Kill(st.pid, syscall.SIGKILL)
 			killAll(j.cg, syscall.SIGKILL)
