@@ -20,7 +20,7 @@ import (
 
 func serveCmd(a *app) *cobra.Command {
 	var node nodeConfig
-	var memory, disk string
+	var memory, disk, logCap string
 	cmd := &cobra.Command{
 		Use:   "serve SERVICE",
 		Short: "Run one service against an external NATS: submit, rent, run, output, release or ledger",
@@ -39,6 +39,9 @@ is one compute node: give each node its own --node name.`,
 				}
 				if node.DiskBytes, err = jobfile.ParseSize(disk); err != nil {
 					return usageErr("--node-disk: %v", err)
+				}
+				if node.LogCap, err = jobfile.ParseSize(logCap); err != nil {
+					return usageErr("--log-cap: %v", err)
 				}
 				if node.WorkDir == "" {
 					node.WorkDir = filepath.Join(os.TempDir(), "e31", node.Name)
@@ -80,6 +83,7 @@ is one compute node: give each node its own --node name.`,
 	f.Float64Var(&node.CPU, "node-cpu", float64(runtime.NumCPU()), "run: cpu cores this node offers")
 	f.StringVar(&memory, "node-memory", "4GiB", "run: memory this node offers")
 	f.StringVar(&disk, "node-disk", "20GiB", "run: disk for job output and scratch space")
+	f.StringVar(&logCap, "log-cap", "16MiB", "run: the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
 	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
 	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")

@@ -140,6 +140,7 @@ type JobLog struct {
 	attempt int
 
 	flushing sync.Mutex // one flush at a time
+	indexed  [2]int64   // the totals the stored index has; under flushing
 	mu       sync.Mutex
 	streams  [2]*logStream
 }
@@ -251,6 +252,13 @@ func (s *logStream) tail() ([]byte, int64) {
 func (l *JobLog) Flush(ctx context.Context, done bool) error {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
+	l.mu.Lock()
+	idle := l.indexed == [2]int64{l.streams[0].total, l.streams[1].total}
+	l.mu.Unlock()
+	if idle && !done {
+		// Nothing new: a job that is quiet costs the store nothing.
+		return nil
+	}
 	var errs []error
 	for _, s := range l.streams {
 		if err := s.flush(ctx); err != nil {
@@ -262,6 +270,7 @@ func (l *JobLog) Flush(ctx context.Context, done bool) error {
 	}
 	l.mu.Lock()
 	x := LogIndex{Version: 1, Done: done}
+	totals := [2]int64{l.streams[0].total, l.streams[1].total}
 	for _, s := range l.streams {
 		st := x.Stream(s.name)
 		st.Bytes = s.total
@@ -281,6 +290,7 @@ func (l *JobLog) Flush(ctx context.Context, done bool) error {
 	if err := putBytes(ctx, l.store, logPrefix(l.job, l.attempt)+"index", b); err != nil {
 		return fmt.Errorf("log of %s attempt %d: %w", l.job, l.attempt, err)
 	}
+	l.indexed = totals
 	return nil
 }
 

@@ -61,6 +61,12 @@ type Config struct {
 	// MaxOutputBytes bounds what one job may return when its hold carries
 	// no disk; otherwise the hold's DiskBytes (request.disk) does.
 	MaxOutputBytes int64
+	// LogCap bounds what is kept of each of a job's stdout and stderr:
+	// past it, the head and the last MiB (stage.JobLog). Default 16 MiB.
+	LogCap int64
+	// LogFlush is how often a running job's new output is stored, for
+	// `e31 logs --follow`. Default 1s.
+	LogFlush time.Duration
 
 	Source string
 	Logger *slog.Logger
@@ -119,6 +125,12 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = 10 << 30
+	}
+	if cfg.LogCap <= 0 {
+		cfg.LogCap = 16 << 20
+	}
+	if cfg.LogFlush <= 0 {
+		cfg.LogFlush = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -494,6 +506,17 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: held.DiskBytes,
 		Limit: limit, Deadline: deadline, Grace: grace,
 	}
+	// A job's data, output and logs live in its submitter's store.
+	var store stage.Store
+	err := again(prepCtx, log, "opening the store", func() (err error) {
+		store, err = s.cfg.Stores.For(prepCtx, held.Submitter)
+		return err
+	})
+	if err != nil {
+		return fail("opening the store of %s: %v", held.Submitter, err)
+	}
+	logs := stage.NewJobLog(store, job, held.Attempt, s.cfg.LogCap)
+	xspec.Stdout, xspec.Stderr = logs.Stdout(), logs.Stderr()
 	ws, err := s.cfg.Executor.Prepare(prepCtx, xspec)
 	if err != nil {
 		return fail("preparing the job's workspace: %v", err)
@@ -503,15 +526,6 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			log.Warn("releasing the workspace", "err", err)
 		}
 	}()
-	// A job's data and output live in its submitter's store.
-	var store stage.Store
-	err = again(prepCtx, log, "opening the store", func() (err error) {
-		store, err = s.cfg.Stores.For(prepCtx, held.Submitter)
-		return err
-	})
-	if err != nil {
-		return fail("opening the store of %s: %v", held.Submitter, err)
-	}
 	for _, ref := range spec.Data {
 		if ref.Digest == "" && ref.FromJob != "" {
 			// The earlier job had not finished when this one was submitted;
@@ -530,11 +544,20 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			return fail("staging data %q: %v", ref.Name, err)
 		}
 	}
+	flushCtx, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		s.flushLogs(flushCtx, logs, log)
+	}()
 	res, err := s.cfg.Executor.Run(ctx, ws)
+	stopFlushing()
+	<-flushed
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
 	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
+	stopped.Logs = s.storeLogs(ctx, logs, log)
 	if res.Outcome == events.Cancelled {
 		switch context.Cause(ctx) {
 		case errShutdown:
@@ -587,6 +610,37 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	}
 	return stopped
+}
+
+// flushLogs stores what the running job wrote, every LogFlush, until ctx
+// ends: what `e31 logs --follow` reads. A flush of a job that wrote
+// nothing new stores nothing; one that fails is tried again at the next.
+func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) {
+	tick := time.NewTicker(s.cfg.LogFlush)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := logs.Flush(ctx, false); err != nil && ctx.Err() == nil {
+				log.Warn("storing the job's output so far", "err", err)
+			}
+		}
+	}
+}
+
+// storeLogs stores the rest of what the job wrote, and marks its log
+// complete, on every path the job ran (also when the node stops), and
+// returns what RunStopped says of it.
+func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
+	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := again(storeCtx, log, "storing the job's logs", func() error { return logs.Flush(storeCtx, true) }); err != nil {
+		log.Warn("storing the job's logs", "err", err)
+	}
+	stdout, stderr, truncated := logs.Counts()
+	return &events.Logs{StdoutBytes: stdout, StderrBytes: stderr, Truncated: truncated}
 }
 
 // Deadline is when a job held at heldAt with the given limit is killed: the

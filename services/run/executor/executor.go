@@ -5,6 +5,7 @@ package executor
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -31,6 +32,12 @@ type Spec struct {
 	Limit    time.Duration
 	Deadline time.Time
 	Grace    time.Duration
+
+	// Stdout and Stderr receive what the job writes to its stdout and
+	// stderr, as it writes it, through pipes the executor reads (see
+	// Pipes). They must not block: RUN's copy only keeps the bytes in
+	// memory. Nil: the executor keeps them its own way, if at all.
+	Stdout, Stderr io.Writer
 }
 
 // Stops returns when the job of spec, started at start, is sent SIGTERM

@@ -66,8 +66,15 @@ func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
 	cmd.Dir = ws.Root
 	cmd.Env = Environ(spec, ws.DataDir, ws.OutDir, ws.Root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf, err := os.Create(filepath.Join(ws.Root, "job.log"))
-	if err == nil {
+	var pipes *Pipes
+	if spec.Stdout != nil && spec.Stderr != nil {
+		var err error
+		if pipes, err = OpenPipes(spec.Stdout, spec.Stderr); err != nil {
+			return Result{}, err
+		}
+		defer pipes.Close()
+		cmd.Stdout, cmd.Stderr = pipes.Stdout, pipes.Stderr
+	} else if logf, err := os.Create(filepath.Join(ws.Root, "job.log")); err == nil {
 		defer logf.Close()
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
@@ -77,6 +84,9 @@ func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
 		res.Outcome = events.Failed
 		res.Reason = fmt.Sprintf("could not start %s: %v", spec.Command[0], err)
 		return res, nil
+	}
+	if pipes != nil {
+		pipes.Started()
 	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
@@ -115,6 +125,11 @@ wait:
 	}
 	// The first process is gone; anything it left in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if pipes != nil {
+		// What the job wrote last is read before the result says it ended.
+		// A process that left the group may hold a pipe: not for long.
+		pipes.Wait(2 * time.Second)
+	}
 	res.Stopped = time.Now()
 	if st := cmd.ProcessState; st != nil {
 		res.Usage.CPUSeconds = (st.UserTime() + st.SystemTime()).Seconds()

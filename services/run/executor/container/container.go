@@ -304,6 +304,23 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			j.id = ""
 		}
 	}()
+	// RUN keeps the job's output as it is written: attached before the
+	// start, the stream misses nothing, and it ends when the container does.
+	var attached chan struct{}
+	if spec.Stdout != nil && spec.Stderr != nil {
+		hj, err := e.cli.ContainerAttach(bg, j.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+		if err != nil {
+			return executor.Result{}, fmt.Errorf("container: attach to %s: %w", spec.JobID, err)
+		}
+		defer hj.Close()
+		attached = make(chan struct{})
+		go func() {
+			defer close(attached)
+			if _, err := stdcopy.StdCopy(spec.Stdout, spec.Stderr, hj.Reader); err != nil {
+				j.log.Warn("copy container output", "err", err)
+			}
+		}()
+	}
 	waitc, errc := e.cli.ContainerWait(bg, j.id, container.WaitConditionNextExit)
 	if err := e.cli.ContainerStart(bg, j.id, container.StartOptions{}); err != nil {
 		return executor.Result{}, fmt.Errorf("container: start %s: %w", spec.JobID, err)
@@ -360,7 +377,15 @@ loop:
 	if info.State.Running {
 		return res, fmt.Errorf("container: %s reported an exit but is running", spec.JobID)
 	}
-	e.copyLogs(bg, j)
+	if attached != nil {
+		select {
+		case <-attached:
+		case <-time.After(2 * time.Second):
+			j.log.Warn("the container's output stream did not end with it")
+		}
+	} else {
+		e.copyLogs(bg, j)
+	}
 	if e.usage {
 		u, err := readUsage(e.cgroupsV2, j.parent)
 		if err != nil {

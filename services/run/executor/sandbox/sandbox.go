@@ -468,6 +468,18 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			f.Close()
 		}
 	}()
+	var pipes *executor.Pipes
+	if spec.Stdout != nil && spec.Stderr != nil {
+		// RUN keeps the job's output: it goes there, through pipes, not
+		// into files in the job's writable space.
+		if pipes, err = executor.OpenPipes(spec.Stdout, spec.Stderr); err != nil {
+			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+		}
+		defer pipes.Close()
+		files[1].Close()
+		files[2].Close()
+		files[1], files[2] = pipes.Stdout, pipes.Stderr
+	}
 	env, path := jobEnv(spec)
 	binds := append([]bind(nil), e.binds...)
 	binds = append(binds,
@@ -519,6 +531,9 @@ wait:
 	if st.err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: start %s: %w", spec.JobID, st.err)
 	}
+	if pipes != nil {
+		pipes.Started()
+	}
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
@@ -568,6 +583,10 @@ loop:
 		j.log.Warn("job processes outlive pid 1", "pids", left)
 	}); err != nil {
 		return res, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+	}
+	if pipes != nil {
+		// Every process of the job is gone: the pipes end once read.
+		pipes.Wait(2 * time.Second)
 	}
 	res.Stopped = time.Now()
 	u, err := j.cg.usage()
