@@ -61,7 +61,7 @@ func (ts *testSystem) start(nodes int) {
 	a.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx := context.Background()
 	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
-		nodeMemory: "2GiB", nodeDisk: "4GiB", sync: "interval", executor: cmp.Or(ts.opts.executor, testExecutor), grace: 500 * time.Millisecond,
+		nodeMemory: "2GiB", nodeDisk: "4GiB", logCap: ts.opts.logCap, sync: "interval", executor: cmp.Or(ts.opts.executor, testExecutor), grace: 500 * time.Millisecond,
 		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL, users: testUsers})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)

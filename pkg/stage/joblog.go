@@ -132,15 +132,20 @@ func readAll(ctx context.Context, store Store, name string) ([]byte, error) {
 // JobLog keeps what a job writes to its stdout and stderr, bounded, and
 // stores it in the submitter's store. Stdout and Stderr are the writers
 // the job's output is copied into; they only copy into memory, so that a
-// job never waits on the store. Flush stores what is new. Writes and
-// flushes may happen concurrently.
+// job never waits on the store. Writes, Flush and Recent may happen
+// concurrently.
+//
+// Every object is written once: the head's chunks as they fill, and the
+// head's last chunk, the tail and the index when the job has stopped. (A
+// node may not purge a bucket's stream, which replacing or deleting an
+// object takes; nor need it, this way.) Until then, Recent gives what is
+// new, for a follower.
 type JobLog struct {
 	store   Store
 	job     string
 	attempt int
 
 	flushing sync.Mutex // one flush at a time
-	indexed  [2]int64   // the totals the stored index has; under flushing
 	mu       sync.Mutex
 	streams  [2]*logStream
 }
@@ -172,9 +177,54 @@ func (l *JobLog) Counts() (stdout, stderr int64, truncated bool) {
 	return o.total, e.total, o.total > o.headCap+o.tailCap || e.total > e.headCap+e.tailCap
 }
 
+// LogPiece is some of what a job wrote to one stream: Bytes from Offset on.
+type LogPiece struct {
+	Stream string
+	Offset int64
+	Bytes  []byte
+}
+
+// The headers of a message that carries a LogPiece live (the body is its
+// bytes): which stream, and the offset of its first byte.
+const (
+	LogStreamHeader = "E31-Log-Stream"
+	LogOffsetHeader = "E31-Log-Offset"
+)
+
+// RecentMax is the most of each stream one call of Recent returns: a
+// follower of a job that writes faster sees the newest bytes, and a line
+// that says what it skipped.
+const RecentMax = 64 << 10
+
+// Recent returns what the job wrote since the last call, the newest
+// RecentMax bytes of each stream at most.
+func (l *JobLog) Recent() []LogPiece {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []LogPiece
+	for _, s := range l.streams {
+		n := min(s.total-s.sent, s.recentLen)
+		if n == 0 {
+			continue
+		}
+		b := make([]byte, 0, n)
+		start := (s.recentPos - n + RecentMax) % RecentMax
+		if start+n > RecentMax {
+			b = append(b, s.recent[start:]...)
+			b = append(b, s.recent[:s.recentPos]...)
+		} else {
+			b = append(b, s.recent[start:start+n]...)
+		}
+		out = append(out, LogPiece{Stream: s.name, Offset: s.total - n, Bytes: b})
+		s.sent = s.total
+	}
+	return out
+}
+
 // logStream is one stream of a JobLog. Its bytes from 0 to headCap are the
 // head, stored in chunks of logChunkSize; past headCap only the last
-// tailCap bytes are kept, in a ring, and stored as one chunk that moves.
+// tailCap bytes are kept, in a ring, stored when the job stops. recent
+// holds the last RecentMax bytes, whatever part they are of, for Recent.
 type logStream struct {
 	l                *JobLog
 	name             string
@@ -184,16 +234,16 @@ type logStream struct {
 	sealed  []pending  // full head chunks not yet stored
 	open    []byte     // the head's last, growing chunk, from openOff
 	openOff int64      // where open starts
-	openNew bool       // open changed since it was stored
 	stored  []LogChunk // head chunks stored
-	openRef *LogChunk  // open as last stored
 
-	ring     []byte // the tail, circular; ring[ringPos] is the oldest byte once full
-	ringLen  int64
-	ringPos  int64
-	ringNew  bool
-	tailName string // the stored tail, to delete when it moves
-	tailRef  *LogChunk
+	ring    []byte // the tail, circular; ring[ringPos] is the oldest byte once full
+	ringLen int64
+	ringPos int64
+
+	recent    []byte
+	recentLen int64
+	recentPos int64
+	sent      int64 // what Recent has returned up to
 }
 
 type pending struct {
@@ -206,15 +256,18 @@ func (s *logStream) Write(p []byte) (int, error) {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
 	n := len(p)
+	if s.recent == nil {
+		s.recent = make([]byte, RecentMax)
+	}
+	s.recentPos, s.recentLen = ringWrite(s.recent, s.recentPos, s.recentLen, p)
 	for len(p) > 0 && s.total < s.headCap {
 		k := min(int64(len(p)), s.headCap-s.total, logChunkSize-int64(len(s.open)))
 		s.open = append(s.open, p[:k]...)
-		s.openNew = true
 		s.total += k
 		p = p[k:]
 		if len(s.open) == logChunkSize || s.total == s.headCap {
 			s.sealed = append(s.sealed, pending{off: s.openOff, b: s.open})
-			s.open, s.openOff, s.openNew, s.openRef = nil, s.total, false, nil
+			s.open, s.openOff = nil, s.total
 		}
 	}
 	if len(p) > 0 {
@@ -222,18 +275,26 @@ func (s *logStream) Write(p []byte) (int, error) {
 			s.ring = make([]byte, s.tailCap)
 		}
 		s.total += int64(len(p))
-		if int64(len(p)) > s.tailCap {
-			p = p[int64(len(p))-s.tailCap:]
-		}
-		for len(p) > 0 {
-			k := copy(s.ring[s.ringPos:], p)
-			p = p[k:]
-			s.ringPos = (s.ringPos + int64(k)) % s.tailCap
-			s.ringLen = min(s.ringLen+int64(k), s.tailCap)
-		}
-		s.ringNew = true
+		s.ringPos, s.ringLen = ringWrite(s.ring, s.ringPos, s.ringLen, p)
 	}
 	return n, nil
+}
+
+// ringWrite writes p into the ring buffer r, whose next byte goes at pos
+// and which holds n bytes, keeping the last len(r) bytes; it returns the
+// new pos and n.
+func ringWrite(r []byte, pos, n int64, p []byte) (int64, int64) {
+	size := int64(len(r))
+	if int64(len(p)) > size {
+		p = p[int64(len(p))-size:]
+	}
+	for len(p) > 0 {
+		k := copy(r[pos:], p)
+		p = p[k:]
+		pos = (pos + int64(k)) % size
+		n = min(n+int64(k), size)
+	}
+	return pos, n
 }
 
 // tail returns the ring's bytes in order and the offset of the first.
@@ -246,140 +307,107 @@ func (s *logStream) tail() ([]byte, int64) {
 	return out, s.total - s.ringLen
 }
 
-// Flush stores what the job wrote since the last flush, then the index;
-// with done, the index says the log is complete. What could not be stored
-// is kept for the next flush.
+// Flush stores the head's chunks that are full; with done, once the job
+// has stopped, also the rest (the head's last chunk and the tail) and the
+// index that says the log is complete. What could not be stored is kept
+// for the next flush: a failed final flush may be tried again.
 func (l *JobLog) Flush(ctx context.Context, done bool) error {
 	l.flushing.Lock()
 	defer l.flushing.Unlock()
-	l.mu.Lock()
-	idle := l.indexed == [2]int64{l.streams[0].total, l.streams[1].total}
-	l.mu.Unlock()
-	if idle && !done {
-		// Nothing new: a job that is quiet costs the store nothing.
-		return nil
-	}
 	var errs []error
 	for _, s := range l.streams {
-		if err := s.flush(ctx); err != nil {
+		if err := s.flush(ctx, done); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("log of %s attempt %d: %w", l.job, l.attempt, err)
 	}
+	if !done {
+		return nil
+	}
 	l.mu.Lock()
-	x := LogIndex{Version: 1, Done: done}
-	totals := [2]int64{l.streams[0].total, l.streams[1].total}
+	x := LogIndex{Version: 1, Done: true}
 	for _, s := range l.streams {
 		st := x.Stream(s.name)
 		st.Bytes = s.total
 		st.Chunks = append([]LogChunk{}, s.stored...)
-		if s.openRef != nil {
-			st.Chunks = append(st.Chunks, *s.openRef)
-		}
-		if s.tailRef != nil {
-			st.Chunks = append(st.Chunks, *s.tailRef)
-		}
 	}
 	l.mu.Unlock()
 	b, err := json.Marshal(x)
 	if err != nil {
 		return err
 	}
-	if err := putBytes(ctx, l.store, logPrefix(l.job, l.attempt)+"index", b); err != nil {
+	if err := putOnce(ctx, l.store, logPrefix(l.job, l.attempt)+"index", b); err != nil {
 		return fmt.Errorf("log of %s attempt %d: %w", l.job, l.attempt, err)
 	}
-	l.indexed = totals
 	return nil
 }
 
-// flush stores the stream's new bytes. It runs under JobLog.flushing,
-// taking mu only to look and to record.
-func (s *logStream) flush(ctx context.Context) error {
+// flush stores the stream's full chunks, and with done the rest. It runs
+// under JobLog.flushing, taking mu only to look and to record.
+func (s *logStream) flush(ctx context.Context, done bool) error {
 	l := s.l
 	l.mu.Lock()
-	sealed := s.sealed
+	todo := s.sealed
 	s.sealed = nil
-	var open []byte
-	openOff := s.openOff
-	if s.openNew {
-		open = bytes.Clone(s.open)
-		s.openNew = false
-	}
-	var tail []byte
-	var tailOff int64
-	if s.ringNew {
-		tail, tailOff = s.tail()
-		s.ringNew = false
+	if done {
+		if len(s.open) > 0 {
+			todo = append(todo, pending{off: s.openOff, b: s.open})
+			s.open, s.openOff = nil, s.total
+		}
+		if s.ringLen > 0 {
+			b, off := s.tail()
+			todo = append(todo, pending{off: off, b: b})
+			s.ringLen, s.ringPos = 0, 0
+		}
 	}
 	l.mu.Unlock()
-
-	for i, p := range sealed {
-		ref, err := putChunk(ctx, l, s.name, p.off, p.b)
-		if err != nil {
+	for i, p := range todo {
+		name := logChunkName(l.job, l.attempt, s.name, p.off)
+		if err := putOnce(ctx, l.store, name, p.b); err != nil {
 			l.mu.Lock()
-			s.sealed = append(sealed[i:], s.sealed...)
-			if open != nil {
-				s.openNew = true
-			}
-			if tail != nil {
-				s.ringNew = true
-			}
+			s.sealed = append(todo[i:], s.sealed...)
 			l.mu.Unlock()
 			return err
 		}
+		sum := sha256.Sum256(p.b)
 		l.mu.Lock()
-		s.stored = append(s.stored, ref)
+		s.stored = append(s.stored, LogChunk{Offset: p.off, Size: int64(len(p.b)), Digest: digestPrefix + hex.EncodeToString(sum[:])})
 		l.mu.Unlock()
-	}
-	if open != nil {
-		ref, err := putChunk(ctx, l, s.name, openOff, open)
-		l.mu.Lock()
-		switch {
-		case err != nil:
-			s.openNew = true
-		case s.openOff == openOff: // not sealed meanwhile
-			s.openRef = &ref
-		}
-		l.mu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	if tail != nil {
-		ref, err := putChunk(ctx, l, s.name, tailOff, tail)
-		if err != nil {
-			l.mu.Lock()
-			s.ringNew = true
-			l.mu.Unlock()
-			return err
-		}
-		name := logChunkName(l.job, l.attempt, s.name, tailOff)
-		l.mu.Lock()
-		old := s.tailName
-		s.tailName, s.tailRef = name, &ref
-		l.mu.Unlock()
-		if old != "" && old != name {
-			// A reader that still has the old index reads it again.
-			_ = l.store.Delete(ctx, old)
-		}
 	}
 	return nil
 }
 
-func putChunk(ctx context.Context, l *JobLog, stream string, off int64, b []byte) (LogChunk, error) {
-	name := logChunkName(l.job, l.attempt, stream, off)
-	if err := putBytes(ctx, l.store, name, b); err != nil {
-		return LogChunk{}, err
-	}
+// putOnce stores b under name unless it is there already, as a flush that
+// failed half way and is tried again may find it.
+func putOnce(ctx context.Context, store Store, name string, b []byte) error {
 	sum := sha256.Sum256(b)
-	return LogChunk{Offset: off, Size: int64(len(b)), Digest: digestPrefix + hex.EncodeToString(sum[:])}, nil
+	digest := digestPrefix + hex.EncodeToString(sum[:])
+	if info, err := store.Stat(ctx, name); err == nil && info.Digest == digest {
+		return nil
+	}
+	return store.Put(ctx, name, digest, int64(len(b)), bytes.NewReader(b))
 }
 
-func putBytes(ctx context.Context, store Store, name string, b []byte) error {
-	sum := sha256.Sum256(b)
-	return store.Put(ctx, name, digestPrefix+hex.EncodeToString(sum[:]), int64(len(b)), bytes.NewReader(b))
+// ReadLogHead returns the head's chunks stored so far of a job that runs
+// (its log has no index yet), from offset from on: the chunk that holds
+// from and every one after it, in order.
+func ReadLogHead(ctx context.Context, store Store, job string, attempt int, stream string, from int64) ([]LogPiece, error) {
+	var out []LogPiece
+	for off := from / logChunkSize * logChunkSize; ; off += logChunkSize {
+		b, err := readAll(ctx, store, logChunkName(job, attempt, stream, off))
+		if errors.Is(err, ErrNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, LogPiece{Stream: stream, Offset: off, Bytes: b})
+		if len(b) < logChunkSize {
+			return out, nil
+		}
+	}
 }
 
 // CopyLog writes to w what x lists of one stream from offset from on, with

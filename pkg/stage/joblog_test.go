@@ -2,6 +2,7 @@ package stage_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -31,7 +32,21 @@ func TestJobLogKeepsEverythingUnderItsCap(t *testing.T) {
 	if err := l.Flush(e.ctx, false); err != nil {
 		t.Fatal(err)
 	}
+	// A follower gets what is new, once.
+	if got := l.Recent(); len(got) != 2 || string(got[0].Bytes) != "hello\n" || got[1].Stream != stage.Stderr || string(got[1].Bytes) != "oops\n" {
+		t.Errorf("Recent = %+v, want hello on stdout and oops on stderr", got)
+	}
 	fmt.Fprint(l.Stdout(), "bye\n")
+	if got := l.Recent(); len(got) != 1 || string(got[0].Bytes) != "bye\n" || got[0].Offset != 6 {
+		t.Errorf("Recent = %+v, want bye at offset 6", got)
+	}
+	if _, err := stage.ReadLogIndex(e.ctx, e.store, "small", 1); !errors.Is(err, stage.ErrNotFound) {
+		t.Errorf("an index before the job stopped: %v", err)
+	}
+	if err := l.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// A final flush tried again changes nothing.
 	if err := l.Flush(e.ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +76,16 @@ func TestJobLogPastItsCapKeepsHeadAndTail(t *testing.T) {
 			if err := l.Flush(e.ctx, false); err != nil {
 				t.Fatal(err)
 			}
+			// While it runs, the head's full chunks are readable.
+			if i > 0 {
+				head, err := stage.ReadLogHead(e.ctx, e.store, "chatty", 1, stage.Stdout, 0)
+				if err != nil || len(head) == 0 || !strings.HasPrefix(all.String(), string(head[0].Bytes)) {
+					t.Fatalf("the head so far: %d pieces, %v", len(head), err)
+				}
+			}
+			if r := l.Recent(); len(r) != 1 || len(r[0].Bytes) > stage.RecentMax || r[0].Offset+int64(len(r[0].Bytes)) != int64(all.Len()) {
+				t.Fatalf("Recent does not end at what was written: %d pieces", len(r))
+			}
 		}
 	}
 	l.Stdout().Write([]byte("the last words\n"))
@@ -84,7 +109,7 @@ func TestJobLogPastItsCapKeepsHeadAndTail(t *testing.T) {
 	if !x.Stdout.Truncated() || x.Stdout.Bytes != int64(len(want)) {
 		t.Errorf("index says %d bytes, truncated %v; want %d, true", x.Stdout.Bytes, x.Stdout.Truncated(), len(want))
 	}
-	// The tail moved as the job wrote: only its last place is stored.
+	// Nothing is stored that the index does not list.
 	n := 0
 	for _, name := range e.objects(t) {
 		if strings.HasPrefix(name, "log/chatty/1/stdout/") {

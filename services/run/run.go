@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -548,7 +549,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)
-		s.flushLogs(flushCtx, logs, log)
+		s.flushLogs(flushCtx, logs, events.LogSubject(held.Submitter, job, held.Attempt), log)
 	}()
 	res, err := s.cfg.Executor.Run(ctx, ws)
 	stopFlushing()
@@ -612,10 +613,13 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	return stopped
 }
 
-// flushLogs stores what the running job wrote, every LogFlush, until ctx
-// ends: what `e31 logs --follow` reads. A flush of a job that wrote
-// nothing new stores nothing; one that fails is tried again at the next.
-func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) {
+// flushLogs, every LogFlush until ctx ends, stores the job's output that
+// fills a chunk of the head, and publishes what is new on subject, for
+// `e31 logs --follow`: plain NATS, so that when no one follows it goes
+// nowhere, and bounded (stage.RecentMax per stream and flush). A job that
+// wrote nothing new costs nothing.
+func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject string, log *slog.Logger) {
+	nc := s.js.Conn()
 	tick := time.NewTicker(s.cfg.LogFlush)
 	defer tick.Stop()
 	for {
@@ -623,9 +627,18 @@ func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, log *slog.L
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := logs.Flush(ctx, false); err != nil && ctx.Err() == nil {
-				log.Warn("storing the job's output so far", "err", err)
+		}
+		for _, p := range logs.Recent() {
+			m := nats.NewMsg(subject)
+			m.Header.Set(stage.LogStreamHeader, p.Stream)
+			m.Header.Set(stage.LogOffsetHeader, strconv.FormatInt(p.Offset, 10))
+			m.Data = p.Bytes
+			if err := nc.PublishMsg(m); err != nil {
+				log.Debug("publishing the job's output", "err", err)
 			}
+		}
+		if err := logs.Flush(ctx, false); err != nil && ctx.Err() == nil {
+			log.Warn("storing the job's output so far", "err", err)
 		}
 	}
 }
