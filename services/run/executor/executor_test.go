@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,34 @@ func TestProcessIgnoringTermIsKilledAtItsDeadline(t *testing.T) {
 	}
 	if late := res.Stopped.Sub(deadline); late > 500*time.Millisecond {
 		t.Errorf("stopped %s after its deadline", late)
+	}
+}
+
+// With Spec.Stdout set, the job's output goes there through pipes, all of
+// it by the time Run returns, even when a child it left holds the pipe.
+func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
+	t.Parallel()
+	p, err := NewProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	ws, err := p.Prepare(context.Background(), Spec{JobID: "talker", Attempt: 1,
+		Command: []string{"/bin/sh", "-c", "sleep 30 & echo out; echo err >&2; exit 4"},
+		Limit:   time.Minute, Grace: time.Second, Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Release()
+	start := time.Now()
+	res, err := p.Run(context.Background(), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != events.Failed || out.String() != "out\n" || errOut.String() != "err\n" {
+		t.Errorf("outcome %s, stdout %q, stderr %q", res.Outcome, out.String(), errOut.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %s: the child left behind held it", d)
 	}
 }
