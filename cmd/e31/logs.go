@@ -122,6 +122,9 @@ func (c *client) logs(ctx context.Context, job string, attempt int, follow bool)
 				return err
 			}
 		case <-tick.C:
+			if c.nc.IsClosed() {
+				return troubleErr(fmt.Errorf("follow the logs of %s: the connection to e31 is closed", job))
+			}
 			// Over once the attempt's compute is released: then its
 			// node has stored all of it.
 			rec, err := c.currentRecord(ctx, job)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -177,4 +178,62 @@ func (w *watched) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// A job killed for its memory leaves its logs too.
+func TestLogsOfAJobOutOfMemory(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	id := ts.submit(writeJob(t, `
+work: {command: ["/bin/sh", "-c", "echo before the fall; echo about to eat >&2; python3 -c 'b = bytearray(256 << 20)' || a=x; while :; do a=$a$a; done"]}
+request: {cpu: 0.5, memory: 64MiB, limit: 1m}
+`, nil))
+	rec, _ := ts.wait(id)
+	if rec.Outcome != events.OutOfMemory {
+		t.Fatalf("outcome %s (%s), want out_of_memory", rec.Outcome, rec.Reason)
+	}
+	if o, e := ts.logsOf(id); o != "before the fall\n" || !strings.HasPrefix(e, "about to eat\n") {
+		t.Errorf("logs of a job out of memory: %q and %q", o, e)
+	}
+}
+
+// A node that stops cleanly stores the logs of the job it stops; the job,
+// held again, has each attempt's own.
+func TestLogsSurviveANodeThatStops(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts := startSystem(t, dir, 1)
+	id := ts.submit(writeJob(t, `
+work: {command: ["/bin/sh", "-c", "echo attempt $E31_ATTEMPT; [ $E31_ATTEMPT -gt 1 ] || while :; do sleep 0.1; done"]}
+request: {cpu: 0.5, memory: 64MiB, limit: 2m}
+`, nil))
+	// Follow until the first line shows: then the job runs, and has written.
+	out := &watched{want: "attempt 1\n", seen: make(chan struct{})}
+	c := ts.client("alice")
+	c.a.out, c.a.errOut = out, io.Discard
+	ctx, stopFollowing := context.WithCancel(context.Background())
+	followed := make(chan error, 1)
+	go func() { followed <- c.logs(ctx, id, 0, true) }()
+	select {
+	case <-out.seen:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job's first line never showed")
+	}
+	stopFollowing()
+	<-followed
+	ts.stop()
+	ts.start(1)
+	rec, code := ts.wait(id)
+	if code != 0 || len(rec.Attempts) != 2 || rec.Attempts[0].Outcome != events.NodeLost {
+		t.Fatalf("outcome %s after %d attempts, want succeeded in the second after node_lost", rec.Outcome, len(rec.Attempts))
+	}
+	if o, _ := ts.logsOf(id, "--attempt", "1"); o != "attempt 1\n" {
+		t.Errorf("the stopped attempt's stdout: %q", o)
+	}
+	if o, _ := ts.logsOf(id); o != "attempt 2\n" {
+		t.Errorf("the last attempt's stdout: %q", o)
+	}
+	if l := rec.Attempts[0].Logs; l == nil || l.StdoutBytes != int64(len("attempt 1\n")) {
+		t.Errorf("the stopped attempt's record says logs %+v", l)
+	}
 }
