@@ -19,8 +19,10 @@
 // every job's container is placed under a cgroup parent of its own
 // (Config.CgroupParent/<job>), whose counters include the container's and
 // outlive it. With the systemd driver usage is left zero and a warning is
-// logged. The job's stdout and stderr are copied from the engine (json-file
-// logs capped at 10 MB) into the workspace at the end; see LogPaths.
+// logged. The job's stdout and stderr reach Spec.Stdout and Spec.Stderr as
+// the job writes them, through an attach made before the start; when those
+// are nil they are copied from the engine (json-file logs capped at 10 MB)
+// into the workspace at the end (see LogPaths).
 //
 // Containers do not die with the node agent as sandboxed jobs do: New
 // removes the job containers a previous agent over the same Root left
