@@ -35,6 +35,7 @@ type devOptions struct {
 	nodeCPU    float64
 	nodeMemory string
 	nodeDisk   string
+	logCap     string
 	sync       string
 	executor   string
 	grace      time.Duration
@@ -93,9 +94,10 @@ are used with --creds or E31_CREDS:
 	f.Float64Var(&o.nodeCPU, "node-cpu", float64(runtime.NumCPU()), "cpu cores per node")
 	f.StringVar(&o.nodeMemory, "node-memory", "4GiB", "memory per node")
 	f.StringVar(&o.nodeDisk, "node-disk", "20GiB", "disk for job output and scratch space per node")
+	f.StringVar(&o.logCap, "log-cap", "16MiB", "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	f.StringVar(&o.sync, "sync", "always", "when the event store writes to disk: always or interval")
 	f.StringVar(&o.executor, "executor", "auto", "how nodes run jobs: sandbox (isolated; needs root), process (NOT isolated, and the nodes say so), auto (the sandbox, or refuse to start where it cannot run)")
-	f.DurationVar(&o.grace, "grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
 	f.StringSliceVar(&o.users, "users", nil, "submitters to write credentials for, into DIR/creds/NAME.creds (comma separated)")
@@ -173,6 +175,12 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	disk, err := jobfile.ParseSize(o.nodeDisk)
 	if err != nil {
 		return nil, usageErr("--node-disk: %v", err)
+	}
+	var logCap int64
+	if o.logCap != "" {
+		if logCap, err = jobfile.ParseSize(o.logCap); err != nil {
+			return nil, usageErr("--log-cap: %v", err)
+		}
 	}
 	if o.nodes < 1 || o.nodeCPU <= 0 {
 		return nil, usageErr("--nodes and --node-cpu must be positive")
@@ -285,7 +293,7 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	for i := 1; i <= o.nodes; i++ {
 		name := fmt.Sprintf("node-%d", i)
 		node := nodeConfig{Name: name, CPU: o.nodeCPU, MemoryBytes: mem, DiskBytes: disk, WorkDir: filepath.Join(dir, "nodes", name),
-			Executor: o.executor, Grace: o.grace}
+			Executor: o.executor, Grace: o.grace, LogCap: logCap}
 		if err := start("run", name, node); err != nil {
 			_ = sys.stop()
 			return nil, err

@@ -91,6 +91,10 @@ func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Durat
 		}
 	} else {
 		printRecord(c.a.out, rec)
+		if rec.Outcome != events.Succeeded {
+			// What a user asks first about a job that failed.
+			printStderrTail(c.a.out, rec.Job, c.stderrTail(ctx, rec, stderrLines))
+		}
 	}
 	if rec.Outcome != events.Succeeded {
 		return silent(exitFailed)

@@ -61,6 +61,13 @@ func printRecord(w io.Writer, r *api.HoldRecord) {
 		}
 		fmt.Fprintf(w, "output   %s\n", out)
 	}
+	if l := r.Logs; l != nil {
+		logs := fmt.Sprintf("%s stdout, %s stderr", humanBytes(l.StdoutBytes), humanBytes(l.StderrBytes))
+		if l.Truncated {
+			logs += " (only the head and tail of each kept)"
+		}
+		fmt.Fprintf(w, "logs     %s: e31 logs %s\n", logs, r.Job)
+	}
 	if r.DataDeletedAt != nil {
 		fmt.Fprintf(w, "data     deleted %s\n", r.DataDeletedAt.Format(time.RFC3339))
 	}
@@ -77,4 +84,19 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// stderrLines is how many of the last lines of stderr `e31 wait` shows for
+// a job that did not succeed.
+const stderrLines = 10
+
+// printStderrTail writes the last lines a job wrote to stderr, if any.
+func printStderrTail(w io.Writer, job string, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "stderr   (its last lines; all of it: e31 logs %s)\n", job)
+	for _, l := range lines {
+		fmt.Fprintf(w, "         %s\n", l)
+	}
 }

@@ -179,7 +179,7 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 	root.PersistentFlags().StringVar(&a.tlsCA, "tls-ca", "", "PEM file of the authority that signed the NATS servers' TLS certificates (default $E31_TLS_CA)")
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: debug, info, warn, error (default $E31_LOG or info)")
 	root.AddCommand(
-		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a),
+		devCmd(a), serveCmd(a), submitCmd(a), statusCmd(a), waitCmd(a), outputCmd(a), logsCmd(a),
 		cancelCmd(a), ledgerCmd(a), auditCmd(a), eventsCmd(a), benchCmd(a), dataCmd(a),
 		setupCmd(a), limitsCmd(a), credsCmd(a),
 	)

@@ -20,7 +20,7 @@ import (
 
 func serveCmd(a *app) *cobra.Command {
 	var node nodeConfig
-	var memory, disk string
+	var memory, disk, logCap string
 	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "serve SERVICE",
@@ -45,6 +45,9 @@ pool).`),
 				}
 				if node.DiskBytes, err = jobfile.ParseSize(disk); err != nil {
 					return usageErr("--node-disk: %v", err)
+				}
+				if node.LogCap, err = jobfile.ParseSize(logCap); err != nil {
+					return usageErr("--log-cap: %v", err)
 				}
 				if node.WorkDir == "" {
 					node.WorkDir = filepath.Join(os.TempDir(), "e31", node.Name)
@@ -91,9 +94,10 @@ pool).`),
 	f.Float64Var(&node.CPU, "node-cpu", float64(runtime.NumCPU()), "run: cpu cores this node offers")
 	f.StringVar(&memory, "node-memory", "4GiB", "run: memory this node offers")
 	f.StringVar(&disk, "node-disk", "20GiB", "run: disk for job output and scratch space")
+	f.StringVar(&logCap, "log-cap", "16MiB", "run: the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
 	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
-	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: time between SIGTERM and SIGKILL")
+	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	httpOpts.flags(f, "")
 	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
 	return cmd

@@ -42,6 +42,9 @@ type nodeConfig struct {
 	// it may); "auto" refuses to start where the sandbox cannot run.
 	Executor string
 	Grace    time.Duration
+	// LogCap bounds what is kept of each of a job's stdout and stderr
+	// (run.Config.LogCap); zero means the default.
+	LogCap int64
 	// Instance names one instance of a service that needs a name (rent).
 	Instance string
 }
@@ -82,7 +85,7 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		return run.New(js, run.Config{
 			Node: node.Name, CPU: node.CPU, MemoryBytes: node.MemoryBytes, DiskBytes: node.DiskBytes,
 			Executor: exec, AllowUnisolated: node.Executor == run.ExecProcess,
-			Stores: store, Grace: node.Grace, Source: "e31/run/" + node.Name, Logger: log,
+			Stores: store, Grace: node.Grace, LogCap: node.LogCap, Source: "e31/run/" + node.Name, Logger: log,
 		})
 	}
 	return nil, usageErr("unknown service %q (expected one of %v)", name, services)

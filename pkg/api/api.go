@@ -141,6 +141,9 @@ type HoldRecord struct {
 	GPUSeconds       float64      `json:"gpu_seconds"`
 	Usage            events.Usage `json:"usage"`
 	Output           Output       `json:"output"`
+	// Logs is how much the last attempt that ran wrote to stdout and
+	// stderr (RunStopped's logs): `e31 logs` shows what was kept.
+	Logs *events.Logs `json:"logs,omitempty"`
 	// DataDeletedAt is when the job's staged data was deleted: the ce-time
 	// of Deleted.
 	DataDeletedAt *time.Time `json:"data_deleted_at,omitempty"`
@@ -206,6 +209,7 @@ type Attempt struct {
 	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
 	GPUSeconds       float64      `json:"gpu_seconds"`
 	Usage            events.Usage `json:"usage"`
+	Logs             *events.Logs `json:"logs,omitempty"`
 }
 
 // EventRef names one event a record was built from.

@@ -44,7 +44,9 @@ const responseTTL = time.Minute
 //     it is there ($JS.API.INFO, which shows only the account's totals);
 //   - a submitter: publish its requests and cancels (their subjects end
 //     with its name), ask the query services as itself (e31.api.<name>.>),
-//     read and write its own data bucket, and read its own limits. It reads nothing of the log:
+//     read and write its own data bucket, read its own limits, and
+//     subscribe to what its running jobs write (events.LogSubjects). It
+//     reads nothing of the log:
 //     publishing into the log needs no JetStream API, only the PubAck on its
 //     inbox;
 //   - the auditor: read the whole log (ordered consumers and direct gets on
@@ -73,6 +75,8 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 		g.pub(api.UserSubjects(id.Name))
 		g.pub(DataBucketSubjects(id.Name)...)
 		g.pub(LimitsSubjects(id.Name)...)
+		// What its running jobs write, as nodes publish it (e31 logs --follow).
+		g.sub(events.LogSubjects(id.Name))
 	case Auditor:
 		g.pub(api.UserSubjects(api.Auditor))
 		g.pub(streamInfo(events.Stream))
@@ -127,6 +131,8 @@ func servicePermissions(g *grant, id Identity) {
 		g.pub(allDataBuckets(true)...)
 		// The images allowed, which its container executor checks again.
 		g.pub(kvRead(limits.Bucket)...)
+		// What its running jobs write, for their submitters to follow.
+		g.pub(events.LogSubjects("*"))
 	case OutputService:
 		// Returned output, manifests, deletions and sweeps of every
 		// submitter's bucket; its retention timers; what jobs keep, asked

@@ -207,6 +207,19 @@ type RunStopped struct {
 	Reason   string    `json:"reason,omitempty"`
 	Usage    Usage     `json:"usage"`
 	Output   Collected `json:"output"`
+	// Logs is how much the job wrote to stdout and stderr, which RUN kept
+	// (bounded) for the submitter. Absent when the job never ran, and in
+	// events of nodes that kept no logs.
+	Logs *Logs `json:"logs,omitempty"`
+}
+
+// Logs is how much a job wrote to its stdout and stderr, in bytes, and
+// whether some of it was not kept (past the node's cap, only the head and
+// the tail of each stream are).
+type Logs struct {
+	StdoutBytes int64 `json:"stdout_bytes"`
+	StderrBytes int64 `json:"stderr_bytes"`
+	Truncated   bool  `json:"truncated"`
 }
 
 // OutputReturned records that the output is stored for the submitter, with

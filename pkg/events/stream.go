@@ -84,6 +84,18 @@ func RequestSubject(job, submitter string) string {
 	return "e31.job." + job + ".requested." + submitter
 }
 
+// LogSubject is where a run node publishes, as it comes, what attempt of
+// job writes, for its submitter's `e31 logs --follow`: plain NATS, stored
+// nowhere, so that no one following costs nothing. Only the submitter (and
+// the operator) may subscribe to LogSubjects(submitter).
+func LogSubject(submitter, job string, attempt int) string {
+	return fmt.Sprintf("e31.logs.%s.%s.%d", submitter, job, attempt)
+}
+
+// LogSubjects matches every LogSubject of submitter's jobs; "*" for every
+// submitter's.
+func LogSubjects(submitter string) string { return "e31.logs." + submitter + ".>" }
+
 // SubjectOf is where an event about subject (a job or node id) is stored.
 func SubjectOf(subject string, ev Event) (string, error) {
 	if !ValidID(subject) {

@@ -253,7 +253,7 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 		r.State = api.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
-		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage
+		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
 		r.State = api.StateStopped
 	case *events.HoldLost:
 		a := p.attempt(r, e.Attempt)
@@ -328,7 +328,7 @@ func (p *Projection) summarize(r *api.HoldRecord) {
 	r.Node = last.Node
 	r.HeldAt, r.StartedAt, r.StoppedAt = last.HeldAt, last.StartedAt, last.StoppedAt
 	r.OutputReturnedAt, r.ReleasedAt = last.OutputReturnedAt, last.ReleasedAt
-	r.Usage, r.ExitCode = last.Usage, last.ExitCode
+	r.Usage, r.ExitCode, r.Logs = last.Usage, last.ExitCode, last.Logs
 	if r.State != api.StateCancelled && r.State != api.StateRejected {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}

@@ -69,6 +69,7 @@ func fullLife() *history {
 	h.add("count-clips-1", at("1s"), events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
 	h.add("count-clips-1", at("1.25s"), events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox})
 	h.add("count-clips-1", at("2s"), events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero,
+		Logs:   &events.Logs{StdoutBytes: 120},
 		Usage:  events.Usage{CPUSeconds: 0.01, MaxRSSBytes: 1 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2, Declared: spec.Output}})
 	h.add("count-clips-1", at("2.125s"), events.OutputReturned{Hold: hold, Outcome: events.Succeeded,

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
@@ -55,11 +56,19 @@ type Config struct {
 	// every submitter (tests).
 	Stores stage.Stores
 	Store  stage.Store
-	// Grace is how long a job has between SIGTERM and SIGKILL.
+	// Grace is how long before its limit a job gets SIGTERM (SIGKILL comes
+	// at the limit), and how long a cancelled job has before SIGKILL. A
+	// short job gets at most a tenth of its limit (executor.GraceFor).
 	Grace time.Duration
 	// MaxOutputBytes bounds what one job may return when it declares no
 	// disk; otherwise its request.disk does.
 	MaxOutputBytes int64
+	// LogCap bounds what is kept of each of a job's stdout and stderr:
+	// past it, the head and the last MiB (stage.JobLog). Default 16 MiB.
+	LogCap int64
+	// LogFlush is how often a running job's new output is stored, for
+	// `e31 logs --follow`. Default 1s.
+	LogFlush time.Duration
 
 	Source string
 	Logger *slog.Logger
@@ -71,6 +80,10 @@ var errShutdown = errors.New("run: the node is shutting down")
 
 // errCancelRequested is the cause given to jobs a submitter cancelled.
 var errCancelRequested = errors.New("run: cancel requested")
+
+// errLimitBeforeStart is the cause given to preparing and staging a job
+// when its limit passes before it could start.
+var errLimitBeforeStart = errors.New("run: the limit passed before the job started")
 
 // errFenced is the cause given to jobs stopped because this node lost its
 // lease: the pool counts it dead and has held its jobs again elsewhere.
@@ -114,6 +127,12 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = 10 << 30
+	}
+	if cfg.LogCap <= 0 {
+		cfg.LogCap = 16 << 20
+	}
+	if cfg.LogFlush <= 0 {
+		cfg.LogFlush = time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -327,7 +346,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 		return nil
 	}
 	log.Info("run started", "seq", stored[0].Seq)
-	stopped := s.execute(jobCtx, job, held, log)
+	stopped := s.execute(jobCtx, job, held, env.Time, log)
 	s.mu.Lock()
 	s.results[resultKey(job, held.Attempt)] = stopped
 	s.mu.Unlock()
@@ -465,8 +484,21 @@ func (s *Service) isolationOf(job string, held *events.ComputeHeld) events.Isola
 
 // execute prepares the workspace, stages the data, runs the job and collects
 // its output. Every failure becomes the stop's outcome and reason.
-func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, log *slog.Logger) events.RunStopped {
+//
+// The job's limit counts from heldAt, the hold's ce-time, when the meter
+// started, not from the start of its process: the time spent staging its
+// data is held compute too, and counting from the process start would let
+// the bill pass the limit by that much. SIGKILL comes at the deadline, and
+// SIGTERM a grace period before it.
+func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, heldAt time.Time, log *slog.Logger) events.RunStopped {
 	spec := held.Spec
+	limit := time.Duration(spec.Request.LimitSeconds * float64(time.Second))
+	grace := executor.GraceFor(limit, s.cfg.Grace)
+	deadline := Deadline(heldAt, limit, time.Now())
+	// Preparing and staging end at the deadline too: a job whose data
+	// takes its whole limit to stage has used up its hold.
+	prepCtx, cancelPrep := context.WithDeadlineCause(ctx, deadline, errLimitBeforeStart)
+	defer cancelPrep()
 	stopped := events.RunStopped{Hold: held.Hold,
 		Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}}
 	// A failure before the job ran is the job's (bad data, say) unless it
@@ -474,7 +506,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	fail := func(format string, args ...any) events.RunStopped {
 		stopped.Outcome = events.Failed
 		stopped.Reason = fmt.Sprintf(format, args...)
-		switch context.Cause(ctx) {
+		switch context.Cause(prepCtx) {
+		case errLimitBeforeStart:
+			stopped.Outcome = events.LimitExceeded
+			stopped.Reason = fmt.Sprintf("its limit of %s passed before it started (%s)", limit, stopped.Reason)
 		case errShutdown:
 			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down before the job started"
 		case errFenced:
@@ -492,6 +527,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		env[k] = v
 	}
 	env["E31_ATTEMPT"] = strconv.Itoa(held.Attempt)
+	// When the job is killed, and how long before that it hears of it: a
+	// training loop can plan its last checkpoint.
+	env["E31_DEADLINE"] = deadline.UTC().Format(time.RFC3339Nano)
+	env["E31_GRACE_SECONDS"] = strconv.FormatFloat(grace.Seconds(), 'f', -1, 64)
 	if sw := spec.Sweep; sw != nil {
 		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
@@ -501,9 +540,20 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	xspec := executor.Spec{
 		JobID: job, Attempt: held.Attempt, Submitter: held.Submitter, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: spec.Request.DiskBytes,
-		Limit: time.Duration(spec.Request.LimitSeconds * float64(time.Second)), Grace: s.cfg.Grace,
+		Limit: limit, Deadline: deadline, Grace: grace,
 	}
-	ws, err := s.cfg.Executor.Prepare(ctx, xspec)
+	// A job's data, output and logs live in its submitter's store.
+	var store stage.Store
+	err := again(prepCtx, log, "opening the store", func() (err error) {
+		store, err = s.cfg.Stores.For(prepCtx, held.Submitter)
+		return err
+	})
+	if err != nil {
+		return fail("opening the store of %s: %v", held.Submitter, err)
+	}
+	logs := stage.NewJobLog(store, job, held.Attempt, s.cfg.LogCap)
+	xspec.Stdout, xspec.Stderr = logs.Stdout(), logs.Stderr()
+	ws, err := s.cfg.Executor.Prepare(prepCtx, xspec)
 	if err != nil {
 		return fail("preparing the job's workspace: %v", err)
 	}
@@ -512,38 +562,38 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			log.Warn("releasing the workspace", "err", err)
 		}
 	}()
-	// A job's data and output live in its submitter's store.
-	var store stage.Store
-	err = again(ctx, log, "opening the store", func() (err error) {
-		store, err = s.cfg.Stores.For(ctx, held.Submitter)
-		return err
-	})
-	if err != nil {
-		return fail("opening the store of %s: %v", held.Submitter, err)
-	}
 	for _, ref := range spec.Data {
 		if ref.Digest == "" && ref.FromJob != "" {
 			// The earlier job had not finished when this one was submitted;
 			// it has now (RENT held this job after it succeeded).
-			resolved, err := s.outputOf(ctx, store, ref.FromJob)
+			resolved, err := s.outputOf(prepCtx, store, ref.FromJob)
 			if err != nil {
 				return fail("staging data %q from job %s: %v", ref.Name, ref.FromJob, err)
 			}
 			resolved.Name = ref.Name
 			ref = resolved
 		}
-		err := again(ctx, log, "staging data", func() error {
-			return stage.Download(ctx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil)
+		err := again(prepCtx, log, "staging data", func() error {
+			return stage.Download(prepCtx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil)
 		})
 		if err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
 		}
 	}
+	flushCtx, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		s.flushLogs(flushCtx, logs, events.LogSubject(held.Submitter, job, held.Attempt), log)
+	}()
 	res, err := s.cfg.Executor.Run(ctx, ws)
+	stopFlushing()
+	<-flushed
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
 	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
+	stopped.Logs = s.storeLogs(ctx, logs, log)
 	if res.Outcome == events.Cancelled {
 		switch context.Cause(ctx) {
 		case errShutdown:
@@ -596,6 +646,61 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	}
 	return stopped
+}
+
+// flushLogs, every LogFlush until ctx ends, stores the job's output that
+// fills a chunk of the head, and publishes what is new on subject, for
+// `e31 logs --follow`: plain NATS, so that when no one follows it goes
+// nowhere, and bounded (stage.RecentMax per stream and flush). A job that
+// wrote nothing new costs nothing.
+func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject string, log *slog.Logger) {
+	nc := s.js.Conn()
+	tick := time.NewTicker(s.cfg.LogFlush)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, p := range logs.Recent() {
+			m := nats.NewMsg(subject)
+			m.Header.Set(stage.LogStreamHeader, p.Stream)
+			m.Header.Set(stage.LogOffsetHeader, strconv.FormatInt(p.Offset, 10))
+			m.Data = p.Bytes
+			if err := nc.PublishMsg(m); err != nil {
+				log.Debug("publishing the job's output", "err", err)
+			}
+		}
+		if err := logs.Flush(ctx, false); err != nil && ctx.Err() == nil {
+			log.Warn("storing the job's output so far", "err", err)
+		}
+	}
+}
+
+// storeLogs stores the rest of what the job wrote, and marks its log
+// complete, on every path the job ran (also when the node stops), and
+// returns what RunStopped says of it.
+func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
+	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := again(storeCtx, log, "storing the job's logs", func() error { return logs.Flush(storeCtx, true) }); err != nil {
+		log.Warn("storing the job's logs", "err", err)
+	}
+	stdout, stderr, truncated := logs.Counts()
+	return &events.Logs{StdoutBytes: stdout, StderrBytes: stderr, Truncated: truncated}
+}
+
+// Deadline is when a job held at heldAt with the given limit is killed: the
+// limit after the hold, as the meter counts. heldAt is the hold's ce-time,
+// from the clock of the RENT that held it; a node whose clock is behind
+// would count the limit from a moment in its future, so the deadline is
+// never later than the limit from now, the moment the node reads the hold.
+func Deadline(heldAt time.Time, limit time.Duration, now time.Time) time.Time {
+	if heldAt.IsZero() || heldAt.After(now) {
+		heldAt = now
+	}
+	return heldAt.Add(limit)
 }
 
 // again calls op until it succeeds, fails for a reason that does not pass

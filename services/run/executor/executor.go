@@ -5,6 +5,7 @@ package executor
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -26,10 +27,65 @@ type Spec struct {
 	CPU         float64
 	MemoryBytes int64
 	DiskBytes   int64
-	// Limit is the hard wall-clock limit. At Limit the job gets SIGTERM; Grace
-	// later every process it has left gets SIGKILL.
-	Limit time.Duration
-	Grace time.Duration
+	// Limit is the hard wall-clock limit, and Deadline the moment it ends:
+	// every process the job has left gets SIGKILL at Deadline, and SIGTERM
+	// Grace before it, so that a job that ignores SIGTERM still stops at its
+	// limit. A zero Deadline means Limit after the job starts (see Stops);
+	// RUN counts it from the hold instead, when the meter started.
+	Limit    time.Duration
+	Deadline time.Time
+	Grace    time.Duration
+
+	// Stdout and Stderr receive what the job writes to its stdout and
+	// stderr, as it writes it, through pipes the executor reads (see
+	// Pipes). They must not block: RUN's copy only keeps the bytes in
+	// memory. Nil: the executor keeps them its own way, if at all.
+	Stdout, Stderr io.Writer
+}
+
+// Stops returns when the job of spec, started at start, is sent SIGTERM
+// and SIGKILL for its limit: zero times if it has none. SIGTERM never
+// comes before the start.
+func (s Spec) Stops(start time.Time) (term, kill time.Time) {
+	kill = s.Deadline
+	if kill.IsZero() {
+		if s.Limit <= 0 {
+			return time.Time{}, time.Time{}
+		}
+		kill = start.Add(s.Limit)
+	}
+	term = kill.Add(-s.Grace)
+	if term.Before(start) {
+		term = start
+	}
+	return term, kill
+}
+
+// GraceFor is the grace a job with the given limit gets before its
+// deadline: the node's grace, but at most a tenth of the limit, so that a
+// short job is not told to stop long before it has to.
+func GraceFor(limit, grace time.Duration) time.Duration {
+	return max(min(grace, limit/10), 0)
+}
+
+// Due returns a channel that receives at t, or nil (which never receives)
+// for the zero time: a stop timer in an executor's select.
+func Due(t time.Time) <-chan time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(t))
+}
+
+// KillBy is when SIGKILL follows a SIGTERM sent at now for any reason but
+// the limit (a cancel, the node stopping): a grace period later, but never
+// past the limit's own SIGKILL, kill (zero: none).
+func KillBy(now time.Time, grace time.Duration, kill time.Time) time.Time {
+	by := now.Add(grace)
+	if !kill.IsZero() && kill.Before(by) {
+		return kill
+	}
+	return by
 }
 
 // Workspace is a job's place on the node. RUN stages input into DataDir before
@@ -62,7 +118,8 @@ type Executor interface {
 	// bounded by Spec.DiskBytes where the executor can bound it.
 	Prepare(ctx context.Context, spec Spec) (*Workspace, error)
 	// Run executes the job and returns only when no process of it is left.
-	// Cancelling ctx stops it (SIGTERM, Grace, SIGKILL) with outcome Cancelled.
+	// At Spec.Stops it is stopped with outcome LimitExceeded. Cancelling ctx
+	// stops it (SIGTERM, then SIGKILL at KillBy) with outcome Cancelled.
 	// An error means the job could not be started at all.
 	Run(ctx context.Context, ws *Workspace) (Result, error)
 }

@@ -66,8 +66,15 @@ func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
 	cmd.Dir = ws.Root
 	cmd.Env = Environ(spec, ws.DataDir, ws.OutDir, ws.Root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logf, err := os.Create(filepath.Join(ws.Root, "job.log"))
-	if err == nil {
+	var pipes *Pipes
+	if spec.Stdout != nil && spec.Stderr != nil {
+		var err error
+		if pipes, err = OpenPipes(spec.Stdout, spec.Stderr); err != nil {
+			return Result{}, err
+		}
+		defer pipes.Close()
+		cmd.Stdout, cmd.Stderr = pipes.Stdout, pipes.Stderr
+	} else if logf, err := os.Create(filepath.Join(ws.Root, "job.log")); err == nil {
 		defer logf.Close()
 		cmd.Stdout, cmd.Stderr = logf, logf
 	}
@@ -78,13 +85,16 @@ func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
 		res.Reason = fmt.Sprintf("could not start %s: %v", spec.Command[0], err)
 		return res, nil
 	}
+	if pipes != nil {
+		pipes.Started()
+	}
 	pgid := cmd.Process.Pid
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	limit := time.NewTimer(spec.Limit)
-	defer limit.Stop()
-	var stopping <-chan time.Time
+	termAt, killAt := spec.Stops(res.Started)
+	term, kill := Due(termAt), Due(killAt)
+	done := ctx.Done()
 	var why events.Outcome
 	var werr error
 wait:
@@ -92,21 +102,34 @@ wait:
 		select {
 		case werr = <-waited:
 			break wait
-		case <-limit.C:
-			why = events.LimitExceeded
-			stopping = stop(pgid, spec.Grace)
-		case <-ctx.Done():
+		case <-term:
+			term = nil
+			if why == "" {
+				why = events.LimitExceeded
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			}
+		case <-done:
+			done = nil
 			if why == "" {
 				why = events.Cancelled
-				stopping = stop(pgid, spec.Grace)
+				_ = syscall.Kill(-pgid, syscall.SIGTERM)
+				kill = Due(KillBy(time.Now(), spec.Grace, killAt))
 			}
-		case <-stopping:
+		case <-kill:
+			kill = nil
+			if why == "" {
+				why = events.LimitExceeded
+			}
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-			stopping = nil
 		}
 	}
 	// The first process is gone; anything it left in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if pipes != nil {
+		// What the job wrote last is read before the result says it ended.
+		// A process that left the group may hold a pipe: not for long.
+		pipes.Wait(2 * time.Second)
+	}
 	res.Stopped = time.Now()
 	if st := cmd.ProcessState; st != nil {
 		res.Usage.CPUSeconds = (st.UserTime() + st.SystemTime()).Seconds()
@@ -138,12 +161,6 @@ wait:
 		}
 	}
 	return res, nil
-}
-
-// stop sends SIGTERM to the group and returns when SIGKILL is due.
-func stop(pgid int, grace time.Duration) <-chan time.Time {
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	return time.After(grace)
 }
 
 // Environ is a job's environment: the declared variables, then E31_* (which

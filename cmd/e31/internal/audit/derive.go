@@ -157,7 +157,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 			case *events.RunStopped:
 				may(stopped, held, started)
 				at.a.StoppedAt = &t
-				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason
+				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason, at.a.Logs = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason, ev.Logs
 				rec.State = api.StateStopped
 			case *events.HoldLost:
 				may(lost, held, started)
@@ -270,6 +270,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 		lastA := rec.Attempts[n-1]
 		rec.Node, rec.HeldAt, rec.StartedAt, rec.StoppedAt = lastA.Node, lastA.HeldAt, lastA.StartedAt, lastA.StoppedAt
 		rec.OutputReturnedAt, rec.ReleasedAt, rec.Usage, rec.ExitCode = lastA.OutputReturnedAt, lastA.ReleasedAt, lastA.Usage, lastA.ExitCode
+		rec.Logs = lastA.Logs
 		if rec.State != api.StateRejected && rec.State != api.StateCancelled {
 			rec.Outcome, rec.Reason = lastA.Outcome, lastA.Reason
 		}

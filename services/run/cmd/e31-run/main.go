@@ -31,7 +31,8 @@ func main() {
 	disk := fs.String("node-disk", "20GiB", "disk for job output and scratch space")
 	workDir := fs.String("work-dir", filepath.Join(os.TempDir(), "e31"), "where job workspaces are made")
 	exec := fs.String("executor", run.ExecAuto, "sandbox; process (NOT isolated, and the node says so); or auto: the sandbox, or refuse to start where it cannot run")
-	grace := fs.Duration("grace", 10*time.Second, "time between SIGTERM and SIGKILL when a job is stopped")
+	grace := fs.Duration("grace", 10*time.Second, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
+	logCap := fs.String("log-cap", "16MiB", "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	os.Exit(daemon.Main("run", fs, os.Args[1:], func(ctx context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
 		mem, err := jobfile.ParseSize(*memory)
 		if err != nil {
@@ -40,6 +41,10 @@ func main() {
 		dsk, err := jobfile.ParseSize(*disk)
 		if err != nil {
 			return nil, fmt.Errorf("--node-disk: %w", err)
+		}
+		lcap, err := jobfile.ParseSize(*logCap)
+		if err != nil {
+			return nil, fmt.Errorf("--log-cap: %w", err)
 		}
 		store, err := stage.Open(ctx, js)
 		if err != nil {
@@ -50,6 +55,6 @@ func main() {
 			return nil, err
 		}
 		return run.New(js, run.Config{Node: *node, CPU: *cpu, MemoryBytes: mem, DiskBytes: dsk, Executor: ex, Stores: store,
-			AllowUnisolated: *exec == run.ExecProcess, Grace: *grace, Source: "e31/run/" + *node, Logger: log})
+			AllowUnisolated: *exec == run.ExecProcess, Grace: *grace, LogCap: lcap, Source: "e31/run/" + *node, Logger: log})
 	}))
 }

@@ -344,21 +344,31 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			j.id = ""
 		}
 	}()
+	// RUN keeps the job's output as it is written: attached before the
+	// start, the stream misses nothing, and it ends when the container does.
+	var attached chan struct{}
+	if spec.Stdout != nil && spec.Stderr != nil {
+		hj, err := e.cli.ContainerAttach(bg, j.id, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
+		if err != nil {
+			return executor.Result{}, fmt.Errorf("container: attach to %s: %w", spec.JobID, err)
+		}
+		defer hj.Close()
+		attached = make(chan struct{})
+		go func() {
+			defer close(attached)
+			if _, err := stdcopy.StdCopy(spec.Stdout, spec.Stderr, hj.Reader); err != nil {
+				j.log.Warn("copy container output", "err", err)
+			}
+		}()
+	}
 	waitc, errc := e.cli.ContainerWait(bg, j.id, container.WaitConditionNextExit)
 	if err := e.cli.ContainerStart(bg, j.id, container.StartOptions{}); err != nil {
 		return executor.Result{}, fmt.Errorf("container: start %s: %w", spec.JobID, err)
 	}
 	res := executor.Result{Started: time.Now()}
-	var limit <-chan time.Time
-	if spec.Limit > 0 {
-		t := time.NewTimer(spec.Limit)
-		defer t.Stop()
-		limit = t.C
-	}
-	var (
-		stopping bool
-		kill     <-chan time.Time
-	)
+	termAt, killAt := spec.Stops(res.Started)
+	term, kill := executor.Due(termAt), executor.Due(killAt)
+	stopping := false
 	stop := func(outcome events.Outcome, reason string) {
 		if stopping {
 			return
@@ -369,8 +379,8 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
 			j.log.Warn("signal container", "err", err)
 		}
-		kill = time.After(spec.Grace)
 	}
+	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
 	done := ctx.Done()
 loop:
 	for {
@@ -382,13 +392,18 @@ loop:
 			break loop
 		case err := <-errc:
 			return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
-		case <-limit:
-			stop(events.LimitExceeded, fmt.Sprintf("wall-clock limit %s reached", spec.Limit))
+		case <-term:
+			term = nil
+			stop(events.LimitExceeded, limitReason)
 		case <-done:
 			done = nil
-			stop(events.Cancelled, "cancelled")
+			if !stopping {
+				stop(events.Cancelled, "cancelled")
+				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
+			}
 		case <-kill:
 			kill = nil
+			stop(events.LimitExceeded, limitReason)
 			if err := e.cli.ContainerKill(bg, j.id, "SIGKILL"); err != nil {
 				j.log.Warn("kill container", "err", err)
 			}
@@ -402,7 +417,15 @@ loop:
 	if info.State.Running {
 		return res, fmt.Errorf("container: %s reported an exit but is running", spec.JobID)
 	}
-	e.copyLogs(bg, j)
+	if attached != nil {
+		select {
+		case <-attached:
+		case <-time.After(2 * time.Second):
+			j.log.Warn("the container's output stream did not end with it")
+		}
+	} else {
+		e.copyLogs(bg, j)
+	}
 	if e.usage {
 		u, err := readUsage(e.cgroupsV2, j.parent)
 		if err != nil {

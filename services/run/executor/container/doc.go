@@ -11,15 +11,18 @@
 // space than that (and a /dev/shm of Config.ShmBytes) and what RUN collects
 // from Workspace.OutDir is on the node after the container is gone. Memory
 // (without swap), cpu (NanoCPUs) and the process count are limited by the
-// engine; an OOM kill is out_of_memory, the wall-clock limit and
-// cancellation stop the container with SIGTERM, the grace, then SIGKILL.
+// engine; an OOM kill is out_of_memory. The wall-clock limit sends SIGTERM a
+// grace period before Spec.Stops' deadline and SIGKILL at it; cancellation
+// sends SIGTERM, then SIGKILL a grace period later (executor.KillBy).
 //
 // Usage is read at the end, not sampled: with the engine's cgroupfs driver
 // every job's container is placed under a cgroup parent of its own
 // (Config.CgroupParent/<job>), whose counters include the container's and
 // outlive it. With the systemd driver usage is left zero and a warning is
-// logged. The job's stdout and stderr are copied from the engine (json-file
-// logs capped at 10 MB) into the workspace at the end; see LogPaths.
+// logged. The job's stdout and stderr reach Spec.Stdout and Spec.Stderr as
+// the job writes them, through an attach made before the start; when those
+// are nil they are copied from the engine (json-file logs capped at 10 MB)
+// into the workspace at the end (see LogPaths).
 //
 // Containers do not die with the node agent as sandboxed jobs do: New
 // removes the job containers a previous agent over the same Root left

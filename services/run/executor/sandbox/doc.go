@@ -57,8 +57,10 @@
 //     plus written files stay within what RENT held.
 //   - Environment: the declared variables, PATH and HOME=/tmp (unless
 //     declared), E31_JOB_ID, E31_DATA=/data and E31_OUTPUT=/out (always).
-//     Working directory /tmp; stdin /dev/null; stdout and stderr in files
-//     found with LogPaths.
+//     Working directory /tmp; stdin /dev/null; stdout and stderr are pipes
+//     the node copies into Spec.Stdout and Spec.Stderr (RUN's bounded log,
+//     kept in node memory, not in the job's space), or, when those are nil,
+//     files in the writable space found with LogPaths.
 //
 // # How a job starts
 //

@@ -468,6 +468,18 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			f.Close()
 		}
 	}()
+	var pipes *executor.Pipes
+	if spec.Stdout != nil && spec.Stderr != nil {
+		// RUN keeps the job's output: it goes there, through pipes, not
+		// into files in the job's writable space.
+		if pipes, err = executor.OpenPipes(spec.Stdout, spec.Stderr); err != nil {
+			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+		}
+		defer pipes.Close()
+		files[1].Close()
+		files[2].Close()
+		files[1], files[2] = pipes.Stdout, pipes.Stderr
+	}
 	env, path := jobEnv(spec)
 	binds := append([]bind(nil), e.binds...)
 	binds = append(binds,
@@ -519,18 +531,16 @@ wait:
 	if st.err != nil {
 		return executor.Result{}, fmt.Errorf("sandbox: start %s: %w", spec.JobID, st.err)
 	}
+	if pipes != nil {
+		pipes.Started()
+	}
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
-	var limit <-chan time.Time
-	if spec.Limit > 0 {
-		t := time.NewTimer(spec.Limit)
-		defer t.Stop()
-		limit = t.C
-	}
+	termAt, killAt := spec.Stops(res.Started)
+	term, kill := executor.Due(termAt), executor.Due(killAt)
 	var (
 		stopping bool
-		kill     <-chan time.Time
 		ex       exited
 	)
 	stop := func(outcome events.Outcome, reason string) {
@@ -541,22 +551,26 @@ wait:
 		res.Outcome, res.Reason = outcome, reason
 		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
 		killAll(j.cg, syscall.SIGTERM)
-		t := time.NewTimer(spec.Grace)
-		kill = t.C
 	}
+	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
 	done := ctx.Done()
 loop:
 	for {
 		select {
 		case ex = <-donec:
 			break loop
-		case <-limit:
-			stop(events.LimitExceeded, fmt.Sprintf("wall-clock limit %s reached", spec.Limit))
+		case <-term:
+			term = nil
+			stop(events.LimitExceeded, limitReason)
 		case <-done:
 			done = nil
-			stop(events.Cancelled, "cancelled")
+			if !stopping {
+				stop(events.Cancelled, "cancelled")
+				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
+			}
 		case <-kill:
 			kill = nil
+			stop(events.LimitExceeded, limitReason)
 			// SIGKILL to pid 1 makes the kernel kill its whole pid namespace.
 			_ = syscall.Kill(st.pid, syscall.SIGKILL)
 			killAll(j.cg, syscall.SIGKILL)
@@ -569,6 +583,10 @@ loop:
 		j.log.Warn("job processes outlive pid 1", "pids", left)
 	}); err != nil {
 		return res, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+	}
+	if pipes != nil {
+		// Every process of the job is gone: the pipes end once read.
+		pipes.Wait(2 * time.Second)
 	}
 	res.Stopped = time.Now()
 	u, err := j.cg.usage()

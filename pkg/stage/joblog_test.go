@@ -1,0 +1,125 @@
+package stage_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/e31net/e31/pkg/stage"
+)
+
+func readLog(t *testing.T, e *env, job string, stream string) (string, stage.LogIndex) {
+	t.Helper()
+	x, err := stage.ReadLogIndex(e.ctx, e.store, job, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if _, err := stage.CopyLog(e.ctx, e.store, job, 1, x, stream, 0, &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.String(), x
+}
+
+func TestJobLogKeepsEverythingUnderItsCap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	l := stage.NewJobLog(e.store, "small", 1, 1<<20)
+	fmt.Fprint(l.Stdout(), "hello\n")
+	fmt.Fprint(l.Stderr(), "oops\n")
+	if err := l.Flush(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	// A follower gets what is new, once.
+	if got := l.Recent(); len(got) != 2 || string(got[0].Bytes) != "hello\n" || got[1].Stream != stage.Stderr || string(got[1].Bytes) != "oops\n" {
+		t.Errorf("Recent = %+v, want hello on stdout and oops on stderr", got)
+	}
+	fmt.Fprint(l.Stdout(), "bye\n")
+	if got := l.Recent(); len(got) != 1 || string(got[0].Bytes) != "bye\n" || got[0].Offset != 6 {
+		t.Errorf("Recent = %+v, want bye at offset 6", got)
+	}
+	if _, err := stage.ReadLogIndex(e.ctx, e.store, "small", 1); !errors.Is(err, stage.ErrNotFound) {
+		t.Errorf("an index before the job stopped: %v", err)
+	}
+	if err := l.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// A final flush tried again changes nothing.
+	if err := l.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	out, x := readLog(t, e, "small", stage.Stdout)
+	errOut, _ := readLog(t, e, "small", stage.Stderr)
+	if out != "hello\nbye\n" || errOut != "oops\n" || !x.Done || x.Stdout.Truncated() {
+		t.Errorf("stdout %q, stderr %q, done %v, truncated %v", out, errOut, x.Done, x.Stdout.Truncated())
+	}
+	if o, e, tr := l.Counts(); o != 10 || e != 5 || tr {
+		t.Errorf("counts %d %d %v, want 10 5 false", o, e, tr)
+	}
+}
+
+// A stream past its cap keeps its head and its tail, with a line where
+// the middle was, and the last line written is there.
+func TestJobLogPastItsCapKeepsHeadAndTail(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const limit = 4 << 20 // tail 1 MiB, head 3 MiB
+	l := stage.NewJobLog(e.store, "chatty", 1, limit)
+	var all strings.Builder
+	for i := 0; all.Len() < 12<<20; i++ {
+		line := fmt.Sprintf("line %08d %s\n", i, strings.Repeat("x", 100))
+		all.WriteString(line)
+		l.Stdout().Write([]byte(line))
+		if i%20000 == 0 {
+			if err := l.Flush(e.ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			// While it runs, the head's full chunks are readable.
+			if i > 0 {
+				head, err := stage.ReadLogHead(e.ctx, e.store, "chatty", 1, stage.Stdout, 0)
+				if err != nil || len(head) == 0 || !strings.HasPrefix(all.String(), string(head[0].Bytes)) {
+					t.Fatalf("the head so far: %d pieces, %v", len(head), err)
+				}
+			}
+			if r := l.Recent(); len(r) != 1 || len(r[0].Bytes) > stage.RecentMax || r[0].Offset+int64(len(r[0].Bytes)) != int64(all.Len()) {
+				t.Fatalf("Recent does not end at what was written: %d pieces", len(r))
+			}
+		}
+	}
+	l.Stdout().Write([]byte("the last words\n"))
+	all.WriteString("the last words\n")
+	if err := l.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	got, x := readLog(t, e, "chatty", stage.Stdout)
+	want := all.String()
+	head, tail := want[:limit-stage.LogTail], want[len(want)-stage.LogTail:]
+	if !strings.HasPrefix(got, head) {
+		t.Errorf("the head (first %d bytes) is not kept", len(head))
+	}
+	if !strings.HasSuffix(got, tail) || !strings.HasSuffix(got, "the last words\n") {
+		t.Errorf("the tail (last %d bytes) is not kept: ends %q", len(tail), got[max(len(got)-40, 0):])
+	}
+	gap := fmt.Sprintf("\n[e31: %d bytes of stdout not kept]\n", len(want)-len(head)-len(tail))
+	if got != head+gap+tail {
+		t.Errorf("kept %d bytes, want head %d + a line + tail %d", len(got), len(head), len(tail))
+	}
+	if !x.Stdout.Truncated() || x.Stdout.Bytes != int64(len(want)) {
+		t.Errorf("index says %d bytes, truncated %v; want %d, true", x.Stdout.Bytes, x.Stdout.Truncated(), len(want))
+	}
+	// Nothing is stored that the index does not list.
+	n := 0
+	for _, name := range e.objects(t) {
+		if strings.HasPrefix(name, "log/chatty/1/stdout/") {
+			n++
+		}
+	}
+	if n != len(x.Stdout.Chunks) {
+		t.Errorf("%d stdout objects stored, the index lists %d", n, len(x.Stdout.Chunks))
+	}
+	if _, _, tr := l.Counts(); !tr {
+		t.Error("Counts does not say truncated")
+	}
+}

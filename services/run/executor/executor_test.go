@@ -1,0 +1,111 @@
+package executor
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+func TestStopsPutSigkillAtTheDeadlineAndSigtermAGraceBefore(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	cases := []struct {
+		name       string
+		spec       Spec
+		term, kill time.Duration // after start; -1: none
+	}{
+		{"limit from the start", Spec{Limit: 10 * time.Second, Grace: time.Second}, 9 * time.Second, 10 * time.Second},
+		{"deadline given", Spec{Limit: time.Minute, Deadline: start.Add(5 * time.Second), Grace: time.Second}, 4 * time.Second, 5 * time.Second},
+		{"grace longer than what is left", Spec{Deadline: start.Add(time.Second), Grace: 3 * time.Second}, 0, time.Second},
+		{"no limit", Spec{Grace: time.Second}, -1, -1},
+	}
+	for _, c := range cases {
+		term, kill := c.spec.Stops(start)
+		at := func(d time.Duration) time.Time {
+			if d < 0 {
+				return time.Time{}
+			}
+			return start.Add(d)
+		}
+		if !term.Equal(at(c.term)) || !kill.Equal(at(c.kill)) {
+			t.Errorf("%s: SIGTERM at %s, SIGKILL at %s; want %s and %s", c.name, term, kill, at(c.term), at(c.kill))
+		}
+	}
+}
+
+func TestGraceIsAtMostATenthOfTheLimit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ limit, grace, want time.Duration }{
+		{10 * time.Minute, 10 * time.Second, 10 * time.Second},
+		{3 * time.Second, 10 * time.Second, 300 * time.Millisecond},
+		{0, time.Second, 0},
+	} {
+		if got := GraceFor(c.limit, c.grace); got != c.want {
+			t.Errorf("GraceFor(%s, %s) = %s, want %s", c.limit, c.grace, got, c.want)
+		}
+	}
+	now := time.Now()
+	if got := KillBy(now, 10*time.Second, now.Add(time.Second)); !got.Equal(now.Add(time.Second)) {
+		t.Errorf("a cancel's SIGKILL comes after the limit's: %s", got.Sub(now))
+	}
+}
+
+// A job that ignores SIGTERM is killed at its deadline, not a grace period
+// after it.
+func TestProcessIgnoringTermIsKilledAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	p, err := NewProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Second)
+	ws, err := p.Prepare(context.Background(), Spec{JobID: "stubborn", Attempt: 1,
+		Command: []string{"/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"},
+		Limit:   time.Second, Deadline: deadline, Grace: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Release()
+	res, err := p.Run(context.Background(), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != events.LimitExceeded {
+		t.Errorf("outcome %s (%s), want limit_exceeded", res.Outcome, res.Reason)
+	}
+	if late := res.Stopped.Sub(deadline); late > 500*time.Millisecond {
+		t.Errorf("stopped %s after its deadline", late)
+	}
+}
+
+// With Spec.Stdout set, the job's output goes there through pipes, all of
+// it by the time Run returns, even when a child it left holds the pipe.
+func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
+	t.Parallel()
+	p, err := NewProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	ws, err := p.Prepare(context.Background(), Spec{JobID: "talker", Attempt: 1,
+		Command: []string{"/bin/sh", "-c", "sleep 30 & echo out; echo err >&2; exit 4"},
+		Limit:   time.Minute, Grace: time.Second, Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Release()
+	start := time.Now()
+	res, err := p.Run(context.Background(), ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Outcome != events.Failed || out.String() != "out\n" || errOut.String() != "err\n" {
+		t.Errorf("outcome %s, stdout %q, stderr %q", res.Outcome, out.String(), errOut.String())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Run took %s: the child left behind held it", d)
+	}
+}
