@@ -44,7 +44,7 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
-		ex, err := run.OpenExecutor(*exec, filepath.Join(*workDir, *node, "jobs"), log)
+		ex, err := run.OpenExecutor(*exec, filepath.Join(*workDir, *node, "jobs"), dsk, log)
 		if err != nil {
 			return nil, err
 		}
