@@ -152,3 +152,25 @@ dd if=/dev/zero of=/tmp/b bs=1M count=4 2>/dev/null || exit 2
 		t.Errorf("28 MiB in a used slot bound at 32: outcome %s (%s), want succeeded", r.res.Outcome, r.res.Reason)
 	}
 }
+
+// BenchmarkSandboxTrueTmpfs is BenchmarkSandboxTrue on a node without a job
+// disk, whose jobs' /out and /tmp are a tmpfs (as before the job disk): the
+// two must cost the same.
+func BenchmarkSandboxTrueTmpfs(b *testing.B) {
+	e := newExecutor(b, Config{DiskBytes: -1})
+	ctx := context.Background()
+	defer reportCPU(b)()
+	for i := 0; b.Loop(); i++ {
+		ws, err := e.Prepare(ctx, executor.Spec{JobID: "bench", Attempt: i, Command: []string{"/bin/true"},
+			CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := e.Run(ctx, ws); err != nil || res.Outcome != events.Succeeded {
+			b.Fatalf("run: %v %s", err, res.Reason)
+		}
+		if err := ws.Release(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -302,6 +302,9 @@ type space struct {
 	name string // in the Disk's top directory
 	id   uint64 // the subvolume's id, and its qgroup's (level 0)
 	fd   int    // the subvolume's root directory, open
+	// bound is the qgroup limit set last: the next job's is most often
+	// the same, and then not set again.
+	bound int64
 }
 
 // newSpace makes a subvolume in d for one workspace.
@@ -334,7 +337,16 @@ func (d *Disk) newSpace() (*space, error) {
 func (s *space) path() string { return filepath.Join(s.disk.Path, s.name) }
 
 // limit bounds the subvolume at bytes.
-func (s *space) limit(bytes int64) error { return qgroupLimit(s.fd, uint64(bytes)) }
+func (s *space) limit(bytes int64) error {
+	if bytes == s.bound {
+		return nil
+	}
+	if err := qgroupLimit(s.fd, uint64(bytes)); err != nil {
+		return err
+	}
+	s.bound = bytes
+	return nil
+}
 
 // used is what the subvolume holds, as of the file system's last
 // transaction: sync first for what was just written.

@@ -186,9 +186,19 @@ func (d *Dir) Remove() error {
 func (d *Dir) Clear() error {
 	if d.space != nil {
 		// Only root can write in RW itself: what is there is out/, tmp/
-		// and log/ with whatever the job put in them.
-		if err := emptyDir(d.RW); err != nil {
-			return fmt.Errorf("clear writable space: %w", err)
+		// and log/ with whatever the job put in them. Most jobs leave
+		// out/ and tmp/ empty: try the cheap way first.
+		for _, f := range []string{"stdout", "stderr"} {
+			if err := unix.Unlink(filepath.Join(d.Log, f)); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("clear writable space: %w", err)
+			}
+		}
+		for _, dir := range []string{d.Out, d.Tmp, d.Log} {
+			if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+				if err := os.RemoveAll(dir); err != nil {
+					return fmt.Errorf("clear writable space: %w", err)
+				}
+			}
 		}
 	} else if err := d.unmount(); err != nil {
 		return err
