@@ -19,6 +19,7 @@ const (
 	iocInoLookup    = 0xd0009412 // _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args)
 	iocFSInfo       = 0x8400941f // _IOR(0x94, 31, struct btrfs_ioctl_fs_info_args)
 	iocQuotaCtl     = 0xc0109428 // _IOWR(0x94, 40, struct btrfs_ioctl_quota_ctl_args)
+	iocQgroupCreate = 0x4010942a // _IOW(0x94, 42, struct btrfs_ioctl_qgroup_create_args)
 	iocQgroupLimit  = 0x8030942b // _IOR(0x94, 43, struct btrfs_ioctl_qgroup_limit_args)
 
 	quotaCtlEnable      = 1      // BTRFS_QUOTA_CTL_ENABLE
@@ -131,6 +132,17 @@ func quotaEnable(fd int) error {
 		return fmt.Errorf("enable btrfs quota: %w", err)
 	}
 	return nil
+}
+
+// qgroupCreateArgs is struct btrfs_ioctl_qgroup_create_args.
+type qgroupCreateArgs struct{ create, qgroupID uint64 }
+
+// qgroupRemove removes the qgroup of a deleted subvolume, which the kernel
+// keeps (as "stale") otherwise. It fails with EBUSY until the kernel has
+// dropped the subvolume's tree, which it does in the background.
+func qgroupRemove(fd int, id uint64) error {
+	a := &qgroupCreateArgs{create: 0, qgroupID: id}
+	return ioctl(fd, iocQgroupCreate, unsafe.Pointer(a))
 }
 
 // qgroupLimit bounds what the subvolume fd is in refers to at maxRfer

@@ -52,6 +52,9 @@ type Disk struct {
 	// attached workspaces: the mount goes when opens is zero, the
 	// file descriptor when refs is.
 	opens, refs int
+	// stale are the qgroups of deleted subvolumes not yet removed (see
+	// sweep); guarded by disks.
+	stale []uint64
 }
 
 // disks are the open Disks by work directory.
@@ -170,7 +173,32 @@ func (d *Disk) ready() error {
 			}
 		}
 	}
+	// Every subvolume is gone: every qgroup but the top's (0/5) is stale.
+	qgroups, err := readDirNames(d.qgroups)
+	if err != nil {
+		return fmt.Errorf("job disk: %w", err)
+	}
+	for _, q := range qgroups {
+		if id, err := strconv.ParseUint(strings.TrimPrefix(q, "0_"), 10, 64); err == nil && strings.HasPrefix(q, "0_") && id != 5 {
+			d.stale = append(d.stale, id)
+		}
+	}
+	d.sweep()
 	return nil
+}
+
+// sweep removes the qgroups of deleted subvolumes that the kernel has
+// dropped by now: without it, each slot ever made would leave one in the
+// file system (and in sysfs). It is called when slots come and go, not per
+// job; disks must be locked (or d not yet shared).
+func (d *Disk) sweep() {
+	left := d.stale[:0]
+	for _, id := range d.stale {
+		if err := qgroupRemove(d.fd, id); errors.Is(err, unix.EBUSY) {
+			left = append(left, id)
+		}
+	}
+	d.stale = left
 }
 
 // makeImage makes a sparse file of size bytes and a btrfs file system in
@@ -315,6 +343,7 @@ func (d *Disk) newSpace() (*space, error) {
 		return nil, errors.New("job disk is closed")
 	}
 	d.refs++
+	d.sweep()
 	disks.Unlock()
 	s := &space{disk: d, name: strconv.FormatInt(d.seq.Add(1), 10), fd: -1}
 	if err := subvolCreate(d.fd, s.name); err != nil {
@@ -365,7 +394,13 @@ func (s *space) destroy() error {
 		s.fd = -1
 	}
 	err := subvolDestroy(s.disk.fd, s.name)
-	s.unref()
+	disks.Lock()
+	if err == nil && s.id != 0 {
+		s.disk.stale = append(s.disk.stale, s.id)
+		s.disk.sweep()
+	}
+	s.disk.unref()
+	disks.Unlock()
 	return err
 }
 
