@@ -34,7 +34,8 @@ type Config struct {
 	// DiskBytes is the size of the file system the executor makes for the
 	// jobs' /out and /tmp (a btrfs image at Root/.disk.img, sparse, made
 	// once and reused by later executors over Root; see doc.go): the
-	// node's disk for jobs. Default 20 GiB. Negative: make none, and keep
+	// node's disk for jobs. An image smaller than DiskBytes is grown; a
+	// larger one is kept as it is. Default 20 GiB. Negative: make none, and keep
 	// every job's /out and /tmp in a tmpfs, as where the node cannot make
 	// one.
 	DiskBytes int64

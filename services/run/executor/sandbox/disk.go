@@ -35,8 +35,11 @@ func (e *Executor) openDisk() {
 	}
 	e.disk = d
 	how := "reused"
-	if d.Made {
+	switch {
+	case d.Made:
 		how = "made"
+	case d.Grown:
+		how = "grown to the node's disk"
 	}
 	e.log.Info("jobs' /out and /tmp are on the node's disk: a btrfs file system with a quota per job, loop-mounted from an image ("+how+" now; the work directory's own file system has no quotas here)",
 		"image", d.Image, "size", d.Size, "mount", d.Path)

@@ -14,6 +14,7 @@ import (
 // that header (amd64; arm64 encodes _IOW/_IOR/_IOWR the same way), and the
 // argument structs below have its layouts field for field.
 const (
+	iocResize       = 0x50009403 // _IOW(0x94, 3, struct btrfs_ioctl_vol_args)
 	iocSubvolCreate = 0x5000940e // _IOW(0x94, 14, struct btrfs_ioctl_vol_args)
 	iocSnapDestroy  = 0x5000940f // _IOW(0x94, 15, struct btrfs_ioctl_vol_args)
 	iocInoLookup    = 0xd0009412 // _IOWR(0x94, 18, struct btrfs_ioctl_ino_lookup_args)
@@ -102,6 +103,15 @@ func subvolDestroy(dirfd int, name string) error {
 	}
 	if err := ioctl(dirfd, iocSnapDestroy, unsafe.Pointer(a)); err != nil {
 		return fmt.Errorf("delete subvolume %s: %w", name, err)
+	}
+	return nil
+}
+
+// resizeMax grows the file system to the whole of its (only) device.
+func resizeMax(fd int) error {
+	a, _ := volName("max")
+	if err := ioctl(fd, iocResize, unsafe.Pointer(a)); err != nil {
+		return fmt.Errorf("resize job disk: %w", err)
 	}
 	return nil
 }

@@ -40,8 +40,9 @@ type Disk struct {
 	Path string
 	// Image is the image file it is mounted from: Root/.disk.img.
 	Image string
-	// Made says OpenDisk made the image (rather than finding it).
-	Made bool
+	// Made says OpenDisk made the image (rather than finding it), Grown
+	// that it found it smaller than asked and grew it.
+	Made, Grown bool
 	// Size is the image's size in bytes.
 	Size int64
 
@@ -130,6 +131,14 @@ func (d *Disk) mount(size int64) error {
 		return fmt.Errorf("job disk image: %w", err)
 	}
 	d.Size = fi.Size()
+	if size > d.Size {
+		// The node's disk was raised since the image was made: the file
+		// grows now, the file system once mounted (shrinking is not done).
+		if err := os.Truncate(d.Image, size); err != nil {
+			return fmt.Errorf("grow job disk image: %w", err)
+		}
+		d.Size, d.Grown = size, true
+	}
 	dev, err := attachLoop(d.Image)
 	if err != nil {
 		return err
@@ -140,6 +149,17 @@ func (d *Disk) mount(size int64) error {
 	dev.Close()
 	if err != nil {
 		return fmt.Errorf("mount job disk %s from %s: %w", d.Path, d.Image, err)
+	}
+	if d.Grown {
+		fd, err := unix.Open(d.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			err = resizeMax(fd)
+			unix.Close(fd)
+		}
+		if err != nil {
+			_ = unix.Unmount(d.Path, unix.MNT_DETACH)
+			return err
+		}
 	}
 	return nil
 }

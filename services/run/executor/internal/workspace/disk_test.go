@@ -60,9 +60,24 @@ func TestDiskMadeOnceAndReused(t *testing.T) {
 		t.Fatal("still mounted after the last Close")
 	}
 	again := openDisk(t, root)
-	defer again.Close()
-	if again.Made || again.Size != 512<<20 {
-		t.Errorf("made %v, size %d: want the image reused", again.Made, again.Size)
+	if again.Made || again.Grown || again.Size != 512<<20 {
+		t.Errorf("made %v, grown %v, size %d: want the image reused", again.Made, again.Grown, again.Size)
+	}
+	if err := again.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The node's disk raised: the image and its file system grow.
+	bigger, err := OpenDisk(root, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bigger.Close()
+	var st unix.Statfs_t
+	if err := unix.Statfs(bigger.Path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if !bigger.Grown || bigger.Size != 1<<30 || int64(st.Blocks)*st.Bsize < 900<<20 {
+		t.Errorf("grown %v, size %d, file system of %d bytes: want 1 GiB", bigger.Grown, bigger.Size, int64(st.Blocks)*st.Bsize)
 	}
 }
 
