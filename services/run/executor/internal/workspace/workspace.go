@@ -161,8 +161,9 @@ func (d *Dir) Remove() error {
 		}
 		d.space = nil
 	}
-	// Only the data is on disk: the rest was in the tmpfs. Most jobs'
-	// data directory is empty or gone by now; try the cheap way first.
+	// What is left is data/ and the directories: the rest went with
+	// the writable space. Most jobs' data directory is empty or gone by
+	// now; try the cheap way first.
 	if err := unix.Rmdir(d.Data); err != nil && !errors.Is(err, unix.ENOENT) {
 		if err := os.RemoveAll(d.Data); err != nil {
 			return fmt.Errorf("remove data: %w", err)
