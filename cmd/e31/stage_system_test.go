@@ -22,7 +22,9 @@ import (
 // its declared request.disk. A job that leaves more fails with the reason,
 // returns nothing, and its compute is released. The plain process executor
 // does not bound the disk, so there RUN's bound is what stops it; the
-// sandbox's /out is a tmpfs of request.disk, which stops the write itself.
+// sandbox's /out has a quota of request.disk, which stops the write itself:
+// the job fails at its bound, disk_exceeded, and what it wrote comes back,
+// partial.
 func TestOutputOverTheJobsDiskIsAClearFailure(t *testing.T) {
 	t.Parallel()
 	for _, executor := range []string{"process", testExecutor} {
@@ -35,6 +37,18 @@ request: {cpu: 0.5, memory: 64MiB, disk: 2MiB, limit: 1m}
 output: [big.bin]
 `, nil))
 			rec, code := ts.wait(id)
+			if executor != "process" {
+				if code != exitFailed || rec.Outcome != events.DiskExceeded || rec.ReleasedAt == nil {
+					t.Fatalf("outcome %s (%s, exit %d), released %v: want disk_exceeded and released", rec.Outcome, rec.Reason, code, rec.ReleasedAt)
+				}
+				if !strings.Contains(rec.Reason, "2097152-byte disk bound") {
+					t.Errorf("reason %q does not name the bound", rec.Reason)
+				}
+				if !rec.Output.Partial || rec.Output.Files != 1 || rec.Output.Bytes == 0 || rec.Output.Bytes > 2<<20 {
+					t.Errorf("output %+v, want what the job wrote, partial", rec.Output)
+				}
+				return
+			}
 			if code != exitFailed || rec.Outcome != events.Failed || rec.ReleasedAt == nil {
 				t.Fatalf("outcome %s (exit %d), released %v: want failed and released", rec.Outcome, code, rec.ReleasedAt)
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -82,11 +83,16 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		if err != nil {
 			return nil, err
 		}
-		return run.New(js, run.Config{
+		svc, err := run.New(js, run.Config{
 			Node: node.Name, CPU: node.CPU, MemoryBytes: node.MemoryBytes, DiskBytes: node.DiskBytes,
 			Executor: exec, AllowUnisolated: node.Executor == run.ExecProcess,
 			Stores: store, Grace: node.Grace, LogCap: node.LogCap, Source: "e31/run/" + node.Name, Logger: log,
 		})
+		if err != nil {
+			closeExecutor(exec, log)
+			return nil, err
+		}
+		return closingNode{svc, exec, log}, nil
 	}
 	return nil, usageErr("unknown service %q (expected one of %v)", name, services)
 }
@@ -97,10 +103,32 @@ func openStores(ctx context.Context, js jetstream.JetStream) (stage.Stores, erro
 	return stage.Open(ctx, js)
 }
 
+// closingNode is a run node that closes its executor once it stopped: the
+// sandbox unmounts the node's job disk (see sandbox.Config.DiskBytes), so
+// that its work directory can be removed, and a later node mounts it anew.
+type closingNode struct {
+	*run.Service
+	exec executor.Executor
+	log  *slog.Logger
+}
+
+func (n closingNode) Run(ctx context.Context) error {
+	defer closeExecutor(n.exec, n.log)
+	return n.Service.Run(ctx)
+}
+
+func closeExecutor(exec executor.Executor, log *slog.Logger) {
+	if c, ok := exec.(io.Closer); ok {
+		if err := c.Close(); err != nil {
+			log.Warn("close executor", "err", err)
+		}
+	}
+}
+
 // newExecutor opens the node's executor; its container executor checks
 // each job's image against the operator's policy again.
 func newExecutor(node nodeConfig, log *slog.Logger, images container.Images) (executor.Executor, error) {
-	exec, err := run.OpenExecutorWith(node.Executor, filepath.Join(node.WorkDir, "jobs"), log.With("node", node.Name), images)
+	exec, err := run.OpenExecutorWith(node.Executor, filepath.Join(node.WorkDir, "jobs"), node.DiskBytes, log.With("node", node.Name), images)
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}

@@ -22,9 +22,12 @@ const (
 	Failed        Outcome = "failed"
 	LimitExceeded Outcome = "limit_exceeded"
 	OutOfMemory   Outcome = "out_of_memory"
-	Cancelled     Outcome = "cancelled"
-	Rejected      Outcome = "rejected"
-	NodeLost      Outcome = "node_lost"
+	// DiskExceeded: the job filled its disk bound (request.disk: ENOSPC or
+	// EDQUOT on /out and /tmp) and then did not succeed.
+	DiskExceeded Outcome = "disk_exceeded"
+	Cancelled    Outcome = "cancelled"
+	Rejected     Outcome = "rejected"
+	NodeLost     Outcome = "node_lost"
 )
 
 // MaxAttempts bounds how often a job is held again after its node was lost.

@@ -945,6 +945,8 @@ func TestSchemasAccept(t *testing.T) {
 		{events.TypeJobSubmitted, "/spec/output/0/path", "plots/**/*.png"},
 		{events.TypeJobSubmitted, "/spec/request/cpu", 0.25},
 		{events.TypeRunStopped, "/outcome", "out_of_memory"}, // and so no exit code needed…
+		{events.TypeRunStopped, "/outcome", "disk_exceeded"},
+		{events.TypeOutputReturned, "/outcome", "disk_exceeded"},
 		{events.TypeOutputReturned, "/files", nil},
 		{events.TypeOutputReturned, "/files/0/path", "...hidden/.x"},
 		{events.TypeComputeReleased, "/outcome", "node_lost"},

@@ -83,6 +83,12 @@ func TestDecide(t *testing.T) {
 				Files: both, Bytes: 15, Partial: true, Missing: []string{}}},
 		},
 		{
+			name:    "disk exceeded: partial",
+			stopped: stopped(events.DiskExceeded, "disk full", []events.OutputFile{runLog}, "result.csv"),
+			want: []events.Event{events.OutputReturned{Hold: hold1, Outcome: events.DiskExceeded, Reason: "disk full",
+				Files: []events.OutputFile{runLog}, Bytes: 5, Partial: true, Missing: []string{"result.csv"}}},
+		},
+		{
 			name:    "cancelled: partial",
 			stopped: stopped(events.Cancelled, "cancelled", []events.OutputFile{runLog}, "result.csv"),
 			want: []events.Event{events.OutputReturned{Hold: hold1, Outcome: events.Cancelled, Reason: "cancelled",

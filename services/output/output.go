@@ -393,7 +393,7 @@ func decide(stopped events.RunStopped, c checked, after []events.Envelope) []eve
 		ret.Bytes = listedBytes
 	}
 	switch stopped.Outcome {
-	case events.LimitExceeded, events.OutOfMemory, events.Cancelled, events.NodeLost:
+	case events.LimitExceeded, events.OutOfMemory, events.DiskExceeded, events.Cancelled, events.NodeLost:
 		// The job did not run to its end: what it had is returned, as partial.
 		ret.Partial = true
 	}

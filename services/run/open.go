@@ -49,15 +49,17 @@ func CheckExecutor(kind string) error {
 // OpenExecutor returns the executor of the given kind, making workspaces
 // under root. Only kind ExecProcess runs jobs unisolated; sandbox and auto
 // (the same: auto no longer falls back) return an error wrapping
-// ErrNoIsolation where the sandbox cannot run.
-func OpenExecutor(kind, root string, log *slog.Logger) (executor.Executor, error) {
-	return OpenExecutorWith(kind, root, log, nil)
+// ErrNoIsolation where the sandbox cannot run. diskBytes is the node's disk
+// for jobs (--node-disk): the sandbox keeps their /out and /tmp in a file
+// system of that size with a quota per job (0: its default).
+func OpenExecutor(kind, root string, diskBytes int64, log *slog.Logger) (executor.Executor, error) {
+	return OpenExecutorWith(kind, root, diskBytes, log, nil)
 }
 
 // OpenExecutorWith is OpenExecutor whose container executor refuses the
 // images that images does not allow a job's submitter (the operator's
 // policy, which SUBMIT enforces first).
-func OpenExecutorWith(kind, root string, log *slog.Logger, images container.Images) (executor.Executor, error) {
+func OpenExecutorWith(kind, root string, diskBytes int64, log *slog.Logger, images container.Images) (executor.Executor, error) {
 	if err := CheckExecutor(kind); err != nil {
 		return nil, err
 	}
@@ -65,5 +67,5 @@ func OpenExecutorWith(kind, root string, log *slog.Logger, images container.Imag
 		log.Warn("running jobs as plain child processes (--executor process): they are NOT isolated from each other or the node; the node announces isolation none")
 		return executor.NewProcess(root)
 	}
-	return openSandbox(root, log, images)
+	return openSandbox(root, diskBytes, log, images)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -20,8 +21,8 @@ const LabelContainers = "containers"
 // openSandbox returns the sandbox executor, with the container executor for
 // jobs that name an image when a Docker engine answers. A host that cannot
 // sandbox gets an error wrapping ErrNoIsolation: never jobs unisolated.
-func openSandbox(root string, log *slog.Logger, images container.Images) (executor.Executor, error) {
-	sb, err := sandbox.New(sandbox.Config{Root: root, Logger: log})
+func openSandbox(root string, diskBytes int64, log *slog.Logger, images container.Images) (executor.Executor, error) {
+	sb, err := sandbox.New(sandbox.Config{Root: root, DiskBytes: diskBytes, Logger: log})
 	if err != nil {
 		if errors.Is(err, sandbox.ErrNotSupported) {
 			return nil, noIsolation(err)
@@ -60,6 +61,18 @@ func (b *byImage) IsolationOf(spec executor.Spec) events.Isolation {
 		return events.IsolationContainer
 	}
 	return executor.IsolationOf(b.plain, spec)
+}
+
+// Close closes the executors that have a Close (the sandbox gives back its
+// slots and the node's job disk).
+func (b *byImage) Close() error {
+	var errs []error
+	for _, e := range []executor.Executor{b.plain, b.containers} {
+		if c, ok := e.(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Containers reports whether jobs that name an image can run here.

@@ -102,7 +102,8 @@ type Workspace struct {
 
 // Result is how the job stopped.
 type Result struct {
-	// Outcome is Succeeded, Failed, LimitExceeded, OutOfMemory or Cancelled.
+	// Outcome is Succeeded, Failed, LimitExceeded, OutOfMemory, DiskExceeded
+	// or Cancelled.
 	Outcome events.Outcome
 	// ExitCode is set when the job's first process exited on its own.
 	ExitCode *int

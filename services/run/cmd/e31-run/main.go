@@ -50,7 +50,7 @@ func main() {
 		if err != nil {
 			return nil, err
 		}
-		ex, err := run.OpenExecutorWith(*exec, filepath.Join(*workDir, *node, "jobs"), log, limits.Lookup{JS: js})
+		ex, err := run.OpenExecutorWith(*exec, filepath.Join(*workDir, *node, "jobs"), dsk, log, limits.Lookup{JS: js})
 		if err != nil {
 			return nil, err
 		}

@@ -309,12 +309,25 @@ sleep 3
 	}
 }
 
-// TestDiskBound: a job that fills /out gets ENOSPC at its disk bound; the
-// space is a tmpfs of that size, not the node's disk.
+// TestDiskBound: a job that fills /out gets EDQUOT at its disk bound: the
+// space is a subvolume of the node's job disk with a quota of that size. On
+// a node without one (DiskBytes < 0), it is a tmpfs of that size and the job
+// gets ENOSPC.
 func TestDiskBound(t *testing.T) {
 	t.Parallel()
-	e := newExecutor(t, Config{})
-	s := spec("filler", sh(`
+	for _, c := range []struct {
+		name     string
+		nodeDisk int64
+		fs       int64
+		err      string
+	}{
+		{"quota", 0, unix.BTRFS_SUPER_MAGIC, "Disk quota exceeded"},
+		{"tmpfs", -1, unix.TMPFS_MAGIC, "No space left on device"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newExecutor(t, Config{DiskBytes: c.nodeDisk})
+			s := spec("filler", sh(`
 dd if=/dev/zero of=/out/big bs=1M count=64 2>/dev/null; rc=$?
 err=$( (head -c 1048576 /dev/zero > /tmp/more) 2>&1 )
 rm -f /tmp/more
@@ -324,19 +337,86 @@ echo "rc=$rc"
 echo "size=$size"
 echo "err=$err"
 `))
+			s.DiskBytes = 8 << 20
+			ws := prepare(t, e, s)
+			var st unix.Statfs_t
+			if err := unix.Statfs(ws.OutDir, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Type != c.fs {
+				t.Errorf("out is fs %#x, want %#x", st.Type, c.fs)
+			}
+			if c.fs == unix.TMPFS_MAGIC && st.Blocks*uint64(st.Bsize) != 8<<20 {
+				t.Errorf("out is a tmpfs of %d bytes, want 8 MiB", st.Blocks*uint64(st.Bsize))
+			}
+			r := finish(t, context.Background(), e, ws)
+			got := lines(r.stdout)
+			if got["rc"] == "0" || !strings.Contains(got["err"], c.err) {
+				t.Errorf("filling /out did not end in %s: %q", c.err, r.stdout)
+			}
+			if n, _ := strconv.Atoi(got["size"]); n == 0 || n > 8<<20 {
+				t.Errorf("wrote %s bytes, want some and at most 8 MiB", got["size"])
+			}
+			// It filled its space, but deleted what it wrote and exited 0.
+			if r.res.Outcome != events.Succeeded {
+				t.Errorf("outcome %s (%s), want succeeded", r.res.Outcome, r.res.Reason)
+			}
+		})
+	}
+}
+
+// TestCannotChangeOwnQuota: a job tries to lift the quota of its /out and
+// /tmp (a qgroup limit of its own subvolume), to turn quotas off, and to
+// make a subvolume of its own inside /out, which would have a quota group
+// of its own, unbounded. It has no CAP_SYS_ADMIN, and the seccomp filter
+// refuses the subvolume ioctls; it still stops at its bound.
+func TestCannotChangeOwnQuota(t *testing.T) {
+	t.Parallel()
+	needPython(t)
+	e := newExecutor(t, Config{})
+	s := spec("quota", py(`
+import ctypes, errno, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+def ioctl(name, path, req, buf):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    r = libc.ioctl(fd, ctypes.c_ulong(req), buf)
+    print("%s=%s" % (name, "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno())))
+    os.close(fd)
+# BTRFS_IOC_QGROUP_LIMIT, qgroup 0 (the subvolume of the fd), MAX_RFER 1 TiB.
+ioctl("qgroup_limit", "/out", 0x8030942b, ctypes.create_string_buffer(struct.pack("<6Q", 0, 1, 1 << 40, 0, 0, 0), 48))
+# BTRFS_IOC_QUOTA_CTL, BTRFS_QUOTA_CTL_DISABLE.
+ioctl("quota_disable", "/out", 0xc0109428, ctypes.create_string_buffer(struct.pack("<2Q", 2, 0), 16))
+# BTRFS_IOC_SUBVOL_CREATE and _V2: which an unprivileged user may make.
+vol = ctypes.create_string_buffer(4096); vol[8:11] = b"esc"
+ioctl("subvol_create", "/out", 0x5000940e, vol)
+vol2 = ctypes.create_string_buffer(4096); vol2[56:60] = b"esc2"
+ioctl("subvol_create_v2", "/out", 0x50009418, vol2)
+# BTRFS_IOC_SNAP_CREATE of /tmp's subvolume... by a descriptor of /tmp.
+snap = ctypes.create_string_buffer(4096); struct.pack_into("<q", snap, 0, os.open("/tmp", os.O_RDONLY)); snap[8:12] = b"snap"
+ioctl("snap_create", "/out", 0x50009401, snap)
+try:
+    with open("/out/big", "wb") as f:
+        for i in range(64):
+            f.write(b"x" * (1 << 20))
+except OSError as e:
+    print("write=" + errno.errorcode[e.errno])
+print("size=%d" % os.stat("/out/big").st_size)
+os.remove("/out/big")  # room for stdout, which is in the same space
+print("done=1")
+`))
 	s.DiskBytes = 8 << 20
-	ws := prepare(t, e, s)
-	var st unix.Statfs_t
-	if err := unix.Statfs(ws.OutDir, &st); err != nil {
-		t.Fatal(err)
-	}
-	if st.Type != unix.TMPFS_MAGIC || st.Blocks*uint64(st.Bsize) != 8<<20 {
-		t.Errorf("out is fs %#x of %d bytes, want a tmpfs of 8 MiB", st.Type, st.Blocks*uint64(st.Bsize))
-	}
-	r := finish(t, context.Background(), e, ws)
+	r := runJob(t, e, s, nil)
 	got := lines(r.stdout)
-	if got["rc"] == "0" || !strings.Contains(got["err"], "No space left on device") {
-		t.Errorf("filling /out did not end in ENOSPC: %q", r.stdout)
+	if got["done"] != "1" {
+		t.Fatalf("job did not finish: %s", r.stderr)
+	}
+	for _, call := range []string{"qgroup_limit", "quota_disable", "subvol_create", "subvol_create_v2", "snap_create"} {
+		if got[call] != "EPERM" {
+			t.Errorf("%s: %q, want EPERM", call, got[call])
+		}
+	}
+	if got["write"] != "EDQUOT" {
+		t.Errorf("writing 64 MiB under an 8 MiB bound: %q, want EDQUOT", got["write"])
 	}
 	if n, _ := strconv.Atoi(got["size"]); n == 0 || n > 8<<20 {
 		t.Errorf("wrote %s bytes, want some and at most 8 MiB", got["size"])

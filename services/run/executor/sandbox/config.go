@@ -31,6 +31,14 @@ type Config struct {
 	// DefaultDiskBytes bounds /out and /tmp of a job whose Spec.DiskBytes is
 	// 0. Default 1 GiB.
 	DefaultDiskBytes int64
+	// DiskBytes is the size of the file system the executor makes for the
+	// jobs' /out and /tmp (a btrfs image at Root/.disk.img, sparse, made
+	// once and reused by later executors over Root; see doc.go): the
+	// node's disk for jobs. An image smaller than DiskBytes is grown; a
+	// larger one is kept as it is. Default 20 GiB. Negative: make none, and keep
+	// every job's /out and /tmp in a tmpfs, as where the node cannot make
+	// one.
+	DiskBytes int64
 	// DefaultMemoryBytes is the memory limit of a job whose Spec.MemoryBytes
 	// is 0: no job runs without one. Default 1 GiB.
 	DefaultMemoryBytes int64

@@ -30,7 +30,8 @@
 //     "../.empty"), where a bind mount would show the data's path on the
 //     node's disk (where the work directory cannot be an overlay's layer,
 //     /data is that bind mount, and New logs so); /etc is a tmpfs, not a
-//     bind of a directory under Root.
+//     bind of a directory under Root; /out and /tmp show their path in the
+//     node's job disk ("/7/out": the number of the slot's subvolume).
 //     Its /proc/self/cgroup shows "/" in every hierarchy: the cgroup
 //     namespace is rooted at the job's cgroup (on v1; on v2, where the job
 //     joins its cgroup only after exec, it would be rooted at the node
@@ -50,11 +51,26 @@
 //     memory = Spec.MemoryBytes and no swap, a CFS quota of Spec.CPU cores and
 //     Config.PidsMax processes. Cpu seconds, peak memory and OOM kills are
 //     read from it at the end, not sampled, and are the job's alone.
-//   - /out, /tmp and its stdout/stderr logs on one tmpfs of Spec.DiskBytes:
-//     a job that fills it gets ENOSPC and the node's disk is never touched.
-//     The kernel charges those pages to the job's memory cgroup while it
-//     runs, so what a job writes counts against its memory as well: memory
-//     plus written files stay within what RENT held.
+//   - /out, /tmp and its stdout/stderr logs in one writable space on the
+//     node's disk, bounded at Spec.DiskBytes by a file-system quota: a job
+//     that fills it gets EDQUOT, and if it then fails its outcome is
+//     disk_exceeded. What it writes never counts against its memory (the
+//     page cache it dirties is written back, not kept). The space is a
+//     btrfs subvolume with a qgroup limit, in a file system the executor
+//     makes for the node's jobs at New: a btrfs image of Config.DiskBytes
+//     under Root (.disk.img, sparse, made once with mkfs.btrfs and reused,
+//     loop-mounted at Root/.disk with quotas on). This kernel has no XFS
+//     project quota and no ext4 quota format; btrfs qgroups work, and a
+//     file system of the node's jobs alone keeps them from filling the
+//     node's own disk. A subvolume made inside the space would have a
+//     qgroup of its own, unbounded: the seccomp filter refuses the ioctls
+//     that make one (which the kernel allows any user), and a job has no
+//     CAP_SYS_ADMIN to change or lift its own limit. Where the node cannot
+//     make that file system (no btrfs, no loop devices, no mkfs.btrfs from
+//     btrfs-progs), New says so loudly in the log and every job's space is
+//     a tmpfs of Spec.DiskBytes instead: ENOSPC at the bound, but its pages
+//     are charged to the job's memory cgroup, so what a job writes counts
+//     against its memory as well.
 //   - Environment: the declared variables, PATH and HOME=/tmp (unless
 //     declared), E31_JOB_ID, E31_DATA=/data and E31_OUTPUT=/out (always).
 //     Working directory /tmp; stdin /dev/null; stdout and stderr are pipes
@@ -75,8 +91,10 @@
 //     job's mount namespace is a copy of it, so no job ever copies the
 //     host's mount table or has to unmount it.
 //  1. Prepare takes a slot (see below): a workspace, a cgroup and a network
-//     namespace that earlier jobs may have used, emptied. It mounts a new
-//     tmpfs for the job's /out and /tmp and sets the cgroup's limits.
+//     namespace that earlier jobs may have used, emptied. It bounds the
+//     slot's writable space for the job's /out and /tmp (one ioctl: the
+//     qgroup limit of its subvolume; or a new tmpfs) and sets the cgroup's
+//     limits.
 //  2. Run hands the job to a launcher thread: a thread locked to its
 //     goroutine (never the main thread) that set no_new_privs, dropped its
 //     capability bounding set and installed the seccomp filter when it was
@@ -124,7 +142,7 @@
 // also needs cgo (its nsexec) in a binary we build static.
 // Forking from a prepared thread pays one exec, the job's own, and needs
 // nothing installed on the node: the per-job overhead is a few namespaces,
-// about twenty mount syscalls, a tmpfs and a few cgroup file writes. Measure
+// about twenty mount syscalls, a quota ioctl and a few cgroup file writes. Measure
 // it with
 //
 //	go test -run '^$' -bench 'SandboxTrue|ForkExec' -cpu 2,8 ./executor/sandbox/
@@ -146,10 +164,14 @@
 // Prepare takes it up again (see slot). What a slot keeps, and why the next
 // job finds nothing of the last one:
 //
-//   - The workspace directories (data/ and the mount point of the writable
-//     space). The tmpfs holding /out, /tmp and the logs is new for every
-//     job and unmounted at Release, and data/ is emptied: no file, inode
-//     number or byte of free space is carried over.
+//   - The workspace directories (data/ and the writable space). The
+//     writable space, a btrfs subvolume of its own bound on the workspace
+//     (making one costs a btrfs transaction), is emptied at Release and its
+//     quota set anew by the next Prepare: no file is carried over, and what
+//     the last job held stops counting against the slot's quota at the
+//     file system's next transaction, which a write past the quota waits
+//     for. (A tmpfs, where the node has no job disk, is new for every job
+//     and unmounted at Release.) data/ is emptied.
 //   - The cgroup (v1). Its limits are rewritten for each job, and the
 //     counters restart: cpuacct.usage is set to zero, the peak memory to
 //     what is charged when the job starts (which is subtracted), the OOM
@@ -214,7 +236,9 @@
 //
 // A workspace's paths are its slot's, not the job's, and serve later jobs:
 // do not touch them after Release. Close removes the slots an executor
-// keeps; a node agent that never calls it leaves them to the next New.
+// keeps and unmounts the job disk (its image stays for the next New); a
+// node agent that never calls it leaves them to the next New, which finds
+// the disk mounted and empties it.
 //
 // The executor waits for each job's pid 1 itself: nothing else in the node
 // agent may reap children it did not start (wait4(-1), a subreaper loop).

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -455,7 +456,19 @@ func makeTemplate(root, etc string, dirs []string, links []link) (int, error) {
 			return fail(fmt.Errorf("copy etc: %w", err))
 		}
 	}
-	if err := unix.Mount("", etcDir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	// A child forked meanwhile by another thread of the process (a job,
+	// mkfs.btrfs for another executor) holds the files just written open
+	// until it execs, and the kernel refuses a read-only remount until
+	// then: try again a few times.
+	remount := func() error {
+		return unix.Mount("", etcDir, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+	}
+	err = remount()
+	for try := 0; errors.Is(err, unix.EBUSY) && try < 50; try++ {
+		time.Sleep(2 * time.Millisecond)
+		err = remount()
+	}
+	if err != nil {
 		return fail(fmt.Errorf("make etc read-only: %w", err))
 	}
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {

@@ -59,6 +59,9 @@ type Executor struct {
 	// idle are the slots no job holds, the longest idle first (see slot).
 	idle   []*slot
 	closed bool
+	// disk holds the jobs' writable space, with a quota per job; nil
+	// where the node could not make it (see openDisk): then a tmpfs.
+	disk *workspace.Disk
 }
 
 var (
@@ -213,6 +216,7 @@ func New(cfg Config) (*Executor, error) {
 	} else if len(names) > 0 {
 		e.log.Warn("removed stale job cgroups", "names", names)
 	}
+	e.openDisk()
 	e.log.Info("sandbox ready", "root", root, "cgroups", cg.describe())
 	return e, nil
 }
@@ -335,10 +339,9 @@ type job struct {
 }
 
 // Prepare gives the job a slot (see slot) and readies it: the workspace's
-// data/ (DataDir), empty, for RUN to stage into, a new tmpfs of
-// Spec.DiskBytes holding out/ (OutDir) and the job's /tmp, and the cgroup
-// with the job's limits. Memory written to the tmpfs is charged to the
-// job's memory limit while the job runs.
+// data/ (DataDir), empty, for RUN to stage into, the slot's writable space
+// bounded at Spec.DiskBytes holding out/ (OutDir) and the job's /tmp, and
+// the cgroup with the job's limits.
 func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("sandbox: spec needs a job id and a command")
@@ -622,6 +625,7 @@ loop:
 			res.Reason = fmt.Sprintf("unexpected wait status %#x", uint32(ws))
 		}
 	}
+	checkDisk(j, &res)
 	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
 		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
 	return res, nil

@@ -175,9 +175,16 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	if ents, err := os.ReadDir(ws.DataDir); err != nil || len(ents) != 0 {
 		t.Errorf("data not emptied: %v %v", ents, err)
 	}
+	// What stays mounted is the slot's writable space (its subvolume of
+	// the job disk), empty, and nothing else.
 	mounts := readFile(t, "/proc/self/mountinfo")
-	if strings.Contains(mounts, ws.Root) {
-		t.Errorf("workspace still mounted:\n%s", mounts)
+	for _, l := range strings.Split(mounts, "\n") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], ws.Root) && f[4] != filepath.Join(ws.Root, "rw") {
+			t.Errorf("workspace still mounted: %s", l)
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(ws.Root, "rw")); err != nil || len(ents) != 0 {
+		t.Errorf("writable space not emptied: %v %v", ents, err)
 	}
 	if ps, err := j.cg.procs(); err != nil || len(ps) != 0 {
 		t.Errorf("cgroup of the slot holds %v (%v)", ps, err)
@@ -204,6 +211,9 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	}
 	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("workspace still there after Close: %v", err)
+	}
+	if mounts := readFile(t, "/proc/self/mountinfo"); strings.Contains(mounts, e.cfg.Root) {
+		t.Errorf("something of the executor still mounted after Close:\n%s", mounts)
 	}
 	cg, _ := j.cg.(*cgroup1Job)
 	for name, dir := range cg.dirsOrNil() {

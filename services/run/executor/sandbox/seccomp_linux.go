@@ -39,6 +39,8 @@ import (
 //     user namespace is the unprivileged way back to "root");
 //   - socket of AF_ALG or AF_VSOCK: EPERM (the kernel's crypto sockets, and
 //     sockets to the hypervisor, which network namespaces do not cover);
+//   - ioctl requests that make a btrfs subvolume or snapshot: EPERM (a
+//     subvolume would escape the quota of the job's /out and /tmp);
 //   - personality but for Docker's five values (Linux, 32-bit, UNAME26,
 //     both, and the query): EPERM, so a job cannot turn off its own address
 //     space randomisation or make its data executable;
@@ -78,6 +80,16 @@ func seccompFilter() []unix.SockFilter {
 		f.ret(retEPERM)
 		f.ret(retAllow)
 	})
+	// ioctl: no btrfs subvolume or snapshot. A job's /out and /tmp are a
+	// btrfs subvolume with a quota; a subvolume made inside it (which the
+	// kernel lets any user do) has a quota group of its own, unbounded.
+	f.onArg(unix.SYS_IOCTL, offArg1, func(f *filterBuilder) {
+		for i, req := range refusedIoctls {
+			f.jeq(req, uint8(len(refusedIoctls)-i), 0)
+		}
+		f.ret(retAllow)
+		f.ret(retEPERM)
+	})
 	f.onArg0(unix.SYS_PERSONALITY, func(f *filterBuilder) {
 		allowed := []uint32{0, 0x0008, 0x20000, 0x20008, 0xffffffff}
 		for i, v := range allowed {
@@ -89,6 +101,11 @@ func seccompFilter() []unix.SockFilter {
 	f.ret(retAllow)
 	return f.prog
 }
+
+// refusedIoctls are the btrfs ioctls that make a subvolume (linux/btrfs.h:
+// BTRFS_IOC_SNAP_CREATE, _SUBVOL_CREATE, _SNAP_CREATE_V2, _SUBVOL_CREATE_V2).
+// The kernel reads an ioctl's request as 32 bits.
+var refusedIoctls = []uint32{0x50009401, 0x5000940e, 0x50009417, 0x50009418}
 
 // cloneNewNamespaces are the namespace flags of clone (Docker's mask): a
 // job makes no namespace.
@@ -135,6 +152,7 @@ const (
 	offNr   = 0
 	offArch = 4
 	offArg0 = 16 // low half of args[0] on little-endian machines
+	offArg1 = 24 // low half of args[1]
 
 	retAllow  = unix.SECCOMP_RET_ALLOW
 	retKill   = unix.SECCOMP_RET_KILL_PROCESS
@@ -184,8 +202,13 @@ func (f *filterBuilder) refuse(ret uint32, nrs ...uint32) {
 // accumulator, for syscall nr; body must end in a return on every path.
 // Other syscalls skip it, with the syscall number still in the accumulator.
 func (f *filterBuilder) onArg0(nr uint32, body func(*filterBuilder)) {
+	f.onArg(nr, offArg0, body)
+}
+
+// onArg is onArg0 for the argument at offset off.
+func (f *filterBuilder) onArg(nr, off uint32, body func(*filterBuilder)) {
 	var b filterBuilder
-	b.ld(offArg0)
+	b.ld(off)
 	body(&b)
 	f.jeq(nr, 0, uint8(len(b.prog)))
 	f.prog = append(f.prog, b.prog...)

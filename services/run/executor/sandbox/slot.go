@@ -20,8 +20,9 @@ import (
 // teardown the kernel serializes), so Release gives its slot back, emptied,
 // and the next Prepare takes it up again.
 //
-// A slot goes back only without anything of the job: the tmpfs holding
-// /out, /tmp and the logs is unmounted (every job gets a new one), data/ is
+// A slot goes back only without anything of the job: its writable space
+// holding /out, /tmp and the logs is emptied (its subvolume of the node's
+// job disk, or a tmpfs that is unmounted: every job gets a new one), data/ is
 // emptied, the cgroup is empty and its memory reclaimed (jobCgroup.idle),
 // and the network namespace shows nothing the job did (netns.dirty). What
 // fails a check is dropped and made anew for the next job; see doc.go.
@@ -67,6 +68,12 @@ func (e *Executor) takeSlot() (*slot, error) {
 		e.mu.Unlock()
 		return s, nil
 	}
+	// After Close the job disk is given back: a slot made then, which
+	// serves one job, has a tmpfs.
+	disk := e.disk
+	if e.closed {
+		disk = nil
+	}
 	e.mu.Unlock()
 	s := &slot{name: slotName()}
 	ws, err := workspace.Create(e.cfg.Root, s.name)
@@ -75,6 +82,12 @@ func (e *Executor) takeSlot() (*slot, error) {
 			_ = ws.Remove()
 		}
 		return nil, err
+	}
+	if disk != nil {
+		if err := ws.Attach(disk); err != nil {
+			_ = ws.Remove()
+			return nil, err
+		}
 	}
 	s.ws = ws
 	return s, nil
@@ -161,6 +174,7 @@ func (s *slot) remove() error {
 func (e *Executor) Close() error {
 	e.launchers.close()
 	e.mu.Lock()
+	first := !e.closed
 	e.closed = true
 	idle := e.idle
 	e.idle = nil
@@ -169,6 +183,11 @@ func (e *Executor) Close() error {
 	for _, s := range idle {
 		if err := s.remove(); err != nil {
 			errs = append(errs, fmt.Errorf("sandbox: remove slot %s: %w", s.name, err))
+		}
+	}
+	if first {
+		if err := e.closeDisk(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -2,9 +2,11 @@
 
 // Package workspace makes a job's place on a node, shared by the sandbox and
 // container executors: a directory with data/ on the node's disk for the
-// staged input, and a tmpfs of the job's disk bound holding out/, tmp/ and
-// log/, so that whatever the job writes is bounded and never reaches the
-// node's disk. It also hands out the per-job uids.
+// staged input, and a writable space of the job's disk bound holding out/,
+// tmp/ and log/. The writable space is a subvolume of the node's job disk
+// (see Disk) with a quota of the bound, or, where the node has no such
+// disk, a tmpfs of the bound (whose pages count against the job's memory).
+// It also hands out the per-job uids.
 package workspace
 
 import (
@@ -25,8 +27,14 @@ type Dir struct {
 	Path string
 	// Data is where RUN stages input; the job sees it read-only.
 	Data string
-	// RW is the bounded tmpfs; Out, Tmp and Log are in it.
+	// RW is the bounded writable space; Out, Tmp and Log are in it.
 	RW, Out, Tmp, Log string
+
+	// space is the subvolume bound on RW from Attach to Remove, if any:
+	// then Mount and Clear leave RW mounted.
+	space *space
+	// bound is the size of the writable space in force.
+	bound int64
 }
 
 // Make creates the workspace name under root: the tmpfs is diskBytes large,
@@ -62,22 +70,45 @@ func Create(root, name string) (*Dir, error) {
 	return d, nil
 }
 
-// Mount gives a created or cleared workspace a new, empty writable space: a
-// tmpfs of diskBytes on RW holding out/ and tmp/, which belong to uid, and
-// log/.
-func (d *Dir) Mount(diskBytes int64, uid int) error {
-	inodes := min(max(diskBytes/4096, 1024), 1<<20)
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, inodes)
-	if err := unix.Mount("e31-job", d.RW, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return fmt.Errorf("mount writable space: %w", err)
+// Attach gives a created workspace a subvolume of disk as its writable
+// space, bound on RW for as long as the workspace lives: Mount then bounds
+// it with a quota instead of mounting a tmpfs, and Clear empties it.
+func (d *Dir) Attach(disk *Disk) error {
+	s, err := disk.newSpace()
+	if err != nil {
+		return fmt.Errorf("make writable space: %w", err)
 	}
+	if err := unix.Mount(s.path(), d.RW, "", unix.MS_BIND, ""); err != nil {
+		return errors.Join(fmt.Errorf("mount writable space: %w", err), s.destroy())
+	}
+	d.space = s
+	return nil
+}
+
+// Mount gives a created or cleared workspace a new, empty writable space of
+// diskBytes on RW holding out/ and tmp/, which belong to uid, and log/: its
+// subvolume (Attach) with a quota of diskBytes, or else a new tmpfs of
+// diskBytes.
+func (d *Dir) Mount(diskBytes int64, uid int) error {
+	if d.space != nil {
+		if err := d.space.limit(diskBytes); err != nil {
+			return fmt.Errorf("bound writable space: %w", err)
+		}
+	} else {
+		inodes := min(max(diskBytes/4096, 1024), 1<<20)
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", diskBytes, inodes)
+		if err := unix.Mount("e31-job", d.RW, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount writable space: %w", err)
+		}
+	}
+	d.bound = diskBytes
 	for _, x := range []struct {
 		path  string
 		mode  uint32
 		owned bool
 	}{{d.Out, 0o755, true}, {d.Tmp, 0o1777, true}, {d.Log, 0o755, false}} {
-		// The tmpfs is new and ours alone: plain syscalls, no need for the
-		// os package's care.
+		// The space is empty and ours alone: plain syscalls, no need for
+		// the os package's care.
 		if err := unix.Mkdir(x.path, 0o700); err != nil {
 			return fmt.Errorf("make workspace: mkdir %s: %w", x.path, err)
 		}
@@ -118,13 +149,21 @@ func RemoveStale(root string) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-// Remove unmounts the tmpfs and deletes the workspace.
+// Remove unmounts the writable space and deletes the workspace, its
+// subvolume included.
 func (d *Dir) Remove() error {
 	if err := d.unmount(); err != nil {
 		return err
 	}
-	// Only the data is on disk: the rest was in the tmpfs. Most jobs'
-	// data directory is empty or gone by now; try the cheap way first.
+	if d.space != nil {
+		if err := d.space.destroy(); err != nil {
+			return fmt.Errorf("remove writable space: %w", err)
+		}
+		d.space = nil
+	}
+	// What is left is data/ and the directories: the rest went with
+	// the writable space. Most jobs' data directory is empty or gone by
+	// now; try the cheap way first.
 	if err := unix.Rmdir(d.Data); err != nil && !errors.Is(err, unix.ENOENT) {
 		if err := os.RemoveAll(d.Data); err != nil {
 			return fmt.Errorf("remove data: %w", err)
@@ -139,14 +178,33 @@ func (d *Dir) Remove() error {
 }
 
 // Clear takes a job's traces out of the workspace and keeps its
-// directories for the next job: it unmounts the writable space (out/, tmp/
-// and log/ go with it) and empties data/, giving it back mode 0755 and root
-// as its owner. A Dir that was never mounted is only emptied. It fails if
-// the directories are gone.
+// directories for the next job: it empties the writable space (a tmpfs is
+// unmounted; a subvolume is emptied, and what it held is accounted anew by
+// the file system's next transaction, which a write over the next job's
+// quota waits for) and empties data/, giving it back mode 0755 and root as
+// its owner. A Dir that was never mounted is only emptied. It fails if the
+// directories are gone.
 func (d *Dir) Clear() error {
-	if err := d.unmount(); err != nil {
+	if d.space != nil {
+		// Only root can write in RW itself: what is there is out/, tmp/
+		// and log/ with whatever the job put in them. Most jobs leave
+		// out/ and tmp/ empty: try the cheap way first.
+		for _, f := range []string{"stdout", "stderr"} {
+			if err := unix.Unlink(filepath.Join(d.Log, f)); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("clear writable space: %w", err)
+			}
+		}
+		for _, dir := range []string{d.Out, d.Tmp, d.Log} {
+			if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+				if err := os.RemoveAll(dir); err != nil {
+					return fmt.Errorf("clear writable space: %w", err)
+				}
+			}
+		}
+	} else if err := d.unmount(); err != nil {
 		return err
 	}
+	d.bound = 0
 	var st unix.Stat_t
 	if err := unix.Lstat(d.Data, &st); err != nil {
 		return fmt.Errorf("clear workspace: %w", err)
@@ -166,7 +224,7 @@ func (d *Dir) Clear() error {
 		}
 	}
 	// The mount point must be there for the next Mount. (Nothing writes
-	// to it: it is covered from Mount to Clear, and not in use between.)
+	// to it: it is covered from Mount to Clear, or by the subvolume.)
 	if err := unix.Lstat(d.RW, &st); err != nil {
 		return fmt.Errorf("clear workspace: %w", err)
 	}
@@ -184,6 +242,37 @@ func (d *Dir) unmount() error {
 	}
 	return nil
 }
+
+// Usage is what the writable space holds and its bound, in bytes; full
+// says the job filled it: what is left is less than a write could need
+// (1 MiB, or 1/64 of the bound if more). A subvolume's usage is the file
+// system's account of it, brought up to date first (a btrfs transaction:
+// for the jobs that failed, not for every job).
+func (d *Dir) Usage() (used, bound int64, full bool, err error) {
+	if d.bound == 0 {
+		return 0, 0, false, errors.New("workspace usage: no writable space mounted")
+	}
+	bound = d.bound
+	if d.space != nil {
+		if err := unix.Syncfs(d.space.fd); err != nil {
+			return 0, bound, false, fmt.Errorf("workspace usage: sync: %w", err)
+		}
+		if used, err = d.space.used(); err != nil {
+			return 0, bound, false, fmt.Errorf("workspace usage: %w", err)
+		}
+	} else {
+		var st unix.Statfs_t
+		if err := unix.Statfs(d.RW, &st); err != nil {
+			return 0, bound, false, fmt.Errorf("workspace usage: %w", err)
+		}
+		used = int64(st.Blocks-st.Bfree) * st.Bsize
+	}
+	return used, bound, bound-used < max(1<<20, bound/64), nil
+}
+
+// Quota says whether the writable space is a subvolume of the node's job
+// disk bounded by a quota, rather than a tmpfs.
+func (d *Dir) Quota() bool { return d.space != nil }
 
 // emptyDir removes everything in dir, which may be missing.
 func emptyDir(dir string) error {
