@@ -227,3 +227,30 @@ func TestALostNodesHoldsAreLostOnce(t *testing.T) {
 		t.Errorf("a's next hold is attempt %d, want 2", h.Attempt)
 	}
 }
+
+// A submitter asking why its job waits learns nothing of other tenants:
+// not how many jobs are ahead or waiting, not how busy the nodes are, not
+// whether another's job exists.
+func TestWhyTellsASubmitterNothingOfOthers(t *testing.T) {
+	w := newWorld(t)
+	w.node("n1", 2)
+	w.submit("bobs-1", "bob", 2)
+	w.decide()
+	w.submit("bobs-2", "bob", 2)
+	w.submit("alices", "alice", 2)
+	r := w.p.WhyFor("alices", "alice", false)
+	if r.State != "waiting" || r.Position != 0 || r.Queued != 0 || strings.Contains(r.Reason, "position") || strings.Contains(r.Reason, "in all") {
+		t.Errorf("alice is told %+v", r)
+	}
+	if !strings.Contains(r.Reason, "2 cpu") {
+		t.Errorf("alice is not told what her job needs: %q", r.Reason)
+	}
+	for _, id := range []string{"bobs-1", "bobs-2", "nobody"} {
+		if got, want := w.p.WhyFor(id, "alice", false), w.p.WhyFor("nobody", "alice", false); got.State != want.State || got.Reason != want.Reason {
+			t.Errorf("alice asking about %s is told %+v; about a job that does not exist, %+v", id, got, want)
+		}
+	}
+	if r := w.p.WhyFor("alices", "operator", true); r.Position != 2 || r.Queued != 2 {
+		t.Errorf("the operator is told %+v; want position 2 of 2", r)
+	}
+}

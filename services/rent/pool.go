@@ -873,9 +873,33 @@ func (h *subHeap) Pop() any {
 	return last
 }
 
-// Why explains where a job is, in words a person understands.
-func (p *Pool) Why(id string) api.WhyReply {
+// Why explains where a job is, in words a person understands, to someone
+// who may see the whole pool (the operator, the auditor).
+func (p *Pool) Why(id string) api.WhyReply { return p.why(id, false) }
+
+// WhyFor is Why as user may be told it. A submitter is answered about its
+// own jobs only (any other is "unknown", as a job that does not exist), and
+// without the figures that count other tenants' work: its place in the
+// queue, how many wait, what the busiest node has free.
+func (p *Pool) WhyFor(id, user string, seesAll bool) api.WhyReply {
+	if seesAll {
+		return p.Why(id)
+	}
+	if j := p.jobs[id]; j == nil || j.submitter != user {
+		if _, ended := p.over[id]; ended || j != nil {
+			r := p.why("", true)
+			r.Job = id
+			return r
+		}
+	}
+	return p.why(id, true)
+}
+
+func (p *Pool) why(id string, redact bool) api.WhyReply {
 	r := api.WhyReply{Job: id, Queued: p.nWait}
+	if redact {
+		r.Queued = 0
+	}
 	if outcome, ended := p.over[id]; ended {
 		r.State = "over"
 		r.Reason = "it ended: " + string(outcome)
@@ -922,6 +946,11 @@ func (p *Pool) Why(id string) api.WhyReply {
 		r.Reason = p.noLiveNode(j)
 	case !p.everFits(j):
 		r.Reason = p.waitsForNode(j)
+	case redact:
+		// How many of other tenants' jobs are ahead, and how busy the
+		// nodes are with them, are theirs to know.
+		r.Position = 0
+		r.Reason = fmt.Sprintf("waiting for compute: it needs %s; waiting jobs are held by priority (its is %d), then fair share between submitters, then submission order", describe(j.need), j.spec.Priority)
 	case r.Position == 1:
 		r.Reason = fmt.Sprintf("next in line: needs %s; the node with the most free has %s (%s in all)", describe(j.need), describe(p.mostFree()), describe(p.total()))
 	default:

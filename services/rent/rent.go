@@ -523,14 +523,7 @@ func (s *Service) why(r *query.Request) {
 	for {
 		s.mu.Lock()
 		if s.pool.Applied() >= q.MinSeq {
-			reply := s.pool.Why(q.Job)
-			if !r.SeesAll() {
-				if j := s.pool.jobs[q.Job]; j == nil || j.submitter != r.User {
-					reply = s.pool.Why("")
-					reply.Job = q.Job
-				}
-				reply.Queued = 0
-			}
+			reply := s.pool.WhyFor(q.Job, r.User, r.SeesAll())
 			s.mu.Unlock()
 			r.Respond(reply)
 			return
