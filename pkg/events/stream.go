@@ -198,9 +198,17 @@ func PoisonStreamConfig(o StreamOptions) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(o.Replicas, 1),
 		MaxAge:      30 * 24 * time.Hour,
-		Duplicates:  DuplicateWindow,
+		// Anyone may publish junk that every service sets aside here: the
+		// poison stream is bounded, and the oldest goes first. It is for
+		// diagnosis; the log itself keeps every message.
+		MaxBytes:   PoisonMaxBytes,
+		Discard:    jetstream.DiscardOld,
+		Duplicates: DuplicateWindow,
 	}
 }
+
+// PoisonMaxBytes bounds the poison stream.
+const PoisonMaxBytes = 256 << 20
 
 // DataBucketFor is the object store of one submitter's staged data and
 // returned output: kept apart from everyone else's, so that permissions can
