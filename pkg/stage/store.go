@@ -102,6 +102,17 @@ func WithGetTimeout(slack time.Duration, minRate int64) ObjectStoreOption {
 	}
 }
 
+// WithPullReads makes the store read objects with a pull consumer made
+// through js, in place of nats.go's Get, which reads with a push consumer.
+// A push consumer delivers in the account of the bucket's stream (E31),
+// which a submitter's connection is not in: submitters live in the TENANTS
+// account and reach the buckets through service imports (pkg/auth), so
+// only answers come back to them, and a pull consumer's messages are
+// answers to its pull requests. Every Store that Tenants opens reads so.
+func WithPullReads(js jetstream.JetStream) ObjectStoreOption {
+	return func(o *objectStore) { o.js = js }
+}
+
 // NewObjectStore returns the Store kept in a JetStream object store bucket,
 // normally events.DataBucket. Objects are stored in the bucket's default
 // 128 KiB chunks, and reads are checked twice: nats.go compares the chunks
@@ -117,6 +128,7 @@ func NewObjectStore(os jetstream.ObjectStore, opts ...ObjectStoreOption) Store {
 
 type objectStore struct {
 	os      jetstream.ObjectStore
+	js      jetstream.JetStream // with WithPullReads
 	slack   time.Duration
 	minRate int64
 }
@@ -202,6 +214,9 @@ func (o *objectStore) Get(ctx context.Context, name string) (io.ReadCloser, erro
 	}
 	timeout := o.slack + time.Duration(float64(info.Size)/float64(o.minRate)*float64(time.Second))
 	gctx, cancel := context.WithTimeout(ctx, timeout)
+	if o.js != nil {
+		return o.pullGet(ctx, gctx, cancel, timeout, name)
+	}
 	res, err := o.os.Get(gctx, name)
 	if err != nil {
 		cancel()
@@ -247,7 +262,7 @@ type objectReader struct {
 	h       hash.Hash
 }
 
-func newObjectReader(ctx, gctx context.Context, cancel context.CancelFunc, timeout time.Duration, name string, res jetstream.ObjectResult, size int64, want string) *objectReader {
+func newObjectReader(ctx, gctx context.Context, cancel context.CancelFunc, timeout time.Duration, name string, res io.ReadCloser, size int64, want string) *objectReader {
 	pr, pw := io.Pipe()
 	go func() {
 		defer cancel()
@@ -294,6 +309,99 @@ func (r *objectReader) Close() error {
 	r.stop()
 	r.pr.Close()
 	r.cancel()
+	return nil
+}
+
+// pullGet is Get with WithPullReads: the object's metadata read afresh,
+// then its chunks through an ordered pull consumer on their subject.
+func (o *objectStore) pullGet(ctx, gctx context.Context, cancel context.CancelFunc, timeout time.Duration, name string) (io.ReadCloser, error) {
+	ni, err := o.os.GetInfo(gctx, name)
+	if err != nil {
+		cancel()
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, fmt.Errorf("get %s: %w", name, ErrNotFound)
+		}
+		return nil, fmt.Errorf("get %s: %w", name, err)
+	}
+	want, err := natsDigest(ni.Digest)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("get %s: %w: %w", name, ErrCorrupt, err)
+	}
+	cr := &chunkReader{ctx: gctx, js: o.js, stream: "OBJ_" + ni.Bucket, done: ni.Chunks == 0}
+	if !cr.done {
+		cr.cons, err = o.js.OrderedConsumer(gctx, cr.stream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{"$O." + ni.Bucket + ".C." + ni.NUID}})
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("get %s: %w", name, err)
+		}
+	}
+	return newObjectReader(ctx, gctx, cancel, timeout, name, cr, int64(ni.Size), want), nil
+}
+
+// chunkReader reads an object's chunks in order, a batch of pull requests
+// at a time, until the stream has none left on their subject (as nats.go's
+// Get does): a chunk missing or added shows as a wrong size or digest.
+type chunkReader struct {
+	ctx    context.Context
+	js     jetstream.JetStream
+	stream string
+	cons   jetstream.Consumer
+	batch  jetstream.MessageBatch
+	buf    []byte
+	done   bool
+}
+
+// chunkBatch is how many chunks one pull request asks for: 8 MiB of the
+// default 128 KiB chunks in flight.
+const chunkBatch = 64
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		if err := r.ctx.Err(); err != nil {
+			return 0, err
+		}
+		if r.batch == nil {
+			b, err := r.cons.Fetch(chunkBatch, jetstream.FetchContext(r.ctx))
+			if err != nil {
+				return 0, err
+			}
+			r.batch = b
+		}
+		m, ok := <-r.batch.Messages()
+		if !ok {
+			err := r.batch.Error()
+			r.batch = nil
+			if err != nil && !errors.Is(err, nats.ErrTimeout) {
+				return 0, err
+			}
+			continue
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return 0, fmt.Errorf("chunk: %w", err)
+		}
+		r.buf, r.done = m.Data(), meta.NumPending == 0
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// Close deletes the consumer rather than leave it until it times out.
+func (r *chunkReader) Close() error {
+	if r.cons == nil {
+		return nil
+	}
+	if ci := r.cons.CachedInfo(); ci != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+		defer cancel()
+		_ = r.js.DeleteConsumer(ctx, r.stream, ci.Name)
+	}
 	return nil
 }
 
