@@ -121,8 +121,9 @@ func TestASubmitterIsServedThroughTheImports(t *testing.T) {
 // the E31 stream's PubAcks and the object store's PubAcks answer whatever
 // reply subject a request names. A submitter who names a node's lease, an
 // event subject, another tenant's request subject or object must change
-// nothing: the answers go back into TENANTS, where nothing stores them. So
-// must a push consumer on its own bucket that delivers to those subjects.
+// nothing: the answers go back into TENANTS, where nothing stores them.
+// Nor may it make a push consumer on its own bucket that delivers to those
+// subjects, inside E31 (it reads with direct gets).
 // With one account for everyone, the lease was overwritten by a JSON API
 // answer and the answers were stored in the log.
 func TestJetStreamAnswersASubmitterOnlyInItsOwnAccount(t *testing.T) {
@@ -162,12 +163,25 @@ func TestJetStreamAnswersASubmitterOnlyInItsOwnAccount(t *testing.T) {
 		"$O." + events.DataBucketFor("bob") + ".C.x",
 	}
 	ownRequest := events.RequestSubject("probe", "alice")
+	watcher := tr.conn(t, auth.Identity{Role: auth.Operator, Name: "watcher"})
+	watches := map[string]*nats.Subscription{}
+	for _, reply := range targets {
+		sub, err := watcher.SubscribeSync(reply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watches[reply] = sub
+	}
+	if err := watcher.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	requests := []string{
 		"$JS.API.INFO",
 		"$JS.API.STREAM.INFO." + alicesBucket,
 		ownRequest,
 		"$O." + events.DataBucketFor("alice") + ".C.probe",
 	}
+	var pushed []string
 	for _, reply := range targets {
 		for _, subject := range requests {
 			if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Data: []byte("{}")}); err != nil {
@@ -175,15 +189,16 @@ func TestJetStreamAnswersASubmitterOnlyInItsOwnAccount(t *testing.T) {
 			}
 		}
 		// A push consumer on her own bucket delivering there, with
-		// heartbeats and flow control, which carry no subject of hers.
+		// heartbeats, which carry no subject of hers. She may make none.
 		cfg, err := json.Marshal(map[string]any{"stream_name": alicesBucket, "config": map[string]any{
 			"deliver_subject": reply, "deliver_policy": "all", "ack_policy": "none",
-			"idle_heartbeat": int64(50 * time.Millisecond), "flow_control": true}})
+			"idle_heartbeat": int64(100 * time.Millisecond), "flow_control": true}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := nc.RequestWithContext(ctx, "$JS.API.CONSUMER.CREATE."+alicesBucket, cfg); err != nil {
-			t.Fatalf("alice's push consumer: %v", err)
+		if pushConsumer(t, nc, "$JS.API.CONSUMER.CREATE."+alicesBucket, cfg) {
+			t.Errorf("alice made a push consumer delivering to %s", reply)
+			pushed = append(pushed, reply)
 		}
 	}
 	// Each kind of request once more on her own inbox: answered after the
@@ -193,9 +208,21 @@ func TestJetStreamAnswersASubmitterOnlyInItsOwnAccount(t *testing.T) {
 			t.Fatalf("%s on alice's own inbox: %v", subject, err)
 		}
 	}
-	// The push consumers deliver, or never will: wait until none has
-	// anything pending, or heartbeats have had their time.
-	waitDelivered(t, op, alicesBucket)
+	// Push consumers, had she made any, deliver in E31, where the operator
+	// listens on every target (which makes them deliver at once): a
+	// heartbeat on each says it has had everything, and heartbeats
+	// themselves have come.
+	for _, reply := range pushed {
+		for {
+			m, err := watches[reply].NextMsgWithContext(ctx)
+			if err != nil {
+				t.Fatalf("no heartbeat of alice's push consumer on %s: %v", reply, err)
+			}
+			if m.Header.Get("Status") == "100" {
+				break
+			}
+		}
+	}
 
 	if e, err := leases.Get(ctx, "node.n1"); err != nil {
 		t.Errorf("node n1's lease: %v", err)
@@ -222,34 +249,35 @@ func TestJetStreamAnswersASubmitterOnlyInItsOwnAccount(t *testing.T) {
 	}
 }
 
-// waitDelivered waits until no consumer on stream has messages pending,
-// for at most two seconds: a push consumer whose deliver subject nothing
-// counts as interest never delivers.
-func waitDelivered(t *testing.T, js jetstream.JetStream, stream string) {
+// pushConsumer asks, on nc, for a consumer on subject with config cfg, and
+// reports whether it was made. The server's refusal comes before the
+// answer to the flush that follows.
+func pushConsumer(t *testing.T, nc *nats.Conn, subject string, cfg []byte) bool {
 	t.Helper()
-	ctx := ctxFor(t)
-	st, err := js.Stream(ctx, stream)
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		pending := uint64(0)
-		names := st.ConsumerNames(ctx)
-		for name := range names.Name() {
-			c, err := st.Consumer(ctx, name)
-			if err != nil {
-				continue
-			}
-			pending += c.CachedInfo().NumPending
-		}
-		if pending == 0 {
-			return
-		}
-		<-tick.C
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, inbox, cfg); err != nil {
+		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.LastError(); errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+		return false
+	}
+	m, err := sub.NextMsgWithContext(ctxFor(t))
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	var created struct{ Error *struct{ Description string } }
+	if err := json.Unmarshal(m.Data, &created); err != nil || created.Error != nil {
+		t.Fatalf("%s: %s", subject, m.Data)
+	}
+	return true
 }
 
 // TestAKeysDirectoryFromBeforeGainsTheTenantsAccount: a keys directory
