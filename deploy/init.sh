@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Make the secrets of a deployed e31, once, offline: the account keys, the
-# TLS authority and the servers' certificate, and one credentials file per
-# identity compose.yaml runs. Everything goes into deploy/secrets (or
-# $E31_SECRETS), which git ignores:
+# Make the secrets of a deployed e31, once, offline: the keys of the E31
+# and TENANTS (submitters') accounts, the TLS authority and the servers'
+# certificate, and one credentials file per identity compose.yaml runs.
+# Everything goes into deploy/secrets (or $E31_SECRETS), which git ignores:
 #
 #   keys/            the account keys and the TLS authority's key: everything
 #                    rests on them. Never mounted; keep them off the servers

@@ -21,10 +21,12 @@ func credsCmd(a *app) *cobra.Command {
 		Use:   "creds",
 		Short: "Make the keys and credentials of a deployed e31",
 		Long: `e31 authenticates everyone with NATS's decentralized JWTs: an operator key signs
-the E31 account, whose signing key signs one user per identity, each with the
-permissions of its role. Servers trust the operator and know the account; they
-never need to hear of a new user, so credentials are made here, offline, and
-no server is reconfigured or restarted.
+two accounts, E31 (the log, the buckets, the services, the auditor, the
+operator) and TENANTS (the submitters, with no JetStream of their own, who
+reach e31 through the services E31 exports to them); each account's signing key
+signs one user per identity, with the permissions of its role. Servers trust
+the operator and know the accounts; they never need to hear of a new user, so
+credentials are made here, offline, and no server is reconfigured or restarted.
 
   e31 creds init --dir KEYS                 the keys, the account JWT and a server config
   e31 creds user --dir KEYS --role submitter --name alice -o alice.creds
@@ -74,9 +76,6 @@ server). Running it again re-signs and rewrites the JWTs and the config.`,
 			if err != nil {
 				return err
 			}
-			if _, err := keys.WriteAccountJWT(); err != nil {
-				return err
-			}
 			conf, err := keys.ServerConfig(resolverDir)
 			if err != nil {
 				return err
@@ -92,6 +91,7 @@ server). Running it again re-signs and rewrites the JWTs and the config.`,
 				fmt.Fprintf(a.out, "kept the keys in %s\n", dir)
 			}
 			fmt.Fprintf(a.out, "account %s: %s\n", auth.AccountName, keys.AccountKey())
+			fmt.Fprintf(a.out, "account %s: %s (submitters)\n", auth.TenantsAccountName, keys.TenantsAccountKey())
 			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, serverConfFile))
 			fmt.Fprintf(a.out, "next: e31 creds user --dir %s --role operator --name operator -o operator.creds\n", dir)
 			return nil
@@ -158,9 +158,10 @@ func credsRevokeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke",
 		Short: "Void an identity's credentials: every one issued to that user key so far",
-		Long: `Record in the account JWT (in --dir) that the user's credentials are void, then
-give the servers the new account JWT with 'e31 creds push': connections with
-those credentials are closed, and they are refused from then on.`,
+		Long: `Record in the account JWTs (in --dir) that the user's credentials are void, a
+submitter's (TENANTS) or anyone else's (E31), then give the servers the new
+account JWTs with 'e31 creds push': connections with those credentials are
+closed, and they are refused from then on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || (file == "") == (user == "") {
@@ -179,11 +180,11 @@ those credentials are closed, and they are refused from then on.`,
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			if _, err := keys.Revoke(user); err != nil {
+			if err := keys.Revoke(user); err != nil {
 				return usageErr("%v", err)
 			}
-			fmt.Fprintf(a.out, "revoked %s in %s; give the servers the new account JWT: e31 creds push --dir %s --nats URL\n",
-				user, filepath.Join(dir, auth.AccountJWTFile), dir)
+			fmt.Fprintf(a.out, "revoked %s in %s and %s; give the servers the new account JWTs: e31 creds push --dir %s --nats URL\n",
+				user, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), dir)
 			return nil
 		},
 	}
@@ -197,7 +198,7 @@ func credsPushCmd(a *app) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "push",
-		Short: "Give running servers the account JWT in --dir (after a revocation)",
+		Short: "Give running servers the account JWTs in --dir, E31's and TENANTS' (after a revocation)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -207,20 +208,17 @@ func credsPushCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			accountJWT, err := keys.WriteAccountJWT()
-			if err != nil {
-				return err
-			}
 			cfg := a.connectConfig("e31-creds-push")
 			var opts []nats.Option
 			if cfg.CA != "" {
 				opts = append(opts, nats.RootCAs(cfg.CA))
 			}
 			url := orDefault(cfg.URL, connect.DefaultURL)
-			if err := auth.Push(cmd.Context(), url, keys, accountJWT, opts...); err != nil {
+			if err := auth.Push(cmd.Context(), url, keys, opts...); err != nil {
 				return troubleErr(err)
 			}
-			fmt.Fprintf(a.out, "account %s updated on %s\n", keys.AccountKey(), url)
+			fmt.Fprintf(a.out, "accounts %s %s and %s %s updated on %s\n",
+				auth.AccountName, keys.AccountKey(), auth.TenantsAccountName, keys.TenantsAccountKey(), url)
 			return nil
 		},
 	}

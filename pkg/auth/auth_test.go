@@ -310,15 +310,8 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 		t.Error("alice opened bob's bucket")
 	}
 	// Her own bucket: put, get, and the log takes her request.
-	obs, err := js.ObjectStore(ctx, events.DataBucketFor("alice"))
-	if err != nil {
-		t.Fatalf("alice's own bucket: %v (last refusal: %v)", err, nc.LastError())
-	}
-	if _, err := obs.PutBytes(ctx, "x", []byte("hers")); err != nil {
-		t.Fatalf("put into her own bucket: %v", err)
-	}
-	if b, err := obs.GetBytes(ctx, "x"); err != nil || string(b) != "hers" {
-		t.Fatalf("get from her own bucket: %q, %v", b, err)
+	if got := roundTrip(t, nc, "alice", []byte("hers")); string(got) != "hers" {
+		t.Fatalf("get from her own bucket: %q", got)
 	}
 	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
@@ -508,11 +501,10 @@ func TestARevokedUserIsShutOutWithoutARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	accountJWT, err := tr.keys.Revoke(key)
-	if err != nil {
+	if err := tr.keys.Revoke(key); err != nil {
 		t.Fatal(err)
 	}
-	if err := auth.Push(ctxFor(t), tr.srv.ClientURL(), tr.keys, accountJWT); err != nil {
+	if err := auth.Push(ctxFor(t), tr.srv.ClientURL(), tr.keys); err != nil {
 		t.Fatalf("push the account JWT: %v", err)
 	}
 	select {
@@ -531,13 +523,13 @@ func TestARevokedUserIsShutOutWithoutARestart(t *testing.T) {
 		t.Errorf("bob after alice's revocation: %v", err)
 	}
 	// The revocation is kept for the next signing.
-	again, err := tr.keys.AccountJWT()
+	again, err := tr.keys.TenantsJWT()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ac, err := jwt.DecodeAccountClaims(again)
 	if err != nil || !ac.IsClaimRevoked(mustClaims(t, creds)) {
-		t.Errorf("the account JWT signed after the revocation does not revoke alice (%v)", err)
+		t.Errorf("the TENANTS JWT signed after the revocation does not revoke alice (%v)", err)
 	}
 }
 
@@ -620,11 +612,33 @@ func TestTheServerConfigRunsAServer(t *testing.T) {
 	if err := events.Setup(ctxFor(t), js, events.StreamOptions{}); err != nil {
 		t.Fatalf("JetStream for the account: %v", err)
 	}
-	accountJWT, err := keys.AccountJWT()
+	if err := auth.Push(ctxFor(t), ns.ClientURL(), keys); err != nil {
+		t.Errorf("push to a server with a full resolver: %v", err)
+	}
+	// A submitter, in the TENANTS account the config preloads, reaches the
+	// log through its imports.
+	alice, err := keys.Issue(auth.Identity{Role: auth.Submitter, Name: "alice"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := auth.Push(ctxFor(t), ns.ClientURL(), keys, accountJWT); err != nil {
-		t.Errorf("push to a server with a full resolver: %v", err)
+	aopts, err := alice.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	anc, err := nats.Connect(ns.ClientURL(), aopts...)
+	if err != nil {
+		t.Fatalf("connect as alice: %v", err)
+	}
+	defer anc.Close()
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now()).Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ajs.PublishMsg(ctxFor(t), m); err != nil {
+		t.Errorf("alice's job request on a server from the config: %v", err)
 	}
 }

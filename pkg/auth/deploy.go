@@ -15,7 +15,7 @@ import (
 // server trust e31's operator: include it from each server's config
 // (`include ./e31-auth.conf`). It uses the server's own account resolver
 // ("full": JWTs kept in resolverDir and shared across a cluster), preloaded
-// with the E31 and system accounts, so that a pushed account update (Push,
+// with the E31, TENANTS and system accounts, so that a pushed account update (Push,
 // after Revoke) reaches every server without a restart.
 func (k *Keys) ServerConfig(resolverDir string) (string, error) {
 	t, err := k.Trust()
@@ -38,8 +38,11 @@ func (k *Keys) ServerConfig(resolverDir string) (string, error) {
 	sort.Strings(keys)
 	for _, key := range keys {
 		name := AccountName
-		if key == t.SystemAccount {
+		switch key {
+		case t.SystemAccount:
 			name = "SYS"
+		case k.TenantsAccountKey():
+			name = TenantsAccountName
 		}
 		fmt.Fprintf(&b, "  # %s\n  %s: %q\n", name, key, t.Accounts[key])
 	}
@@ -47,10 +50,15 @@ func (k *Keys) ServerConfig(resolverDir string) (string, error) {
 	return b.String(), nil
 }
 
-// Push gives the servers reachable at url a new account JWT (the output of
-// Keys.Revoke or Keys.AccountJWT), as the system account, and waits for one
-// to take it. Servers of a cluster pass it on to each other.
-func Push(ctx context.Context, url string, k *Keys, accountJWT string, opts ...nats.Option) error {
+// Push gives the servers reachable at url the JWTs of e31's two accounts
+// as they are signed now (with the revocations of Keys.Revoke), as the
+// system account, and waits for a server to take each. Servers of a
+// cluster pass them on to each other.
+func Push(ctx context.Context, url string, k *Keys, opts ...nats.Option) error {
+	accounts, err := k.WriteAccountJWTs()
+	if err != nil {
+		return err
+	}
 	creds, err := k.IssueSystem()
 	if err != nil {
 		return err
@@ -64,10 +72,20 @@ func Push(ctx context.Context, url string, k *Keys, accountJWT string, opts ...n
 		return fmt.Errorf("auth: push to %s: %w", url, err)
 	}
 	defer nc.Close()
-	subject := "$SYS.REQ.ACCOUNT." + k.AccountKey() + ".CLAIMS.UPDATE"
+	for _, key := range k.AccountOrder() {
+		if err := pushAccount(ctx, nc, key, accounts[key]); err != nil {
+			return fmt.Errorf("auth: push to %s: %w", url, err)
+		}
+	}
+	return nil
+}
+
+// pushAccount sends one account's JWT to the servers nc is connected to.
+func pushAccount(ctx context.Context, nc *nats.Conn, key, accountJWT string) error {
+	subject := "$SYS.REQ.ACCOUNT." + key + ".CLAIMS.UPDATE"
 	m, err := nc.RequestWithContext(ctx, subject, []byte(accountJWT))
 	if err != nil {
-		return fmt.Errorf("auth: push to %s: %w", url, err)
+		return fmt.Errorf("account %s: %w", key, err)
 	}
 	var reply struct {
 		Data *struct {
@@ -79,10 +97,10 @@ func Push(ctx context.Context, url string, k *Keys, accountJWT string, opts ...n
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(m.Data, &reply); err != nil {
-		return fmt.Errorf("auth: push to %s: bad reply %q: %w", url, m.Data, err)
+		return fmt.Errorf("account %s: bad reply %q: %w", key, m.Data, err)
 	}
 	if reply.Error != nil {
-		return fmt.Errorf("auth: push to %s: %s (%d)", url, reply.Error.Description, reply.Error.Code)
+		return fmt.Errorf("account %s: %s (%d)", key, reply.Error.Description, reply.Error.Code)
 	}
 	return nil
 }

@@ -4,9 +4,11 @@
 //
 // # The model: NATS decentralized JWT authentication
 //
-// An operator key signs one account, E31; the account's signing key signs
-// one user per identity. A server trusts the operator and is given the
-// account's JWT (preloaded into its resolver); it never learns about users.
+// An operator key signs two accounts, E31 and TENANTS; each account's
+// signing key signs one user per identity: the services, the auditor and
+// the operator in E31, the submitters in TENANTS. A server trusts the
+// operator and is given the accounts' JWTs (preloaded into its resolver);
+// it never learns about users.
 // A user presents its JWT and proves it holds the key named in it, and the
 // server enforces the permissions the JWT carries.
 //
@@ -16,9 +18,25 @@
 // server reconfigured or restarted, which is what a network that people and
 // nodes join all the time needs; every server of a cluster agrees on who
 // may do what without sharing a user list; and revoking a user is one
-// account JWT update, pushed to the servers while they run. One account is
-// enough: tenants are told apart by subject permissions, since everything
-// they share (the event log) must live in one account anyway.
+// account JWT update, pushed to the servers while they run.
+//
+// # Two accounts
+//
+// Everything tenants share (the event log, the leases, the buckets) lives
+// in E31, and tenants are told apart there by subject permissions. But
+// permissions bind clients, not the server: JetStream answers every
+// request it receives (API answers, PubAcks of the log and of object
+// chunks) on whatever reply subject the request names, from its own client
+// inside the account. With submitters in E31, one naming a node's lease key
+// or an event subject as its reply had JetStream write its answer there.
+// So submitters live in TENANTS, which has no JetStream and reaches E31
+// only through service imports of what E31 exports to it alone
+// (tenantServices: its request, cancel and delete subjects, the queries,
+// the object store subjects, the JetStream API). Through an import the
+// server gives the request a one-time reply of its own (_R_.…) and takes
+// every answer back to the reply the submitter named, inside TENANTS,
+// where nothing stores it. A submitter's permissions are what they were:
+// the imports carry only what they let through.
 //
 // # Identity travels in subjects
 //

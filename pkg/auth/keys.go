@@ -10,10 +10,20 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/events"
 )
 
-// AccountName is the name of the one account e31 runs in.
+// AccountName is the name of the account e31 runs in: the event log, the
+// buckets, the services, the auditor and the operator.
 const AccountName = "E31"
+
+// TenantsAccountName is the name of the submitters' account. It has no
+// JetStream of its own and reaches e31 only through service imports from
+// E31, so that every reply to a submitter's request comes back into it
+// (see doc.go, "Two accounts").
+const TenantsAccountName = "TENANTS"
 
 // Key files in a keys directory: the seeds, each readable by its owner only.
 // Whoever holds account-signing.nk can mint any identity; whoever holds
@@ -26,18 +36,23 @@ const (
 	AccountSigningKeyFile  = "account-signing.nk"
 	SystemKeyFile          = "system.nk"
 	SystemSigningKeyFile   = "system-signing.nk"
+	TenantsKeyFile         = "tenants.nk"
+	TenantsSigningKeyFile  = "tenants-signing.nk"
 	// AccountJWTFile keeps the account JWT once written, so that what is
 	// only in it (revocations) survives the next signing.
 	AccountJWTFile = "account.jwt"
+	// TenantsJWTFile does the same for the TENANTS account.
+	TenantsJWTFile = "tenants.jwt"
 )
 
-// keyFiles lists the seeds of a keys directory.
+// keyFiles lists the seeds a keys directory has had from the start: all or
+// none of them must be there.
 var keyFiles = []string{OperatorKeyFile, OperatorSigningKeyFile, AccountKeyFile, AccountSigningKeyFile, SystemKeyFile, SystemSigningKeyFile}
 
 // ErrKeys is wrapped by errors about a keys directory that cannot be used.
 var ErrKeys = errors.New("auth: keys")
 
-// Keys are the operator's, the E31 account's and the system account's keys.
+// Keys are the operator's, the E31, TENANTS and system accounts' keys.
 // The identity keys sign only their own claims; everyday signing is done
 // with the signing keys (the operator's signs accounts, each account's signs
 // its users), so that a signing key can be replaced without changing who the
@@ -52,6 +67,8 @@ type Keys struct {
 	AccountSigning  nkeys.KeyPair
 	System          nkeys.KeyPair
 	SystemSigning   nkeys.KeyPair
+	Tenants         nkeys.KeyPair
+	TenantsSigning  nkeys.KeyPair
 }
 
 // InitKeys loads the keys in dir, or creates them all if dir has none, and
@@ -103,10 +120,14 @@ func InitKeys(dir string) (*Keys, bool, error) {
 		}
 		*x.kp = kp
 	}
+	if err := k.addTenantsKeys(); err != nil {
+		return nil, false, err
+	}
 	return k, true, nil
 }
 
-// LoadKeys reads the keys in dir.
+// LoadKeys reads the keys in dir, and makes the TENANTS account's if dir
+// was made before there was one.
 func LoadKeys(dir string) (*Keys, error) {
 	k := &Keys{Dir: dir}
 	for _, x := range []struct {
@@ -135,7 +156,54 @@ func LoadKeys(dir string) (*Keys, error) {
 		}
 		*x.kp = kp
 	}
+	if err := k.addTenantsKeys(); err != nil {
+		return nil, err
+	}
 	return k, nil
+}
+
+// addTenantsKeys reads the TENANTS account's keys, making whichever is
+// missing: they came after the others, and a directory made before gains
+// them when it is loaded. The account holds no data, so new keys orphan
+// nothing; they void only submitter credentials signed by keys now gone.
+func (k *Keys) addTenantsKeys() error {
+	for _, x := range []struct {
+		kp   *nkeys.KeyPair
+		file string
+	}{
+		{&k.Tenants, TenantsKeyFile},
+		{&k.TenantsSigning, TenantsSigningKeyFile},
+	} {
+		p := filepath.Join(k.Dir, x.file)
+		b, err := os.ReadFile(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			kp, err := nkeys.CreateAccount()
+			if err != nil {
+				return fmt.Errorf("%w: create %s: %w", ErrKeys, x.file, err)
+			}
+			seed, err := kp.Seed()
+			if err != nil {
+				return fmt.Errorf("%w: create %s: %w", ErrKeys, x.file, err)
+			}
+			if err := writeSecret(p, append(seed, '\n')); err != nil {
+				return err
+			}
+			*x.kp = kp
+			continue
+		case err != nil:
+			return fmt.Errorf("%w: %w", ErrKeys, err)
+		}
+		kp, err := nkeys.ParseDecoratedNKey(b)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrKeys, p, err)
+		}
+		if pub, err := kp.PublicKey(); err != nil || nkeys.Prefix(pub) != nkeys.PrefixByteAccount {
+			return fmt.Errorf("%w: %s does not hold the kind of key its name says", ErrKeys, p)
+		}
+		*x.kp = kp
+	}
+	return nil
 }
 
 func pub(kp nkeys.KeyPair) string {
@@ -151,8 +219,20 @@ func pub(kp nkeys.KeyPair) string {
 // by (and, in operator mode, the name of its JetStream store directory).
 func (k *Keys) AccountKey() string { return pub(k.Account) }
 
+// TenantsAccountKey is the TENANTS account's public key.
+func (k *Keys) TenantsAccountKey() string { return pub(k.Tenants) }
+
 // SystemAccountKey is the system account's public key.
 func (k *Keys) SystemAccountKey() string { return pub(k.System) }
+
+// AccountOf is the public key of the account whose users have role:
+// TENANTS for submitters, E31 for everyone else.
+func (k *Keys) AccountOf(role Role) string {
+	if role == Submitter {
+		return k.TenantsAccountKey()
+	}
+	return k.AccountKey()
+}
 
 // OperatorJWT is the operator's self-signed JWT: what servers trust.
 func (k *Keys) OperatorJWT() (string, error) {
@@ -170,20 +250,55 @@ func (k *Keys) OperatorJWT() (string, error) {
 	return t, nil
 }
 
+// tenantService is one service E31 exports to TENANTS, and TENANTS imports
+// under the same subject.
+type tenantService struct {
+	subject string
+	// stream: the answer to one request may be several messages.
+	stream bool
+	// flow: not a service but a flow of messages E31 publishes and TENANTS
+	// receives (a stream export, in NATS's words): a request's reply plays
+	// no part in it.
+	flow bool
+}
+
+// tenantServices is everything a submitter may ask of e31: what E31
+// exports and TENANTS imports. A submitter's permissions narrow each to its
+// own subjects (Permissions); the imports only carry what those permissions
+// let through into E31, and every answer back. They are:
+//
+//   - its requests, cancels and deletions, stored by the E31 stream: the
+//     answer is the PubAck;
+//   - its queries, answered by the query services;
+//   - the object store subjects of its bucket (chunks and metadata): PubAcks;
+//   - the JetStream API (the info of its bucket, reading, purging): an API
+//     answer, or for a batched direct get several messages;
+//   - and, flowing the other way, what its running jobs write, which nodes
+//     publish for `e31 logs --follow` (events.LogSubjects).
+func tenantServices() []tenantService {
+	var out []tenantService
+	for _, t := range submitted {
+		out = append(out, tenantService{subject: subjectOf(t, "*", "*")})
+	}
+	return append(out,
+		tenantService{subject: api.UserSubjects("*")},
+		tenantService{subject: "$O.>"},
+		tenantService{subject: jsAPI + ">", stream: true},
+		tenantService{subject: events.LogSubjects("*"), flow: true},
+	)
+}
+
 // AccountJWT signs the E31 account's JWT: JetStream enabled without limits,
-// users signed by the account signing key, and no permissions at all for a
-// user whose JWT carries none. Revocations already in the account JWT file
-// are kept.
+// users signed by the account signing key, no permissions at all for a
+// user whose JWT carries none, and the services TENANTS imports, exported
+// to it alone (an activation token signed for it). Revocations already in
+// the account JWT file are kept.
 func (k *Keys) AccountJWT() (string, error) {
-	prev, err := k.readAccountJWT()
+	prev, err := k.readAccountJWT(AccountJWTFile, pub(k.Account))
 	if err != nil {
 		return "", err
 	}
-	var revoked jwt.RevocationList
-	if prev != nil {
-		revoked = prev.Revocations
-	}
-	return k.signAccount(revoked)
+	return k.signAccount(prev)
 }
 
 func (k *Keys) signAccount(revoked jwt.RevocationList) (string, error) {
@@ -196,6 +311,17 @@ func (k *Keys) signAccount(revoked jwt.RevocationList) (string, error) {
 	// none, rather than everything.
 	ac.DefaultPermissions.Pub.Deny.Add(">")
 	ac.DefaultPermissions.Sub.Deny.Add(">")
+	for _, s := range tenantServices() {
+		e := &jwt.Export{Name: s.subject, Subject: jwt.Subject(s.subject), Type: jwt.Service, TokenReq: true,
+			ResponseType: jwt.ResponseTypeSingleton}
+		if s.stream {
+			e.ResponseType = jwt.ResponseTypeStream
+		}
+		if s.flow {
+			e.Type, e.ResponseType = jwt.Stream, ""
+		}
+		ac.Exports.Add(e)
+	}
 	t, err := ac.Encode(k.OperatorSigning)
 	if err != nil {
 		return "", fmt.Errorf("%w: sign the account: %w", ErrKeys, err)
@@ -203,9 +329,60 @@ func (k *Keys) signAccount(revoked jwt.RevocationList) (string, error) {
 	return t, nil
 }
 
-// readAccountJWT reads the account JWT file, if there is one.
-func (k *Keys) readAccountJWT() (*jwt.AccountClaims, error) {
-	b, err := os.ReadFile(filepath.Join(k.Dir, AccountJWTFile))
+// TenantsJWT signs the TENANTS account's JWT: no JetStream, users signed
+// by its own signing key, no permissions for a user whose JWT carries none,
+// and the imports of tenantServices from E31. Revocations already in the
+// TENANTS JWT file are kept.
+func (k *Keys) TenantsJWT() (string, error) {
+	prev, err := k.readAccountJWT(TenantsJWTFile, pub(k.Tenants))
+	if err != nil {
+		return "", err
+	}
+	return k.signTenants(prev)
+}
+
+func (k *Keys) signTenants(revoked jwt.RevocationList) (string, error) {
+	ac := jwt.NewAccountClaims(pub(k.Tenants))
+	ac.Revocations = revoked
+	ac.Name = TenantsAccountName
+	ac.SigningKeys.Add(pub(k.TenantsSigning))
+	// No JetStream: the account has nothing a reply could be stored in,
+	// and its users' JetStream API requests go to E31's, through the
+	// import.
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{}
+	ac.DefaultPermissions.Pub.Deny.Add(">")
+	ac.DefaultPermissions.Sub.Deny.Add(">")
+	for _, s := range tenantServices() {
+		act := jwt.NewActivationClaims(pub(k.Tenants))
+		act.Name = s.subject
+		act.ImportSubject = jwt.Subject(s.subject)
+		act.ImportType = jwt.Service
+		if s.flow {
+			act.ImportType = jwt.Stream
+		}
+		act.IssuerAccount = pub(k.Account)
+		token, err := act.Encode(k.AccountSigning)
+		if err != nil {
+			return "", fmt.Errorf("%w: sign the activation of %s: %w", ErrKeys, s.subject, err)
+		}
+		imp := &jwt.Import{Name: s.subject, Subject: jwt.Subject(s.subject), Account: pub(k.Account),
+			Token: token, Type: jwt.Service}
+		if s.flow {
+			imp.Type = jwt.Stream
+		}
+		ac.Imports.Add(imp)
+	}
+	t, err := ac.Encode(k.OperatorSigning)
+	if err != nil {
+		return "", fmt.Errorf("%w: sign the tenants account: %w", ErrKeys, err)
+	}
+	return t, nil
+}
+
+// readAccountJWT reads the revocations in an account JWT file of account,
+// if there is one.
+func (k *Keys) readAccountJWT(file, account string) (jwt.RevocationList, error) {
+	b, err := os.ReadFile(filepath.Join(k.Dir, file))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -214,16 +391,16 @@ func (k *Keys) readAccountJWT() (*jwt.AccountClaims, error) {
 	}
 	ac, err := jwt.DecodeAccountClaims(string(trimSpace(b)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrKeys, AccountJWTFile, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrKeys, file, err)
 	}
-	if ac.Subject != pub(k.Account) {
-		return nil, fmt.Errorf("%w: %s is another account's", ErrKeys, AccountJWTFile)
+	if ac.Subject != account {
+		return nil, fmt.Errorf("%w: %s is another account's", ErrKeys, file)
 	}
-	return ac, nil
+	return ac.Revocations, nil
 }
 
-// WriteAccountJWT signs the account JWT and writes it to the account JWT
-// file, returning it.
+// WriteAccountJWT signs the E31 account JWT and writes it to the account
+// JWT file, returning it.
 func (k *Keys) WriteAccountJWT() (string, error) {
 	t, err := k.AccountJWT()
 	if err != nil {
@@ -235,30 +412,60 @@ func (k *Keys) WriteAccountJWT() (string, error) {
 	return t, nil
 }
 
-// Revoke records in the account JWT file that every credential of user
-// (its public key, Creds.UserKey) issued until now is void, and returns the
-// new account JWT. Servers learn of it when they are given that JWT.
-func (k *Keys) Revoke(userKey string) (string, error) {
+// WriteAccountJWTs signs the JWTs of both of e31's accounts, writes each
+// to its file, and returns them by account public key, E31's first in
+// AccountOrder: what servers are given, preloaded or pushed.
+func (k *Keys) WriteAccountJWTs() (map[string]string, error) {
+	acc, err := k.WriteAccountJWT()
+	if err != nil {
+		return nil, err
+	}
+	ten, err := k.TenantsJWT()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeSecret(filepath.Join(k.Dir, TenantsJWTFile), []byte(ten+"\n")); err != nil {
+		return nil, err
+	}
+	return map[string]string{pub(k.Account): acc, pub(k.Tenants): ten}, nil
+}
+
+// AccountOrder is the order accounts are given to servers in: E31 (the
+// exporter) before TENANTS (its importer).
+func (k *Keys) AccountOrder() []string { return []string{pub(k.Account), pub(k.Tenants)} }
+
+// Revoke records in both account JWT files that every credential of user
+// (its public key, Creds.UserKey) issued until now is void, whichever
+// account signed them: a key names no account, and a revocation in the
+// other one is harmless. Servers learn of it when they are given the JWTs
+// (Push).
+func (k *Keys) Revoke(userKey string) error {
 	if !nkeys.IsValidPublicUserKey(userKey) {
-		return "", fmt.Errorf("%w: %q is not a user's public key", ErrKeys, userKey)
+		return fmt.Errorf("%w: %q is not a user's public key", ErrKeys, userKey)
 	}
-	prev, err := k.readAccountJWT()
-	if err != nil {
-		return "", err
+	for _, a := range []struct {
+		file, account string
+		sign          func(jwt.RevocationList) (string, error)
+	}{
+		{AccountJWTFile, pub(k.Account), k.signAccount},
+		{TenantsJWTFile, pub(k.Tenants), k.signTenants},
+	} {
+		prev, err := k.readAccountJWT(a.file, a.account)
+		if err != nil {
+			return err
+		}
+		ac := jwt.NewAccountClaims(a.account)
+		ac.Revocations = prev
+		ac.RevokeAt(userKey, time.Now())
+		t, err := a.sign(ac.Revocations)
+		if err != nil {
+			return err
+		}
+		if err := writeSecret(filepath.Join(k.Dir, a.file), []byte(t+"\n")); err != nil {
+			return err
+		}
 	}
-	ac := jwt.NewAccountClaims(pub(k.Account))
-	if prev != nil {
-		ac.Revocations = prev.Revocations
-	}
-	ac.RevokeAt(userKey, time.Now())
-	t, err := k.signAccount(ac.Revocations)
-	if err != nil {
-		return "", err
-	}
-	if err := writeSecret(filepath.Join(k.Dir, AccountJWTFile), []byte(t+"\n")); err != nil {
-		return "", err
-	}
-	return t, nil
+	return nil
 }
 
 // SystemJWT signs the system account's JWT: the account servers use to talk
@@ -279,7 +486,8 @@ func (k *Keys) SystemJWT() (string, error) {
 type Trust struct {
 	OperatorJWT   string
 	SystemAccount string
-	// Accounts maps each account's public key to its JWT.
+	// Accounts maps each account's public key to its JWT: E31, TENANTS
+	// and the system account.
 	Accounts map[string]string
 }
 
@@ -289,7 +497,7 @@ func (k *Keys) Trust() (Trust, error) {
 	if err != nil {
 		return Trust{}, err
 	}
-	acc, err := k.WriteAccountJWT()
+	accounts, err := k.WriteAccountJWTs()
 	if err != nil {
 		return Trust{}, err
 	}
@@ -297,12 +505,13 @@ func (k *Keys) Trust() (Trust, error) {
 	if err != nil {
 		return Trust{}, err
 	}
-	return Trust{OperatorJWT: op, SystemAccount: pub(k.System),
-		Accounts: map[string]string{pub(k.Account): acc, pub(k.System): sys}}, nil
+	accounts[pub(k.System)] = sys
+	return Trust{OperatorJWT: op, SystemAccount: pub(k.System), Accounts: accounts}, nil
 }
 
 // Issue mints credentials for id, valid for expires (0: until revoked),
-// with the permissions of its role.
+// with the permissions of its role: a submitter in the TENANTS account,
+// signed by its signing key; everyone else in E31.
 func (k *Keys) Issue(id Identity, expires time.Duration) (Creds, error) {
 	perms, err := Permissions(id)
 	if err != nil {
@@ -314,7 +523,7 @@ func (k *Keys) Issue(id Identity, expires time.Duration) (Creds, error) {
 	}
 	uc := jwt.NewUserClaims(pub(ukp))
 	uc.Name = id.Name
-	uc.IssuerAccount = pub(k.Account)
+	uc.IssuerAccount = k.AccountOf(id.Role)
 	uc.Permissions = perms
 	uc.Tags.Add(tagRole + string(id.Role))
 	if id.Service != "" {
@@ -323,7 +532,11 @@ func (k *Keys) Issue(id Identity, expires time.Duration) (Creds, error) {
 	if expires > 0 {
 		uc.Expires = time.Now().Add(expires).Unix()
 	}
-	t, err := uc.Encode(k.AccountSigning)
+	signer := k.AccountSigning
+	if id.Role == Submitter {
+		signer = k.TenantsSigning
+	}
+	t, err := uc.Encode(signer)
 	if err != nil {
 		return Creds{}, fmt.Errorf("auth: issue %s: %w", id, err)
 	}

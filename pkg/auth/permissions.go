@@ -44,11 +44,12 @@ const responseTTL = time.Minute
 //     it is there ($JS.API.INFO, which shows only the account's totals);
 //   - a submitter: publish its requests and cancels (their subjects end
 //     with its name), ask the query services as itself (e31.api.<name>.>),
-//     read and write its own data bucket, read its own limits, and
-//     subscribe to what its running jobs write (events.LogSubjects). It
-//     reads nothing of the log:
-//     publishing into the log needs no JetStream API, only the PubAck on its
-//     inbox;
+//     read (direct gets, no consumers) and write its own data bucket, read
+//     its own limits, and subscribe to what its running jobs write
+//     (events.LogSubjects). It reads nothing of the log: publishing into
+//     the log needs no JetStream API, only the PubAck on its inbox. It is
+//     in the TENANTS account, and all of this reaches E31 through its
+//     imports (keys.go);
 //   - the auditor: read the whole log (ordered consumers and direct gets on
 //     the E31 stream) and ask the query services as "auditor"; nothing it
 //     may publish changes anything;
@@ -152,17 +153,20 @@ func servicePermissions(g *grant, id Identity) {
 
 // DataBucketSubjects is what a submitter may publish to use its own data
 // bucket (events.DataBucketFor): put and get objects, and purge them, as
-// the CLI does when it stages data and fetches output. It may not create
-// the bucket: a user allowed to create a stream could make one that
-// captures other users' subjects. The operator makes it (`e31 setup
-// --submitter`, `e31 dev --users`), or a service when the submitter's
-// first job needs it.
+// the CLI does when it stages data and fetches output. Objects are read
+// with direct gets (stage.WithPullReads), never through a consumer: a push
+// consumer delivers on whatever subject its creator names, in the
+// bucket's account (E31), and would store the submitter's bytes in a
+// node's lease, the log or another tenant's bucket. It may not create the
+// bucket: a user allowed to create a stream could make one that captures
+// other users' subjects. The operator makes it (`e31 setup --submitter`,
+// `e31 dev --users`), or a service when the submitter's first job needs
+// it.
 func DataBucketSubjects(user string) []string {
 	bucket := events.DataBucketFor(user)
 	s := objStream(bucket)
 	out := []string{"$O." + bucket + ".>", streamInfo(s), streamPurge(s)}
-	out = append(out, readMessages(s)...)
-	return append(out, consume(s, true)...)
+	return append(out, readMessages(s)...)
 }
 
 // LimitsSubjects is what a submitter may publish to read its limits: a

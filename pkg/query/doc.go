@@ -17,7 +17,11 @@
 // reply subject under the inbox prefix of the identity the user token names
 // (ReplyAllowed: auth.Identity.InboxPrefix, _INBOX_<role>_<name>): a
 // submitter's own, or, for "auditor" and "operator", that of any identity
-// of that role. A request with any other reply subject, or none, gets no
+// of that role; and for a submitter, the server's own _R_.… reply, which
+// only the service import that submitters ask through (their TENANTS
+// account, pkg/auth) can produce, and whose answer the server takes back
+// into TENANTS, where nothing stores it. A request with any other reply
+// subject, or none, gets no
 // answer at all; it is counted (Stats.Refused) and logged at most once per
 // WarnEvery. Handlers never see the reply subject: every answer goes out
 // through Request, which only exists for a request that passed the check.

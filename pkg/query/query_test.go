@@ -44,6 +44,15 @@ func TestReplyAllowed(t *testing.T) {
 		// Names no submitter may have are no submitter's inbox.
 		{"ledger", "_INBOX_submitter_ledger.abc", false},
 		{"", "_INBOX_submitter_.abc", false},
+		// A submitter's request through the TENANTS import: the server's
+		// own reply, which no client can send.
+		{"alice", "_R_.aBc123.dEf456", true},
+		{"alice", "_R_.aBc123.*", false},
+		{"alice", "_R_", false},
+		{"alice", "_R_.", false},
+		{"auditor", "_R_.aBc123.dEf456", false},
+		{"operator", "_R_.aBc123.dEf456", false},
+		{"ledger", "_R_.aBc123.dEf456", false},
 	} {
 		if got := query.ReplyAllowed(c.user, c.reply); got != c.want {
 			t.Errorf("ReplyAllowed(%q, %q) = %v, want %v", c.user, c.reply, got, c.want)

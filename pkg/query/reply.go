@@ -30,12 +30,26 @@ func roleOf(user string) auth.Role {
 // identity that asks as user, which only that identity may subscribe to.
 // For a submitter that is its own prefix; the auditor and the operator ask
 // as their role, so the prefix of any identity of that role will do.
+//
+// A submitter's request may also carry a reply of the server's own, _R_.…:
+// submitters live in the TENANTS account and ask through its service
+// import of e31.api.*.> (pkg/auth), so the server replaces whatever reply
+// they named with a one-time _R_ subject, and takes the answer back to the
+// named reply inside TENANTS, where no stream, bucket or service listens
+// and each submitter subscribes only to its own inbox. No client can send
+// an _R_ reply itself (the server refuses it as reserved), so one on
+// e31.api.<user>.… comes through the import; and through TENANTS only
+// submitter user may publish there. The auditor and the operator live in
+// E31 with the services and never come through an import.
 func ReplyAllowed(user, reply string) bool {
 	prefix, rest, ok := strings.Cut(reply, ".")
 	if !ok || !literal(rest) {
 		return false
 	}
 	id := auth.Identity{Role: roleOf(user), Name: user}
+	if id.Role == auth.Submitter && prefix+"." == ImportReplyPrefix {
+		return id.Validate() == nil
+	}
 	if id.Role != auth.Submitter {
 		// The name is that of whichever auditor (or operator) asks: the
 		// one the prefix names, as long as it is a valid one.
@@ -47,6 +61,10 @@ func ReplyAllowed(user, reply string) bool {
 	}
 	return id.Validate() == nil && id.InboxPrefix() == prefix
 }
+
+// ImportReplyPrefix begins the replies the server makes for a request that
+// came through a service import (nats-server's reserved "_R_." prefix).
+const ImportReplyPrefix = "_R_."
 
 // literal reports whether s is a subject without wildcards or empty
 // tokens: something one can publish on.

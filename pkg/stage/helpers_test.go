@@ -42,7 +42,7 @@ func newEnv(tb testing.TB, opts ...stage.ObjectStoreOption) *env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &env{js: js, bucket: bucket, store: stage.NewObjectStore(bucket, opts...), ctx: ctx}
+	return &env{js: js, bucket: bucket, store: stage.NewObjectStore(bucket, append(opts, stage.WithPullReads(js))...), ctx: ctx}
 }
 
 // objects lists the names in the bucket.

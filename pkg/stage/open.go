@@ -76,7 +76,7 @@ func (t *Tenants) For(ctx context.Context, submitter string) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stage: open %s: %w", bucket, err)
 	}
-	s := NewObjectStore(obs)
+	s := NewObjectStore(obs, WithPullReads(t.js))
 	t.open[submitter] = s
 	return s, nil
 }

@@ -5,11 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,6 +108,19 @@ func WithGetTimeout(slack time.Duration, minRate int64) ObjectStoreOption {
 	}
 }
 
+// WithPullReads makes the store read objects with batched direct gets
+// made through js, in place of nats.go's Get, which reads with a push
+// consumer. A push consumer delivers in the account of the bucket's stream
+// (E31), which a submitter's connection is not in: submitters live in the
+// TENANTS account and reach the buckets through service imports (pkg/auth),
+// so only answers come back to them, and a direct get's messages are
+// answers. Nor may a submitter make consumers at all: a push consumer's
+// deliver subject is any subject of E31, a lease or the log among them.
+// Every Store that Tenants opens reads so.
+func WithPullReads(js jetstream.JetStream) ObjectStoreOption {
+	return func(o *objectStore) { o.js = js }
+}
+
 // NewObjectStore returns the Store kept in a JetStream object store bucket,
 // normally events.DataBucket. Objects are stored in the bucket's default
 // 128 KiB chunks, and reads are checked twice: nats.go compares the chunks
@@ -121,6 +136,7 @@ func NewObjectStore(os jetstream.ObjectStore, opts ...ObjectStoreOption) Store {
 
 type objectStore struct {
 	os      jetstream.ObjectStore
+	js      jetstream.JetStream // with WithPullReads
 	slack   time.Duration
 	minRate int64
 }
@@ -217,6 +233,9 @@ func (o *objectStore) Get(ctx context.Context, name string) (io.ReadCloser, erro
 	}
 	timeout := o.slack + time.Duration(float64(info.Size)/float64(o.minRate)*float64(time.Second))
 	gctx, cancel := context.WithTimeout(ctx, timeout)
+	if o.js != nil {
+		return o.pullGet(ctx, gctx, cancel, timeout, name)
+	}
 	res, err := o.os.Get(gctx, name)
 	if err != nil {
 		cancel()
@@ -262,7 +281,7 @@ type objectReader struct {
 	h       hash.Hash
 }
 
-func newObjectReader(ctx, gctx context.Context, cancel context.CancelFunc, timeout time.Duration, name string, res jetstream.ObjectResult, size int64, want string) *objectReader {
+func newObjectReader(ctx, gctx context.Context, cancel context.CancelFunc, timeout time.Duration, name string, res io.ReadCloser, size int64, want string) *objectReader {
 	pr, pw := io.Pipe()
 	go func() {
 		defer cancel()
@@ -309,6 +328,129 @@ func (r *objectReader) Close() error {
 	r.stop()
 	r.pr.Close()
 	r.cancel()
+	return nil
+}
+
+// pullGet is Get with WithPullReads: the object's metadata read afresh,
+// then its chunks with batched direct gets on their subject.
+func (o *objectStore) pullGet(ctx, gctx context.Context, cancel context.CancelFunc, timeout time.Duration, name string) (io.ReadCloser, error) {
+	ni, err := o.os.GetInfo(gctx, name)
+	if err != nil {
+		cancel()
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, fmt.Errorf("get %s: %w", name, ErrNotFound)
+		}
+		return nil, fmt.Errorf("get %s: %w", name, err)
+	}
+	want, err := natsDigest(ni.Digest)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("get %s: %w: %w", name, ErrCorrupt, err)
+	}
+	// e31 runs JetStream in no domain: its API is under the default prefix.
+	cr := &chunkReader{ctx: gctx, nc: o.js.Conn(), api: jetstream.DefaultAPIPrefix + "DIRECT.GET.OBJ_" + ni.Bucket,
+		subject: "$O." + ni.Bucket + ".C." + ni.NUID, done: ni.Chunks == 0}
+	return newObjectReader(ctx, gctx, cancel, timeout, name, cr, int64(ni.Size), want), nil
+}
+
+// chunkReader reads an object's chunks in order, a batch of direct gets at
+// a time, until the stream has none left on their subject (as nats.go's Get
+// does, by the pending count): a chunk missing or added shows as a wrong
+// size or digest.
+type chunkReader struct {
+	ctx     context.Context
+	nc      *nats.Conn
+	api     string // the direct get subject of the bucket's stream
+	subject string // the object's chunks
+	next    uint64 // the stream sequence to read from
+	sub     *nats.Subscription
+	buf     []byte
+	done    bool
+}
+
+// numPendingHeader is how many messages on the subject follow a direct
+// get's answer in a batch (nats-server's JSNumPending).
+const numPendingHeader = "Nats-Num-Pending"
+
+// chunkBatch is how many chunks one direct get asks for: 8 MiB of the
+// default 128 KiB chunks.
+const chunkBatch = 64
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		if err := r.ctx.Err(); err != nil {
+			return 0, err
+		}
+		if r.sub == nil {
+			if err := r.ask(); err != nil {
+				return 0, err
+			}
+		}
+		m, err := r.sub.NextMsgWithContext(r.ctx)
+		if err != nil {
+			return 0, err
+		}
+		switch status := m.Header.Get("Status"); {
+		case status == "204": // the end of this batch
+			_ = r.sub.Unsubscribe()
+			r.sub = nil
+			if m.Header.Get(numPendingHeader) == "0" {
+				r.done = true
+			}
+			continue
+		case status == "404": // no chunk at or after r.next
+			r.done = true
+			continue
+		case status != "":
+			return 0, fmt.Errorf("chunks: direct get answered %s %s", status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("chunks: direct get without a sequence: %w", err)
+		}
+		r.next, r.buf = seq+1, m.Data
+		if m.Header.Get(numPendingHeader) == "0" {
+			// The last chunk; the end of the batch follows, unread.
+			r.done = true
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// ask requests the next batch of chunks, answered on an inbox of its own.
+func (r *chunkReader) ask() error {
+	inbox := r.nc.NewInbox()
+	sub, err := r.nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("chunks: %w", err)
+	}
+	req, err := json.Marshal(struct {
+		Seq      uint64 `json:"seq"`
+		NextFor  string `json:"next_by_subj"`
+		Batch    int    `json:"batch"`
+		MaxBytes int    `json:"max_bytes"`
+	}{r.next, r.subject, chunkBatch, chunkBatch << 17})
+	if err == nil {
+		err = r.nc.PublishRequest(r.api, inbox, req)
+	}
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("chunks: %w", err)
+	}
+	r.sub = sub
+	return nil
+}
+
+// Close ends the batch being read.
+func (r *chunkReader) Close() error {
+	if r.sub != nil {
+		_ = r.sub.Unsubscribe()
+	}
 	return nil
 }
 
