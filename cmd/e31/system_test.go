@@ -337,7 +337,7 @@ request: {cpu: 2, memory: 64MiB, limit: 2m}
 	ts.waitState(running, api.StateRunning)
 	ts.waitState(waiting, api.StateWaiting)
 	out, _, _ := ts.cli("status", waiting)
-	if !strings.Contains(out, "waiting") || !strings.Contains(out, "next in line") {
+	if !strings.Contains(out, "waiting") || !strings.Contains(out, "waiting for compute: it needs 2 cpu") {
 		t.Errorf("status of the waiting job = %q, want waiting with a reason", out)
 	}
 	for _, id := range []string{waiting, running} {
