@@ -1,9 +1,10 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -37,20 +38,14 @@ func TestSubmitOfOneGiBKeepsTheCLISmall(t *testing.T) {
 	const size = 1 << 30
 	const limit = 100 << 20
 
-	bin := filepath.Join(t.TempDir(), "e31")
-	built := time.Now()
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	t.Logf("built e31 in %s", time.Since(built).Round(time.Millisecond))
-	// The system runs as its own process, built like the CLI: inside this
-	// test binary it would run under the race detector, slow enough to
-	// change how much the CLI has in flight.
+	bin := e31Bin
+	// The system runs as its own process, built like the CLI: neither is
+	// slowed by the race detector or shares a process with other tests.
 	url, credsDir := startDevProcess(t, bin)
 
 	// A job no node can hold: it is refused once staged, so that only the
 	// staging is measured.
-	job := writeJob(t, `
+	job := writeRSSJob(t, `
 work: {command: ["/bin/true"]}
 data: [{name: big, path: ./big.bin}]
 request: {cpu: 64, memory: 32MiB, limit: 1m}
@@ -88,7 +83,7 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := bus.ReadJob(ctxTimeout(t, 10*time.Second), js, r.ID, 1)
+	evs, err := bus.ReadJob(rssCtx(t), js, r.ID, 1)
 	if err != nil || len(evs) == 0 {
 		t.Fatalf("job %s: %v", r.ID, err)
 	}
@@ -158,4 +153,20 @@ func writeRandomFile(t *testing.T, p string, size int64) string {
 		t.Fatal(err)
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// writeRSSJob writes a job file into a fresh folder.
+func writeRSSJob(t *testing.T, yaml string, _ map[string]string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "job.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func rssCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
