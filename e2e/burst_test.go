@@ -150,9 +150,10 @@ func TestBurstIsAcceptedAndDrains(t *testing.T) {
 	// Bounds, with room for the runtime: a stateless step keeps nothing per
 	// job; RENT, the ledger and OUTPUT keep a record per job they know,
 	// which must stay within a few KiB (about 3 here, 100,000 jobs in
-	// 300 MiB).
+	// 300 MiB); SUBMIT keeps each submitter's open jobs for its quotas,
+	// which must stay within one KiB.
 	perJob := 8 // KiB
-	bound := map[string]int{"submit": 256 << 10, "release": 256 << 10,
+	bound := map[string]int{"submit": 256<<10 + n, "release": 256 << 10,
 		"rent": 256<<10 + perJob*n, "ledger": 256<<10 + perJob*n, "output": 256<<10 + perJob*n}
 	var mem []string
 	peaksMu.Lock()

@@ -404,6 +404,19 @@ func auditPassesAs(t *testing.T, url, creds, ca string) {
 	t.Logf("%s", strings.TrimSpace(out))
 }
 
+// logTails logs the last lines of every service's and server's container:
+// what a failure needs explained.
+func (c *cluster) logTails(ctx context.Context, t *testing.T) {
+	for _, ctrs := range append(slices.Collect(maps.Values(c.svcs)), c.nats) {
+		for _, ctr := range ctrs {
+			name, _ := ctr.Name(ctx)
+			log := containerLog(ctx, ctr)
+			lines := strings.Split(strings.TrimSpace(log), "\n")
+			t.Logf("--- last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+		}
+	}
+}
+
 func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) string {
 	r, err := ctr.Logs(ctx)
 	if err != nil {
@@ -510,6 +523,7 @@ func TestClusterLosesNothing(t *testing.T) {
 		// Pacing: the next wave once this one flows (one of its jobs has
 		// started), so that the faults meet jobs at every step.
 		if err := watch.waitFor(ctx, 2*time.Minute, fmt.Sprintf("a job of wave %d started", w+1), anyStarted(wave)); err != nil {
+			c.logTails(ctx, t)
 			t.Fatal(err)
 		}
 	}
@@ -547,14 +561,7 @@ func TestClusterLosesNothing(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		for _, ctrs := range c.svcs {
-			for _, ctr := range ctrs {
-				name, _ := ctr.Name(ctx)
-				log := containerLog(ctx, ctr)
-				lines := strings.Split(strings.TrimSpace(log), "\n")
-				t.Logf("--- last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
-			}
-		}
+		c.logTails(ctx, t)
 	}
 	t.Logf("cluster: up in %s; %d jobs through 3 NATS servers (R3, TLS, credentials per identity), 2 of each service, 3 nodes in %s; killed with SIGKILL and restarted: %s; %s",
 		up.Round(time.Millisecond), jobs, took.Round(time.Millisecond), strings.Join(killed, ", "), s)

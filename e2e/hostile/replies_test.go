@@ -160,3 +160,15 @@ func (w *watcher) readObject(t testing.TB, bucket, name string) error {
 	_, err = obs.GetBytes(ctx, name)
 	return err
 }
+
+// objectBytes reads one object of bucket whole, as the operator.
+func (w *watcher) objectBytes(t testing.TB, bucket, name string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obs, err := w.js.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	return obs.GetBytes(ctx, name)
+}
