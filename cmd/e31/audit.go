@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/cmd/e31/internal/audit"
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/cmd/e31/internal/audit"
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"

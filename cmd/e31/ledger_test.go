@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/cmd/e31/internal/audit"
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
