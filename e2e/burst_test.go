@@ -113,7 +113,7 @@ func TestBurstIsAcceptedAndDrains(t *testing.T) {
 	for i := 0; i < n; i += batchSize {
 		var batch []bus.Pending
 		for _, id := range ids[i:min(i+batchSize, n)] {
-			batch = append(batch, bus.Pending{Subject: id, Event: events.CancelRequested{By: events.Operator, Reason: "burst test"}})
+			batch = append(batch, bus.Pending{Subject: id, Event: &events.CancelRequested{By: events.Operator, Reason: "burst test"}})
 		}
 		if _, errs := pub.AppendBatch(ctx, batch); errs != nil {
 			for _, err := range errs {

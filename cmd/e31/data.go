@@ -190,7 +190,7 @@ func (c *client) deleteStored(ctx context.Context, id, what, reason string, time
 	if len(todo) == 1 {
 		ask = todo[0]
 	}
-	if _, err := c.append(ctx, id, events.DeleteRequested{What: ask, By: c.who.Name, Reason: reason}); err != nil {
+	if _, err := c.append(ctx, id, &events.DeleteRequested{What: ask, By: c.who.Name, Reason: reason}); err != nil {
 		return err
 	}
 	if !st.Over {

@@ -255,7 +255,7 @@ func cancelCmd(a *app) *cobra.Command {
 				fmt.Fprintf(a.out, "job %s is already over (%s)\n", rec.Job, rec.Outcome)
 				return nil
 			}
-			if _, err := c.append(ctx, rec.Job, events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
+			if _, err := c.append(ctx, rec.Job, &events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
 				return err
 			}
 			fmt.Fprintf(a.out, "cancel of %s requested (it was %s)\n", rec.Job, rec.State)

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
@@ -45,7 +45,7 @@ output: [{path: x, required: false}]
 `, nil)))
 	}
 	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
-	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
+	if _, err := pub.Append(context.Background(), "rejected-one", &events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	failed := ""
@@ -209,12 +209,12 @@ func TestAuditFindsOverlappingHoldsBeyondCapacity(t *testing.T) {
 		}
 		return last
 	}
-	appendAll("n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, DiskBytes: 4 << 30})
+	appendAll("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, DiskBytes: 4 << 30})
 	for _, job := range []string{"first", "second"} {
-		appendAll(job, events.JobRequested{Submitter: "alice", Spec: spec}, events.JobSubmitted{Submitter: "alice", Spec: spec})
+		appendAll(job, &events.JobRequested{Submitter: "alice", Spec: spec}, &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	}
-	appendAll("first", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
-	over := appendAll("second", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	appendAll("first", &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	over := appendAll("second", &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
 
 	export, errOut, code := execute3("events", "--json", "--nats", srv.ClientURL())
 	if code != 0 {
@@ -245,15 +245,15 @@ func TestLedgerTotalsPerSubmitter(t *testing.T) {
 		spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}},
 			Request: events.Request{CPU: h.CPU, MemoryBytes: h.MemoryBytes, GPU: h.GPU, LimitSeconds: 86400}}
 		at(from)
-		for _, ev := range []events.Event{events.JobRequested{Submitter: who, Spec: spec}, events.JobSubmitted{Submitter: who, Spec: spec},
-			events.ComputeHeld{Hold: h, Submitter: who, Spec: spec}, events.RunStopped{Hold: h, Outcome: events.Succeeded},
-			events.OutputReturned{Hold: h, Outcome: events.Succeeded}} {
+		for _, ev := range []events.Event{&events.JobRequested{Submitter: who, Spec: spec}, &events.JobSubmitted{Submitter: who, Spec: spec},
+			&events.ComputeHeld{Hold: h, Submitter: who, Spec: spec}, &events.RunStopped{Hold: h, Outcome: events.Succeeded},
+			&events.OutputReturned{Hold: h, Outcome: events.Succeeded}} {
 			if _, err := pub.Append(ctx, job, ev); err != nil {
 				t.Fatal(err)
 			}
 		}
 		at(to)
-		if _, err := pub.Append(ctx, job, events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true}); err != nil {
+		if _, err := pub.Append(ctx, job, &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -85,7 +85,7 @@ func (c *client) submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 	}
 	id := u.String()
 	req := events.JobRequested{Submitter: c.who.Name, Spec: spec}
-	if _, err := c.append(ctx, id, req, bus.ExpectLast(0)); err != nil {
+	if _, err := c.append(ctx, id, &req, bus.ExpectLast(0)); err != nil {
 		if errors.Is(err, bus.ErrConflict) {
 			return "", troubleErr(fmt.Errorf("job id %s is already in use; submit again", id))
 		}
@@ -112,7 +112,7 @@ func (c *client) submitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
 			point := spec
 			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
-			batch = append(batch, bus.Pending{Subject: ids[i], Event: events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true})
+			batch = append(batch, bus.Pending{Subject: ids[i], Event: &events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true})
 		}
 		subjects := make([]string, len(batch))
 		for i, p := range batch {

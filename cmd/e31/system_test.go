@@ -306,7 +306,7 @@ func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
 	want := map[string]string{"no-limit": "request.limit", "no-command": "work.command", "missing-data": "data[0]"}
 	for name, spec := range cases {
 		id := "reject-" + name
-		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
+		if _, err := pub.Append(ctx, id, &events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
 			t.Fatal(err)
 		}
 		rec, code := ts.wait(id)
@@ -406,7 +406,7 @@ output: [{path: x, required: false}]
 `, nil)))
 	}
 	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
-	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
+	if _, err := pub.Append(context.Background(), "rejected-one", &events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
@@ -515,7 +515,7 @@ func TestAnUnreadableRequestIsRejectedWithTheProblem(t *testing.T) {
 	ctx := context.Background()
 	// Alice's own upstream system, with her credentials: whose the job is
 	// comes from the subject even when the body cannot be read.
-	good := events.New("garbled", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	good := events.New("garbled", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := good.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -546,7 +546,7 @@ func TestOnlyTheSubmitterCanCancel(t *testing.T) {
 	id := ts.submit(writeJob(t, "work: {command: [/bin/sh, -c, sleep 1]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
 	ts.waitState(id, api.StateRunning)
 	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
-	if _, err := pub.Append(context.Background(), id, events.CancelRequested{By: "bob"}); err != nil {
+	if _, err := pub.Append(context.Background(), id, &events.CancelRequested{By: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, code := ts.wait(id)
@@ -566,7 +566,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 	spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/sh", "-c", "echo secret > $E31_OUTPUT/s.txt"}},
 		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
 		Output:  []events.OutputDecl{{Path: "s.txt", Required: true}}}
-	if _, err := pub.Append(ctx, "alices", events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
+	if _, err := pub.Append(ctx, "alices", &events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
 		t.Fatal(err)
 	}
 	if rec, code := ts.wait("alices"); code != 0 {
@@ -586,7 +586,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
 		After:   []string{"alices"}}
 	for id, s := range map[string]events.JobSpec{"bob-uses": uses, "bob-waits": waits} {
-		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "bob", Spec: s}, bus.ExpectLast(0)); err != nil {
+		if _, err := pub.Append(ctx, id, &events.JobRequested{Submitter: "bob", Spec: s}, bus.ExpectLast(0)); err != nil {
 			t.Fatal(err)
 		}
 		rec, _ := ts.waitAs("bob", id)

@@ -33,7 +33,7 @@ func (l *log) envelope(subject string, env events.Envelope) *log {
 // are left out before the job's own: who publishes the first request under
 // an id makes the job its own. It returns how many are set aside.
 func (l *log) garbage(job string, requests bool) int {
-	cancel := events.New(job, events.CancelRequested{By: "mallory"}, "mallory", t0)
+	cancel := events.New(job, &events.CancelRequested{By: "mallory"}, "mallory", t0)
 	cancel.ID = "whatever"
 	l.raw("e31.job."+job+".cancel.mallory", []byte("junk"), nats.Header{"ce-type": {events.TypeCancelRequested}}).
 		raw("e31.job."+job+".delete.mallory", nil, nats.Header{"Status": {"100"}}).
@@ -41,10 +41,10 @@ func (l *log) garbage(job string, requests bool) int {
 	if !requests {
 		return 2
 	}
-	second := events.New(job, events.JobRequested{Submitter: "mallory", Spec: spec}, "mallory", t0)
+	second := events.New(job, &events.JobRequested{Submitter: "mallory", Spec: spec}, "mallory", t0)
 	second.ID = job + "/requested/mine"
 	l.raw("e31.job."+job+".requested.mallory", []byte("{not json"), nil).
-		envelope("e31.job."+job+".requested.mallory", events.New(job, events.JobRejected{Reason: "mallory says so"}, "mallory", t0)).
+		envelope("e31.job."+job+".requested.mallory", events.New(job, &events.JobRejected{Reason: "mallory says so"}, "mallory", t0)).
 		envelope("e31.job."+job+".requested.mallory", second)
 	return 5 // four that are no event, and the second request
 }
@@ -57,14 +57,14 @@ func TestGarbageIsSetAsideAndChangesNoRecord(t *testing.T) {
 
 	l := newLog(t)
 	n := l.garbage("victim", false)
-	l.add("victim", events.JobRequested{Submitter: "alice", Spec: spec})
+	l.add("victim", &events.JobRequested{Submitter: "alice", Spec: spec})
 	n += l.garbage("victim", true)
-	l.add("victim", events.JobSubmitted{Submitter: "alice", Spec: spec})
+	l.add("victim", &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	n += l.garbage("victim", true)
 	l.life("victim", hold("n1", 1, 1), true)
 	n += l.garbage("victim", true)
 	// An unreadable first request makes the job its publisher's, refused.
-	l.raw("e31.job.mine.requested.mallory", []byte("{not json"), nil).add("mine", events.JobRejected{Reason: "unreadable"})
+	l.raw("e31.job.mine.requested.mallory", []byte("{not json"), nil).add("mine", &events.JobRejected{Reason: "unreadable"})
 	n++
 	rep := l.audit(Options{})
 	if !rep.OK() {

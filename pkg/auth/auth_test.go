@@ -136,17 +136,17 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 	var ev events.Event
 	switch ceType {
 	case events.TypeJobRequested:
-		ev = events.JobRequested{Submitter: tail}
+		ev = &events.JobRequested{Submitter: tail}
 	case events.TypeCancelRequested:
-		ev = events.CancelRequested{By: tail}
+		ev = &events.CancelRequested{By: tail}
 	case events.TypeDeleteRequested:
-		ev = events.DeleteRequested{What: events.WhatData, By: tail}
+		ev = &events.DeleteRequested{What: events.WhatData, By: tail}
 	case events.TypeComputeHeld:
-		ev = events.ComputeHeld{Hold: events.Hold{Node: tail}}
+		ev = &events.ComputeHeld{Hold: events.Hold{Node: tail}}
 	case events.TypeNodeAnnounced:
-		id, ev = node, events.NodeAnnounced{Node: node}
+		id, ev = node, &events.NodeAnnounced{Node: node}
 	case events.TypeNodeExpired:
-		id, ev = node, events.NodeExpired{Node: node}
+		id, ev = node, &events.NodeExpired{Node: node}
 	default:
 		ev = sampleOf(t, ceType)
 	}
@@ -159,9 +159,9 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 
 func sampleOf(t *testing.T, ceType string) events.Event {
 	t.Helper()
-	for _, ev := range []events.Event{events.JobSubmitted{}, events.JobRejected{}, events.RunStarted{}, events.RunStopped{},
-		events.OutputReturned{}, events.ComputeReleased{}, events.JobCancelled{}, events.HoldLost{},
-		events.Deleted{What: events.WhatData}} {
+	for _, ev := range []events.Event{&events.JobSubmitted{}, &events.JobRejected{}, &events.RunStarted{}, &events.RunStopped{},
+		&events.OutputReturned{}, &events.ComputeReleased{}, &events.JobCancelled{}, &events.HoldLost{},
+		&events.Deleted{What: events.WhatData}} {
 		if ev.Type() == ceType {
 			return ev
 		}
@@ -313,7 +313,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 	if got := roundTrip(t, nc, "alice", []byte("hers")); string(got) != "hers" {
 		t.Fatalf("get from her own bucket: %q", got)
 	}
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestTheAuditorReadsTheLogAndChangesNothing(t *testing.T) {
 	tr := startTrusted(t)
 	op := tr.js(t, auth.Identity{Role: auth.Operator, Name: "root"})
 	ctx := ctxFor(t)
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -634,7 +634,7 @@ func TestTheServerConfigRunsAServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now()).Msg()
+	m, err := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now()).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}

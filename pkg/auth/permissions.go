@@ -102,7 +102,7 @@ func servicePermissions(g *grant, id Identity) {
 	}
 	g.pub(readMessages(events.Stream)...)
 	g.pub(consume(events.Stream, true)...)
-	g.pub("e31.poison." + id.Service)
+	g.pub(events.PoisonSubject(id.Service))
 	for _, t := range owned[id.Service] {
 		node := "*"
 		if t == events.TypeNodeAnnounced {
@@ -140,7 +140,7 @@ func servicePermissions(g *grant, id Identity) {
 		// per user on e31.api.<user>.output.stored.
 		g.pub(allDataBuckets(true)...)
 		g.pub(streamPurge("*"))
-		g.pub(strings.TrimSuffix(events.TimerSubjects, ">") + "at.>")
+		g.pub(events.TimerAtSubjects)
 		g.pub(streamInfo(events.TimerStream))
 		g.pub(consume(events.TimerStream, true)...)
 		g.serve(api.OutputStoredService)
@@ -248,21 +248,21 @@ const (
 // subject carries an identity or a node, so that events.SubjectOf (the one
 // place that says where an event is stored) gives each type's subject.
 var samples = map[string]events.Event{
-	events.TypeJobRequested:    events.JobRequested{Submitter: tailMark},
-	events.TypeJobSubmitted:    events.JobSubmitted{},
-	events.TypeJobRejected:     events.JobRejected{},
-	events.TypeComputeHeld:     events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
-	events.TypeRunStarted:      events.RunStarted{},
-	events.TypeRunStopped:      events.RunStopped{},
-	events.TypeOutputReturned:  events.OutputReturned{},
-	events.TypeComputeReleased: events.ComputeReleased{},
-	events.TypeCancelRequested: events.CancelRequested{By: tailMark},
-	events.TypeJobCancelled:    events.JobCancelled{},
-	events.TypeNodeAnnounced:   events.NodeAnnounced{Node: idMark},
-	events.TypeNodeExpired:     events.NodeExpired{Node: idMark},
-	events.TypeHoldLost:        events.HoldLost{},
-	events.TypeDeleteRequested: events.DeleteRequested{What: events.WhatData, By: tailMark},
-	events.TypeDeleted:         events.Deleted{What: events.WhatData},
+	events.TypeJobRequested:    &events.JobRequested{Submitter: tailMark},
+	events.TypeJobSubmitted:    &events.JobSubmitted{},
+	events.TypeJobRejected:     &events.JobRejected{},
+	events.TypeComputeHeld:     &events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
+	events.TypeRunStarted:      &events.RunStarted{},
+	events.TypeRunStopped:      &events.RunStopped{},
+	events.TypeOutputReturned:  &events.OutputReturned{},
+	events.TypeComputeReleased: &events.ComputeReleased{},
+	events.TypeCancelRequested: &events.CancelRequested{By: tailMark},
+	events.TypeJobCancelled:    &events.JobCancelled{},
+	events.TypeNodeAnnounced:   &events.NodeAnnounced{Node: idMark},
+	events.TypeNodeExpired:     &events.NodeExpired{Node: idMark},
+	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeDeleteRequested: &events.DeleteRequested{What: events.WhatData, By: tailMark},
+	events.TypeDeleted:         &events.Deleted{What: events.WhatData},
 }
 
 // subjectOf is the subject events of ceType are stored on, with id for the

@@ -86,7 +86,7 @@ func TestASubmitterIsServedThroughTheImports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)

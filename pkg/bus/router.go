@@ -108,7 +108,7 @@ func NewRouter(cfg RouterConfig) (*message.Router, error) {
 		return nil, fmt.Errorf("bus: router for %s: a Publisher is required, for the poison stream", cfg.Service)
 	}
 	r.AddMiddleware(
-		poisonQueue(cfg.Publisher, "e31.poison."+cfg.Service, cfg.Logger),
+		poisonQueue(cfg.Publisher, events.PoisonSubject(cfg.Service), cfg.Logger),
 		logFailures(cfg.Logger),
 		middleware.Retry{
 			MaxRetries:      cfg.Retries,

@@ -38,7 +38,7 @@ func startHostile(t *testing.T) *hostile {
 	ctx := natstest.Context(t, 60*time.Second)
 	pub := bus.NewPublisher(qs.JetStream(t, querytest.Operator), "e31/test", nil)
 	for job, who := range map[string]string{"alices": "alice", "bobs": "bob"} {
-		for _, ev := range []events.Event{events.JobRequested{Submitter: who, Spec: specOf(job)}, events.JobSubmitted{Submitter: who, Spec: specOf(job)}} {
+		for _, ev := range []events.Event{&events.JobRequested{Submitter: who, Spec: specOf(job)}, &events.JobSubmitted{Submitter: who, Spec: specOf(job)}} {
 			if _, err := pub.Append(ctx, job, ev); err != nil {
 				t.Fatal(err)
 			}

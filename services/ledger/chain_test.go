@@ -131,11 +131,11 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 	spec := specOf("gpu")
 	big := events.Hold{Attempt: 1, Node: "n1", CPU: 2, MemoryBytes: 3 << 30, GPU: 1, DiskBytes: 1 << 30}
 	small := events.Hold{Attempt: 2, Node: "n2", CPU: 0.5, MemoryBytes: 1 << 29, GPU: 0, DiskBytes: 1 << 30}
-	h.add("gpu-1", at("0s"), events.JobSubmitted{Submitter: "erin", Spec: spec})
-	h.add("gpu-1", at("1s"), events.ComputeHeld{Hold: big, Submitter: "erin", Spec: spec})
-	h.add("gpu-1", at("2s"), events.HoldLost{Hold: big, Reason: "lease expired"})
-	h.add("gpu-1", at("11s"), events.ComputeReleased{Hold: big, Outcome: events.NodeLost})
-	h.add("gpu-1", at("20s"), events.ComputeHeld{Hold: small, Submitter: "erin", Spec: spec})
+	h.add("gpu-1", at("0s"), &events.JobSubmitted{Submitter: "erin", Spec: spec})
+	h.add("gpu-1", at("1s"), &events.ComputeHeld{Hold: big, Submitter: "erin", Spec: spec})
+	h.add("gpu-1", at("2s"), &events.HoldLost{Hold: big, Reason: "lease expired"})
+	h.add("gpu-1", at("11s"), &events.ComputeReleased{Hold: big, Outcome: events.NodeLost})
+	h.add("gpu-1", at("20s"), &events.ComputeHeld{Hold: small, Submitter: "erin", Spec: spec})
 	r := project(h.envs).Record("gpu-1")
 	a1 := r.Attempts[0]
 	if a1.HeldSeconds != 10 || a1.CPUCoreSeconds != 20 || a1.MemoryGiBSeconds != 30 || a1.GPUSeconds != 10 {
@@ -146,7 +146,7 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 		t.Errorf("while attempt 2 is held: its meter %v, total %v; want 0 and 20 (the meter stops at release)",
 			r.Attempts[1].CPUCoreSeconds, r.CPUCoreSeconds)
 	}
-	h.add("gpu-1", at("24s"), events.ComputeReleased{Hold: small, Outcome: events.Succeeded, Final: true})
+	h.add("gpu-1", at("24s"), &events.ComputeReleased{Hold: small, Outcome: events.Succeeded, Final: true})
 	r = project(h.envs).Record("gpu-1")
 	want := []float64{14, 22, 32, 10} // held, cpu, memory, gpu
 	got := []float64{r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds}
@@ -186,10 +186,10 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		return events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: 2 << 30, GPU: gpu}
 	}
 	life := func(job, who string, hd events.Hold, from, to string) {
-		h.add(job, at(from), events.JobSubmitted{Submitter: who, Spec: specOf(job)})
-		h.add(job, at(from), events.ComputeHeld{Hold: hd, Submitter: who, Spec: specOf(job)})
+		h.add(job, at(from), &events.JobSubmitted{Submitter: who, Spec: specOf(job)})
+		h.add(job, at(from), &events.ComputeHeld{Hold: hd, Submitter: who, Spec: specOf(job)})
 		if to != "" {
-			h.add(job, at(to), events.ComputeReleased{Hold: hd, Outcome: events.Succeeded, Final: true})
+			h.add(job, at(to), &events.ComputeReleased{Hold: hd, Outcome: events.Succeeded, Final: true})
 		}
 	}
 	life("a1", "alice", hold("n1", 1, 2, 0), "0s", "100s")   // across the start of the period
@@ -270,7 +270,7 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 	// A live event moves the head as it would have from scratch.
 	svc := runLedger(t, ctx, nc, js)
 	<-svc.CaughtUp()
-	later, err := pub.Append(ctx, "other-1", events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
+	later, err := pub.Append(ctx, "other-1", &events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
 	if err != nil {
 		t.Fatal(err)
 	}

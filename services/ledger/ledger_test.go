@@ -61,7 +61,7 @@ func TestServiceRecordIsUnchangedWhenTheLogIsDeliveredAgain(t *testing.T) {
 	if rep := record(t, nc, "retried-1", last.Seq); rep.Record == nil {
 		t.Fatalf("after the rebuild: %+v", rep)
 	}
-	later, err := pub.Append(ctx, "other-1", events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
+	later, err := pub.Append(ctx, "other-1", &events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
 	if err != nil {
 		t.Fatal(err)
 	}

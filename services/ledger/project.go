@@ -81,23 +81,18 @@ func (p *Projection) Known(job string) bool {
 // job's first message. It runs for every message of a rebuild: past the
 // first of a job it costs one map lookup and allocates nothing.
 func (p *Projection) noteOwner(subject string) {
-	rest, ok := strings.CutPrefix(subject, "e31.job.")
-	if !ok {
+	s, err := events.ParseSubject(subject)
+	if err != nil || s.Space != events.SpaceJob {
 		return
 	}
-	i := strings.IndexByte(rest, '.')
-	if i <= 0 {
-		return
-	}
-	job := rest[:i]
-	if _, seen := p.owners[job]; seen || !events.ValidID(job) {
+	if _, seen := p.owners[s.Job]; seen {
 		return
 	}
 	owner := ""
-	if who, ok := strings.CutPrefix(rest[i:], ".requested."); ok && events.ValidID(who) {
-		owner = strings.Clone(who)
+	if s.IsRequest() {
+		owner = strings.Clone(s.Identity)
 	}
-	p.owners[strings.Clone(job)] = owner
+	p.owners[strings.Clone(s.Job)] = owner
 }
 
 // Len is the number of records.
@@ -303,7 +298,8 @@ func isNodeEvent(env events.Envelope) bool {
 	if subject == "" {
 		subject, _ = events.SubjectOf(env.Subject, env.Event)
 	}
-	return strings.HasPrefix(subject, "e31.node.")
+	s, err := events.ParseSubject(subject)
+	return err == nil && s.Space == events.SpaceNode
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.

@@ -63,18 +63,18 @@ func fullLife() *history {
 	zero := 0
 	spec := specOf("count-clips")
 	hold := holdOn("n1", 1)
-	h.add("count-clips-1", at("0s"), events.JobRequested{Submitter: "alice", Spec: spec})
-	h.add("count-clips-1", at("100ms"), events.JobSubmitted{Submitter: "alice", Spec: spec})
-	h.add("n1", at("500ms"), events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox})
-	h.add("count-clips-1", at("1s"), events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
-	h.add("count-clips-1", at("1.25s"), events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox})
-	h.add("count-clips-1", at("2s"), events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero,
+	h.add("count-clips-1", at("0s"), &events.JobRequested{Submitter: "alice", Spec: spec})
+	h.add("count-clips-1", at("100ms"), &events.JobSubmitted{Submitter: "alice", Spec: spec})
+	h.add("n1", at("500ms"), &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox})
+	h.add("count-clips-1", at("1s"), &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	h.add("count-clips-1", at("1.25s"), &events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox})
+	h.add("count-clips-1", at("2s"), &events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero,
 		Logs:   &events.Logs{StdoutBytes: 120},
 		Usage:  events.Usage{CPUSeconds: 0.01, MaxRSSBytes: 1 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2, Declared: spec.Output}})
-	h.add("count-clips-1", at("2.125s"), events.OutputReturned{Hold: hold, Outcome: events.Succeeded,
+	h.add("count-clips-1", at("2.125s"), &events.OutputReturned{Hold: hold, Outcome: events.Succeeded,
 		Files: []events.OutputFile{countTxt}, Bytes: 2, Missing: []string{}})
-	h.add("count-clips-1", at("2.25s"), events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true})
+	h.add("count-clips-1", at("2.25s"), &events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true})
 	return &h
 }
 
@@ -85,22 +85,22 @@ func twoAttempts() *history {
 	zero := 0
 	spec := specOf("retried")
 	first, second := holdOn("n1", 1), holdOn("n2", 2)
-	h.add("retried-1", at("0s"), events.JobSubmitted{Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("1s"), events.ComputeHeld{Hold: first, Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("2s"), events.RunStarted{Hold: first, Isolation: events.IsolationSandbox})
-	h.add("retried-1", at("4s"), events.RunStopped{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
+	h.add("retried-1", at("0s"), &events.JobSubmitted{Submitter: "bob", Spec: spec})
+	h.add("retried-1", at("1s"), &events.ComputeHeld{Hold: first, Submitter: "bob", Spec: spec})
+	h.add("retried-1", at("2s"), &events.RunStarted{Hold: first, Isolation: events.IsolationSandbox})
+	h.add("retried-1", at("4s"), &events.RunStopped{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
 		Usage: events.Usage{CPUSeconds: 1.5}, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{"count.txt"}}})
-	h.add("retried-1", at("4.5s"), events.OutputReturned{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
+	h.add("retried-1", at("4.5s"), &events.OutputReturned{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
 		Files: []events.OutputFile{}, Partial: true, Missing: []string{"count.txt"}})
-	h.add("retried-1", at("5s"), events.ComputeReleased{Hold: first, Outcome: events.NodeLost, Final: false})
-	h.add("retried-1", at("10s"), events.ComputeHeld{Hold: second, Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("10.5s"), events.RunStarted{Hold: second, Isolation: events.IsolationContainer})
-	h.add("retried-1", at("12s"), events.RunStopped{Hold: second, Outcome: events.Succeeded, ExitCode: &zero,
+	h.add("retried-1", at("5s"), &events.ComputeReleased{Hold: first, Outcome: events.NodeLost, Final: false})
+	h.add("retried-1", at("10s"), &events.ComputeHeld{Hold: second, Submitter: "bob", Spec: spec})
+	h.add("retried-1", at("10.5s"), &events.RunStarted{Hold: second, Isolation: events.IsolationContainer})
+	h.add("retried-1", at("12s"), &events.RunStopped{Hold: second, Outcome: events.Succeeded, ExitCode: &zero,
 		Usage:  events.Usage{CPUSeconds: 0.75, MaxRSSBytes: 2 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2}})
-	h.add("retried-1", at("12.5s"), events.OutputReturned{Hold: second, Outcome: events.Succeeded,
+	h.add("retried-1", at("12.5s"), &events.OutputReturned{Hold: second, Outcome: events.Succeeded,
 		Files: []events.OutputFile{countTxt}, Bytes: 2, Missing: []string{}})
-	h.add("retried-1", at("13s"), events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true})
+	h.add("retried-1", at("13s"), &events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true})
 	return &h
 }
 
@@ -108,8 +108,8 @@ func rejectedLife() *history {
 	var h history
 	spec := specOf("bad")
 	spec.Request.CPU = 0
-	h.add("bad-1", at("0s"), events.JobRequested{Submitter: "carol", Spec: spec})
-	h.add("bad-1", at("50ms"), events.JobRejected{Reason: "request.cpu: must be at least 0.01 (a hundredth of a core), got 0"})
+	h.add("bad-1", at("0s"), &events.JobRequested{Submitter: "carol", Spec: spec})
+	h.add("bad-1", at("50ms"), &events.JobRejected{Reason: "request.cpu: must be at least 0.01 (a hundredth of a core), got 0"})
 	return &h
 }
 
@@ -255,10 +255,10 @@ func TestProjectionList(t *testing.T) {
 	var h history
 	hour := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 	submitted := func(job, who string, when time.Time) {
-		h.add(job, when, events.JobSubmitted{Submitter: who, Spec: specOf(job)})
+		h.add(job, when, &events.JobSubmitted{Submitter: who, Spec: specOf(job)})
 	}
 	held := func(job, node string, attempt int, when time.Time) {
-		h.add(job, when, events.ComputeHeld{Hold: holdOn(node, attempt), Submitter: "x", Spec: specOf(job)})
+		h.add(job, when, &events.ComputeHeld{Hold: holdOn(node, attempt), Submitter: "x", Spec: specOf(job)})
 	}
 	submitted("j1", "alice", hour(0))
 	held("j1", "n1", 1, hour(0))
@@ -266,10 +266,10 @@ func TestProjectionList(t *testing.T) {
 	held("j2", "n2", 1, hour(1))
 	submitted("j3", "alice", hour(2))
 	held("j3", "n1", 1, hour(2))
-	h.add("j3", hour(2), events.ComputeReleased{Hold: holdOn("n1", 1), Outcome: events.NodeLost})
+	h.add("j3", hour(2), &events.ComputeReleased{Hold: holdOn("n1", 1), Outcome: events.NodeLost})
 	held("j3", "n2", 2, hour(2))
-	h.add("j4", hour(3), events.JobRequested{Submitter: "carol", Spec: specOf("j4")})
-	h.add("j4", hour(3), events.JobRejected{Reason: "no"})
+	h.add("j4", hour(3), &events.JobRequested{Submitter: "carol", Spec: specOf("j4")})
+	h.add("j4", hour(3), &events.JobRejected{Reason: "no"})
 	submitted("j5", "alice", hour(3))
 	p := project(h.envs)
 

@@ -36,8 +36,8 @@ func startTenants(t *testing.T) *tenants {
 	ctx := natstest.Context(t, 30*time.Second)
 	tn := &tenants{nc: nc, js: js, pub: bus.NewPublisher(js, "e31/test", nil), ctx: ctx}
 	for job, who := range map[string]string{"alices": "alice", "bobs": "bob"} {
-		tn.append(t, job, events.JobRequested{Submitter: who, Spec: specOf(job)})
-		tn.append(t, job, events.JobSubmitted{Submitter: who, Spec: specOf(job)})
+		tn.append(t, job, &events.JobRequested{Submitter: who, Spec: specOf(job)})
+		tn.append(t, job, &events.JobSubmitted{Submitter: who, Spec: specOf(job)})
 	}
 	svc := runLedger(t, ctx, nc, js)
 	<-svc.CaughtUp()
@@ -117,7 +117,7 @@ func TestASubmitterIsToldAboutItsOwnJobsOnly(t *testing.T) {
 func TestALaterRequestOnSomeoneElsesJobChangesNothing(t *testing.T) {
 	t.Parallel()
 	tn := startTenants(t)
-	forged := events.New("alices", events.JobRequested{Submitter: "bob", Spec: specOf("forged")}, "bob", time.Now())
+	forged := events.New("alices", &events.JobRequested{Submitter: "bob", Spec: specOf("forged")}, "bob", time.Now())
 	forged.ID = "alices/requested-again" // not a repeat: another id
 	m, err := forged.Msg()
 	if err != nil {
@@ -142,7 +142,7 @@ func TestALaterRequestOnSomeoneElsesJobChangesNothing(t *testing.T) {
 func TestAnUnreadableRequestIsStillItsSubmitters(t *testing.T) {
 	t.Parallel()
 	tn := startTenants(t)
-	env := events.New("garbled", events.JobRequested{Submitter: "alice"}, "alice", time.Now())
+	env := events.New("garbled", &events.JobRequested{Submitter: "alice"}, "alice", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +156,7 @@ func TestAnUnreadableRequestIsStillItsSubmitters(t *testing.T) {
 	if !strings.Contains(rep.Error, "no record yet") {
 		t.Errorf("alice's unreadable request: %+v, want no record yet", rep)
 	}
-	tn.append(t, "garbled", events.JobRejected{Reason: "unknown field colour"})
+	tn.append(t, "garbled", &events.JobRejected{Reason: "unknown field colour"})
 	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "garbled", Fresh: true}, &rep)
 	if rep.Record == nil || rep.Record.State != api.StateRejected {
 		t.Errorf("alice's rejected job: %+v", rep)
@@ -203,7 +203,7 @@ func TestWaitingIsALongPoll(t *testing.T) {
 		}
 		follow <- rep
 	}()
-	ended := tn.append(t, "alices", events.JobCancelled{Reason: "test"})
+	ended := tn.append(t, "alices", &events.JobCancelled{Reason: "test"})
 	select {
 	case rep := <-got:
 		// A submitter is not told how far the ledger has read: its

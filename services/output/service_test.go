@@ -99,10 +99,10 @@ func writeLocal(t *testing.T, p, content string) {
 func (w *world) runJob(t *testing.T, job string, retention time.Duration, data []events.DataRef, out map[string]string) {
 	t.Helper()
 	spec := events.JobSpec{Data: data, RetentionSeconds: retention.Seconds(), Output: []events.OutputDecl{{Path: "**", Required: true}}}
-	w.append(t, job, events.JobSubmitted{Submitter: "alice", Spec: spec})
+	w.append(t, job, &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
-	w.append(t, job, events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec})
-	w.append(t, job, events.RunStarted{Hold: h})
+	w.append(t, job, &events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec})
+	w.append(t, job, &events.RunStarted{Hold: h})
 	dir := t.TempDir()
 	for p, content := range out {
 		writeLocal(t, filepath.Join(dir, p), content)
@@ -112,9 +112,9 @@ func (w *world) runJob(t *testing.T, job string, retention time.Duration, data [
 		t.Fatal(err)
 	}
 	c.Declared = spec.Output
-	w.append(t, job, events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
+	w.append(t, job, &events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
 	w.waitEvent(t, job, func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })
-	w.append(t, job, events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true})
+	w.append(t, job, &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true})
 }
 
 func (w *world) append(t *testing.T, job string, ev events.Event) {
@@ -290,7 +290,7 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	ret := w.waitEvent(t, "job-c", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok }).Event.(*events.OutputReturned)
 
 	for range 2 {
-		w.append(t, "job-c", events.DeleteRequested{What: events.WhatOutput, By: "alice"})
+		w.append(t, "job-c", &events.DeleteRequested{What: events.WhatOutput, By: "alice"})
 	}
 	w.waitEvent(t, "job-c", isDeleted(events.WhatOutput))
 	w.waitGone(t, w.objectsOf(t, stage.KindDir, ret.Manifest))
@@ -301,7 +301,7 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	}
 
 	w.stop()
-	w.append(t, "job-c", events.DeleteRequested{What: events.WhatData, By: "alice", Reason: "done with it"})
+	w.append(t, "job-c", &events.DeleteRequested{What: events.WhatData, By: "alice", Reason: "done with it"})
 	w.run(t)
 	w.waitEvent(t, "job-c", isDeleted(events.WhatData))
 	w.waitGone(t, w.objectsOf(t, stage.KindDir, data.Digest))
@@ -358,7 +358,7 @@ func TestReturnsManyFilesThroughTheManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1}
-	env, err := f.pub.Append(f.ctx, "job-m", events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
+	env, err := f.pub.Append(f.ctx, "job-m", &events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
 	if err != nil {
 		t.Fatal(err)
 	}

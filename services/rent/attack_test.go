@@ -30,7 +30,7 @@ func TestWhyAnswersTheAskersInboxOnly(t *testing.T) {
 	for job, who := range map[string]string{"alices": "alice", "bobs": "bob"} {
 		spec := events.JobSpec{Name: job, Work: events.Work{Command: []string{"true"}},
 			Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, LimitSeconds: 60}}
-		for _, ev := range []events.Event{events.JobRequested{Submitter: who, Spec: spec}, events.JobSubmitted{Submitter: who, Spec: spec}} {
+		for _, ev := range []events.Event{&events.JobRequested{Submitter: who, Spec: spec}, &events.JobSubmitted{Submitter: who, Spec: spec}} {
 			if _, err := pub.Append(ctx, job, ev); err != nil {
 				t.Fatal(err)
 			}

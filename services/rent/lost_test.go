@@ -16,19 +16,19 @@ import (
 
 // expire is RENT's record that a node's lease (of its first boot) lapsed.
 func expire(node string) step {
-	return step{node, events.NodeExpired{Node: node, Boot: "boot-1", Reason: "its lease was not renewed in time"}}
+	return step{node, &events.NodeExpired{Node: node, Boot: "boot-1", Reason: "its lease was not renewed in time"}}
 }
 
 // lost is the HoldLost of an attempt held with hold().
 func lost(job string, attempt int, node string, cpu float64) step {
-	return step{job, events.HoldLost{
+	return step{job, &events.HoldLost{
 		Hold:   events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Reason: "node stopped renewing its lease"}}
 }
 
 // announceNode announces a node with the disk and isolation given.
 func announceNode(node string, cpu float64, disk int64, iso events.Isolation, allow bool) step {
-	return step{node, events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: disk,
+	return step{node, &events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: disk,
 		Isolation: iso, AllowUnisolated: allow}}
 }
 
@@ -50,7 +50,7 @@ func fromJob(job string) opt {
 
 // returned is the OutputReturned of an attempt held with hold().
 func returned(job string, attempt int, node string, cpu float64, bytes int64) step {
-	return step{job, events.OutputReturned{
+	return step{job, &events.OutputReturned{
 		Hold:    events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Outcome: events.Succeeded, Bytes: bytes, Files: []events.OutputFile{}, Missing: []string{}}}
 }
@@ -159,7 +159,7 @@ func TestPoolDecideLostNodesInputsAndIsolation(t *testing.T) {
 		{
 			name: "a node that announces itself again with isolation none and no leave holds nothing more",
 			log: []step{announce("n1", 8), submit("a", 1), hold("a", 1, "n1", 1),
-				step{"n1", events.NodeAnnounced{Node: "n1", Boot: "boot-2", CPU: 8, MemoryBytes: 16 * gib, DiskBytes: 100 * gib, Isolation: events.IsolationNone}},
+				step{"n1", &events.NodeAnnounced{Node: "n1", Boot: "boot-2", CPU: 8, MemoryBytes: 16 * gib, DiskBytes: 100 * gib, Isolation: events.IsolationNone}},
 				submit("b", 1)},
 			want: []string{},
 		},
@@ -244,7 +244,7 @@ func TestPoolHoldsInputsOnTheNodesDisk(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("Decide = %q, want one hold", describe(ds))
 	}
-	held := ds[0].Event.(events.ComputeHeld)
+	held := ds[0].Event.(*events.ComputeHeld)
 	if want := int64(5*gib + 1<<20); held.DiskBytes != want || held.Spec.Request.DiskBytes != 1<<20 {
 		t.Fatalf("held %d bytes of disk for request.disk %d, want %d: request.disk and the inputs", held.DiskBytes, held.Spec.Request.DiskBytes, want)
 	}
@@ -254,7 +254,7 @@ func TestPoolHoldsInputsOnTheNodesDisk(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("after the node expired, Decide = %q, want the hold lost", describe(ds))
 	}
-	if hl, ok := ds[0].Event.(events.HoldLost); !ok || hl.Hold != held.Hold {
+	if hl, ok := ds[0].Event.(*events.HoldLost); !ok || hl.Hold != held.Hold {
 		t.Errorf("decided %+v, want HoldLost of the hold %+v", ds[0].Event, held.Hold)
 	}
 }

@@ -218,7 +218,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		// through their own events.
 		n.boot, n.expired, n.lostAt = e.Boot, false, time.Time{}
 		n.cap = resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
-		n.containers = e.Labels[LabelContainers] == "true"
+		n.containers = e.Labels[events.LabelContainers] == "true"
 		// An announcement without isolation (a node older than it, or a
 		// synthetic one) is taken as before: the node may hold jobs.
 		n.unisolated = e.Isolation == events.IsolationNone && !e.AllowUnisolated
@@ -526,14 +526,14 @@ func (p *Pool) Decide(max int) []Decision {
 		case j.state == held:
 			delete(p.attention, j.id)
 		case j.cancel:
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobCancelled{Reason: "cancelled before compute was held"}})
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.JobCancelled{Reason: "cancelled before compute was held"}})
 		case j.rejection != "":
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.JobRejected{Reason: j.rejection}})
 		default:
 			// Queued while no node was live: judged now that one is.
 			delete(p.attention, j.id)
 			if p.judge(j, now); j.rejection != "" {
-				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.JobRejected{Reason: j.rejection}})
 			}
 		}
 	}
@@ -541,7 +541,7 @@ func (p *Pool) Decide(max int) []Decision {
 		n := p.nodes[name]
 		for _, j := range p.sorted(n.holds) {
 			if !j.lost && !j.stopped {
-				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.HoldLost{
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.HoldLost{
 					Hold:   p.holdOf(j),
 					Reason: fmt.Sprintf("node %s stopped renewing its lease (boot %s): the attempt is lost with it", n.name, n.boot)}})
 			}
@@ -652,7 +652,7 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 			}
 			usage[j.submitter] += j.need.milliCPU
 			h.fix(j.submitter)
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.ComputeHeld{
 				// The disk held is request.disk and the staged inputs: both
 				// are written to the node's disk.
 				Hold: events.Hold{Attempt: j.attempt + 1, Node: n.name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
@@ -771,10 +771,6 @@ func (p *Pool) liveNodes() []*node {
 	p.live = out
 	return out
 }
-
-// LabelContainers is the node label of nodes that run jobs naming an image
-// (run.LabelContainers; RENT does not import RUN).
-const LabelContainers = "containers"
 
 // runs reports whether n can run j at all: a job that names an image needs
 // a node with a container engine.

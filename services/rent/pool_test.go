@@ -24,14 +24,14 @@ type step struct {
 }
 
 func announce(node string, cpu float64) step {
-	return step{node, events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: 100 * gib}}
+	return step{node, &events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: 100 * gib}}
 }
 
 func reannounce(node string, cpu float64) step {
 	s := announce(node, cpu)
-	a := s.ev.(events.NodeAnnounced)
+	a := *s.ev.(*events.NodeAnnounced)
 	a.Boot = "boot-2"
-	s.ev = a
+	s.ev = &a
 	return s
 }
 
@@ -65,11 +65,11 @@ func submit(job string, cpu float64, opts ...opt) step {
 }
 
 func submitBy(submitter, job string, cpu float64, opts ...opt) step {
-	return step{job, events.JobSubmitted{Submitter: submitter, Spec: spec(cpu, opts...)}}
+	return step{job, &events.JobSubmitted{Submitter: submitter, Spec: spec(cpu, opts...)}}
 }
 
 func hold(job string, attempt int, node string, cpu float64) step {
-	return step{job, events.ComputeHeld{
+	return step{job, &events.ComputeHeld{
 		Hold:      events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Submitter: "alice", Spec: spec(cpu),
 	}}
@@ -84,18 +84,18 @@ func release(job string, attempt int, node string, cpu float64, final bool) step
 }
 
 func ended(job string, attempt int, node string, cpu float64, outcome events.Outcome, final bool) step {
-	return step{job, events.ComputeReleased{
+	return step{job, &events.ComputeReleased{
 		Hold:    events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Outcome: outcome, Final: final,
 	}}
 }
 
-func cancel(job string) step { return step{job, events.CancelRequested{By: "alice"}} }
+func cancel(job string) step { return step{job, &events.CancelRequested{By: "alice"}} }
 func cancelled(job string) step {
-	return step{job, events.JobCancelled{Reason: "cancelled while waiting for compute"}}
+	return step{job, &events.JobCancelled{Reason: "cancelled while waiting for compute"}}
 }
 func reject(job string) step {
-	return step{job, events.JobRejected{Reason: "request.cpu: must be at least 0.01"}}
+	return step{job, &events.JobRejected{Reason: "request.cpu: must be at least 0.01"}}
 }
 
 // history stores events the way the stream would: each gets the next
@@ -141,13 +141,13 @@ func describe(ds []rent.Decision) []string {
 	out := []string{}
 	for _, d := range ds {
 		switch e := d.Event.(type) {
-		case events.ComputeHeld:
+		case *events.ComputeHeld:
 			out = append(out, fmt.Sprintf("hold %s#%d on %s", d.Job, e.Attempt, e.Node))
-		case events.JobCancelled:
+		case *events.JobCancelled:
 			out = append(out, "cancel "+d.Job)
-		case events.JobRejected:
+		case *events.JobRejected:
 			out = append(out, "reject "+d.Job)
-		case events.HoldLost:
+		case *events.HoldLost:
 			out = append(out, fmt.Sprintf("lose %s#%d on %s", d.Job, e.Attempt, e.Node))
 		default:
 			out = append(out, fmt.Sprintf("%T for %s", d.Event, d.Job))
@@ -410,7 +410,7 @@ func TestPoolHeldDecisionCarriesTheJob(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("Decide = %q, want one hold", describe(ds))
 	}
-	held, ok := ds[0].Event.(events.ComputeHeld)
+	held, ok := ds[0].Event.(*events.ComputeHeld)
 	if !ok {
 		t.Fatalf("decision is a %T, want ComputeHeld", ds[0].Event)
 	}

@@ -450,7 +450,7 @@ func (s *Service) schedule(ctx context.Context) error {
 				s.pool.Apply(stored[i])
 				applied++
 				s.logDecision(decisions[i], stored[i])
-				if _, ok := decisions[i].Event.(events.ComputeHeld); ok {
+				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {
 					holds++
 				}
 			case errors.Is(err, bus.ErrConflict):
@@ -480,7 +480,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for name, boot := range pending {
-		env, err := s.pub.Append(ctx, name, events.NodeExpired{Node: name, Boot: boot,
+		env, err := s.pub.Append(ctx, name, &events.NodeExpired{Node: name, Boot: boot,
 			Reason: "its lease was not renewed in time: the node is counted lost until it announces itself again"})
 		if err != nil {
 			return fmt.Errorf("rent: record node %s expired: %w", name, err)
@@ -498,13 +498,13 @@ func (s *Service) recordExpired(ctx context.Context) error {
 
 func (s *Service) logDecision(d Decision, stored events.Envelope) {
 	switch e := d.Event.(type) {
-	case events.ComputeHeld:
+	case *events.ComputeHeld:
 		s.log.Info("compute held", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
-	case events.JobCancelled:
+	case *events.JobCancelled:
 		s.log.Info("job cancelled before it was held", "job", d.Job, "seq", stored.Seq)
-	case events.JobRejected:
+	case *events.JobRejected:
 		s.log.Info("job rejected", "job", d.Job, "reason", e.Reason, "seq", stored.Seq)
-	case events.HoldLost:
+	case *events.HoldLost:
 		s.log.Warn("attempt lost with its node", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
 	}
 }

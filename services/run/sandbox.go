@@ -14,10 +14,6 @@ import (
 	"github.com/e31net/e31/services/run/executor/sandbox"
 )
 
-// LabelContainers is the node label that says the node runs jobs that name
-// an image; RENT holds such jobs only on nodes that carry it.
-const LabelContainers = "containers"
-
 // openSandbox returns the sandbox executor, with the container executor for
 // jobs that name an image when a Docker engine answers. A host that cannot
 // sandbox gets an error wrapping ErrNoIsolation: never jobs unisolated.

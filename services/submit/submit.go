@@ -155,11 +155,11 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 // under an id already in use goes to the poison stream, and the job it
 // names goes on as if it were not there.
 func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, problem error) error {
-	parts := strings.Split(subject, ".")
-	if len(parts) != 5 || parts[3] != "requested" || !events.ValidID(parts[2]) || seq == 0 {
+	subj, err := events.ParseSubject(subject)
+	if err != nil || !subj.IsRequest() || seq == 0 {
 		return bus.Permanent(problem)
 	}
-	job := parts[2]
+	job := subj.Job
 	first, err := s.firstSeq(ctx, job)
 	if err != nil {
 		return err
@@ -167,7 +167,14 @@ func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, pr
 	if first != seq {
 		return bus.Permanent(fmt.Errorf("%w: %s, and the request cannot be read: %v", ErrIDInUse, job, problem))
 	}
-	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + strings.TrimPrefix(problem.Error(), "decode event on "+subject+": ")
+	// The reason says what is wrong with the body; the subject is the
+	// submitter's own and needs no repeating.
+	what := problem
+	var de *events.DecodeError
+	if errors.As(problem, &de) {
+		what = de.Err
+	}
+	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + what.Error()
 	trigger := events.Envelope{Subject: job, Seq: seq}
 	stored, err := s.pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
 		for _, e := range after {
@@ -176,7 +183,7 @@ func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, pr
 				return nil, nil
 			}
 		}
-		return []events.Event{events.JobRejected{Reason: reason}}, nil
+		return []events.Event{&events.JobRejected{Reason: reason}}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("reject unreadable request %s: %w", job, err)
@@ -224,7 +231,7 @@ func (s *Service) check(ctx context.Context, job string, seq uint64, req *events
 		return nil, err
 	}
 	if reason := limits.Admit(lim, usage); reason != "" {
-		return events.JobRejected{Reason: reason}, nil
+		return &events.JobRejected{Reason: reason}, nil
 	}
 	spec := req.Spec
 	spec.Data = append([]events.DataRef(nil), req.Spec.Data...)
@@ -281,7 +288,7 @@ func (s *Service) check(ctx context.Context, job string, seq uint64, req *events
 	if len(problems) > 0 {
 		return rejection(problems), nil
 	}
-	return events.JobSubmitted{Submitter: req.Submitter, Spec: spec}, nil
+	return &events.JobSubmitted{Submitter: req.Submitter, Spec: spec}, nil
 }
 
 // limitsOf is a submitter's limits.
@@ -328,8 +335,8 @@ const maxReasonProblems = 8
 
 // rejection names every problem in the reason, which is what the hold
 // record and `e31 status` show.
-func rejection(problems []string) events.JobRejected {
-	r := events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
+func rejection(problems []string) *events.JobRejected {
+	r := &events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
 	if len(problems) > maxReasonProblems {
 		r.Reason += fmt.Sprintf("; and %d more", len(problems)-maxReasonProblems)
 	}

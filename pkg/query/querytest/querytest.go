@@ -130,7 +130,7 @@ const VictimJob = "victim-job"
 // layer refuses it as well: see query.ReplyAllowed's tests.)
 func HostileReplies(tb testing.TB) []string {
 	tb.Helper()
-	submitted, err := events.SubjectOf(VictimJob, events.JobSubmitted{})
+	submitted, err := events.SubjectOf(VictimJob, &events.JobSubmitted{})
 	if err != nil {
 		tb.Fatal(err)
 	}
