@@ -17,10 +17,11 @@ import (
 const digestPrefix = api.DigestVersion + "\n"
 
 // eventDigest is the SHA-256 of a stored message's canonical bytes, as
-// pkg/api defines them. The audit computes the same with code of its own:
-// two implementations of one written definition that agree are what an
-// auditor can trust, where one shared function would only agree with
-// itself.
+// pkg/chain/SPEC.md defines them. The audit computes the same with code of
+// its own, written from the same text; both are tested against its golden
+// vectors: two implementations of one written definition that agree are
+// what an auditor can trust, where one shared function would only agree
+// with itself.
 func eventDigest(seq uint64, subject string, h nats.Header, body []byte) [32]byte {
 	var kept [12]string
 	names := kept[:0]
