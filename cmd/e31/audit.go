@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/audit"
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 func auditCmd(a *app) *cobra.Command {
@@ -39,9 +41,9 @@ changed in the log shows as a different digest at its sequence.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var heads []api.Head
+			var heads []chain.Head
 			for _, s := range sinceHeads {
-				h, err := api.ParseHead(s)
+				h, err := chain.ParseHead(s)
 				if err != nil {
 					return usageErr("--since-head: %v", err)
 				}
@@ -96,7 +98,7 @@ changed in the log shows as a different digest at its sequence.`,
 					return troubleErr(err)
 				}
 				rep = au.Finish()
-				recs, err := c.allRecords(ctx, api.ListRequest{})
+				recs, err := c.allRecords(ctx, wire.ListRequest{})
 				if err != nil {
 					return err
 				}
@@ -131,19 +133,19 @@ changed in the log shows as a different digest at its sequence.`,
 
 // readRecords reads a copy of the ledger's records: a list ('e31 ledger
 // --json'), which is all of them, or one record ('e31 ledger ID --json').
-func readRecords(path string) ([]*api.HoldRecord, bool, error) {
+func readRecords(path string) ([]*hold.HoldRecord, bool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, false, usageErr("--records: %v", err)
 	}
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
-		var r api.HoldRecord
+		var r hold.HoldRecord
 		if err := json.Unmarshal(t, &r); err != nil {
 			return nil, false, usageErr("--records %s: not a hold record: %v", path, err)
 		}
-		return []*api.HoldRecord{&r}, false, nil
+		return []*hold.HoldRecord{&r}, false, nil
 	}
-	var recs []*api.HoldRecord
+	var recs []*hold.HoldRecord
 	if err := json.Unmarshal(b, &recs); err != nil {
 		return nil, false, usageErr("--records %s: not a list of hold records: %v", path, err)
 	}

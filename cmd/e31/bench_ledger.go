@@ -18,12 +18,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -178,8 +178,8 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 	if o.profile != "" {
 		pprof.StopCPUProfile()
 	}
-	var info api.LedgerInfo
-	err = askJSON(ctx, nc, api.LedgerSubject(events.Operator, api.EndpointHead), &info)
+	var info wire.LedgerInfo
+	err = askJSON(ctx, nc, wire.LedgerSubject(events.Operator, wire.EndpointHead), &info)
 	ledgerHead := info.Head.String()
 	stop()
 	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {

@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -223,7 +224,7 @@ func (c *client) append(ctx context.Context, job string, ev events.Event, opts .
 }
 
 // errBusy is wrapped by the error of a query that a service answered
-// "busy" (api.CodeBusy) until the query's deadline.
+// "busy" (wire.CodeBusy) until the query's deadline.
 var errBusy = errors.New("the service stayed busy")
 
 // request sends a query, as the CLI's user, to the endpoint subjectOf
@@ -248,7 +249,7 @@ func (c *client) request(ctx context.Context, subject string, req, reply any, ti
 			Error string `json:"error"`
 			Code  string `json:"code"`
 		}
-		if json.Unmarshal(m.Data, &head) == nil && head.Code == api.CodeBusy {
+		if json.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
 			busy = fmt.Errorf("%w: %s", errBusy, head.Error)
 			return nil, busy
 		}
@@ -279,11 +280,11 @@ func busyBackoff() backoff.BackOff {
 }
 
 // ledger is the subject of one of the ledger's endpoints for the CLI's user.
-func (c *client) ledger(endpoint string) string { return api.LedgerSubject(c.who.User, endpoint) }
+func (c *client) ledger(endpoint string) string { return wire.LedgerSubject(c.who.User, endpoint) }
 
 func serviceOf(subject string) string {
 	switch {
-	case strings.HasSuffix(subject, ".rent."+api.EndpointWhy):
+	case strings.HasSuffix(subject, ".rent."+wire.EndpointWhy):
 		return "rent"
 	case strings.HasSuffix(subject, ".output.stored"):
 		return "output"
@@ -295,13 +296,13 @@ func serviceOf(subject string) string {
 // by the ledger, so that a client needs no access to the log to ask any
 // service for an answer as of now. Only the auditor and the operator are
 // told.
-func (c *client) head(ctx context.Context) (api.LedgerInfo, error) {
-	var info api.LedgerInfo
-	if err := c.request(ctx, c.ledger(api.EndpointHead), nil, &info, 10*time.Second); err != nil {
+func (c *client) head(ctx context.Context) (wire.LedgerInfo, error) {
+	var info wire.LedgerInfo
+	if err := c.request(ctx, c.ledger(wire.EndpointHead), nil, &info, 10*time.Second); err != nil {
 		return info, err
 	}
 	switch {
-	case info.Code == api.CodeNotPermitted:
+	case info.Code == wire.CodeNotPermitted:
 		return info, &exitError{exitUsage, fmt.Errorf("%w for %s: %s", errNotPermitted, c.who, info.Error)}
 	case info.Error != "":
 		return info, troubleErr(fmt.Errorf("the ledger's head: %s", info.Error))
@@ -321,7 +322,7 @@ func (c *client) lastSeq(ctx context.Context) (uint64, error) {
 // nothing of the log beyond its own jobs, Fresh, and the service reads the
 // last sequence itself.
 func (c *client) asOfNow(ctx context.Context) (minSeq uint64, fresh bool, err error) {
-	if !api.SeesAll(c.who.User) {
+	if !auth.SeesAll(c.who.User) {
 		return 0, true, nil
 	}
 	seq, err := c.lastSeq(ctx)
@@ -329,26 +330,26 @@ func (c *client) asOfNow(ctx context.Context) (minSeq uint64, fresh bool, err er
 }
 
 // record returns a job's hold record as of at least minSeq.
-func (c *client) record(ctx context.Context, job string, minSeq uint64) (*api.HoldRecord, error) {
-	rec, _, err := c.recordAs(ctx, api.RecordRequest{Job: job, MinSeq: minSeq, Wait: 10 * time.Second})
+func (c *client) record(ctx context.Context, job string, minSeq uint64) (*hold.HoldRecord, error) {
+	rec, _, err := c.recordAs(ctx, wire.RecordRequest{Job: job, MinSeq: minSeq, Wait: 10 * time.Second})
 	return rec, err
 }
 
 // recordAs asks for a record and returns it with how far the ledger had
 // read when it answered.
-func (c *client) recordAs(ctx context.Context, q api.RecordRequest) (*api.HoldRecord, uint64, error) {
-	var reply api.RecordReply
-	if err := c.request(ctx, c.ledger(api.EndpointRecord), q, &reply, waitOf(q.Wait)+5*time.Second); err != nil {
+func (c *client) recordAs(ctx context.Context, q wire.RecordRequest) (*hold.HoldRecord, uint64, error) {
+	var reply wire.RecordReply
+	if err := c.request(ctx, c.ledger(wire.EndpointRecord), q, &reply, waitOf(q.Wait)+5*time.Second); err != nil {
 		return nil, 0, err
 	}
-	if reply.Code == api.CodeNoSuchJob {
+	if reply.Code == wire.CodeNoSuchJob {
 		return nil, reply.Applied, fmt.Errorf("%w: %s", errNoSuchJob, q.Job)
 	}
 	if reply.Error != "" {
 		return nil, reply.Applied, errors.New(reply.Error)
 	}
 	// A submitter is not told how far the ledger has read (see
-	// api.RecordReply); it has read its job's last event, at least.
+	// wire.RecordReply); it has read its job's last event, at least.
 	applied := reply.Applied
 	if r := reply.Record; r != nil && len(r.Events) > 0 {
 		applied = max(applied, r.Events[len(r.Events)-1].Seq)
@@ -365,24 +366,24 @@ func waitOf(d time.Duration) time.Duration {
 }
 
 // currentRecord reads a job's record including everything logged so far.
-func (c *client) currentRecord(ctx context.Context, job string) (*api.HoldRecord, error) {
+func (c *client) currentRecord(ctx context.Context, job string) (*hold.HoldRecord, error) {
 	rec, _, err := c.freshRecord(ctx, job)
 	return rec, err
 }
 
 // freshRecord reads a job's record including everything logged so far, and
 // how far the ledger had read then.
-func (c *client) freshRecord(ctx context.Context, job string) (*api.HoldRecord, uint64, error) {
+func (c *client) freshRecord(ctx context.Context, job string) (*hold.HoldRecord, uint64, error) {
 	if !events.ValidID(job) {
 		return nil, 0, usageErr("%q is not a job id", job)
 	}
-	return c.recordAs(ctx, api.RecordRequest{Job: job, Fresh: true, Wait: 10 * time.Second})
+	return c.recordAs(ctx, wire.RecordRequest{Job: job, Fresh: true, Wait: 10 * time.Second})
 }
 
 // why asks the scheduler about a job, as of at least minSeq.
-func (c *client) why(ctx context.Context, job string, minSeq uint64) (api.WhyReply, error) {
-	var reply api.WhyReply
-	if err := c.request(ctx, api.RentWhySubject(c.who.User), api.WhyRequest{Job: job, MinSeq: minSeq}, &reply, 8*time.Second); err != nil {
+func (c *client) why(ctx context.Context, job string, minSeq uint64) (wire.WhyReply, error) {
+	var reply wire.WhyReply
+	if err := c.request(ctx, wire.RentWhySubject(c.who.User), wire.WhyRequest{Job: job, MinSeq: minSeq}, &reply, 8*time.Second); err != nil {
 		return reply, err
 	}
 	if reply.Error != "" {
@@ -395,13 +396,13 @@ func (c *client) why(ctx context.Context, job string, minSeq uint64) (api.WhyRep
 // stored. With wait, a request that finds nothing new waits that long for
 // the job's next event. It is how anyone, a submitter included, reads one
 // job's events: the ledger checks that the job is the asker's.
-func (c *client) jobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (api.EventsReply, error) {
-	var reply api.EventsReply
-	q := api.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
-	if err := c.request(ctx, c.ledger(api.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
+func (c *client) jobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (wire.EventsReply, error) {
+	var reply wire.EventsReply
+	q := wire.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
+	if err := c.request(ctx, c.ledger(wire.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
 		return reply, err
 	}
-	if reply.Code == api.CodeNoSuchJob {
+	if reply.Code == wire.CodeNoSuchJob {
 		return reply, fmt.Errorf("%w: %s", errNoSuchJob, job)
 	}
 	if reply.Error != "" {
@@ -413,7 +414,7 @@ func (c *client) jobEvents(ctx context.Context, job string, after uint64, wait t
 // followJob calls fn with each of a job's events, from the first, until fn
 // returns false or ctx ends; with untilOver, also once the job is over and
 // its events are read.
-func (c *client) followJob(ctx context.Context, job string, untilOver bool, fn func(api.StoredEvent) bool) error {
+func (c *client) followJob(ctx context.Context, job string, untilOver bool, fn func(wire.StoredEvent) bool) error {
 	var after uint64
 	fresh := true
 	for {

@@ -9,8 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -51,7 +52,7 @@ func dataLsCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			q := api.StoredRequest{Deleted: deleted}
+			q := wire.StoredRequest{Deleted: deleted}
 			if !all {
 				q.Submitter = c.who.Name
 			}
@@ -79,7 +80,7 @@ func dataLsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func partText(p api.StoredPart) string {
+func partText(p wire.StoredPart) string {
 	switch {
 	case p.DeletedAt != nil:
 		return "deleted"
@@ -129,16 +130,16 @@ func dataRmCmd(a *app) *cobra.Command {
 }
 
 // stored asks OUTPUT what jobs keep, as of everything logged so far.
-func (c *client) stored(ctx context.Context, q api.StoredRequest) ([]api.Stored, error) {
+func (c *client) stored(ctx context.Context, q wire.StoredRequest) ([]wire.Stored, error) {
 	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, err
 	}
 	q.MinSeq, q.Fresh = seq, fresh
-	var all []api.Stored
+	var all []wire.Stored
 	for {
-		var reply api.StoredReply
-		if err := c.request(ctx, api.OutputStoredSubject(c.who.User), q, &reply, 15*time.Second); err != nil {
+		var reply wire.StoredReply
+		if err := c.request(ctx, wire.OutputStoredSubject(c.who.User), q, &reply, 15*time.Second); err != nil {
 			return nil, err
 		}
 		if reply.Error != "" {
@@ -158,7 +159,7 @@ func (c *client) deleteStored(ctx context.Context, id, what, reason string, time
 	if !events.ValidID(id) {
 		return usageErr("%q is not a job id", id)
 	}
-	found, err := c.stored(ctx, api.StoredRequest{Job: id, Deleted: true})
+	found, err := c.stored(ctx, wire.StoredRequest{Job: id, Deleted: true})
 	if err != nil {
 		return err
 	}
@@ -203,7 +204,7 @@ func (c *client) deleteStored(ctx context.Context, id, what, reason string, time
 	for _, w := range todo {
 		left[w] = true
 	}
-	err = c.followJob(wctx, id, false, func(m api.StoredEvent) bool {
+	err = c.followJob(wctx, id, false, func(m wire.StoredEvent) bool {
 		env, err := events.Decode(m.Subject, natsHeader(m.Headers), storedBody(m))
 		if err != nil {
 			return true
@@ -223,7 +224,7 @@ func (c *client) deleteStored(ctx context.Context, id, what, reason string, time
 // fetchOutput writes a job's returned output into dir: the folder its
 // manifest names, or, for output returned before manifests, the files its
 // record lists.
-func fetchOutput(ctx context.Context, s stage.Store, out api.Output, dir string, p stage.Progress) error {
+func fetchOutput(ctx context.Context, s stage.Store, out hold.Output, dir string, p stage.Progress) error {
 	if out.Manifest != "" {
 		return stage.FetchDir(ctx, s, out.Manifest, dir, p)
 	}

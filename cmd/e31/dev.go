@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
@@ -362,7 +361,7 @@ var operator = auth.Identity{Role: auth.Operator, Name: events.Operator}
 
 // auditorID is the identity that reads the log for the metrics: it may
 // read everything and change nothing.
-var auditorID = auth.Identity{Role: auth.Auditor, Name: api.Auditor}
+var auditorID = auth.Identity{Role: auth.Auditor, Name: auth.AuditorName}
 
 // setup creates the streams and buckets, and every user's data bucket.
 func (s *devSystem) setup(ctx context.Context, leaseTTL time.Duration, users []auth.Identity) error {
@@ -396,7 +395,7 @@ func (s *devSystem) writeCreds(users []auth.Identity) error {
 	if err := os.MkdirAll(s.credsDir, 0o700); err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	ids := append([]auth.Identity{operator, {Role: auth.Auditor, Name: api.Auditor}}, users...)
+	ids := append([]auth.Identity{operator, {Role: auth.Auditor, Name: auth.AuditorName}}, users...)
 	for _, id := range ids {
 		creds, err := s.keys.Issue(id, 0)
 		if err != nil {

@@ -12,8 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 func waitCmd(a *app) *cobra.Command {
@@ -53,8 +54,8 @@ func (c *client) waitAndPrint(ctx context.Context, id string, timeout time.Durat
 		wctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	q := api.RecordRequest{Job: id, Fresh: true, UntilOver: true, Wait: 30 * time.Second}
-	var rec *api.HoldRecord
+	q := wire.RecordRequest{Job: id, Fresh: true, UntilOver: true, Wait: 30 * time.Second}
+	var rec *hold.HoldRecord
 	for {
 		if dl, ok := wctx.Deadline(); ok {
 			q.Wait = min(30*time.Second, max(time.Until(dl), time.Millisecond))
@@ -128,7 +129,7 @@ func statusCmd(a *app) *cobra.Command {
 				return err
 			}
 			st := status{ID: rec.Job, Name: rec.Name, State: rec.State, Outcome: rec.Outcome, Reason: rec.Reason, Node: rec.Node}
-			if rec.State == api.StateWaiting {
+			if rec.State == hold.StateWaiting {
 				if why, err := c.why(ctx, rec.Job, seq); err == nil {
 					st.Reason, st.Position = why.Reason, why.Position
 				} else {
@@ -192,8 +193,8 @@ and --delete, write it first and delete it once it is written and checked.`,
 				return err
 			}
 			switch rec.State {
-			case api.StateReturned, api.StateReleased:
-			case api.StateRejected, api.StateCancelled:
+			case hold.StateReturned, hold.StateReleased:
+			case hold.StateRejected, hold.StateCancelled:
 				return &exitError{exitFailed, fmt.Errorf("job %s was %s: it has no output", rec.Job, rec.State)}
 			default:
 				return &exitError{exitFailed, fmt.Errorf("job %s is %s: its output is returned when it stops (e31 wait %s)", rec.Job, rec.State, rec.Job)}
@@ -286,7 +287,7 @@ the whole log is for the auditor and the operator.`,
 			}
 			defer c.close()
 			enc := json.NewEncoder(a.out)
-			show := func(m api.StoredEvent) error {
+			show := func(m wire.StoredEvent) error {
 				if asJSON {
 					return enc.Encode(m)
 				}
@@ -319,10 +320,10 @@ the whole log is for the auditor and the operator.`,
 
 // printJobEvents prints one job's events, asked of the ledger; with
 // follow, until the job is over.
-func (c *client) printJobEvents(ctx context.Context, job string, follow bool, show func(api.StoredEvent) error) error {
+func (c *client) printJobEvents(ctx context.Context, job string, follow bool, show func(wire.StoredEvent) error) error {
 	var perr error
 	if follow {
-		err := c.followJob(ctx, job, true, func(e api.StoredEvent) bool {
+		err := c.followJob(ctx, job, true, func(e wire.StoredEvent) bool {
 			perr = show(e)
 			return perr == nil
 		})
@@ -349,7 +350,7 @@ func (c *client) printJobEvents(ctx context.Context, job string, follow bool, sh
 }
 
 // storedBody is the exact body of a stored event.
-func storedBody(m api.StoredEvent) []byte {
+func storedBody(m wire.StoredEvent) []byte {
 	if m.BodyBase64 != "" {
 		if b, err := base64.StdEncoding.DecodeString(m.BodyBase64); err == nil {
 			return b

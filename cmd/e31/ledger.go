@@ -11,12 +11,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 type ledgerOptions struct {
 	asJSON, asCSV, totals, head bool
-	q                           api.ListRequest
+	q                           wire.ListRequest
 	since, until                string
 }
 
@@ -138,24 +140,24 @@ func (c *client) noteBehind(b behind, what string) {
 
 // allRecords pages through the ledger as of now; it fails if the ledger
 // has not read the log that far.
-func (c *client) allRecords(ctx context.Context, q api.ListRequest) ([]*api.HoldRecord, error) {
+func (c *client) allRecords(ctx context.Context, q wire.ListRequest) ([]*hold.HoldRecord, error) {
 	recs, _, err := c.records(ctx, q, false)
 	return recs, err
 }
 
 // records pages through the ledger as of now. With partial, a ledger that
 // is still catching up answers with what it has, and the caller says so.
-func (c *client) records(ctx context.Context, q api.ListRequest, partial bool) ([]*api.HoldRecord, behind, error) {
+func (c *client) records(ctx context.Context, q wire.ListRequest, partial bool) ([]*hold.HoldRecord, behind, error) {
 	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, behind{}, err
 	}
 	q.MinSeq, q.Fresh = seq, fresh
 	st := behind{applied: seq, last: seq}
-	all := []*api.HoldRecord{}
+	all := []*hold.HoldRecord{}
 	for {
-		var reply api.ListReply
-		if err := c.request(ctx, c.ledger(api.EndpointList), q, &reply, 30*time.Second); err != nil {
+		var reply wire.ListReply
+		if err := c.request(ctx, c.ledger(wire.EndpointList), q, &reply, 30*time.Second); err != nil {
 			return nil, st, err
 		}
 		if reply.Error != "" {
@@ -185,12 +187,12 @@ func (c *client) printOneRecord(ctx context.Context, id string, o ledgerOptions)
 	rec, err := c.currentRecord(ctx, id)
 	if err != nil {
 		// Still catching up: show what the ledger has, and say so.
-		var reply api.RecordReply
-		if rerr := c.request(ctx, c.ledger(api.EndpointRecord), api.RecordRequest{Job: id}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
+		var reply wire.RecordReply
+		if rerr := c.request(ctx, c.ledger(wire.EndpointRecord), wire.RecordRequest{Job: id}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
 			return err
 		}
 		b := behind{catchingUp: true}
-		if api.SeesAll(c.who.User) {
+		if auth.SeesAll(c.who.User) {
 			seq, lerr := c.lastSeq(ctx)
 			if lerr != nil || reply.Applied >= seq {
 				return err
@@ -204,7 +206,7 @@ func (c *client) printOneRecord(ctx context.Context, id string, o ledgerOptions)
 	case o.asJSON:
 		return writeJSON(c.a.out, rec)
 	case o.asCSV:
-		return writeRecordsCSV(c.a.out, []*api.HoldRecord{rec})
+		return writeRecordsCSV(c.a.out, []*hold.HoldRecord{rec})
 	}
 	printRecord(c.a.out, rec)
 	return nil
@@ -234,9 +236,9 @@ func (c *client) printTotals(ctx context.Context, o ledgerOptions) error {
 	if err != nil {
 		return err
 	}
-	q := api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter, MinSeq: seq, Fresh: fresh}
-	var reply api.TotalsReply
-	if err := c.request(ctx, c.ledger(api.EndpointTotals), q, &reply, 30*time.Second); err != nil {
+	q := wire.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter, MinSeq: seq, Fresh: fresh}
+	var reply wire.TotalsReply
+	if err := c.request(ctx, c.ledger(wire.EndpointTotals), q, &reply, 30*time.Second); err != nil {
 		return err
 	}
 	if reply.Error != "" {
@@ -266,7 +268,7 @@ var recordColumns = []string{"job", "name", "submitter", "state", "outcome", "ex
 	"held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds",
 	"usage_cpu_seconds", "usage_max_rss_bytes", "output_files", "output_bytes", "events_digest"}
 
-func writeRecordsCSV(w io.Writer, recs []*api.HoldRecord) error {
+func writeRecordsCSV(w io.Writer, recs []*hold.HoldRecord) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(recordColumns); err != nil {
 		return err
@@ -291,7 +293,7 @@ func writeRecordsCSV(w io.Writer, recs []*api.HoldRecord) error {
 	return cw.Error()
 }
 
-func writeTotalsCSV(w io.Writer, ts []api.Totals) error {
+func writeTotalsCSV(w io.Writer, ts []wire.Totals) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write([]string{"submitter", "jobs", "attempts", "held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds", "open"}); err != nil {
 		return err

@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -69,7 +71,7 @@ output: [{path: x, required: false}]
 		t.Errorf("alice: e31 ledger --head: exit %d, %q %q; want not permitted", code, out, errOut)
 	}
 	headOut, _, code := ts.cliAs("auditor", "ledger", "--head")
-	head, err := api.ParseHead(headOut)
+	head, err := chain.ParseHead(headOut)
 	if code != 0 || err != nil {
 		t.Fatalf("e31 ledger --head: exit %d, %q: %v", code, headOut, err)
 	}
@@ -79,7 +81,7 @@ output: [{path: x, required: false}]
 
 	// The meter: held request times held time, per attempt and in total.
 	recsJSON, _, _ := ts.cliAs("auditor", "ledger", "--json")
-	var recs []*api.HoldRecord
+	var recs []*hold.HoldRecord
 	if err := json.Unmarshal([]byte(recsJSON), &recs); err != nil || len(recs) != len(ids) {
 		t.Fatalf("ledger has %d records (%v), want %d", len(recs), err, len(ids))
 	}
@@ -285,11 +287,11 @@ func TestLedgerTotalsPerSubmitter(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("e31 ledger --totals: exit %d: %s", code, errOut)
 	}
-	var got []api.Totals
+	var got []wire.Totals
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := []api.Totals{
+	want := []wire.Totals{
 		{Submitter: "alice", Jobs: 2, Attempts: 2, HeldSeconds: 5400, CPUCoreSeconds: 2*3600 + 1800, MemoryGiBSeconds: 4*3600 + 1800, GPUSeconds: 1800},
 		{Submitter: "bob", Jobs: 1, Attempts: 1, HeldSeconds: 3600, CPUCoreSeconds: 4 * 3600, MemoryGiBSeconds: 8 * 3600, GPUSeconds: 2 * 3600},
 	}

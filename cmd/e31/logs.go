@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -143,7 +143,7 @@ func (c *client) logs(ctx context.Context, job string, attempt int, follow bool)
 
 // attemptOver reports whether the attempt's compute is released (or the
 // job is over without it).
-func attemptOver(rec *api.HoldRecord, attempt int) bool {
+func attemptOver(rec *hold.HoldRecord, attempt int) bool {
 	for _, a := range rec.Attempts {
 		if a.Attempt == attempt {
 			return a.ReleasedAt != nil || rec.Over()
@@ -239,7 +239,7 @@ func (f *logFollower) write(p stage.LogPiece, gaps bool) error {
 
 // stderrTail returns the last n lines the job's last attempt wrote to
 // stderr, or none if it wrote nothing or they cannot be read.
-func (c *client) stderrTail(ctx context.Context, rec *api.HoldRecord, n int) []string {
+func (c *client) stderrTail(ctx context.Context, rec *hold.HoldRecord, n int) []string {
 	if rec.Logs == nil || rec.Logs.StderrBytes == 0 || len(rec.Attempts) == 0 {
 		return nil
 	}

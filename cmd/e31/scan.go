@@ -7,15 +7,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 func natsHeader(h map[string][]string) nats.Header { return nats.Header(h) }
 
 // scan calls fn with every stored message matching filters, in log order,
 // up to the end of the log as of the call or, with follow, for ever.
-func (c *client) scan(ctx context.Context, filters []string, follow bool, fn func(api.StoredEvent) error) error {
+func (c *client) scan(ctx context.Context, filters []string, follow bool, fn func(wire.StoredEvent) error) error {
 	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
 	if err != nil {
 		return troubleErr(fmt.Errorf("read the log: %w", err))
@@ -43,7 +43,7 @@ func (c *client) scan(ctx context.Context, filters []string, follow bool, fn fun
 		if err != nil {
 			return err
 		}
-		if err := fn(api.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())); err != nil {
+		if err := fn(wire.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())); err != nil {
 			return err
 		}
 		if !follow && md.NumPending == 0 {

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // waitSweep waits until every job of a sweep is over, asking the ledger in
@@ -23,13 +24,13 @@ func (c *client) waitSweep(ctx context.Context, sweep string, timeout time.Durat
 		wctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	q := api.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Wait: 30 * time.Second, Limit: 1}
+	q := wire.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Wait: 30 * time.Second, Limit: 1}
 	for {
 		if dl, ok := wctx.Deadline(); ok {
 			q.Wait = min(30*time.Second, max(time.Until(dl), time.Millisecond))
 		}
-		var reply api.ListReply
-		err := c.request(wctx, c.ledger(api.EndpointList), q, &reply, q.Wait+10*time.Second)
+		var reply wire.ListReply
+		err := c.request(wctx, c.ledger(wire.EndpointList), q, &reply, q.Wait+10*time.Second)
 		if err != nil && wctx.Err() == nil {
 			return err
 		}
@@ -60,7 +61,7 @@ func (c *client) waitSweep(ctx context.Context, sweep string, timeout time.Durat
 
 // printSweepResult prints a finished sweep; the exit status is 0 only if
 // every job succeeded.
-func (c *client) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON bool) error {
+func (c *client) printSweepResult(sweep string, recs []*hold.HoldRecord, asJSON bool) error {
 	if asJSON {
 		if err := writeJSON(c.a.out, sweepSummaryOf(sweep, recs)); err != nil {
 			return err
@@ -77,8 +78,8 @@ func (c *client) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON b
 }
 
 // sweepRecords reads every record of a sweep as of now.
-func (c *client) sweepRecords(ctx context.Context, sweep string) ([]*api.HoldRecord, error) {
-	return c.allRecords(ctx, api.ListRequest{Sweep: sweep})
+func (c *client) sweepRecords(ctx context.Context, sweep string) ([]*hold.HoldRecord, error) {
+	return c.allRecords(ctx, wire.ListRequest{Sweep: sweep})
 }
 
 // sweepSummary is the JSON form of a sweep's state.
@@ -88,11 +89,11 @@ type sweepSummary struct {
 	States   map[string]int `json:"states"`
 	Outcomes map[string]int `json:"outcomes"`
 	// HeldSeconds is the meter's total over every job of the sweep.
-	HeldSeconds float64           `json:"held_seconds"`
-	Records     []*api.HoldRecord `json:"records"`
+	HeldSeconds float64            `json:"held_seconds"`
+	Records     []*hold.HoldRecord `json:"records"`
 }
 
-func sweepSummaryOf(sweep string, recs []*api.HoldRecord) sweepSummary {
+func sweepSummaryOf(sweep string, recs []*hold.HoldRecord) sweepSummary {
 	s := sweepSummary{Sweep: sweep, Jobs: len(recs), States: map[string]int{}, Outcomes: map[string]int{}, Records: recs}
 	for _, r := range recs {
 		s.States[r.State]++
@@ -104,7 +105,7 @@ func sweepSummaryOf(sweep string, recs []*api.HoldRecord) sweepSummary {
 	return s
 }
 
-func printSweep(w io.Writer, sweep string, recs []*api.HoldRecord) {
+func printSweep(w io.Writer, sweep string, recs []*hold.HoldRecord) {
 	s := sweepSummaryOf(sweep, recs)
 	fmt.Fprintf(w, "sweep %s: %d jobs, %.3f s held in all\n", sweep, s.Jobs, s.HeldSeconds)
 	fmt.Fprintf(w, "  states:   %s\n", counts(s.States))

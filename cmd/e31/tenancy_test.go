@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // The tests in this file check tenancy with authentication on, through the
@@ -36,7 +36,7 @@ output: [s.txt]
 	}
 	bobs := strings.TrimSpace(out)
 	alices := ts.submit(job)
-	ts.waitState(bobs, api.StateRunning)
+	ts.waitState(bobs, hold.StateRunning)
 
 	noSuchJob := func(what string, args ...string) {
 		t.Helper()
@@ -54,7 +54,7 @@ output: [s.txt]
 
 	// Her records and totals are hers alone; she may not ask for bob's.
 	out, _, code = ts.cli("ledger", "--json")
-	var recs []api.HoldRecord
+	var recs []hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil || code != 0 || len(recs) != 1 || recs[0].Job != alices {
 		t.Errorf("alice's records: exit %d, %v: %s; want her job alone", code, err, out)
 	}
@@ -183,7 +183,7 @@ func TestTheAuditorReadsEverythingAndChangesNothing(t *testing.T) {
 	ts.waitAs("bob", bobs)
 
 	out, _, code = ts.cliAs("auditor", "ledger", "--json")
-	var recs []api.HoldRecord
+	var recs []hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil || code != 0 || len(recs) != 2 {
 		t.Errorf("the auditor's records: exit %d, %v, %d records; want both jobs", code, err, len(recs))
 	}
@@ -202,7 +202,7 @@ func TestTheAuditorReadsEverythingAndChangesNothing(t *testing.T) {
 	}
 	auditor := ts.client("auditor")
 	for _, ev := range []events.Event{
-		&events.CancelRequested{By: api.Auditor},
+		&events.CancelRequested{By: auth.AuditorName},
 		&events.ComputeReleased{Hold: events.Hold{Attempt: 2, Node: "node-1"}, Final: true},
 		&events.JobRejected{Reason: "audited"},
 	} {

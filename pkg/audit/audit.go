@@ -10,8 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // Raw is one stored message, as read from the server or from an export.
@@ -53,9 +54,9 @@ type Report struct {
 	LastSeq uint64 `json:"last_seq"`
 	// Head is the chain over every message read: give it to a later audit
 	// as --since-head.
-	Head api.Head `json:"head"`
+	Head chain.Head `json:"head"`
 	// Checked lists the heads the chain was checked against.
-	Checked []api.Head `json:"checked,omitempty"`
+	Checked []chain.Head `json:"checked,omitempty"`
 	// Skipped counts events of types this version does not know, by type:
 	// they are in the chain, but nothing else can be said of them.
 	Skipped map[string]int `json:"skipped,omitempty"`
@@ -70,8 +71,8 @@ type Report struct {
 	Compared int `json:"compared,omitempty"`
 	// Moving counts jobs whose ledger record already includes events logged
 	// after the audit read the log: they are not compared this time.
-	Moving  int                        `json:"moving,omitempty"`
-	Records map[string]*api.HoldRecord `json:"-"`
+	Moving  int                         `json:"moving,omitempty"`
+	Records map[string]*hold.HoldRecord `json:"-"`
 }
 
 // OK reports whether nothing was found.
@@ -81,9 +82,9 @@ func (r *Report) OK() bool { return len(r.Findings) == 0 }
 type Options struct {
 	// Heads are chain heads the log must pass through: from an earlier
 	// `e31 ledger --head`, kept by the auditor.
-	Heads []api.Head
+	Heads []chain.Head
 	// LedgerHead is the ledger's head now: its chain must be the audit's.
-	LedgerHead api.Head
+	LedgerHead chain.Head
 	// Workers decode messages in parallel when reading; default GOMAXPROCS.
 	Workers int
 }
@@ -317,7 +318,7 @@ func isRequest(typ string) bool {
 
 // headCheck is a head to check, and whether it is the ledger's.
 type headCheck struct {
-	api.Head
+	chain.Head
 	ledger bool
 }
 
@@ -360,7 +361,7 @@ func (a *Auditor) Finish() *Report {
 	}
 	// Jobs are independent: derive them on every core.
 	type result struct {
-		rec      *api.HoldRecord
+		rec      *hold.HoldRecord
 		findings []Finding
 		setAside int
 	}
@@ -383,7 +384,7 @@ func (a *Auditor) Finish() *Report {
 		}()
 	}
 	wg.Wait()
-	a.rep.Records = make(map[string]*api.HoldRecord, len(a.order))
+	a.rep.Records = make(map[string]*hold.HoldRecord, len(a.order))
 	for i, id := range a.order {
 		a.rep.Records[id] = results[i].rec
 		a.rep.Findings = append(a.rep.Findings, results[i].findings...)

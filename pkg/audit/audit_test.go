@@ -7,11 +7,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
-// The worked example of api.DigestVersion, the same the ledger's tests
+// The worked example of chain.Version, the same the ledger's tests
 // check: computed apart from either implementation, with Python's hashlib.
 var vector = Raw{
 	Seq:     7,
@@ -68,7 +69,7 @@ func (l *log) audit(opts Options) *Report {
 var spec = events.JobSpec{Name: "t", Work: events.Work{Command: []string{"/bin/true"}},
 	Request: events.Request{CPU: 1, MemoryBytes: 1 << 30, DiskBytes: 1 << 30, LimitSeconds: 60}}
 
-func hold(node string, attempt int, cpu float64) events.Hold {
+func holdOf(node string, attempt int, cpu float64) events.Hold {
 	return events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}
 }
 
@@ -103,18 +104,18 @@ func kinds(r *Report) []string {
 func TestLegalLivesPass(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
-	l.submitted("ok").life("ok", hold("n1", 1, 1), true)
+	l.submitted("ok").life("ok", holdOf("n1", 1, 1), true)
 	l.submitted("lost")
-	h1 := hold("n1", 1, 1)
+	h1 := holdOf("n1", 1, 1)
 	l.add("lost", &events.ComputeHeld{Hold: h1, Submitter: "alice", Spec: spec}).
 		add("lost", &events.RunStarted{Hold: h1}).
 		add("lost", &events.HoldLost{Hold: h1, Reason: "lease expired"}).
 		add("lost", &events.ComputeReleased{Hold: h1, Outcome: events.NodeLost}).
-		life("lost", hold("n1", 2, 1), true)
+		life("lost", holdOf("n1", 2, 1), true)
 	l.add("rej", &events.JobRequested{Submitter: "bob", Spec: spec}).add("rej", &events.JobRejected{Reason: "no"})
 	l.submitted("cxl").add("cxl", &events.CancelRequested{By: "alice"}).add("cxl", &events.JobCancelled{Reason: "asked"})
 	l.submitted("cxl-run")
-	h := hold("n1", 1, 1)
+	h := holdOf("n1", 1, 1)
 	l.add("cxl-run", &events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}).
 		add("cxl-run", &events.CancelRequested{By: "alice"}).
 		add("cxl-run", &events.RunStopped{Hold: h, Outcome: events.Cancelled}).
@@ -123,7 +124,7 @@ func TestLegalLivesPass(t *testing.T) {
 		add("cxl-run", &events.DeleteRequested{What: events.WhatAll, By: "alice"}).
 		add("cxl-run", &events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested}).
 		add("cxl-run", &events.CancelRequested{By: "alice"}) // asking again, after the end: no fault
-	l.submitted("running").add("running", &events.ComputeHeld{Hold: hold("n1", 1, 1), Submitter: "alice", Spec: spec})
+	l.submitted("running").add("running", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Submitter: "alice", Spec: spec})
 	rep := l.audit(Options{})
 	if !rep.OK() {
 		t.Fatalf("findings on a legal log: %+v", rep.Findings)
@@ -141,7 +142,7 @@ func TestLegalLivesPass(t *testing.T) {
 // right kind, naming the job.
 func TestIllegalLivesAreNamed(t *testing.T) {
 	t.Parallel()
-	h := hold("n1", 1, 1)
+	h := holdOf("n1", 1, 1)
 	tests := []struct {
 		name  string
 		build func(l *log)
@@ -167,10 +168,10 @@ func TestIllegalLivesAreNamed(t *testing.T) {
 		{"attempt 3 after attempt 1", func(l *log) {
 			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.HoldLost{Hold: h}).
 				add("j", &events.ComputeReleased{Hold: h, Outcome: events.NodeLost}).
-				add("j", &events.ComputeHeld{Hold: hold("n1", 3, 1), Spec: spec})
+				add("j", &events.ComputeHeld{Hold: holdOf("n1", 3, 1), Spec: spec})
 		}, "order j after attempt 1"},
 		{"something after the end", func(l *log) {
-			l.submitted("j").life("j", h, true).add("j", &events.ComputeHeld{Hold: hold("n1", 2, 1), Spec: spec})
+			l.submitted("j").life("j", h, true).add("j", &events.ComputeHeld{Hold: holdOf("n1", 2, 1), Spec: spec})
 		}, "order j after the job ended"},
 		{"cancelled unasked", func(l *log) {
 			l.submitted("j").add("j", &events.JobCancelled{Reason: "?"})
@@ -184,13 +185,13 @@ func TestIllegalLivesAreNamed(t *testing.T) {
 				add("j", &events.CancelRequested{By: "alice"}).add("j", &events.JobCancelled{Reason: "x"})
 		}, "unreleased j never released"},
 		{"a release that names another node", func(l *log) {
-			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.HoldLost{Hold: hold("n2", 1, 1)})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.HoldLost{Hold: holdOf("n2", 1, 1)})
 		}, "inconsistent j held on n1"},
 		{"a service's event stored twice", func(l *log) {
 			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.ComputeHeld{Hold: h, Spec: spec})
 		}, "duplicate j already stored"},
 		{"a hold on a node that never announced itself", func(l *log) {
-			l.submitted("j").add("j", &events.ComputeHeld{Hold: hold("n9", 1, 1), Spec: spec})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: holdOf("n9", 1, 1), Spec: spec})
 		}, "capacity j never announced"},
 		{"a hold on an expired node", func(l *log) {
 			l.add("n1", &events.NodeExpired{Node: "n1", Boot: "b1", Reason: "lease"}).submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec})
@@ -231,8 +232,8 @@ func TestOverlappingHoldsBeyondCapacity(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
 	l.submitted("a").submitted("b")
-	l.add("a", &events.ComputeHeld{Hold: hold("n1", 1, 1.5), Spec: spec})
-	l.add("b", &events.ComputeHeld{Hold: hold("n1", 1, 1), Spec: spec})
+	l.add("a", &events.ComputeHeld{Hold: holdOf("n1", 1, 1.5), Spec: spec})
+	l.add("b", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Spec: spec})
 	seq := uint64(len(l.raws))
 	rep := l.audit(Options{})
 	if len(rep.Findings) != 1 || rep.Findings[0].Kind != Capacity || rep.Findings[0].Job != "b" || rep.Findings[0].Seq != seq ||
@@ -241,7 +242,7 @@ func TestOverlappingHoldsBeyondCapacity(t *testing.T) {
 	}
 	// One after the other, they fit.
 	l = newLog(t)
-	l.submitted("a").submitted("b").life("a", hold("n1", 1, 1.5), true).life("b", hold("n1", 1, 1), true)
+	l.submitted("a").submitted("b").life("a", holdOf("n1", 1, 1.5), true).life("b", holdOf("n1", 1, 1), true)
 	if rep := l.audit(Options{}); !rep.OK() {
 		t.Errorf("holds one after the other: %+v", rep.Findings)
 	}
@@ -252,12 +253,12 @@ func TestOverlappingHoldsBeyondCapacity(t *testing.T) {
 func TestTamperingWithTheLog(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
-	l.submitted("a").life("a", hold("n1", 1, 1), true).submitted("b").life("b", hold("n1", 1, 1), true)
+	l.submitted("a").life("a", holdOf("n1", 1, 1), true).submitted("b").life("b", holdOf("n1", 1, 1), true)
 	clean := l.audit(Options{})
 	if !clean.OK() {
 		t.Fatalf("clean log: %+v", clean.Findings)
 	}
-	head := api.Head{Seq: 10, Hash: ""}
+	head := chain.Head{Seq: 10, Hash: ""}
 	{
 		var c HashChain
 		for _, r := range l.raws[:10] {
@@ -265,7 +266,7 @@ func TestTamperingWithTheLog(t *testing.T) {
 		}
 		head = c.Head()
 	}
-	audit := func(raws []Raw, heads ...api.Head) *Report {
+	audit := func(raws []Raw, heads ...chain.Head) *Report {
 		a := New(Options{Heads: heads})
 		for _, r := range raws {
 			a.Add(r)
@@ -327,8 +328,8 @@ func TestTamperingWithTheLog(t *testing.T) {
 	has(rep, Chain, 10, "has no message #10")
 }
 
-func recordsOf(r *Report) []*api.HoldRecord {
-	var out []*api.HoldRecord
+func recordsOf(r *Report) []*hold.HoldRecord {
+	var out []*hold.HoldRecord
 	for _, rec := range r.Records {
 		out = append(out, rec)
 	}
@@ -382,7 +383,7 @@ func TestExportRoundTrip(t *testing.T) {
 // whatever is said later of the boot it replaced.
 func TestExpiryOfAnOldBoot(t *testing.T) {
 	t.Parallel()
-	h := hold("n1", 1, 1)
+	h := holdOf("n1", 1, 1)
 	l := newLog(t)
 	l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30}).
 		add("n1", &events.NodeExpired{Node: "n1", Boot: "b1", Reason: "late"}).
@@ -414,7 +415,7 @@ func TestHoldOnAnUnisolatedNodeWithoutLeave(t *testing.T) {
 			l := &log{t: t}
 			l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30,
 				Isolation: tt.iso, AllowUnisolated: tt.allow})
-			l.submitted("a").life("a", hold("n1", 1, 1), true)
+			l.submitted("a").life("a", holdOf("n1", 1, 1), true)
 			rep := l.audit(Options{})
 			found := len(rep.Findings) == 1 && rep.Findings[0].Kind == Capacity && rep.Findings[0].Job == "a" &&
 				strings.Contains(rep.Findings[0].Detail, "isolation none without allow_unisolated")

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 )
 
 // This file implements pkg/chain/SPEC.md, written from that text and not
@@ -33,7 +33,7 @@ func Digest(m Raw) [32]byte {
 // lists them. A hash.Hash never fails to write, so errors are not returned.
 func writeCanonical(w io.Writer, m Raw) {
 	c := canonical{w: w}
-	c.bytes([]byte(api.DigestVersion + "\n"))
+	c.bytes([]byte(chain.Version + "\n"))
 	c.u64(m.Seq)
 	c.str(m.Subject)
 	names := attributes(m.Headers)
@@ -110,11 +110,11 @@ func (c *HashChain) Add(seq uint64, d [32]byte) {
 
 // Head is the chain's value after the last message added, "S:<hex>"; the
 // zero Head before any.
-func (c *HashChain) Head() api.Head {
+func (c *HashChain) Head() chain.Head {
 	if c.seq == 0 {
-		return api.Head{}
+		return chain.Head{}
 	}
-	return api.Head{Seq: c.seq, Hash: hex.EncodeToString(c.value[:])}
+	return chain.Head{Seq: c.seq, Hash: hex.EncodeToString(c.value[:])}
 }
 
 // digestText is how a record writes a digest: "sha256:<hex>".

@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -279,10 +279,10 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 		"$JS.API.STREAM.CREATE.OBJ_E31_DATA_mallory",
 		"$JS.API.STREAM.INFO.OBJ_" + events.DataBucketFor("bob"),
 		"$O." + events.DataBucketFor("bob") + ".M.x",
-		api.LedgerSubject("bob", api.EndpointRecord),
-		api.RentWhySubject(api.Auditor),
-		api.LedgerSubject(events.Operator, api.EndpointList),
-		api.OutputStoredSubject("bob"),
+		wire.LedgerSubject("bob", wire.EndpointRecord),
+		wire.RentWhySubject(auth.AuditorName),
+		wire.LedgerSubject(events.Operator, wire.EndpointList),
+		wire.OutputStoredSubject("bob"),
 		"e31.poison.submit",
 		"$KV." + events.LeasesBucket + ".leader.rent",
 	} {
@@ -290,7 +290,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 			t.Errorf("alice may publish on %s", s)
 		}
 	}
-	if refused(t, nc, api.LedgerSubject("alice", api.EndpointRecord)) {
+	if refused(t, nc, wire.LedgerSubject("alice", wire.EndpointRecord)) {
 		t.Error("alice may not ask the ledger as herself")
 	}
 	// Bob's replies are his alone.
@@ -367,7 +367,7 @@ func TestTheAuditorReadsTheLogAndChangesNothing(t *testing.T) {
 		"$JS.API.CONSUMER.DURABLE.CREATE." + events.Stream + ".x",
 		"$O." + events.DataBucketFor("alice") + ".M.x",
 		"$KV." + events.LeasesBucket + ".leader.rent",
-		api.LedgerSubject("alice", api.EndpointRecord),
+		wire.LedgerSubject("alice", wire.EndpointRecord),
 		"e31.job.x.requested.auditor",
 		"e31.timer.at.expire.x",
 	} {
@@ -375,7 +375,7 @@ func TestTheAuditorReadsTheLogAndChangesNothing(t *testing.T) {
 			t.Errorf("the auditor may publish on %s", s)
 		}
 	}
-	if refused(t, nc, api.LedgerSubject(api.Auditor, api.EndpointList)) {
+	if refused(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointList)) {
 		t.Error("the auditor may not ask the ledger")
 	}
 }

@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // owned is the event types each service appends: the only events it may
@@ -73,13 +73,13 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 		for _, t := range submitted {
 			g.pub(subjectOf(t, "*", id.Name))
 		}
-		g.pub(api.UserSubjects(id.Name))
+		g.pub(wire.UserSubjects(id.Name))
 		g.pub(DataBucketSubjects(id.Name)...)
 		g.pub(LimitsSubjects(id.Name)...)
 		// What its running jobs write, as nodes publish it (e31 logs --follow).
 		g.sub(events.LogSubjects(id.Name))
 	case Auditor:
-		g.pub(api.UserSubjects(api.Auditor))
+		g.pub(wire.UserSubjects(AuditorName))
 		g.pub(streamInfo(events.Stream))
 		g.pub(readMessages(events.Stream)...)
 		// Ordered consumers: the auditor's reads. It may not delete
@@ -124,7 +124,7 @@ func servicePermissions(g *grant, id Identity) {
 		// which nodes live.
 		g.pub(kvRead(events.LeasesBucket)...)
 		g.pub(kvKey(events.LeasesBucket, "leader."+RentService))
-		g.serve(api.RentWhySubject("*"))
+		g.serve(wire.RentWhySubject("*"))
 	case RunService:
 		// The node's own lease; inputs staged in, output collected out.
 		g.pub(kvRead(events.LeasesBucket)...)
@@ -143,10 +143,10 @@ func servicePermissions(g *grant, id Identity) {
 		g.pub(events.TimerAtSubjects)
 		g.pub(streamInfo(events.TimerStream))
 		g.pub(consume(events.TimerStream, true)...)
-		g.serve(api.OutputStoredService)
+		g.serve(wire.OutputStoredService)
 	case LedgerService:
-		for _, e := range api.LedgerEndpoints {
-			g.serve(api.LedgerSubject("*", e))
+		for _, e := range wire.LedgerEndpoints {
+			g.serve(wire.LedgerSubject("*", e))
 		}
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/ops"
@@ -135,7 +135,7 @@ func TestCollectorFollowsTheLog(t *testing.T) {
 	took := time.Since(began)
 	t.Logf("caught up with %d events in %s: %.0f events/s", last, took.Round(time.Millisecond), float64(last)/took.Seconds())
 	f := c.Figures()
-	if f.Jobs[api.StateReleased] != 3000 || f.Finished[events.Succeeded] != 3000 {
+	if f.Jobs[hold.StateReleased] != 3000 || f.Finished[events.Succeeded] != 3000 {
 		t.Errorf("jobs %v finished %v; want 3000 released and succeeded", f.Jobs, f.Finished)
 	}
 

@@ -12,15 +12,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
-// vector is the worked example of pkg/api's DigestVersion: one stored
+// vector is the worked example of pkg/chain/SPEC.md: one stored
 // message and the digest, chain value and events digest the written
 // definition gives (computed apart from this code, with Python's hashlib).
 // The audit's tests check their own implementation against the same.
@@ -199,8 +200,8 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 	life("c1", "carol", hold("n3", 1, 1, 0), "120s", "")     // still held
 	p := project(h.envs)
 
-	got := p.Totals(api.TotalsRequest{Since: at("60s"), Until: at("200s")})
-	want := []api.Totals{
+	got := p.Totals(wire.TotalsRequest{Since: at("60s"), Until: at("200s")})
+	want := []wire.Totals{
 		{Submitter: "alice", Jobs: 2, Attempts: 2, HeldSeconds: 50, CPUCoreSeconds: 90, MemoryGiBSeconds: 100, GPUSeconds: 10},
 		{Submitter: "bob", Jobs: 1, Attempts: 1, HeldSeconds: 10, CPUCoreSeconds: 40, MemoryGiBSeconds: 20},
 		{Submitter: "carol", Open: 1},
@@ -209,7 +210,7 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		t.Errorf("totals for [60s, 200s):\n%s\nwant\n%s", g, w)
 	}
 	// Periods that split the time add up to the whole.
-	bob := func(ts []api.Totals) float64 {
+	bob := func(ts []wire.Totals) float64 {
 		for _, t := range ts {
 			if t.Submitter == "bob" {
 				return t.CPUCoreSeconds
@@ -217,13 +218,13 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		}
 		return 0
 	}
-	all := bob(p.Totals(api.TotalsRequest{}))
-	first := bob(p.Totals(api.TotalsRequest{Until: at("200s")}))
-	rest := bob(p.Totals(api.TotalsRequest{Since: at("200s")}))
+	all := bob(p.Totals(wire.TotalsRequest{}))
+	first := bob(p.Totals(wire.TotalsRequest{Until: at("200s")}))
+	rest := bob(p.Totals(wire.TotalsRequest{Since: at("200s")}))
 	if first != 40 || rest != 240 || all != 280 {
 		t.Errorf("bob: %v + %v core-seconds, in all %v; want 40 + 240 = 280", first, rest, all)
 	}
-	if only := p.Totals(api.TotalsRequest{Submitter: "bob"}); len(only) != 1 || only[0].Jobs != 2 {
+	if only := p.Totals(wire.TotalsRequest{Submitter: "bob"}); len(only) != 1 || only[0].Jobs != 2 {
 		t.Errorf("bob alone: %+v", only)
 	}
 }
@@ -255,13 +256,13 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the ledger never caught up")
 		}
-		var info api.LedgerInfo
-		ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointHead), nil, &info)
+		var info wire.LedgerInfo
+		ask(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointHead), nil, &info)
 		if info.Head != want.Head() || !info.CaughtUp || info.Behind != 0 || info.Applied != 12 || info.Records != 1 {
 			t.Errorf("round %d: info = %+v, want caught up at 12 with head %v", round, info, want.Head())
 		}
-		var totals api.TotalsReply
-		ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointTotals), api.TotalsRequest{}, &totals)
+		var totals wire.TotalsReply
+		ask(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointTotals), wire.TotalsRequest{}, &totals)
 		if len(totals.Submitters) != 1 || totals.Submitters[0].Submitter != "bob" || totals.Submitters[0].Attempts != 2 {
 			t.Errorf("round %d: totals = %+v, want bob's two attempts", round, totals)
 		}
@@ -278,8 +279,8 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 	if rep.Record == nil {
 		t.Fatal("no record for the live event")
 	}
-	var info api.LedgerInfo
-	ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointHead), nil, &info)
+	var info wire.LedgerInfo
+	ask(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointHead), nil, &info)
 	if want := projectStored(t, js).Head(); info.Head != want {
 		t.Errorf("head after a live event = %v, want %v", info.Head, want)
 	}

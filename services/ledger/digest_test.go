@@ -34,7 +34,7 @@ func TestGoldenVectors(t *testing.T) {
 	if len(v.Messages) == 0 {
 		t.Fatal("no vectors")
 	}
-	var c chain
+	var c hashChain
 	for _, m := range v.Messages {
 		body, err := base64.StdEncoding.DecodeString(m.BodyBase64)
 		if err != nil {

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -158,7 +159,7 @@ func TestProjectionOfTwoAttempts(t *testing.T) {
 		t.Errorf("attempt 2 = %+v, want succeeded on n2, held 3s", a2)
 	}
 	// The top level is the last attempt's, except the meter, which is the total.
-	if r.State != api.StateReleased || r.Outcome != events.Succeeded || r.Reason != "" || r.Node != "n2" || r.Isolation != events.IsolationContainer {
+	if r.State != hold.StateReleased || r.Outcome != events.Succeeded || r.Reason != "" || r.Node != "n2" || r.Isolation != events.IsolationContainer {
 		t.Errorf("record is %s, %s (%q) on %s in %q; want released, succeeded, no reason, on n2 in a container", r.State, r.Outcome, r.Reason, r.Node, r.Isolation)
 	}
 	if !r.HeldAt.Equal(at("10s")) || !r.ReleasedAt.Equal(at("13s")) || r.ExitCode == nil || *r.ExitCode != 0 || r.Usage.CPUSeconds != 0.75 {
@@ -178,17 +179,17 @@ func TestProjectionBetweenAttempts(t *testing.T) {
 	t.Parallel()
 	envs := twoAttempts().envs
 	waiting := project(envs[:6]).Record("retried-1") // released for a new attempt
-	if waiting.State != api.StateWaiting || waiting.HeldSeconds != 4 {
+	if waiting.State != hold.StateWaiting || waiting.HeldSeconds != 4 {
 		t.Errorf("after a non-final release: state %s, held %vs; want waiting, 4s", waiting.State, waiting.HeldSeconds)
 	}
 	running := project(envs[:8]).Record("retried-1") // attempt 2 started
-	if running.State != api.StateRunning || running.Node != "n2" || !running.HeldAt.Equal(at("10s")) || running.ReleasedAt != nil {
+	if running.State != hold.StateRunning || running.Node != "n2" || !running.HeldAt.Equal(at("10s")) || running.ReleasedAt != nil {
 		t.Errorf("while attempt 2 runs: state %s on %s, held at %v, released at %v; want running on n2, held at 10s, not released",
 			running.State, running.Node, running.HeldAt, running.ReleasedAt)
 	}
 	if running.Outcome != "" || running.Reason != "" {
 		t.Skipf("BUG: while attempt 2 runs, the record's top level still shows attempt 1's outcome %q (%q); "+
-			"api.HoldRecord says the top level is the last attempt's (project.go summarize copies Outcome only when set)",
+			"hold.HoldRecord says the top level is the last attempt's (project.go summarize copies Outcome only when set)",
 			running.Outcome, running.Reason)
 	}
 }
@@ -199,7 +200,7 @@ func TestProjectionOfARejectedJob(t *testing.T) {
 	if r == nil {
 		t.Fatal("no record")
 	}
-	if r.State != api.StateRejected || r.Outcome != events.Rejected || r.Reason == "" || r.Submitter != "carol" {
+	if r.State != hold.StateRejected || r.Outcome != events.Rejected || r.Reason == "" || r.Submitter != "carol" {
 		t.Errorf("record = %s, %s (%q) for %q; want rejected with the reason, for carol", r.State, r.Outcome, r.Reason, r.Submitter)
 	}
 	if !r.Over() {
@@ -275,24 +276,24 @@ func TestProjectionList(t *testing.T) {
 
 	tests := []struct {
 		name string
-		q    api.ListRequest
+		q    wire.ListRequest
 		want []string
 		more bool
 	}{
-		{"everything, in the order jobs appeared", api.ListRequest{}, []string{"j1", "j2", "j3", "j4", "j5"}, false},
-		{"by submitter", api.ListRequest{Submitter: "alice"}, []string{"j1", "j3", "j5"}, false},
-		{"by node, any attempt", api.ListRequest{Node: "n2"}, []string{"j2", "j3"}, false},
-		{"by node, a first attempt", api.ListRequest{Node: "n1"}, []string{"j1", "j3"}, false},
-		{"since, inclusive", api.ListRequest{Since: hour(1)}, []string{"j2", "j3", "j5"}, false},
-		{"until, exclusive", api.ListRequest{Until: hour(2)}, []string{"j1", "j2"}, false},
-		{"a range", api.ListRequest{Since: hour(1), Until: hour(3)}, []string{"j2", "j3"}, false},
-		{"submitter and node", api.ListRequest{Submitter: "alice", Node: "n2"}, []string{"j3"}, false},
-		{"nobody", api.ListRequest{Submitter: "mallory"}, nil, false},
-		{"a first page", api.ListRequest{Limit: 2}, []string{"j1", "j2"}, true},
-		{"the page after j2", api.ListRequest{After: "j2", Limit: 2}, []string{"j3", "j4"}, true},
-		{"the last page", api.ListRequest{After: "j4", Limit: 2}, []string{"j5"}, false},
-		{"a filtered page with more", api.ListRequest{Submitter: "alice", Limit: 2}, []string{"j1", "j3"}, true},
-		{"a filtered page that is exactly the rest", api.ListRequest{Submitter: "alice", Limit: 3}, []string{"j1", "j3", "j5"}, false},
+		{"everything, in the order jobs appeared", wire.ListRequest{}, []string{"j1", "j2", "j3", "j4", "j5"}, false},
+		{"by submitter", wire.ListRequest{Submitter: "alice"}, []string{"j1", "j3", "j5"}, false},
+		{"by node, any attempt", wire.ListRequest{Node: "n2"}, []string{"j2", "j3"}, false},
+		{"by node, a first attempt", wire.ListRequest{Node: "n1"}, []string{"j1", "j3"}, false},
+		{"since, inclusive", wire.ListRequest{Since: hour(1)}, []string{"j2", "j3", "j5"}, false},
+		{"until, exclusive", wire.ListRequest{Until: hour(2)}, []string{"j1", "j2"}, false},
+		{"a range", wire.ListRequest{Since: hour(1), Until: hour(3)}, []string{"j2", "j3"}, false},
+		{"submitter and node", wire.ListRequest{Submitter: "alice", Node: "n2"}, []string{"j3"}, false},
+		{"nobody", wire.ListRequest{Submitter: "mallory"}, nil, false},
+		{"a first page", wire.ListRequest{Limit: 2}, []string{"j1", "j2"}, true},
+		{"the page after j2", wire.ListRequest{After: "j2", Limit: 2}, []string{"j3", "j4"}, true},
+		{"the last page", wire.ListRequest{After: "j4", Limit: 2}, []string{"j5"}, false},
+		{"a filtered page with more", wire.ListRequest{Submitter: "alice", Limit: 2}, []string{"j1", "j3"}, true},
+		{"a filtered page that is exactly the rest", wire.ListRequest{Submitter: "alice", Limit: 3}, []string{"j1", "j3", "j5"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -311,7 +312,7 @@ func TestProjectionList(t *testing.T) {
 	t.Run("paging through visits every record once", func(t *testing.T) {
 		t.Parallel()
 		var got []string
-		q := api.ListRequest{Limit: 2}
+		q := wire.ListRequest{Limit: 2}
 		for range 10 {
 			recs, more := p.List(q)
 			for _, r := range recs {

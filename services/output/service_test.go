@@ -18,11 +18,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/output"
 )
@@ -314,10 +314,10 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	}
 
 	// What OUTPUT says it keeps agrees.
-	var reply api.StoredReply
+	var reply wire.StoredReply
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msg, err := query.Ask(ctx, w.js.Conn(), api.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`))
+	msg, err := query.Ask(ctx, w.js.Conn(), wire.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // res is an amount of compute. CPU is in thousandths of a core so that
@@ -871,13 +872,13 @@ func (h *subHeap) Pop() any {
 
 // Why explains where a job is, in words a person understands, to someone
 // who may see the whole pool (the operator, the auditor).
-func (p *Pool) Why(id string) api.WhyReply { return p.why(id, false) }
+func (p *Pool) Why(id string) wire.WhyReply { return p.why(id, false) }
 
 // WhyFor is Why as user may be told it. A submitter is answered about its
 // own jobs only (any other is "unknown", as a job that does not exist), and
 // without the figures that count other tenants' work: its place in the
 // queue, how many wait, what the busiest node has free.
-func (p *Pool) WhyFor(id, user string, seesAll bool) api.WhyReply {
+func (p *Pool) WhyFor(id, user string, seesAll bool) wire.WhyReply {
 	if seesAll {
 		return p.Why(id)
 	}
@@ -891,8 +892,8 @@ func (p *Pool) WhyFor(id, user string, seesAll bool) api.WhyReply {
 	return p.why(id, true)
 }
 
-func (p *Pool) why(id string, redact bool) api.WhyReply {
-	r := api.WhyReply{Job: id, Queued: p.nWait}
+func (p *Pool) why(id string, redact bool) wire.WhyReply {
+	r := wire.WhyReply{Job: id, Queued: p.nWait}
 	if redact {
 		r.Queued = 0
 	}
@@ -909,11 +910,11 @@ func (p *Pool) why(id string, redact bool) api.WhyReply {
 	}
 	switch j.state {
 	case held:
-		r.State = api.StateHeld
+		r.State = hold.StateHeld
 		r.Reason = "compute is held on " + j.node
 		return r
 	case blocked:
-		r.State = api.StateWaiting
+		r.State = hold.StateWaiting
 		var deps []string
 		for _, dep := range j.spec.After {
 			if _, ended := p.over[dep]; ended {
@@ -931,7 +932,7 @@ func (p *Pool) why(id string, redact bool) api.WhyReply {
 		}
 		return r
 	}
-	r.State = api.StateWaiting
+	r.State = hold.StateWaiting
 	r.Position = p.position(j)
 	switch {
 	case j.cancel:

@@ -34,11 +34,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // maxHoldsPerPass bounds the holds appended in one round trip.
@@ -139,7 +139,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Served for every user, e31.api.*.rent.why: the user is read from the
 	// subject each request came on.
 	queries := query.New(s.nc, query.Config{Name: "e31-rent", Version: "0.2.0", Description: "why a job waits", Limits: s.queryLimits, Logger: s.log})
-	queries.Handle(api.EndpointWhy, api.RentWhySubject("*"), s.why)
+	queries.Handle(wire.EndpointWhy, wire.RentWhySubject("*"), s.why)
 	if err := queries.Start(ctx); err != nil {
 		return fmt.Errorf("rent: %w", err)
 	}
@@ -514,9 +514,9 @@ func (s *Service) logDecision(d Decision, stored events.Envelope) {
 // be told about one the scheduler has never seen; and never how many jobs
 // wait in all.
 func (s *Service) why(r *query.Request) {
-	var q api.WhyRequest
+	var q wire.WhyRequest
 	if err := json.Unmarshal(r.Data(), &q); err != nil || q.Job == "" {
-		r.Respond(api.WhyReply{Error: "expected {\"job\": ID}"})
+		r.Respond(wire.WhyReply{Error: "expected {\"job\": ID}"})
 		return
 	}
 	deadline := r.Deadline(5 * time.Second)
@@ -536,7 +536,7 @@ func (s *Service) why(r *query.Request) {
 			return
 		}
 		if !changed {
-			r.Respond(api.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
+			r.Respond(wire.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
 			return
 		}
 	}

@@ -1,4 +1,4 @@
-package api
+package chain
 
 import (
 	"encoding/hex"
@@ -8,12 +8,12 @@ import (
 	"strings"
 )
 
-// DigestVersion opens the canonical bytes of every event digest: the
+// Version opens the canonical bytes of every event digest: the
 // version of the definition of the event digest and the hash chain, which
 // is written down in pkg/chain/SPEC.md with golden vectors beside it. The
 // ledger computes them, the audit computes them again with code of its own
 // written from that text, and anyone else may, from a copy of the log.
-const DigestVersion = "e31.event.v1"
+const Version = "e31.event.v1"
 
 // Head is the hash chain's value after the message with sequence Seq.
 type Head struct {
@@ -27,7 +27,7 @@ type Head struct {
 func (h Head) String() string { return strconv.FormatUint(h.Seq, 10) + ":" + h.Hash }
 
 // ErrHead is returned by ParseHead for text that is not a head.
-var ErrHead = errors.New("api: a chain head is SEQ:HASH, a stream sequence and 64 hex digits")
+var ErrHead = errors.New("chain: a chain head is SEQ:HASH, a stream sequence and 64 hex digits")
 
 // ParseHead reads "SEQ:HASH" (HASH may carry a "sha256:" prefix).
 func ParseHead(s string) (Head, error) {
