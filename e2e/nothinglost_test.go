@@ -227,7 +227,7 @@ func readLog(ctx context.Context, t testing.TB, js jetstream.JetStream) *logRepo
 
 func (r *logReport) add(env events.Envelope) {
 	r.events++
-	if strings.HasPrefix(env.NATSSubject, "e31.node.") {
+	if s, err := events.ParseSubject(env.NATSSubject); err == nil && s.Space == events.SpaceNode {
 		return
 	}
 	j := r.jobs[env.Subject]

@@ -3,7 +3,6 @@ package submit_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -76,7 +75,11 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	for range want {
 		select {
 		case m := <-decided:
-			job, kind := bus.JobKey(m.Subject), m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+			s, err := events.ParseSubject(m.Subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, kind := s.Job, s.Kind
 			if want[job] != kind {
 				t.Errorf("%s: %s, want %s", job, kind, want[job])
 			}
