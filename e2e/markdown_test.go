@@ -240,13 +240,25 @@ func (r *docRun) start(b block, log string) *exec.Cmd {
 		close(done)
 	}()
 	r.t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		pg := -cmd.Process.Pid
+		_ = syscall.Kill(pg, syscall.SIGTERM)
+		// The shell may end before what it started (e31 dev still
+		// stopping, writing in the directory about to be removed): wait
+		// for the whole process group, which lives while any of it does.
+		deadline := time.Now().Add(30 * time.Second)
 		select {
 		case <-done:
-		case <-time.After(30 * time.Second):
-			r.t.Errorf("%s: still running 30s after SIGTERM: killed", b)
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		case <-time.After(time.Until(deadline)):
+			_ = syscall.Kill(pg, syscall.SIGKILL)
 			<-done
+		}
+		for syscall.Kill(pg, 0) == nil {
+			if time.Now().After(deadline) {
+				r.t.Errorf("%s: still running 30s after SIGTERM: killed", b)
+				_ = syscall.Kill(pg, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(10 * time.Millisecond) // a process's end, which has no event to wait on here
 		}
 		if r.t.Failed() {
 			if out, err := os.ReadFile(log); err == nil {
