@@ -46,6 +46,10 @@ type Config struct {
 	// Logger reports disconnects, and at debug level which credentials
 	// were found; nil keeps quiet.
 	Logger *slog.Logger
+
+	// resolved: Resolve has filled in the rest, and Connect need not look
+	// again.
+	resolved bool
 }
 
 // Client is a connection to e31 as one identity. Its methods may be called
@@ -115,6 +119,10 @@ func (r *refusals) refused(err error) {
 // User, if that is the server at URL. A deployed system's credentials stay
 // explicit: no `e31 dev` noted its address.
 func (cfg Config) Resolve() Config {
+	if cfg.resolved {
+		return cfg
+	}
+	cfg.resolved = true
 	if cfg.URL == "" {
 		cfg.URL = connect.DefaultURL
 	}
