@@ -173,7 +173,7 @@ func ExampleClient_Totals() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if behind.Is() {
+	if behind.Partial() {
 		fmt.Println("the ledger is still catching up: these may not count everything")
 	}
 	for _, t := range totals {

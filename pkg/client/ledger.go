@@ -160,8 +160,8 @@ type Behind struct {
 	CatchingUp    bool
 }
 
-// Is reports whether the answer may not show everything yet.
-func (b Behind) Is() bool { return b.Applied < b.Last || b.CatchingUp }
+// Partial reports whether the answer may not show everything yet.
+func (b Behind) Partial() bool { return b.Applied < b.Last || b.CatchingUp }
 
 // AllRecords pages through the ledger's records as of now; it fails if the
 // ledger has not read the log that far.
