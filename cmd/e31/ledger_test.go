@@ -46,7 +46,7 @@ request: {cpu: 0.5, memory: 64MiB, limit: `+limit+`}
 output: [{path: x, required: false}]
 `, nil)))
 	}
-	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
 	if _, err := pub.Append(context.Background(), "rejected-one", &events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}

@@ -55,15 +55,33 @@ func UserSubjects(user string) string { return apiPrefix + user + ".>" }
 // UserOf is the user a query subject names, e31.api.<user>.…, or "" if the
 // subject is not one.
 func UserOf(subject string) string {
+	user, _ := parseQuery(subject)
+	return user
+}
+
+// ServiceOf is the service a query subject asks, e31.api.<user>.<service>.…
+// ("ledger", "rent", "output"), or "" if the subject is not one.
+func ServiceOf(subject string) string {
+	_, service := parseQuery(subject)
+	return service
+}
+
+// parseQuery reads the user and the service of a query subject: this
+// package's subjects are read here alone, as the log's are in pkg/events.
+func parseQuery(subject string) (user, service string) {
 	rest, ok := strings.CutPrefix(subject, apiPrefix)
 	if !ok {
-		return ""
+		return "", ""
 	}
-	user, _, ok := strings.Cut(rest, ".")
+	user, rest, ok = strings.Cut(rest, ".")
 	if !ok {
-		return ""
+		return "", ""
 	}
-	return user
+	service, _, ok = strings.Cut(rest, ".")
+	if !ok {
+		return user, ""
+	}
+	return user, service
 }
 
 // CodeNoSuchJob is the Code of an answer about a job that does not exist or
