@@ -11,6 +11,7 @@ require (
 	github.com/e31net/e31/services/rent v0.0.0
 	github.com/e31net/e31/services/run v0.0.0
 	github.com/e31net/e31/services/submit v0.0.0
+	github.com/e31net/e31/stack v0.0.0
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats.go v1.56.0
 	github.com/prometheus/client_golang v1.25.0
@@ -93,4 +94,5 @@ replace (
 	github.com/e31net/e31/services/rent => ../../services/rent
 	github.com/e31net/e31/services/run => ../../services/run
 	github.com/e31net/e31/services/submit => ../../services/submit
+	github.com/e31net/e31/stack => ../../stack
 )
