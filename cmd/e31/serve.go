@@ -24,7 +24,7 @@ func serveCmd(a *app) *cobra.Command {
 	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "serve SERVICE",
-		Short: "Run one service against an external NATS: submit, rent, run, output, release or ledger",
+		Short: "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
 		Long: `Run one e31 service against the NATS server given by --nats (or $E31_NATS).
 Any service may run as several instances; they share the work. 'e31 serve run'
 is one compute node: give each node its own --node name.
@@ -32,7 +32,8 @@ is one compute node: give each node its own --node name.
 ` + httpHelp(`By default it serves
 nothing: several services on one machine would want the same port. 'e31 serve
 ledger' also serves the figures derived from the log (e31_jobs, the meter, the
-pool).`),
+pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
+--http says otherwise), with the operator's credentials.`),
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: services,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -123,6 +124,8 @@ func checkServiceCreds(file, service, node string) error {
 	}
 	switch {
 	case id.Role == auth.Operator:
+	case service == "web":
+		return usageErr("--creds %s are those of %s: the page reads the log and the pool as the operator", file, id)
 	case id.Role != auth.Service || id.Service != service:
 		return usageErr("--creds %s are those of %s, not of the %s service", file, id, service)
 	case service == auth.RunService && id.Name != node:

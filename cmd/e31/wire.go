@@ -24,7 +24,7 @@ import (
 )
 
 // services lists what `e31 serve` can run.
-var services = []string{"submit", "rent", "run", "output", "release", "ledger"}
+var services = []string{"submit", "rent", "run", "output", "release", "ledger", "web"}
 
 // runner is one service ready to run until its context ends.
 type runner interface {
@@ -74,6 +74,8 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		return release.New(js, release.Config{Source: source, Logger: log})
 	case "ledger":
 		return ledger.New(nc, js, ledger.Config{Source: source, Logger: log})
+	case "web":
+		return pageOnly{}, nil
 	case "run":
 		store, err := openStores(ctx, js)
 		if err != nil {
