@@ -128,9 +128,11 @@ func TestPageInABrowser(t *testing.T) {
 		t.Helper()
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
+		began := time.Now()
 		if err := chromedp.Run(rctx, actions...); err != nil {
 			t.Fatalf("%s: %v (console: %q)", what, err, consoleErrors())
 		}
+		t.Logf("%s: %s", what, time.Since(began).Round(time.Millisecond))
 	}
 
 	// The list, open before anything is submitted; a mark on the window

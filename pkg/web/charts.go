@@ -24,7 +24,7 @@ func hour(ms []minute, now time.Time) []minute {
 		i++
 	}
 	for t := start; !t.After(end); t = t.Add(time.Minute) {
-		m := minute{At: t, Waiting: last.Waiting, CPUHeld: last.CPUHeld, CPU: last.CPU}
+		m := minute{At: t, Waiting: last.Waiting, CPUHeld: last.CPUHeldEnd, CPUHeldEnd: last.CPUHeldEnd, CPU: last.CPU}
 		if i < len(ms) && !ms[i].At.After(t) {
 			m = ms[i]
 			m.At = t
@@ -44,10 +44,11 @@ const (
 )
 
 // chart draws one figure of each minute as bars: a title, the largest value
-// on the axis, "-60m" and "now" under it. Everything it writes is numbers
-// or text of this package, escaped all the same.
-func chart(title string, ms []minute, of func(minute) float64, unit string) template.HTML {
-	top := 0.0
+// on the axis, "-60m" and "now" under it, and a dashed line at limit when
+// it is not zero (the pool's capacity). Everything it writes is numbers or
+// text of this package, escaped all the same.
+func chart(title string, ms []minute, of func(minute) float64, unit string, limit float64) template.HTML {
+	top := limit
 	for _, m := range ms {
 		top = math.Max(top, of(m))
 	}
@@ -62,6 +63,10 @@ func chart(title string, ms []minute, of func(minute) float64, unit string) temp
 	fmt.Fprintf(&b, `<text x="%g" y="%g" class="l" text-anchor="end">0</text>`, padL-4, padT+plotH)
 	fmt.Fprintf(&b, `<text x="%g" y="%g" class="l">-60m</text>`, padL, chartH-2)
 	fmt.Fprintf(&b, `<text x="%g" y="%g" class="l" text-anchor="end">now · %s</text>`, chartW, chartH-2, html.EscapeString(unit))
+	if limit > 0 {
+		y := padT + plotH - limit/scale*plotH
+		fmt.Fprintf(&b, `<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" class="limit"><title>offered: %s</title></line>`, padL, y, chartW, y, num(limit))
+	}
 	if len(ms) > 0 && scale > 0 {
 		w := plotW / float64(len(ms))
 		for i, m := range ms {

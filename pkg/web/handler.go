@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,6 +104,9 @@ type layout struct {
 	// Stale says why the page stands still, when it cannot read the log.
 	Stale   string
 	Applied uint64
+	// Version is the view's, as rendered: the page's script follows the
+	// log from there.
+	Version uint64
 	Data    any
 }
 
@@ -110,7 +114,7 @@ type layout struct {
 // page's script asks for it.
 func (p *Page) render(w http.ResponseWriter, r *http.Request, code int, view string, v viewer, data any) {
 	p.mu.Lock()
-	l := layout{Title: view, View: view, Viewer: v, Closed: p.closed(), Applied: p.v.applied, Data: data}
+	l := layout{Title: view, View: view, Viewer: v, Closed: p.closed(), Applied: p.v.applied, Version: p.version, Data: data}
 	if p.err != nil {
 		l.Stale = p.err.Error()
 	}
@@ -162,7 +166,9 @@ type jobsData struct {
 	States           []string
 	Submitters       []string
 	Rows             []listRow
-	Shown, Matching  int
+	Matching         int
+	// Cut says the list shows only the newest maxRows rows.
+	Cut              bool
 	Counts           []count
 	Queue, Done, Use template.HTML
 }
@@ -240,15 +246,25 @@ func (p *Page) jobs(w http.ResponseWriter, r *http.Request, v viewer) {
 			d.Counts = append(d.Counts, count{st, counts[st]})
 		}
 	}
-	d.Shown = len(d.Rows)
+	d.Cut = len(d.Rows) >= maxRows
 	d.Submitters = sortedKeys(subs)
 	if v.All() {
 		series := hour(minutes, now)
-		d.Queue = chart("Jobs waiting, last hour", series, func(m minute) float64 { return float64(m.Waiting) }, "jobs")
-		d.Done = chart("Jobs finished per minute, last hour", series, func(m minute) float64 { return float64(m.Finished) }, "jobs/min")
-		d.Use = chart("Pool: cores held, last hour", series, func(m minute) float64 { return m.CPUHeld }, "cores")
+		d.Queue = chart("Jobs waiting, last hour", series, func(m minute) float64 { return float64(m.Waiting) }, "jobs", 0)
+		d.Done = chart("Jobs finished per minute, last hour", series, func(m minute) float64 { return float64(m.Finished) }, "jobs/min", 0)
+		d.Use = poolChart(series)
 	}
 	p.render(w, r, http.StatusOK, "jobs", v, d)
+}
+
+// poolChart draws the most cores held in each minute against what the pool
+// offers now.
+func poolChart(series []minute) template.HTML {
+	offered := 0.0
+	if len(series) > 0 {
+		offered = series[len(series)-1].CPU
+	}
+	return chart("Pool: cores held (most per minute), last hour", series, func(m minute) float64 { return m.CPUHeld }, "cores", offered)
 }
 
 // isOver reports whether a status is one a job ends in.
@@ -383,7 +399,7 @@ func (p *Page) pool(w http.ResponseWriter, r *http.Request, v viewer) {
 		d.Nodes = append(d.Nodes, row)
 	}
 	slices.SortFunc(d.Nodes, func(a, b nodeRow) int { return strings.Compare(a.Name, b.Name) })
-	d.Use = chart("Pool: cores held, last hour", hour(minutes, now), func(m minute) float64 { return m.CPUHeld }, "cores")
+	d.Use = poolChart(hour(minutes, now))
 	d.Bars = nodeBars(d.Nodes)
 	p.render(w, r, http.StatusOK, "pool", v, d)
 }
@@ -482,13 +498,17 @@ const keepAlive = 20 * time.Second
 // event.
 const coalesce = 300 * time.Millisecond
 
-// live streams "changed" to a browser whenever the log moves.
+// live streams "changed" to a browser whenever the view has moved past the
+// version it last rendered (?since=, which the layout writes into the
+// page): a change between the page's rendering and this connection is not
+// missed.
 func (p *Page) live(w http.ResponseWriter, r *http.Request, _ viewer) {
 	fl, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	sent, _ := strconv.ParseUint(r.URL.Query().Get("since"), 10, 64)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -497,15 +517,19 @@ func (p *Page) live(w http.ResponseWriter, r *http.Request, _ viewer) {
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
 	for {
-		ch := p.watch()
-		select {
-		case <-r.Context().Done():
-			return
-		case <-p.stopped:
-			return
-		case <-tick.C:
-		case <-ch:
+		ch, version := p.watch()
+		if version == sent {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-p.stopped:
+				return
+			case <-ch:
+				continue
+			case <-tick.C:
+			}
 		}
+		sent = version
 		if _, err := fmt.Fprint(w, "event: changed\ndata: \n\n"); err != nil {
 			return
 		}

@@ -52,9 +52,12 @@ type Page struct {
 	v        *view
 	caughtUp bool
 	err      error
-	// changed is closed and replaced whenever the view moves: each live
-	// connection waits on the one it saw last.
+	// changed is closed and replaced whenever the view moves, and version
+	// counts how often it was: a live connection knows which version its
+	// browser last fetched, and waits on changed only while that is the
+	// newest, so that no change slips between two waits.
 	changed chan struct{}
+	version uint64
 
 	views map[string]*template.Template
 	// stopped is closed when Run returns: live connections end with it,
@@ -208,13 +211,14 @@ func (p *Page) notify() {
 	defer p.mu.Unlock()
 	close(p.changed)
 	p.changed = make(chan struct{})
+	p.version++
 }
 
-// watch returns a channel closed at the view's next change.
-func (p *Page) watch() <-chan struct{} {
+// watch returns the view's version and a channel closed at its next change.
+func (p *Page) watch() (<-chan struct{}, uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.changed
+	return p.changed, p.version
 }
 
 // Ready says nil once the page has read the log as far as it went when it

@@ -41,9 +41,10 @@ type minute struct {
 	Finished  int
 	// Waiting is the most jobs that waited at once during the minute.
 	Waiting int
-	// CPUHeld and CPU are the pool's cores held and offered, at the
-	// minute's last event.
-	CPUHeld, CPU float64
+	// CPUHeld is the most cores held at once during the minute, CPUHeldEnd
+	// those held at its last event, and CPU the cores the pool offered
+	// then.
+	CPUHeld, CPUHeldEnd, CPU float64
 }
 
 // job is what the page shows of one job.
@@ -209,13 +210,14 @@ func (v *view) add(id, submitter string, spec events.JobSpec, state string, at t
 func (v *view) pool(m *minute) { v.poolOf(m, v.fig.Figures()) }
 
 func (v *view) poolOf(m *minute, f metrics.Figures) {
-	m.CPUHeld, m.CPU = 0, 0
+	held, cpu := 0.0, 0.0
 	for _, n := range f.Nodes {
 		if n.Announced && n.Up {
-			m.CPU += n.Capacity.CPU
+			cpu += n.Capacity.CPU
 		}
-		m.CPUHeld += n.Held.CPU
+		held += n.Held.CPU
 	}
+	m.CPUHeld, m.CPUHeldEnd, m.CPU = max(m.CPUHeld, held), held, cpu
 }
 
 // minute returns the history's minute of at, starting a new one if at is
@@ -229,7 +231,7 @@ func (v *view) minute(at time.Time) *minute {
 	m := minute{At: t}
 	if n := len(v.minutes); n > 0 {
 		last := v.minutes[n-1]
-		m.CPUHeld, m.CPU = last.CPUHeld, last.CPU
+		m.CPUHeld, m.CPUHeldEnd, m.CPU = last.CPUHeldEnd, last.CPUHeldEnd, last.CPU
 		m.Waiting = v.fig.Figures().Jobs[api.StateWaiting]
 	}
 	v.minutes = append(v.minutes, m)

@@ -47,7 +47,7 @@
         }
       });
   }
-  var es = new EventSource('/live');
+  var es = new EventSource('/live?since=' + encodeURIComponent(main.dataset.version || '0'));
   es.addEventListener('changed', refresh);
   es.onopen = function () {
     if (dot) {
