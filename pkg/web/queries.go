@@ -199,7 +199,7 @@ func (p *Page) runAudit(ctx context.Context, by string) {
 	start := p.now()
 	res := &auditResult{At: start, By: by}
 	defer func() {
-		res.Took = p.now().Sub(start)
+		res.Took = p.now().Sub(start).Round(time.Millisecond)
 		p.auditMu.Lock()
 		p.audit, p.auditOn = res, false
 		p.auditMu.Unlock()
