@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/e31net/e31/pkg/natstest"
 )
 
 // chromium is the browser the page's test drives: Debian's chromium, which
@@ -227,4 +231,36 @@ func TestPageInABrowser(t *testing.T) {
 		t.Errorf("the page logged errors in the browser:\n%s", strings.Join(errs, "\n"))
 	}
 	t.Logf("page test took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// TestServeWebServesThePage: `e31 serve web` serves the page at / beside
+// its probes, and the other services serve no page.
+func TestServeWebServesThePage(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	log := slog.New(slog.DiscardHandler)
+	ctx := natstest.Context(t, time.Minute)
+	for name, wantPage := range map[string]bool{"web": true, "rent": false} {
+		addr, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, js.Conn(), js, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, body := httpGet(t, "http://"+addr+"/readyz")
+			if code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serve %s: /readyz %d %s", name, code, body)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		code, body := httpGet(t, "http://"+addr+"/")
+		if got := code == http.StatusOK && strings.Contains(string(body), `id="jobs"`); got != wantPage {
+			t.Errorf("serve %s: GET / %d, page served %v, want %v\n%s", name, code, got, wantPage, body)
+		}
+	}
 }
