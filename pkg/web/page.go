@@ -189,6 +189,9 @@ func (p *Page) readNew(ctx context.Context) error {
 		moved = true
 	}
 	p.mu.Lock()
+	if moved {
+		p.v.sample()
+	}
 	if !p.caughtUp {
 		p.caughtUp = true
 		p.log.Info("page caught up with the log", "seq", p.v.applied)

@@ -110,12 +110,13 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 		return
 	}
 	v.applied = max(v.applied, env.Seq)
-	v.fig.Apply(env)
 	at := env.Time
+	// The minute first: a new one samples the one before as this event
+	// found it.
 	m := v.minute(at)
+	v.fig.Apply(env)
 	switch e := env.Event.(type) {
 	case *events.NodeAnnounced, *events.NodeExpired:
-		v.pool(m)
 		return
 	case *events.JobRequested:
 		v.add(env.Subject, e.Submitter, e.Spec, api.StateSubmitted, at, m)
@@ -181,12 +182,23 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 		detail = e.What + " (" + e.Cause + ")"
 	}
 	j.Timeline = append(j.Timeline, entry{Seq: env.Seq, Type: events.Name(env.Type), Time: at, Detail: strings.Clone(detail)})
-	f := v.fig.Figures()
 	if !wasOver && j.Over() {
 		m.Finished++
 		v.over++
 		v.forget()
 	}
+}
+
+// sample notes the queue and the pool as they are now in the history's last
+// minute. It copies the figures, so it is called once per batch of events
+// read and at each new minute, not for every event: the charts' minutes
+// show the most seen at those instants.
+func (v *view) sample() {
+	if len(v.minutes) == 0 {
+		return
+	}
+	f := v.fig.Figures()
+	m := &v.minutes[len(v.minutes)-1]
 	m.Waiting = max(m.Waiting, f.Jobs[api.StateWaiting])
 	v.poolOf(m, f)
 }
@@ -206,9 +218,7 @@ func (v *view) add(id, submitter string, spec events.JobSpec, state string, at t
 	return j
 }
 
-// pool notes the pool's cores in m.
-func (v *view) pool(m *minute) { v.poolOf(m, v.fig.Figures()) }
-
+// poolOf notes the pool's cores in m.
 func (v *view) poolOf(m *minute, f metrics.Figures) {
 	held, cpu := 0.0, 0.0
 	for _, n := range f.Nodes {
@@ -230,6 +240,9 @@ func (v *view) minute(at time.Time) *minute {
 	}
 	m := minute{At: t}
 	if n := len(v.minutes); n > 0 {
+		// The minute before ends here: what it left is where this one
+		// starts.
+		v.sample()
 		last := v.minutes[n-1]
 		m.CPUHeld, m.CPUHeldEnd, m.CPU = last.CPUHeldEnd, last.CPUHeldEnd, last.CPU
 		m.Waiting = v.fig.Figures().Jobs[api.StateWaiting]
