@@ -196,6 +196,30 @@ func TestPageInABrowser(t *testing.T) {
 		t.Errorf("the job's page shows stdout %q", stdout)
 	}
 
+	// A job no node can hold yet: its page says why it waits, and it
+	// moves to cancelled when cancelled, without a reload.
+	big := writeJob(t, "name: too-big\nwork: {command: [/bin/true]}\nrequest: {cpu: 8, memory: 64MiB, limit: 1m}\nwait_for_node: true\n", nil)
+	out, errOut, code = ts.cli("submit", "--quiet", "--json", big)
+	var waiting struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &waiting); code != 0 || err != nil {
+		t.Fatalf("e31 submit: exit %d: %s %s", code, out, errOut)
+	}
+	var why string
+	run("see why a job waits", 30*time.Second,
+		chromedp.Navigate(base+"/job/"+waiting.ID),
+		chromedp.WaitVisible(`#job-state[data-state="waiting"]`),
+		chromedp.WaitVisible(`#why`),
+		chromedp.Text(`#why`, &why),
+		shot("waiting"),
+	)
+	if why == "" {
+		t.Error("the page of a waiting job does not say why it waits")
+	}
+	if _, errOut, code := ts.cli("cancel", waiting.ID); code != 0 {
+		t.Fatalf("e31 cancel: exit %d: %s", code, errOut)
+	}
+	run("see the cancel", 30*time.Second, chromedp.WaitVisible(`#job-state[data-state="cancelled"]`))
+
 	var nodes, totals string
 	run("open the pool", 30*time.Second,
 		chromedp.Navigate(base+"/pool"),
