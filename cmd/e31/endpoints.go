@@ -29,6 +29,8 @@ type httpOptions struct {
 	tokenFile string
 	// viewersFile lists the page's viewers (readViewers).
 	viewersFile string
+	// traceURL links a job's trace id on the page (web.Config.TraceURL).
+	traceURL string
 	// page, when set, is served at / (pkg/web).
 	page http.Handler
 	// asked is whether --http was given: a default address that is taken
@@ -49,6 +51,7 @@ must then show as "Authorization: Bearer TOKEN". ` + byDefault
 func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
 	f.StringVar(&o.addr, "http", def, `serve /metrics, /healthz and /readyz on this address ("" for none)`)
 	f.StringVar(&o.tokenFile, "http-token-file", "", "a file with the bearer token that --http requires; needed to serve beyond loopback")
+	f.StringVar(&o.traceURL, "http-trace-url", "", `the page links a job's trace id to this URL, "{trace}" replaced by the id (e.g. http://localhost:16686/trace/{trace})`)
 	f.StringVar(&o.viewersFile, "http-viewers", "", `a file of "NAME TOKEN" lines: who may log in to the page at /, as a submitter (its own jobs) or operator/auditor`)
 }
 

@@ -31,7 +31,7 @@ func (o httpOptions) newPage(js jetstream.JetStream, log *slog.Logger) (*web.Pag
 	if err != nil {
 		return nil, usageErr("--http-viewers: %v", err)
 	}
-	return web.New(web.Config{JS: js, Token: token, Viewers: viewers, Logger: log})
+	return web.New(web.Config{JS: js, Token: token, Viewers: viewers, TraceURL: o.traceURL, Logger: log})
 }
 
 // readViewers reads a file of "NAME TOKEN" lines: who may log in to the

@@ -297,6 +297,8 @@ type jobData struct {
 	Logs    *logTail
 	Over    bool
 	Running bool
+	// TraceLink is the job's trace in the tracing UI, if there is one.
+	TraceLink string
 }
 
 func (p *Page) job(w http.ResponseWriter, r *http.Request, v viewer) {
@@ -327,6 +329,9 @@ func (p *Page) job(w http.ResponseWriter, r *http.Request, v viewer) {
 	if !d.Found && d.Record == nil {
 		p.render(w, r, http.StatusNotFound, "job", v, d)
 		return
+	}
+	if d.Job.Trace != "" && p.cfg.TraceURL != "" {
+		d.TraceLink = strings.ReplaceAll(p.cfg.TraceURL, "{trace}", d.Job.Trace)
 	}
 	status := d.Job.State
 	if !d.Found {

@@ -30,6 +30,10 @@ type Config struct {
 	// Viewers maps a token to who shows it: a submitter's name, or
 	// "operator" or "auditor", who see every job.
 	Viewers map[string]string
+	// TraceURL, when set, makes a job's trace id a link: the URL of a
+	// tracing UI (Jaeger, Tempo, …) with "{trace}" where the trace id goes,
+	// e.g. http://localhost:16686/trace/{trace}.
+	TraceURL string
 	// AskAs is the user the page asks the query endpoints as: "operator"
 	// (the default) or "auditor", whichever JS's connection is.
 	AskAs string

@@ -130,7 +130,7 @@ func get(t *testing.T, srv *httptest.Server, path string, header ...string) (int
 func TestThePageFollowsAJobsLife(t *testing.T) {
 	t.Parallel()
 	js := natstest.Start(t).JetStream(t)
-	p := start(t, js, Config{})
+	p := start(t, js, Config{TraceURL: "http://tracing.example/trace/{trace}"})
 	publish(t, js, "n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, Isolation: events.IsolationSandbox})
 	evs := life("alice")
 	publish(t, js, "job-1", evs[:3]...)
@@ -176,6 +176,13 @@ func TestThePageFollowsAJobsLife(t *testing.T) {
 	}
 	if !strings.Contains(h.Get("Content-Security-Policy"), "script-src 'self'") {
 		t.Errorf("no Content-Security-Policy: %v", h)
+	}
+	// The job's page links its trace; the ledger is not running here, and
+	// the page says so rather than fail.
+	code, body, _ = get(t, srv, "/job/job-1")
+	if code != http.StatusOK || !strings.Contains(body, `href="http://tracing.example/trace/4bf92f3577b34da6a3ce929d0e0e4736"`) ||
+		!strings.Contains(body, "ComputeReleased") || !strings.Contains(body, "The ledger did not answer") {
+		t.Errorf("GET /job/job-1: %d\n%s", code, body)
 	}
 	code, body, _ = get(t, srv, "/", fragmentHeader, "1")
 	if code != http.StatusOK || strings.Contains(body, "<html") || !strings.Contains(body, "job-1") {
