@@ -45,7 +45,10 @@ func httpHelp(byDefault string) string {
 (alive) and /readyz (connected and caught up with the log, or why not, in plain
 text). ADDR must be a loopback address (127.0.0.1, [::1], localhost) unless
 --http-token-file names a file whose first line is a token that every request
-must then show as "Authorization: Bearer TOKEN". ` + byDefault
+must then show as "Authorization: Bearer TOKEN". The page at / (e31 dev, and
+'e31 serve web') is open on loopback; with --http-token-file or --http-viewers
+its viewers log in with a token, and a submitter's token shows its own jobs
+only. ` + byDefault
 }
 
 func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
