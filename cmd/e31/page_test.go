@@ -56,12 +56,18 @@ func artefacts(t *testing.T) string {
 // (a failed load, a refused Content-Security-Policy).
 func browser(t *testing.T) (context.Context, func() []string) {
 	t.Helper()
+	// The profile is removed once the browser has closed, not by
+	// t.TempDir, whose removal races the browser's helper processes.
+	profile, err := os.MkdirTemp("", "e31-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
 		chromedp.NoSandbox, // the tests run as root
 		chromedp.Flag("headless", "new"),
 		chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.CombinedOutput(os.Stderr),
 	)
 	var mu sync.Mutex
@@ -94,8 +100,15 @@ func browser(t *testing.T) (context.Context, func() []string) {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() {
+		// Cancel closes the browser and waits until it has gone.
+		if err := chromedp.Cancel(ctx); err != nil {
+			t.Logf("close chromium: %v", err)
+		}
 		cancelTab()
 		cancelAlloc()
+		if err := os.RemoveAll(profile); err != nil {
+			t.Logf("remove chromium's profile: %v", err)
+		}
 	})
 	chromedp.ListenTarget(ctx, listen)
 	if err := chromedp.Run(ctx, log.Enable(), runtime.Enable()); err != nil {
