@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"fmt"
 	"html/template"
@@ -83,7 +84,11 @@ func (p *Page) guard(h func(http.ResponseWriter, *http.Request, viewer)) http.Ha
 		v, ok := p.viewerOf(r)
 		switch {
 		case ok:
-			h(w, r, v)
+			// The version before anything is read: whatever moves while
+			// the view is rendered (asking the ledger can take seconds)
+			// comes after it, and the page's script hears of it.
+			_, ver := p.watch()
+			h(w, r.WithContext(context.WithValue(r.Context(), versionKey{}, ver)), v)
 		case !p.closed():
 			http.Error(w, "forbidden: this page answers only to a loopback host name (localhost, 127.0.0.1, [::1])", http.StatusForbidden)
 		case r.Header.Get("Authorization") != "" || r.Method != http.MethodGet || r.URL.Path == "/live":
@@ -94,6 +99,10 @@ func (p *Page) guard(h func(http.ResponseWriter, *http.Request, viewer)) http.Ha
 		}
 	}
 }
+
+// versionKey is the context key of the view's version when a request
+// began.
+type versionKey struct{}
 
 // layout is what every view's frame shows.
 type layout struct {
@@ -114,7 +123,11 @@ type layout struct {
 // page's script asks for it.
 func (p *Page) render(w http.ResponseWriter, r *http.Request, code int, view string, v viewer, data any) {
 	p.mu.Lock()
-	l := layout{Title: view, View: view, Viewer: v, Closed: p.closed(), Applied: p.v.applied, Version: p.version, Data: data}
+	ver, ok := r.Context().Value(versionKey{}).(uint64)
+	if !ok {
+		ver = p.version
+	}
+	l := layout{Title: view, View: view, Viewer: v, Closed: p.closed(), Applied: p.v.applied, Version: ver, Data: data}
 	if p.err != nil {
 		l.Stale = p.err.Error()
 	}
@@ -416,25 +429,53 @@ type ledgerData struct {
 	Since, Until time.Time
 	Totals       []api.Totals
 	Err          string
+	// Ask says the ledger was asked (the period was understood).
+	Ask bool
+}
+
+// day reads one end of a period: a date (its midnight, UTC) or an RFC 3339
+// time; "" is no end.
+func day(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339, s)
 }
 
 // periods are the spans the ledger's view offers, newest last.
 var periods = map[string]time.Duration{"1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour, "30d": 30 * 24 * time.Hour, "all": 0}
 
 func (p *Page) ledger(w http.ResponseWriter, r *http.Request, v viewer) {
-	d := ledgerData{Period: r.URL.Query().Get("period"), Periods: []string{"1h", "24h", "7d", "30d", "all"}}
-	span, ok := periods[d.Period]
-	if !ok {
-		d.Period, span = "24h", periods["24h"]
+	q := r.URL.Query()
+	d := ledgerData{Period: q.Get("period"), Periods: []string{"1h", "24h", "7d", "30d", "all"}}
+	since, serr := day(q.Get("since"))
+	until, uerr := day(q.Get("until"))
+	switch span, ok := periods[d.Period]; {
+	case serr != nil || uerr != nil:
+		d.Err = "a period's ends are dates (2026-12-31) or times (RFC 3339)"
+	case !since.IsZero() || !until.IsZero():
+		d.Period, d.Since, d.Until = "", since, until
+	case ok:
+		if span > 0 {
+			d.Since = p.now().Add(-span).Truncate(time.Second)
+		}
+	default:
+		d.Period = "24h"
+		d.Since = p.now().Add(-periods["24h"]).Truncate(time.Second)
 	}
-	if span > 0 {
-		d.Since = p.now().Add(-span).Truncate(time.Second)
+	if d.Err != "" {
+		p.render(w, r, http.StatusBadRequest, "ledger", v, d)
+		return
 	}
 	sub := ""
 	if !v.All() {
 		sub = v.Name
 	}
 	reply, err := p.totals(r.Context(), d.Since, d.Until, sub)
+	d.Ask = true
 	if err != nil {
 		d.Err = err.Error()
 	}
