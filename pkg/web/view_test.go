@@ -63,3 +63,27 @@ func TestHistoryForTheCharts(t *testing.T) {
 		t.Errorf("a repeated sequence was folded in: %d events", n)
 	}
 }
+
+// BenchmarkViewApply folds whole job lives into the view, sampling once per
+// 64 events as a busy reading does: what following the log costs the page.
+func BenchmarkViewApply(b *testing.B) {
+	v := newView()
+	evs := life("alice")
+	t0 := time.Now()
+	seq := uint64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		job := "job-" + itoa(i)
+		for _, ev := range evs {
+			seq++
+			env := events.New(job, ev, "bench", t0.Add(time.Duration(seq)*time.Millisecond))
+			env.Seq = seq
+			v.apply(env, traceparent)
+			if seq%64 == 0 {
+				v.sample()
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
+}
