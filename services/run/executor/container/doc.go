@@ -9,7 +9,7 @@
 // data, bound read-only; /out and /tmp are bound from a tmpfs of
 // Spec.DiskBytes made by Prepare, so the container has no other writable
 // space than that (and a /dev/shm of Config.ShmBytes) and what RUN collects
-// from Workspace.OutDir is on the node after the container is gone. Memory
+// from Job.Dirs().OutDir is on the node after the container is gone. Memory
 // (without swap), cpu (NanoCPUs) and the process count are limited by the
 // engine; an OOM kill is out_of_memory. The wall-clock limit sends SIGTERM a
 // grace period before Spec.Stops' deadline and SIGKILL at it; cancellation
