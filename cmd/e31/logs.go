@@ -71,6 +71,10 @@ func (c *client) logs(ctx context.Context, job string, attempt int, follow bool)
 	if attempt == 0 {
 		attempt = rec.Attempts[len(rec.Attempts)-1].Attempt
 	}
+	if at := rec.Output.DeletedAt; at != nil {
+		// The logs are part of the output: retention removes them with it.
+		return &exitError{exitFailed, fmt.Errorf("the logs of job %s were deleted with its output at %s", rec.Job, at.Format(time.RFC3339))}
+	}
 	store, err := c.store(ctx, rec.Submitter)
 	if err != nil {
 		return err
