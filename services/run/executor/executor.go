@@ -1,11 +1,20 @@
 // Package executor runs one job on a node and says how it stopped. An
 // Executor is the only part of RUN that touches processes, so the plain child
 // process of the walking skeleton and the real sandbox can be swapped.
+//
+// An Executor's Prepare returns a Job: the handle of one prepared attempt,
+// which RUN stages input into (Dirs), runs (Run; cancelling its context
+// stops the job) and releases on every path (Release). The handle carries
+// the executor's own state of the job, so nothing looks it up; what every
+// executor's handle must refuse (a second Run at once, a Run after
+// Release, a second Release) is written once, in Guard. ByImage picks,
+// per job, between two executors by whether the job names an image.
 package executor
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -138,14 +147,14 @@ type Guard struct {
 }
 
 // Run calls run unless the job is running (ErrRunning) or was released
-// (ErrReleased).
-func (g *Guard) Run(run func() (Result, error)) (Result, error) {
+// (ErrReleased); job names it in those errors.
+func (g *Guard) Run(job string, run func() (Result, error)) (Result, error) {
 	if !g.ran.TryLock() {
-		return Result{}, ErrRunning
+		return Result{}, fmt.Errorf("run %s: %w", job, ErrRunning)
 	}
 	defer g.ran.Unlock()
 	if g.released {
-		return Result{}, ErrReleased
+		return Result{}, fmt.Errorf("run %s: %w", job, ErrReleased)
 	}
 	return run()
 }

@@ -54,7 +54,7 @@ func (j *processJob) Dirs() Dirs { return j.dirs }
 
 // Run implements Job.
 func (j *processJob) Run(ctx context.Context) (Result, error) {
-	return j.guard.Run(func() (Result, error) { return runProcess(ctx, j.spec, j.dirs) })
+	return j.guard.Run(j.spec.JobID, func() (Result, error) { return runProcess(ctx, j.spec, j.dirs) })
 }
 
 // Release implements Job: the workspace goes.

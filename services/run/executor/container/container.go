@@ -205,7 +205,7 @@ func (j *job) Dirs() executor.Dirs {
 // Run implements executor.Job: it runs the job's container and waits for
 // it to end.
 func (j *job) Run(ctx context.Context) (executor.Result, error) {
-	res, err := j.guard.Run(func() (executor.Result, error) {
+	return j.guard.Run(j.spec.JobID, func() (executor.Result, error) {
 		if j.spec.Image == "" {
 			return executor.Result{}, ErrNoImage
 		}
@@ -214,10 +214,6 @@ func (j *job) Run(ctx context.Context) (executor.Result, error) {
 		}
 		return j.e.run(ctx, j)
 	})
-	if errors.Is(err, executor.ErrRunning) || errors.Is(err, executor.ErrReleased) {
-		err = fmt.Errorf("container: run %s: %w", j.spec.JobID, err)
-	}
-	return res, err
 }
 
 // Release implements executor.Job: it removes the container (if Run left

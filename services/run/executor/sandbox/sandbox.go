@@ -348,11 +348,7 @@ func (j *job) Dirs() executor.Dirs {
 // Run implements executor.Job: it starts the job in its sandbox and waits
 // for it. It returns only once the job's cgroup is empty.
 func (j *job) Run(ctx context.Context) (executor.Result, error) {
-	res, err := j.guard.Run(func() (executor.Result, error) { return j.e.run(ctx, j) })
-	if errors.Is(err, executor.ErrRunning) || errors.Is(err, executor.ErrReleased) {
-		err = fmt.Errorf("sandbox: run %s: %w", j.spec.JobID, err)
-	}
-	return res, err
+	return j.guard.Run(j.spec.JobID, func() (executor.Result, error) { return j.e.run(ctx, j) })
 }
 
 // Release implements executor.Job: it undoes Prepare and gives the slot
