@@ -90,7 +90,7 @@ func openIsolated(root string, diskBytes int64, log *slog.Logger, images contain
 	var containers executor.Executor
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ce, err := container.New(ctx, container.Config{Root: root, UIDBase: 3000000, Logger: log, Images: images}); err == nil {
+	if ce, err := container.New(ctx, container.Config{Root: root, DiskBytes: diskBytes, UIDBase: 3000000, Logger: log, Images: images}); err == nil {
 		containers = ce
 		log.Info("jobs that name an image run as containers")
 	} else {
