@@ -138,7 +138,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("rent: rebuild from the log: %w", err)
 	}
 	s.replayed = last
-	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", len(s.pool.nodes), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
 
 	// Served for every user, e31.api.*.rent.why: the user is read from the
 	// subject each request came on.
@@ -313,8 +313,8 @@ func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstrea
 				// time to show up.
 				s.mu.Lock()
 				var missing []string
-				for name, n := range s.pool.nodes {
-					if !n.expired && !live[name] {
+				for _, name := range s.pool.Leased() {
+					if !live[name] {
 						missing = append(missing, name)
 					}
 				}
@@ -363,12 +363,7 @@ func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		var live []string
-		for name, n := range s.pool.nodes {
-			if !n.expired {
-				live = append(live, name)
-			}
-		}
+		live := s.pool.Leased()
 		s.mu.Unlock()
 		for _, name := range live {
 			s.checkNode(ctx, kv, name)
@@ -388,8 +383,8 @@ func (s *Service) checkNode(ctx context.Context, kv jetstream.KeyValue, name str
 // nodeGone marks a node's current boot for the leader to record as expired.
 func (s *Service) nodeGone(name string) {
 	s.mu.Lock()
-	if n := s.pool.nodes[name]; n != nil && !n.expired {
-		s.expiring[name] = n.boot
+	if boot, ok := s.pool.LeasedBoot(name); ok {
+		s.expiring[name] = boot
 	}
 	s.mu.Unlock()
 	s.wake()
