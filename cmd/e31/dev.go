@@ -19,10 +19,12 @@ import (
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run"
@@ -120,6 +122,10 @@ type devSystem struct {
 	mu       sync.Mutex
 	errs     []error
 	services map[string]*devService
+	// handlers watches every service's handlers, and schedulers each RENT
+	// instance's scheduler (by id), for /metrics.
+	handlers   *metrics.Handlers
+	schedulers map[string]*metrics.Scheduler
 }
 
 // devService is one service of `e31 dev`, by an id such as "rent-1" or "node-2".
@@ -223,7 +229,8 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 		return nil, troubleErr(err)
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	sys := &devSystem{broker: b, keys: keys, log: a.log, credsDir: filepath.Join(dir, "creds"), cancel: cancel, services: map[string]*devService{}}
+	sys := &devSystem{broker: b, keys: keys, log: a.log, credsDir: filepath.Join(dir, "creds"), cancel: cancel, services: map[string]*devService{},
+		handlers: metrics.NewHandlers(), schedulers: map[string]*metrics.Scheduler{}}
 	start := func(name, id string, node nodeConfig) error {
 		// Each service connects as itself, with its own permissions: a
 		// service that reaches beyond its role fails here as it would
@@ -239,12 +246,16 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 			return err
 		}
 		log := a.log
+		if name == "rent" {
+			node.Scheduler = metrics.NewScheduler()
+			sys.schedulers[id] = node.Scheduler
+		}
 		svc, err := newService(runCtx, name, nc, js, log, node)
 		if err != nil {
 			nc.Close()
 			return err
 		}
-		svcCtx, svcCancel := context.WithCancel(runCtx)
+		svcCtx, svcCancel := context.WithCancel(bus.WithObserver(runCtx, sys.handlers))
 		ds := &devService{nc: nc, cancel: svcCancel, done: make(chan struct{})}
 		sys.mu.Lock()
 		sys.services[id] = ds

@@ -9,12 +9,14 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/services/run"
 )
 
@@ -67,17 +69,30 @@ pool).`),
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			_, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log)
+			var cs []prometheus.Collector
+			if name == "rent" {
+				// One for the process: the service is made again after a
+				// fault, and its figures go on.
+				node.Scheduler = metrics.NewScheduler()
+				cs = append(cs, node.Scheduler)
+			}
+			ends, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log, cs...)
 			if err != nil {
 				return err
 			}
 			defer stopHTTP()
+			if ends != nil {
+				ctx = ends.Observe(ctx)
+			}
 			// Started again, rather than exit, when it fails for a reason
 			// that passes (a NATS server restarting): see daemon.RunAgain.
 			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
 				svc, err := newService(ctx, name, nc, js, a.log, node)
 				if err != nil {
 					return nil, err
+				}
+				if ends != nil {
+					ends.Serving(svc)
 				}
 				a.log.Info("serving", "service", name, "nats", nc.ConnectedUrl())
 				return svc, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/ledger"
 	"github.com/e31net/e31/services/output"
@@ -48,6 +49,8 @@ type nodeConfig struct {
 	LogCap int64
 	// Instance names one instance of a service that needs a name (rent).
 	Instance string
+	// Scheduler, if set, is told what RENT's scheduler does.
+	Scheduler *metrics.Scheduler
 }
 
 // newService builds one service by name. This is the only place that knows
@@ -63,7 +66,11 @@ func newService(ctx context.Context, name string, nc *nats.Conn, js jetstream.Je
 		}
 		return submit.New(js, submit.Config{Source: source, Logger: log, Stores: store})
 	case "rent":
-		return rent.New(nc, js, rent.Config{Source: source, Logger: log, Instance: node.Instance})
+		cfg := rent.Config{Source: source, Logger: log, Instance: node.Instance}
+		if node.Scheduler != nil {
+			cfg.Observer = node.Scheduler
+		}
+		return rent.New(nc, js, cfg)
 	case "output":
 		store, err := openStores(ctx, js)
 		if err != nil {

@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,10 +34,21 @@ const (
 
 // Handlers counts how each service handles events. Its methods may be
 // called concurrently, from every lane of every handler.
+// It is the bus.Observer a service process gives its Routers.
 type Handlers struct {
 	seconds *prometheus.HistogramVec
 	errs    *prometheus.CounterVec
 	poison  *prometheus.CounterVec
+
+	mu        sync.Mutex
+	consumers map[Consumer]bool // read by Consumers
+}
+
+var _ bus.Observer = (*Handlers)(nil)
+
+// Consumer is one durable consumer a service's handler reads.
+type Consumer struct {
+	Service, Handler, Stream, Name string
 }
 
 // NewHandlers returns the handlers' metrics, to register once per process.
@@ -68,6 +81,26 @@ func (h *Handlers) Handled(service, handler string, took time.Duration, err erro
 
 // Poisoned records that service moved an event to the poison stream.
 func (h *Handlers) Poisoned(service string) { h.poison.WithLabelValues(service).Inc() }
+
+// Consuming records that handler of service reads the durable consumer
+// name of stream, for ConsumerCollector to ask the server about.
+func (h *Handlers) Consuming(service, handler, stream, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.consumers == nil {
+		h.consumers = map[Consumer]bool{}
+	}
+	h.consumers[Consumer{Service: service, Handler: handler, Stream: stream, Name: name}] = true
+}
+
+// Consumers returns the consumers recorded by Consuming, sorted by name.
+func (h *Handlers) Consumers() []Consumer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.SortedFunc(maps.Keys(h.consumers), func(a, b Consumer) int {
+		return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Name, b.Name))
+	})
+}
 
 // Reason is the label of e31_handler_errors_total for err.
 func Reason(err error) string {
