@@ -2,22 +2,29 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/daemon"
+	"github.com/e31net/e31/pkg/metrics"
+	"github.com/e31net/e31/pkg/ops"
 )
 
 func auditCmd(a *app) *cobra.Command {
 	var asJSON bool
 	var from, records string
 	var sinceHeads []string
+	var every time.Duration
+	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Rebuild every hold record from the event log, check the log is whole, compare with the ledger",
@@ -35,7 +42,11 @@ Exit status 0 only if nothing was found.
 With --from FILE, audits an export made with 'e31 events --json' with no server
 at all. With --records FILE as well (the output of 'e31 ledger --json', or of
 'e31 ledger ID --json'), the records are compared with that copy: an event
-changed in the log shows as a different digest at its sequence.`,
+changed in the log shows as a different digest at its sequence.
+
+With --every D it audits again and again, D apart, until interrupted, and
+tells each result in its log; with --http ADDR as well it serves them as
+e31_audit_* on /metrics (see e31 serve --help for --http).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -85,22 +96,12 @@ changed in the log shows as a different digest at its sequence.`,
 				if err := c.needLog("e31 audit"); err != nil {
 					return err
 				}
-				// The ledger's head is taken before the log is read, so the
-				// log read covers it: the two chains must agree there.
-				info, err := c.head(ctx)
-				if err != nil {
+				if every > 0 {
+					return auditEvery(ctx, a, c, heads, every, httpOpts)
+				}
+				if rep, err = auditServer(ctx, c, heads); err != nil {
 					return err
 				}
-				au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})
-				if err := au.ReadStream(ctx, c.js); err != nil {
-					return troubleErr(err)
-				}
-				rep = au.Finish()
-				recs, err := c.allRecords(ctx, api.ListRequest{})
-				if err != nil {
-					return err
-				}
-				rep.Compare(recs, true)
 			}
 			if asJSON {
 				if err := writeJSON(a.out, rep); err != nil {
@@ -126,7 +127,82 @@ changed in the log shows as a different digest at its sequence.`,
 	cmd.Flags().StringVar(&from, "from", "", "audit an export from 'e31 events --json' instead of the server")
 	cmd.Flags().StringVar(&records, "records", "", "with --from: compare with these records ('e31 ledger --json')")
 	cmd.Flags().StringArrayVar(&sinceHeads, "since-head", nil, "SEQ:HASH from 'e31 ledger --head': prove nothing at or before SEQ changed (repeatable)")
+	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
+	httpOpts.flags(cmd.Flags(), "")
 	return cmd
+}
+
+// auditServer audits the log on the server c is connected to and compares
+// the ledger's records with the rebuilt ones.
+func auditServer(ctx context.Context, c *client, heads []api.Head) (*audit.Report, error) {
+	// The ledger's head is taken before the log is read, so the log read
+	// covers it: the two chains must agree there.
+	info, err := c.head(ctx)
+	if err != nil {
+		return nil, err
+	}
+	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})
+	if err := au.ReadStream(ctx, c.js); err != nil {
+		return nil, troubleErr(err)
+	}
+	rep := au.Finish()
+	recs, err := c.allRecords(ctx, api.ListRequest{})
+	if err != nil {
+		return nil, err
+	}
+	rep.Compare(recs, true)
+	return rep, nil
+}
+
+// auditEvery audits every interval until ctx ends: what a deployment runs
+// so that a log or ledger gone wrong pages someone (e31_audit_findings).
+// Each audit's summary and findings go to the log; an audit that cannot
+// run to its end is tried again at the next interval.
+func auditEvery(ctx context.Context, a *app, c *client, heads []api.Head, every time.Duration, o httpOptions) error {
+	m := metrics.NewAudit()
+	reg, err := metrics.NewRegistry(m)
+	if err != nil {
+		return err
+	}
+	srv, err := o.listen(a.log, reg, map[string]ops.Check{"nats": daemon.Connected(c.nc)})
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	if srv != nil {
+		a.log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
+		go func() {
+			defer close(done)
+			if err := srv.Serve(ctx); err != nil {
+				a.log.Error("http endpoints stopped", "err", err)
+			}
+		}()
+	} else {
+		close(done)
+	}
+	defer func() { <-done }()
+	for {
+		rep, err := auditServer(ctx, c, heads)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err != nil:
+			m.Audited(0, time.Now(), err)
+			a.log.Warn("the audit could not run to its end; trying again at the next", "in", every, "err", err)
+		default:
+			m.Audited(len(rep.Findings), time.Now(), nil)
+			for _, f := range rep.Findings {
+				a.log.Error("audit finding", "kind", f.Kind, "job", f.Job, "seq", f.Seq, "detail", f.Detail)
+			}
+			a.log.Info("audited", "ok", rep.OK(), "summary", rep.Summary(), "last_seq", rep.LastSeq)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
 }
 
 // readRecords reads a copy of the ledger's records: a list ('e31 ledger

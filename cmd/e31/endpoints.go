@@ -68,16 +68,6 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 	return s, nil
 }
 
-// connected is the readiness check of a NATS connection.
-func connected(nc *nats.Conn) ops.Check {
-	return func(context.Context) error {
-		if st := nc.Status(); st != nats.CONNECTED {
-			return fmt.Errorf("not connected to NATS (%s)", st)
-		}
-		return nil
-	}
-}
-
 // serveDevEndpoints starts, within the system, the log's metrics (read as
 // the auditor, who changes nothing), the consumers' lag (asked as the
 // operator: listing consumers is the operator's) and the endpoints. They

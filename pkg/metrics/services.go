@@ -196,3 +196,74 @@ func (s *Scheduler) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(n), submitter)
 	}
 }
+
+// Results of e31_audit_runs_total.
+const (
+	// AuditOK: the audit read the whole log and found nothing.
+	AuditOK = "ok"
+	// AuditFindings: the audit ran to its end and found something wrong.
+	AuditFindings = "findings"
+	// AuditError: the audit could not run to its end (the server, the
+	// ledger not answering).
+	AuditError = "error"
+)
+
+// Audit is what a process that audits the log again and again (`e31 audit
+// --every`) tells of it. Its methods may be called concurrently.
+type Audit struct {
+	runs     *prometheus.CounterVec
+	findings prometheus.Gauge
+	last     prometheus.Gauge
+}
+
+// NewAudit returns the audit's metrics, to register once per process.
+func NewAudit() *Audit {
+	a := &Audit{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "e31_audit_runs_total",
+			Help: "Audits of the log since the process started, by result: ok, findings or error (could not run to its end).",
+		}, []string{"result"}),
+		findings: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "e31_audit_findings",
+			Help: "What the last audit that ran to its end found wrong with the log or the ledger (0: nothing).",
+		}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "e31_audit_last_completed_timestamp_seconds",
+			Help: "When the last audit that ran to its end ended, in Unix seconds (0: none yet).",
+		}),
+	}
+	for _, r := range []string{AuditOK, AuditFindings, AuditError} {
+		a.runs.WithLabelValues(r)
+	}
+	return a
+}
+
+// Audited records one audit: findings is what it found if it ran to its
+// end at end, err why it did not.
+func (a *Audit) Audited(findings int, end time.Time, err error) {
+	switch {
+	case err != nil:
+		a.runs.WithLabelValues(AuditError).Inc()
+		return
+	case findings > 0:
+		a.runs.WithLabelValues(AuditFindings).Inc()
+	default:
+		a.runs.WithLabelValues(AuditOK).Inc()
+	}
+	a.findings.Set(float64(findings))
+	a.last.Set(float64(end.UnixNano()) / 1e9)
+}
+
+// Describe sends the descriptions of the audit's metrics.
+func (a *Audit) Describe(ch chan<- *prometheus.Desc) {
+	a.runs.Describe(ch)
+	a.findings.Describe(ch)
+	a.last.Describe(ch)
+}
+
+// Collect sends the audit's metrics.
+func (a *Audit) Collect(ch chan<- prometheus.Metric) {
+	a.runs.Collect(ch)
+	a.findings.Collect(ch)
+	a.last.Collect(ch)
+}
