@@ -68,6 +68,8 @@ type cluster struct {
 	ranDir  string // the host folder the run nodes' jobs leave their trace in
 	secrets string // what deploy/init.sh made
 	hostURL string // every server's client port, as the host reaches it
+	prom    *testcontainers.DockerContainer
+	promURL string // Prometheus' API, as the host reaches it
 	// env is what every e31 container is given: where NATS is, and where
 	// its identity's directory of the secrets is mounted.
 	env map[string]string
@@ -80,11 +82,12 @@ const clusterSubmitter = "cluster"
 const natsInside = "tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222"
 
 // deploySecrets runs deploy/init.sh, as an operator would, into a folder
-// of the test's, for nodes run nodes.
+// of the test's, for nodes run nodes and the submitter deploy/README.md
+// starts with (alice).
 func deploySecrets(t *testing.T, nodes int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "secrets")
-	cmd := exec.Command("../deploy/init.sh")
+	cmd := exec.Command("../deploy/init.sh", readmeSubmitter)
 	cmd.Env = append(os.Environ(), "E31_BIN="+e31Bin, "E31_SECRETS="+dir, fmt.Sprintf("E31_NODES=%d", nodes))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/init.sh: %v\n%s", err, out)
@@ -127,7 +130,9 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 	c := &cluster{t: t, net: nw, docker: docker, svcs: map[string][]*testcontainers.DockerContainer{}, ranDir: ranDir,
 		secrets: deploySecrets(t, instances["run"]),
 		env: map[string]string{"E31_NATS": natsInside, "E31_LOG": "info",
-			"E31_CREDS": "/etc/e31/e31.creds", "E31_TLS_CA": "/etc/e31/ca.pem"}}
+			"E31_CREDS": "/etc/e31/e31.creds", "E31_TLS_CA": "/etc/e31/ca.pem",
+			// Every instance's endpoints, for Prometheus (compose.yaml's).
+			"E31_HTTP": ":8031", "E31_HTTP_TOKEN_FILE": "/etc/e31/metrics.token"}}
 
 	// The three servers start together: each waits for the others'
 	// routes before JetStream elects a meta leader.
@@ -185,14 +190,58 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 	for i := 1; i <= instances["run"]; i++ {
 		c.start(ctx, "run", fmt.Sprintf("node-%d", i))
 	}
+	c.startWatchers(ctx)
 	return c
+}
+
+// startWatchers starts what compose.yaml runs to watch the system: the
+// audit, every minute here, and Prometheus, with deploy/prometheus's
+// configuration as the image has it, published on a port of the host's
+// loopback.
+func (c *cluster) startWatchers(ctx context.Context) {
+	c.t.Helper()
+	audit, err := testcontainers.Run(ctx, "e31-cli:"+imageTag,
+		network.WithNetwork([]string{"audit"}, c.net),
+		testcontainers.WithEnv(c.env),
+		c.mount("auditor", "/etc/e31"),
+		testcontainers.WithCmd("audit", "--every", "1m", "--http", ":8031", "--http-token-file", "/etc/e31/metrics.token"),
+		testcontainers.WithWaitStrategy(wait.ForLog("serving /metrics").WithStartupTimeout(time.Minute)),
+	)
+	testcontainers.CleanupContainer(c.t, audit)
+	if err != nil {
+		c.t.Fatalf("start the audit: %v", err)
+	}
+	c.svcs["audit"] = append(c.svcs["audit"], audit)
+	prom, err := testcontainers.Run(ctx, "e31-prometheus:"+imageTag,
+		network.WithNetwork([]string{"prometheus"}, c.net),
+		c.mount("prometheus", "/etc/prometheus/secrets"),
+		testcontainers.WithExposedPorts("9090/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready to receive web requests").WithStartupTimeout(time.Minute)),
+	)
+	testcontainers.CleanupContainer(c.t, prom)
+	if err != nil {
+		c.t.Fatalf("start prometheus: %v", err)
+	}
+	c.prom = prom
+	ep, err := prom.PortEndpoint(ctx, "9090/tcp", "http")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.promURL = ep
 }
 
 // start runs one service instance (or, for run, the node named name).
 func (c *cluster) start(ctx context.Context, class, name string) {
 	c.t.Helper()
+	// Known on the network as compose.yaml's services are, so that
+	// deploy/prometheus/prometheus.yml finds them as written: every
+	// instance of a service by the service's name, a run node as run-N.
+	aliases := []string{name, class}
+	if class == "run" {
+		aliases = []string{name, "run-" + strings.TrimPrefix(name, "node-")}
+	}
 	opts := []testcontainers.ContainerCustomizer{
-		network.WithNetwork([]string{name}, c.net),
+		network.WithNetwork(aliases, c.net),
 		testcontainers.WithEnv(c.env),
 		c.mount(secretsFor(class, name), "/etc/e31"),
 		testcontainers.WithWaitStrategy(wait.ForLog(`"msg":"running"`).WithStartupTimeout(time.Minute)),
