@@ -493,13 +493,19 @@ func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) stri
 // Afterwards every job must have ended, each attempt been released exactly
 // once, no attempt run twice (by the trace each run leaves outside e31),
 // every node be free again, and the audit pass, run as the auditor.
+//
+// Prometheus, as deploy/ configures it, must scrape every instance
+// (up == 1) and hold what the services told; deploy/README.md's commands
+// must run as written; and killing a run node for good must page
+// (E31RunNodeDown, E31NodeLost).
 func TestClusterLosesNothing(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	const leaseTTL = 3 * time.Second
 	start := time.Now()
 	c := startCluster(t, ctx, map[string]int{"submit": 2, "rent": 2, "output": 2, "release": 2, "ledger": 2, "run": 3}, leaseTTL)
+	c.waitScraped(ctx, t)
 	up := time.Since(start)
 	js := c.connect()
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -577,9 +583,10 @@ func TestClusterLosesNothing(t *testing.T) {
 		}
 	}
 	chaos.Wait()
-	// A minute is kept for the checks and for telling what went wrong.
+	// A minute is kept for the checks and for telling what went wrong,
+	// three for Prometheus', the README's and the page's.
 	deadline, _ := ctx.Deadline()
-	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline.Add(-time.Minute))
+	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline.Add(-4*time.Minute))
 	left := waitOver(waitCtx, js, ids, t.Logf)
 	stopWaiting()
 	took := time.Since(runStart)
@@ -608,6 +615,13 @@ func TestClusterLosesNothing(t *testing.T) {
 				t.Errorf("%s %s is not running after the faults (%v): it must carry on, not exit", class, name, err)
 			}
 		}
+	}
+	if !t.Failed() {
+		watchStart := time.Now()
+		c.checkFigures(ctx, t)
+		c.runReadme(ctx, t)
+		c.killNodeAndWaitForThePage(ctx, t)
+		t.Logf("prometheus' figures, deploy/README.md's commands and the page took %s", time.Since(watchStart).Round(time.Millisecond))
 	}
 	if t.Failed() {
 		c.logTails(ctx, t)

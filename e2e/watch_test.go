@@ -170,7 +170,6 @@ func (c *cluster) checkFigures(ctx context.Context, t *testing.T) {
 		`count(max by (instance) (e31_consumer_ack_pending))`:                   atLeast(1),
 		`max(e31_log_applied_sequence)`:                                         atLeast(1),
 		`count(process_cpu_seconds_total{job=~"e31|e31-run"})`:                  atLeast(1),
-		`sum(rate(e31_handler_seconds_sum{service="submit"}[5m])) >= 0`:         exists,
 		`max(e31_nodes{state="up"})`:                                            atLeast(1),
 		`count(e31_node_capacity{resource="cpu"})`:                              atLeast(1),
 		`service:e31_consumer_pending:sum`:                                      exists,
@@ -179,10 +178,6 @@ func (c *cluster) checkFigures(ctx context.Context, t *testing.T) {
 		`max(e31_held_cpu_core_seconds_total{submitter="cluster"}) > 0`:         exists,
 		`count(e31_events_total{type="e31.job.submitted.v1"})`:                  atLeast(1),
 		`max(e31_job_wait_seconds_count)`:                                       atLeast(1),
-		`count(e31_handler_errors_total) >= 0 or vector(0)`:                     exists,
-		`sum(up{job=~"e31|e31-run"})`:                                           atLeast(1),
-		`max(e31_scheduler_queue_depth) >= 0 or vector(0)`:                      exists,
-		`max(e31_poison_total) >= 0 or vector(0)`:                               exists,
 		`max(e31_job_start_seconds_count) + max(e31_job_release_seconds_count)`: atLeast(1),
 	}
 	for q, check := range checks {
