@@ -95,14 +95,15 @@ build() {
 		# token it scrapes e31 with is mounted at /etc/prometheus/secrets.
 		prom=$("$deploy/build-prometheus.sh")
 		cp "$prom/prometheus" "$bin/prometheus"
-		mkdir -p "$out/$name/rootfs/etc/prometheus" "$out/$name/rootfs/prometheus"
+		mkdir -p "$out/$name/rootfs/etc/prometheus" "$out/$name/store"
 		cp "$deploy/prometheus/prometheus.yml" "$deploy/prometheus/rules.yml" "$out/$name/rootfs/etc/prometheus/"
 		# Its store is a volume: a fresh volume takes the owner of the
-		# image's /prometheus, so it runs as nobody.
+		# image's /prometheus, which COPY --chown makes nobody's, so it
+		# runs as nobody.
 		cat >"$out/$name/Dockerfile" <<EOF
 FROM scratch
 COPY rootfs/ /
-COPY --chown=65534:65534 rootfs/prometheus/ /prometheus/
+COPY --chown=65534:65534 store/ /prometheus/
 USER 65534:65534
 EXPOSE 9090
 ENTRYPOINT ["/usr/bin/prometheus", "--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"]
