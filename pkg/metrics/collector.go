@@ -255,6 +255,13 @@ func (c *LogCollector) Collect(ch chan<- prometheus.Metric) {
 				state = "lost"
 			}
 			nodes[[2]string{state, n.Isolation}]++
+			// Both states of every isolation are told, 0 or not, so that
+			// a node lost, found and lost again is a series that goes
+			// 0, 1, 0, 1, rather than one that vanishes and comes back
+			// the same, which an alert on its change would miss.
+			for _, other := range []string{"up", "lost"} {
+				nodes[[2]string{other, n.Isolation}] += 0
+			}
 			if n.Up {
 				resources(n.Capacity, func(r, unit string, v float64) { gauge(descCapacity, v, name, r, unit) })
 			}
