@@ -14,6 +14,7 @@ import (
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
@@ -88,18 +89,18 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 				if records != "" {
 					return usageErr("--records compares a copy of the records with a copy of the log: give --from too")
 				}
-				c, err := a.dial(ctx)
-				if err != nil {
+				err := a.with(ctx, func(c *client.Client) error {
+					if err := c.NeedLog("e31 audit"); err != nil {
+						return err
+					}
+					if every > 0 {
+						return auditEvery(ctx, a, c, heads, every, httpOpts)
+					}
+					var err error
+					rep, err = c.Audit(ctx, heads)
 					return err
-				}
-				defer c.close()
-				if err := c.needLog("e31 audit"); err != nil {
-					return err
-				}
-				if every > 0 {
-					return auditEvery(ctx, a, c, heads, every, httpOpts)
-				}
-				if rep, err = auditServer(ctx, c, heads); err != nil {
+				})
+				if every > 0 || err != nil {
 					return err
 				}
 			}
@@ -132,39 +133,17 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 	return cmd
 }
 
-// auditServer audits the log on the server c is connected to and compares
-// the ledger's records with the rebuilt ones.
-func auditServer(ctx context.Context, c *client, heads []api.Head) (*audit.Report, error) {
-	// The ledger's head is taken before the log is read, so the log read
-	// covers it: the two chains must agree there.
-	info, err := c.head(ctx)
-	if err != nil {
-		return nil, err
-	}
-	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})
-	if err := au.ReadStream(ctx, c.js); err != nil {
-		return nil, troubleErr(err)
-	}
-	rep := au.Finish()
-	recs, err := c.allRecords(ctx, api.ListRequest{})
-	if err != nil {
-		return nil, err
-	}
-	rep.Compare(recs, true)
-	return rep, nil
-}
-
 // auditEvery audits every interval until ctx ends: what a deployment runs
 // so that a log or ledger gone wrong pages someone (e31_audit_findings).
 // Each audit's summary and findings go to the log; an audit that cannot
 // run to its end is tried again at the next interval.
-func auditEvery(ctx context.Context, a *app, c *client, heads []api.Head, every time.Duration, o httpOptions) error {
+func auditEvery(ctx context.Context, a *app, c *client.Client, heads []api.Head, every time.Duration, o httpOptions) error {
 	m := metrics.NewAudit()
 	reg, err := metrics.NewRegistry(m)
 	if err != nil {
 		return err
 	}
-	srv, err := o.listen(a.log, reg, map[string]ops.Check{"nats": daemon.Connected(c.nc)})
+	srv, err := o.listen(a.log, reg, map[string]ops.Check{"nats": daemon.Connected(c.Conn())})
 	if err != nil {
 		return err
 	}
@@ -182,7 +161,7 @@ func auditEvery(ctx context.Context, a *app, c *client, heads []api.Head, every 
 	}
 	defer func() { <-done }()
 	for {
-		rep, err := auditServer(ctx, c, heads)
+		rep, err := c.Audit(ctx, heads)
 		if ctx.Err() != nil {
 			return nil
 		}
