@@ -1,12 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
+	"net/http"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -18,6 +18,7 @@ import (
 	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
+	"github.com/e31net/e31/pkg/web"
 )
 
 // httpOptions are the flags of the operator's endpoints (/metrics, /healthz,
@@ -25,6 +26,12 @@ import (
 type httpOptions struct {
 	addr      string
 	tokenFile string
+	// viewersFile lists the page's viewers (readViewers).
+	viewersFile string
+	// traceURL links a job's trace id on the page (web.Config.TraceURL).
+	traceURL string
+	// page, when set, is served at / (pkg/web).
+	page http.Handler
 	// asked is whether --http was given: a default address that is taken
 	// (another e31 dev on this machine) is then no reason not to start.
 	asked bool
@@ -37,12 +44,17 @@ func httpHelp(byDefault string) string {
 (alive) and /readyz (connected and caught up with the log, or why not, in plain
 text). ADDR must be a loopback address (127.0.0.1, [::1], localhost) unless
 --http-token-file names a file whose first line is a token that every request
-must then show as "Authorization: Bearer TOKEN". ` + byDefault
+must then show as "Authorization: Bearer TOKEN". The page at / (e31 dev, and
+'e31 serve web') is open on loopback; with --http-token-file or --http-viewers
+its viewers log in with a token, and a submitter's token shows its own jobs
+only. ` + byDefault
 }
 
 func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
 	f.StringVar(&o.addr, "http", def, `serve /metrics, /healthz and /readyz on this address ("" for none)`)
 	f.StringVar(&o.tokenFile, "http-token-file", "", "a file with the bearer token that --http requires; needed to serve beyond loopback")
+	f.StringVar(&o.traceURL, "http-trace-url", "", `the page links a job's trace id to this URL, "{trace}" replaced by the id (e.g. http://localhost:16686/trace/{trace})`)
+	f.StringVar(&o.viewersFile, "http-viewers", "", `a file of "NAME TOKEN" lines: who may log in to the page at /, as a submitter (its own jobs) or operator/auditor`)
 }
 
 // listen binds the endpoints' address, or returns nil if there is none.
@@ -58,7 +70,7 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 			return nil, usageErr("--http-token-file: %v", err)
 		}
 	}
-	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Logger: log})
+	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Page: o.page, Logger: log})
 	if errors.Is(err, ops.ErrTokenRequired) {
 		return nil, usageErr("--http %s: %v", o.addr, err)
 	}
@@ -71,8 +83,8 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 // serveDevEndpoints starts, within the system, the log's metrics (read as
 // the auditor, who changes nothing), the consumers' lag (asked as the
 // operator: listing consumers is the operator's) and the endpoints. They
-// stop with it.
-func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *slog.Logger) error {
+// stop with it (stack.Stack.Go).
+func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 	if o.addr == "" {
 		return nil
 	}
@@ -99,6 +111,12 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		closeAll()
 		return fmt.Errorf("dev: metrics: %w", err)
 	}
+	page, err := o.newPage(ojs, log)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	o.page = page.Handler()
 	logs := metrics.NewLogCollector(js, log)
 	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs), s.handlers)
 	if err != nil {
@@ -115,7 +133,7 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 	}
 	srv, err := o.listen(log, reg, map[string]ops.Check{
 		"log":      logs.Ready,
-		"services": s.servicesRunning,
+		"services": s.Running,
 	})
 	if err != nil {
 		closeAll()
@@ -126,52 +144,35 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		return err
 	}
 	s.httpAddr = srv.Addr()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.Go(func(ctx context.Context) error {
 		// The connections close once both are done: a scrape under way
 		// still asks the server while the log's reading stops.
 		defer closeAll()
 		var g errgroup.Group
 		g.Go(func() error { return logs.Run(ctx) })
+		g.Go(func() error { return page.Run(ctx) })
 		g.Go(func() error { return srv.Serve(ctx) })
 		if err := g.Wait(); err != nil {
-			s.fail(fmt.Errorf("http: %w", err))
+			return fmt.Errorf("http: %w", err)
 		}
-	}()
+		return nil
+	})
 	return nil
-}
-
-// servicesRunning is ready while every service of the system runs.
-func (s *devSystem) servicesRunning(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var stopped []string
-	for id, svc := range s.services {
-		select {
-		case <-svc.done:
-			stopped = append(stopped, id)
-		default:
-		}
-	}
-	if len(stopped) > 0 {
-		slices.Sort(stopped)
-		return fmt.Errorf("stopped: %s", strings.Join(stopped, ", "))
-	}
-	return nil
-}
-
-// fail records an error that stop returns.
-func (s *devSystem) fail(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.errs = append(s.errs, err)
 }
 
 // serveEndpoints starts the endpoints of `e31 serve NAME` (daemon.Endpoints,
-// as every service binary serves them) and returns them, or nil with
-// --http "", and a function that stops them and waits until they have.
+// as every service binary serves them, and for NAME web the page at /) and
+// returns them, or nil with --http "", and a function that stops them and
+// waits until they have.
 func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger, cs ...prometheus.Collector) (*daemon.Endpoints, func(), error) {
+	var page *web.Page
+	if name == "web" {
+		var err error
+		if page, err = o.newPage(js, log); err != nil {
+			return nil, nil, err
+		}
+		o.addr = cmp.Or(o.addr, ops.DefaultDevAddr)
+	}
 	if o.addr == "" {
 		return nil, func() {}, nil
 	}
@@ -182,7 +183,11 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 			return nil, nil, usageErr("--http-token-file: %v", err)
 		}
 	}
-	e, err := daemon.NewEndpoints(daemon.EndpointsConfig{Service: name, Addr: o.addr, Token: token, NC: nc, JS: js, Logger: log, Collectors: cs})
+	ecfg := daemon.EndpointsConfig{Service: name, Addr: o.addr, Token: token, NC: nc, JS: js, Logger: log, Collectors: cs}
+	if page != nil {
+		ecfg.Page, ecfg.Ready = page.Handler(), map[string]ops.Check{"page": page.Ready}
+	}
+	e, err := daemon.NewEndpoints(ecfg)
 	if errors.Is(err, ops.ErrTokenRequired) {
 		return nil, nil, usageErr("--http %s: %v", o.addr, err)
 	}
@@ -191,17 +196,20 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 	}
 	log.Info("serving /metrics, /healthz and /readyz", "http", e.Addr())
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The endpoints failing must not stop the service, which is what
-		// they only watch.
+	// A group without a context: the endpoints failing must not stop the
+	// service, which is what they only watch.
+	var g errgroup.Group
+	g.Go(func() error {
 		if err := e.Run(ctx); err != nil {
 			log.Error("http endpoints stopped", "err", err)
 		}
-	}()
+		return nil
+	})
+	if page != nil {
+		g.Go(func() error { return page.Run(ctx) })
+	}
 	return e, func() {
 		cancel()
-		<-done
+		_ = g.Wait()
 	}, nil
 }

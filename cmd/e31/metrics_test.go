@@ -27,6 +27,8 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/services/rent"
+	"github.com/e31net/e31/stack"
 )
 
 // scrape gets url and parses Prometheus' text exposition.
@@ -263,13 +265,14 @@ func TestEndpointsBeyondLoopbackNeedAToken(t *testing.T) {
 
 // serveOn runs service name as `e31 serve NAME --http 127.0.0.1:0` does,
 // on nc, until the test ends, and returns where its endpoints listen.
-func serveOn(t *testing.T, ctx context.Context, name string, nc *nats.Conn, js jetstream.JetStream, node nodeConfig) string {
+func serveOn(t *testing.T, ctx context.Context, name string, nc *nats.Conn, js jetstream.JetStream, cfgs stack.Configs) string {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	var cs []prometheus.Collector
 	if name == "rent" {
-		node.Scheduler = metrics.NewScheduler()
-		cs = append(cs, node.Scheduler)
+		sched := metrics.NewScheduler()
+		cfgs.Rent.Observer = sched
+		cs = append(cs, sched)
 	}
 	ends, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, nc, js, log, cs...)
 	if err != nil {
@@ -281,7 +284,7 @@ func serveOn(t *testing.T, ctx context.Context, name string, nc *nats.Conn, js j
 		t.Errorf("serve %s before it runs: /readyz %d %s, want 503 saying it is starting", name, code, body)
 	}
 	sctx, cancel := context.WithCancel(ends.Observe(ctx))
-	svc, err := newService(sctx, name, nc, js, log, node)
+	svc, err := stack.NewService(name, nc, js, cfgs, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +337,7 @@ func TestServeEndpoints(t *testing.T) {
 	}
 	addrs := map[string]string{}
 	for _, name := range []string{"ledger", "submit", "rent"} {
-		addrs[name] = serveOn(t, ctx, name, nc, js, nodeConfig{Instance: "rent-a"})
+		addrs[name] = serveOn(t, ctx, name, nc, js, stack.Configs{Rent: rent.Config{Instance: "rent-a"}})
 	}
 	for name, addr := range addrs {
 		waitReady(t, addr)
@@ -387,7 +390,7 @@ func TestServeEndpoints(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// A second RENT is a warm standby: ready, not leading.
-	standby := serveOn(t, ctx, "rent", nc, js, nodeConfig{Instance: "rent-b"})
+	standby := serveOn(t, ctx, "rent", nc, js, stack.Configs{Rent: rent.Config{Instance: "rent-b"}})
 	waitReady(t, standby)
 	fams, _ = scrape(t, "http://"+standby+"/metrics")
 	if leader, ok := value(fams, "e31_scheduler_leader"); !ok || leader != 0 {

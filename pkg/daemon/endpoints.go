@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -35,7 +37,16 @@ type EndpointsConfig struct {
 	Logger      *slog.Logger
 	// Collectors are the service's own metrics (RENT's scheduler).
 	Collectors []prometheus.Collector
+	// Page, if set, is served at / (ops.Config.Page).
+	Page http.Handler
+	// Ready are checks of /readyz beyond the service's own.
+	Ready map[string]ops.Check
 }
+
+// consumes are the services that read the log on durable consumers of
+// their own; the ledger reads it with a reader of its own, the page
+// (web) asks the others.
+var consumes = map[string]bool{"submit": true, "rent": true, "run": true, "output": true, "release": true}
 
 // Endpoints are one service process's /metrics, /healthz and /readyz: the
 // Go runtime and process, how its handlers fare, its durable consumers'
@@ -65,9 +76,11 @@ func NewEndpoints(cfg EndpointsConfig) (*Endpoints, error) {
 		"nats":    Connected(cfg.NC),
 		"service": e.ready,
 	}
-	if cfg.Service != "ledger" {
+	maps.Copy(ready, cfg.Ready)
+	if consumes[cfg.Service] {
 		ready["consumer"] = consumers.Ready
-	} else {
+	}
+	if cfg.Service == "ledger" {
 		// The ledger reads the log with a reader of its own, no durable
 		// consumer; it is ready once its records are rebuilt (its Ready).
 		e.logs = metrics.NewLogCollector(cfg.JS, cfg.Logger)
@@ -78,7 +91,7 @@ func NewEndpoints(cfg EndpointsConfig) (*Endpoints, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.srv, err = ops.Listen(ops.Config{Addr: cfg.Addr, Token: cfg.Token, Gatherer: reg, Ready: ready, Logger: cfg.Logger})
+	e.srv, err = ops.Listen(ops.Config{Addr: cfg.Addr, Token: cfg.Token, Gatherer: reg, Ready: ready, Page: cfg.Page, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
