@@ -83,11 +83,11 @@ func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) e
 		if _, err := kv.Put(ctx, "node."+name, []byte("b1")); err != nil {
 			return err
 		}
-		batch = append(batch, bus.Pending{Subject: name, Event: events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
+		batch = append(batch, bus.Pending{Subject: name, Event: &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
 	}
 	start := time.Now()
 	for i := 0; i < jobs; i++ {
-		batch = append(batch, bus.Pending{Subject: fmt.Sprintf("job-%06d", i), Event: events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}})
+		batch = append(batch, bus.Pending{Subject: fmt.Sprintf("job-%06d", i), Event: &events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}})
 		if len(batch) == 1024 {
 			if err := flush(); err != nil {
 				return err
@@ -140,7 +140,7 @@ func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) e
 // when total were.
 func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publisher, held *atomic.Int64, fill, total int64, first, done chan<- time.Duration) {
 	start := time.Now()
-	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"e31.job.*.held.*"}})
+	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.KindSubject(events.TypeComputeHeld)}})
 	if err != nil {
 		return
 	}
@@ -161,7 +161,7 @@ func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publishe
 			continue
 		}
 		h := env.Event.(*events.ComputeHeld)
-		rel := bus.Pending{Subject: env.Subject, Event: events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true}}
+		rel := bus.Pending{Subject: env.Subject, Event: &events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true}}
 		n := held.Add(1)
 		switch {
 		case n == total:
@@ -197,7 +197,7 @@ func poolCosts(jobs, nodes int) (perJob, shortUS, deepUS float64) {
 	runtime.ReadMemStats(&before)
 	p := rent.NewPool(rent.PoolConfig{}, nil)
 	for i := 0; i < jobs; i++ {
-		env := events.New(fmt.Sprintf("job-%06d", i), events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}, "bench", time.Now())
+		env := events.New(fmt.Sprintf("job-%06d", i), &events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}, "bench", time.Now())
 		env.Seq = uint64(i + 1)
 		p.Apply(env)
 	}
@@ -223,11 +223,11 @@ func decideCost(queued, nodes int) float64 {
 	}
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("n%04d", i)
-		apply(name, events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40})
+		apply(name, &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40})
 	}
 	total := queued + nodes*4
 	for i := 0; i < total; i++ {
-		apply(fmt.Sprintf("job-%06d", i), events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)})
+		apply(fmt.Sprintf("job-%06d", i), &events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)})
 	}
 	var holds []events.ComputeHeld
 	var ids []string
@@ -238,8 +238,8 @@ func decideCost(queued, nodes int) float64 {
 		}
 		for _, d := range ds {
 			apply(d.Job, d.Event)
-			if h, ok := d.Event.(events.ComputeHeld); ok {
-				holds, ids = append(holds, h), append(ids, d.Job)
+			if h, ok := d.Event.(*events.ComputeHeld); ok {
+				holds, ids = append(holds, *h), append(ids, d.Job)
 			}
 		}
 	}
@@ -248,14 +248,14 @@ func decideCost(queued, nodes int) float64 {
 	for r := 0; r < rounds && len(holds) > 0; r++ {
 		h, id := holds[0], ids[0]
 		holds, ids = holds[1:], ids[1:]
-		apply(id, events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
+		apply(id, &events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
 		t0 := time.Now()
 		ds := p.Decide(256)
 		spent += time.Since(t0)
 		for _, d := range ds {
 			apply(d.Job, d.Event)
-			if nh, ok := d.Event.(events.ComputeHeld); ok {
-				holds, ids = append(holds, nh), append(ids, d.Job)
+			if nh, ok := d.Event.(*events.ComputeHeld); ok {
+				holds, ids = append(holds, *nh), append(ids, d.Job)
 			}
 		}
 	}

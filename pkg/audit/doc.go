@@ -3,9 +3,10 @@
 // the ledger's.
 //
 // It shares nothing with the ledger's projection but the event types
-// (pkg/events) and the record's shape (pkg/api): it reads raw stored
+// (pkg/events) and the record's shape (pkg/hold): it reads raw stored
 // messages with a reader of its own, computes event digests and the hash
-// chain with code of its own from the written definition (api.DigestVersion),
+// chain with code of its own from the written definition (pkg/chain/SPEC.md,
+// checked against its golden vectors like the ledger's),
 // groups messages by job, and derives each record from the job's whole
 // history at once, where the ledger folds events one by one as they come.
 // Two independent derivations that agree field by field are the evidence

@@ -124,12 +124,11 @@ func NewSubscriber(js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, e
 	return &Subscriber{js: js, cfg: cfg, closing: make(chan struct{}), failed: make(chan error, 1)}, nil
 }
 
-// JobKey is the job id of a job event subject (e31.job.<id>.…), else the subject.
+// JobKey is the job a subject is about (events.JobOf: a job's event, its
+// timer), else the subject itself.
 func JobKey(subject string) string {
-	if rest, ok := strings.CutPrefix(subject, "e31.job."); ok {
-		if i := strings.IndexByte(rest, '.'); i > 0 {
-			return rest[:i]
-		}
+	if job := events.JobOf(subject); job != "" {
+		return job
 	}
 	return subject
 }

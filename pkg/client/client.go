@@ -14,12 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Config says how to reach e31 and as whom.
@@ -310,7 +310,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 			Error string `json:"error"`
 			Code  string `json:"code"`
 		}
-		if json.Unmarshal(m.Data, &head) == nil && head.Code == api.CodeBusy {
+		if json.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
 			busy = fmt.Errorf("%w: %s", ErrBusy, head.Error)
 			return nil, busy
 		}
@@ -342,14 +342,12 @@ func busyBackoff() backoff.BackOff {
 
 // ledger is the subject of one of the ledger's endpoints for the client's
 // user.
-func (c *Client) ledger(endpoint string) string { return api.LedgerSubject(c.who.User, endpoint) }
+func (c *Client) ledger(endpoint string) string { return wire.LedgerSubject(c.who.User, endpoint) }
 
+// serviceOf names the service a query subject asks, for errors.
 func serviceOf(subject string) string {
-	switch {
-	case strings.HasSuffix(subject, ".rent."+api.EndpointWhy):
-		return "rent"
-	case strings.HasSuffix(subject, ".output.stored"):
-		return "output"
+	if s := wire.ServiceOf(subject); s != "" {
+		return s
 	}
 	return "ledger"
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // JobEvents asks the ledger for a job's events from sequence after on, as
@@ -19,13 +19,13 @@ import (
 // the job's next event; with fresh, the ledger first reads everything
 // logged so far. It is how anyone, a submitter included, reads one job's
 // events: the ledger checks that the job is the asker's.
-func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (api.EventsReply, error) {
-	var reply api.EventsReply
-	q := api.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
-	if err := c.request(ctx, c.ledger(api.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
+func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (wire.EventsReply, error) {
+	var reply wire.EventsReply
+	q := wire.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
+	if err := c.request(ctx, c.ledger(wire.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
 		return reply, err
 	}
-	if reply.Code == api.CodeNoSuchJob {
+	if reply.Code == wire.CodeNoSuchJob {
 		return reply, fmt.Errorf("%w: %s", ErrNoSuchJob, job)
 	}
 	if reply.Error != "" {
@@ -37,7 +37,7 @@ func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait t
 // FollowJob calls fn with each of a job's events, from the first, until fn
 // returns false or ctx ends; with untilOver, also once the job is over and
 // its events are read.
-func (c *Client) FollowJob(ctx context.Context, job string, untilOver bool, fn func(api.StoredEvent) bool) error {
+func (c *Client) FollowJob(ctx context.Context, job string, untilOver bool, fn func(wire.StoredEvent) bool) error {
 	var after uint64
 	fresh := true
 	for {
@@ -64,13 +64,13 @@ func (c *Client) FollowJob(ctx context.Context, job string, untilOver bool, fn f
 // Events calls fn with each of a job's events logged so far, asked of the
 // ledger; with follow, also with those to come, until the job is over. It
 // stops at fn's first error and returns it.
-func (c *Client) Events(ctx context.Context, job string, follow bool, fn func(api.StoredEvent) error) error {
+func (c *Client) Events(ctx context.Context, job string, follow bool, fn func(wire.StoredEvent) error) error {
 	if err := validJob(job); err != nil {
 		return err
 	}
 	var ferr error
 	if follow {
-		err := c.FollowJob(ctx, job, true, func(e api.StoredEvent) bool {
+		err := c.FollowJob(ctx, job, true, func(e wire.StoredEvent) bool {
 			ferr = fn(e)
 			return ferr == nil
 		})
@@ -100,7 +100,7 @@ func (c *Client) Events(ctx context.Context, job string, follow bool, fn func(ap
 // with none), in log order, up to the end of the log as of the call or,
 // with follow, for ever. It reads the log itself: only the auditor and the
 // operator may (ErrNotPermitted for others).
-func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn func(api.StoredEvent) error) error {
+func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn func(wire.StoredEvent) error) error {
 	if err := c.NeedLog("reading the whole log"); err != nil {
 		return err
 	}
@@ -131,7 +131,7 @@ func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn fun
 		if err != nil {
 			return err
 		}
-		if err := fn(api.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())); err != nil {
+		if err := fn(wire.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())); err != nil {
 			return err
 		}
 		if !follow && md.NumPending == 0 {
@@ -178,14 +178,14 @@ func (c *Client) Follow(ctx context.Context, filter string, fn func(events.Envel
 }
 
 // Decode decodes a stored event, with its sequence.
-func Decode(m api.StoredEvent) (events.Envelope, error) {
+func Decode(m wire.StoredEvent) (events.Envelope, error) {
 	env, err := events.Decode(m.Subject, nats.Header(m.Headers), storedBody(m))
 	env.Seq = m.Seq
 	return env, err
 }
 
 // storedBody is the exact body of a stored event.
-func storedBody(m api.StoredEvent) []byte {
+func storedBody(m wire.StoredEvent) []byte {
 	if m.BodyBase64 != "" {
 		if b, err := base64.StdEncoding.DecodeString(m.BodyBase64); err == nil {
 			return b

@@ -7,10 +7,10 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -30,7 +30,7 @@ func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 	}
 	id := u.String()
 	req := events.JobRequested{Submitter: c.who.Name, Spec: spec}
-	if _, err := c.Append(ctx, id, req, bus.ExpectLast(0)); err != nil {
+	if _, err := c.Append(ctx, id, &req, bus.ExpectLast(0)); err != nil {
 		if errors.Is(err, bus.ErrConflict) {
 			return "", fmt.Errorf("job id %s is already in use; submit again", id)
 		}
@@ -60,7 +60,7 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
 			point := spec
 			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
-			batch = append(batch, bus.Pending{Subject: ids[i], Event: events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true})
+			batch = append(batch, bus.Pending{Subject: ids[i], Event: &events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true})
 		}
 		subjects := make([]string, len(batch))
 		for i, p := range batch {
@@ -160,7 +160,7 @@ func HumanBytes(n int64) string {
 // Cancel asks for a job to be stopped: its compute is released and its
 // output so far returned. It returns the job's record as it was when
 // asked; a job already over (rec.Over()) is left as it is.
-func (c *Client) Cancel(ctx context.Context, job, reason string) (*api.HoldRecord, error) {
+func (c *Client) Cancel(ctx context.Context, job, reason string) (*hold.HoldRecord, error) {
 	rec, err := c.Record(ctx, job)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func (c *Client) Cancel(ctx context.Context, job, reason string) (*api.HoldRecor
 	if rec.Over() {
 		return rec, nil
 	}
-	if _, err := c.Append(ctx, rec.Job, events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
+	if _, err := c.Append(ctx, rec.Job, &events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
 		return rec, err
 	}
 	return rec, nil

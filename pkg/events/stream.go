@@ -14,17 +14,9 @@ import (
 const (
 	// Stream is the log of every job and node event: the source of truth.
 	Stream = "E31"
-	// JobSubjects matches every job event: e31.job.<job>.<kind>[.<node>].
-	JobSubjects = "e31.job.>"
-	// NodeSubjects matches every node event: e31.node.<node>.<kind>.
-	NodeSubjects = "e31.node.>"
-
 	// PoisonStream keeps events a service could never handle, with the reason,
 	// so that nothing is dropped silently.
 	PoisonStream = "E31_POISON"
-	// PoisonSubjects matches e31.poison.<service>.
-	PoisonSubjects = "e31.poison.>"
-
 	// DataBucket names the object stores of staged data and returned output,
 	// content addressed by digest: each submitter has its own,
 	// DataBucketFor(submitter). The bucket of that name alone is for tests
@@ -58,86 +50,6 @@ func ValidID(id string) bool {
 		}
 	}
 	return true
-}
-
-// JobSubject is the subject of every event of one job: the filter for reading
-// its history and the scope of its optimistic concurrency.
-func JobSubject(job string) string { return "e31.job." + job + ".>" }
-
-// HeldSubject is what a node's consumer filters on to see its own holds.
-func HeldSubject(node string) string { return "e31.job.*.held." + node }
-
-// KindSubject matches one kind of job event for every job, e.g.
-// "e31.job.*.submitted", or "e31.job.*.requested.*" for the kinds that end
-// with a node or an identity.
-func KindSubject(ceType string) string {
-	switch ceType {
-	case TypeComputeHeld, TypeJobRequested, TypeCancelRequested, TypeDeleteRequested:
-		return "e31.job.*." + kinds[ceType].token + ".*"
-	}
-	return "e31.job.*." + kinds[ceType].token
-}
-
-// RequestSubject is where a submitter publishes a request for job: only
-// there may it, with the permissions e31 gives submitters.
-func RequestSubject(job, submitter string) string {
-	return "e31.job." + job + ".requested." + submitter
-}
-
-// LogSubject is where a run node publishes, as it comes, what attempt of
-// job writes, for its submitter's `e31 logs --follow`: plain NATS, stored
-// nowhere, so that no one following costs nothing. Only the submitter (and
-// the operator) may subscribe to LogSubjects(submitter).
-func LogSubject(submitter, job string, attempt int) string {
-	return fmt.Sprintf("e31.logs.%s.%s.%d", submitter, job, attempt)
-}
-
-// LogSubjects matches every LogSubject of submitter's jobs; "*" for every
-// submitter's.
-func LogSubjects(submitter string) string { return "e31.logs." + submitter + ".>" }
-
-// SubjectOf is where an event about subject (a job or node id) is stored.
-func SubjectOf(subject string, ev Event) (string, error) {
-	if !ValidID(subject) {
-		return "", fmt.Errorf("events: %q is not a valid id (letters, digits, '-' and '_', at most 64)", subject)
-	}
-	k, ok := kinds[ev.Type()]
-	if !ok {
-		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
-	}
-	if _, ok := ev.(interface{ boot() string }); ok {
-		return "e31.node." + subject + "." + k.token, nil
-	}
-	s := "e31.job." + subject + "." + k.token
-	// Some kinds end with one more token: the node a hold is for, so that
-	// each node's consumer sees its own holds; the submitter of a request
-	// and the sender of a cancel, so that the server's permissions (alice
-	// may publish only ...requested.alice) bind the identity to the event.
-	var tail, what string
-	switch e := ev.(type) {
-	case *ComputeHeld:
-		tail, what = e.Node, "node"
-	case ComputeHeld:
-		tail, what = e.Node, "node"
-	case *JobRequested:
-		tail, what = e.Submitter, "submitter"
-	case JobRequested:
-		tail, what = e.Submitter, "submitter"
-	case *CancelRequested:
-		tail, what = e.By, "by"
-	case CancelRequested:
-		tail, what = e.By, "by"
-	case *DeleteRequested:
-		tail, what = e.By, "by"
-	case DeleteRequested:
-		tail, what = e.By, "by"
-	default:
-		return s, nil
-	}
-	if !ValidID(tail) {
-		return "", fmt.Errorf("events: %s %q is not a valid id (letters, digits, '-' and '_', at most 64)", what, tail)
-	}
-	return s + "." + tail, nil
 }
 
 // StreamOptions are the deployment choices for the streams.

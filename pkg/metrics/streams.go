@@ -97,8 +97,10 @@ func (c *StreamCollector) poison(ctx context.Context, ch chan<- prometheus.Metri
 		return fmt.Errorf("metrics: %s: %w", events.PoisonStream, err)
 	}
 	for subject, n := range info.State.Subjects {
-		// e31.poison.<service>: the service is the subject's last token.
-		service := subject[strings.LastIndexByte(subject, '.')+1:]
+		service := subject
+		if s, err := events.ParseSubject(subject); err == nil {
+			service = s.Service
+		}
 		ch <- prometheus.MustNewConstMetric(descPoison, prometheus.GaugeValue, float64(n), service)
 	}
 	return nil

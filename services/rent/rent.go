@@ -34,11 +34,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // maxHoldsPerPass bounds the holds appended in one round trip.
@@ -174,7 +174,7 @@ func (s *Service) Run(ctx context.Context) error {
 	// Served for every user, e31.api.*.rent.why: the user is read from the
 	// subject each request came on.
 	queries := query.New(s.nc, query.Config{Name: "e31-rent", Version: "0.2.0", Description: "why a job waits", Limits: s.queryLimits, Logger: s.log})
-	queries.Handle(api.EndpointWhy, api.RentWhySubject("*"), s.why)
+	queries.Handle(wire.EndpointWhy, wire.RentWhySubject("*"), s.why)
 	if err := queries.Start(ctx); err != nil {
 		return fmt.Errorf("rent: %w", err)
 	}
@@ -499,7 +499,7 @@ func (s *Service) schedule(ctx context.Context) error {
 				s.pool.Apply(stored[i])
 				applied++
 				s.logDecision(decisions[i], stored[i])
-				if _, ok := decisions[i].Event.(events.ComputeHeld); ok {
+				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {
 					holds++
 				}
 			case errors.Is(err, bus.ErrConflict):
@@ -529,7 +529,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for name, boot := range pending {
-		env, err := s.pub.Append(ctx, name, events.NodeExpired{Node: name, Boot: boot,
+		env, err := s.pub.Append(ctx, name, &events.NodeExpired{Node: name, Boot: boot,
 			Reason: "its lease was not renewed in time: the node is counted lost until it announces itself again"})
 		if err != nil {
 			return fmt.Errorf("rent: record node %s expired: %w", name, err)
@@ -547,13 +547,13 @@ func (s *Service) recordExpired(ctx context.Context) error {
 
 func (s *Service) logDecision(d Decision, stored events.Envelope) {
 	switch e := d.Event.(type) {
-	case events.ComputeHeld:
+	case *events.ComputeHeld:
 		s.log.Info("compute held", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
-	case events.JobCancelled:
+	case *events.JobCancelled:
 		s.log.Info("job cancelled before it was held", "job", d.Job, "seq", stored.Seq)
-	case events.JobRejected:
+	case *events.JobRejected:
 		s.log.Info("job rejected", "job", d.Job, "reason", e.Reason, "seq", stored.Seq)
-	case events.HoldLost:
+	case *events.HoldLost:
 		s.log.Warn("attempt lost with its node", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
 	}
 }
@@ -563,9 +563,9 @@ func (s *Service) logDecision(d Decision, stored events.Envelope) {
 // be told about one the scheduler has never seen; and never how many jobs
 // wait in all.
 func (s *Service) why(r *query.Request) {
-	var q api.WhyRequest
+	var q wire.WhyRequest
 	if err := json.Unmarshal(r.Data(), &q); err != nil || q.Job == "" {
-		r.Respond(api.WhyReply{Error: "expected {\"job\": ID}"})
+		r.Respond(wire.WhyReply{Error: "expected {\"job\": ID}"})
 		return
 	}
 	deadline := r.Deadline(5 * time.Second)
@@ -585,7 +585,7 @@ func (s *Service) why(r *query.Request) {
 			return
 		}
 		if !changed {
-			r.Respond(api.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
+			r.Respond(wire.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
 			return
 		}
 	}

@@ -271,14 +271,14 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 		labels[k] = v
 	}
 	if c, ok := s.cfg.Executor.(interface{ Containers() bool }); ok && c.Containers() {
-		labels[LabelContainers] = "true"
+		labels[events.LabelContainers] = "true"
 	}
 	ann := events.NodeAnnounced{
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
 	}
-	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
+	if _, err := s.pub.Append(ctx, s.cfg.Node, &ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
 	}
 	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes,
@@ -454,7 +454,7 @@ func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Eve
 			}
 		}
 	}
-	return []events.Event{stopped}
+	return []events.Event{&stopped}
 }
 
 // outputOf is the output an earlier, succeeded job returned, as data.
@@ -514,15 +514,15 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 	none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: held.Spec.Output}
 	switch {
 	case hasResult:
-		return []events.Event{result}
+		return []events.Event{&result}
 	case started:
-		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
+		return []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
 			Reason: "the run node restarted while the job ran; e31 does not run an attempt twice"}}
 	case cancelled:
-		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
+		return []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
 			Reason: "cancelled before it started"}}
 	}
-	return []events.Event{events.RunStarted{Hold: held.Hold, Isolation: isolation}}
+	return []events.Event{&events.RunStarted{Hold: held.Hold, Isolation: isolation}}
 }
 
 // isolationOf is the isolation the executor runs the held job under: what

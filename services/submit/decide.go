@@ -69,7 +69,7 @@ func Decide(job string, req *events.JobRequested, st State) events.Event {
 		return nil
 	}
 	if reason := limits.Admit(st.Limits, *st.Usage); reason != "" {
-		return events.JobRejected{Reason: reason}
+		return &events.JobRejected{Reason: reason}
 	}
 	if st.Refs == nil {
 		return nil
@@ -116,7 +116,7 @@ func Decide(job string, req *events.JobRequested, st State) events.Event {
 	if len(problems) > 0 {
 		return rejection(problems)
 	}
-	return events.JobSubmitted{Submitter: req.Submitter, Spec: spec}
+	return &events.JobSubmitted{Submitter: req.Submitter, Spec: spec}
 }
 
 // Once decides a request at most once: ev, unless the job's log already
@@ -138,8 +138,8 @@ const maxReasonProblems = 8
 
 // rejection names every problem in the reason, which is what the hold
 // record and `e31 status` show.
-func rejection(problems []string) events.JobRejected {
-	r := events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
+func rejection(problems []string) *events.JobRejected {
+	r := &events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
 	if len(problems) > maxReasonProblems {
 		r.Reason += fmt.Sprintf("; and %d more", len(problems)-maxReasonProblems)
 	}

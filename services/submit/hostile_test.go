@@ -3,7 +3,6 @@ package submit_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,12 +32,12 @@ func garbage(t *testing.T, f *fixture, job, who string) {
 	publish("e31.job."+job+".requested."+who, []byte("{not json"), nil)
 	publish("e31.job."+job+".cancel."+who, []byte("junk"), nil)
 	publish("e31.job."+job+".delete."+who, []byte(`{"what":"all"}`), nats.Header{"ce-type": {events.TypeDeleteRequested}})
-	rej, err := events.New(job, events.JobRejected{Reason: "mallory says so"}, who, time.Now()).Msg()
+	rej, err := events.New(job, &events.JobRejected{Reason: "mallory says so"}, who, time.Now()).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}
 	publish("e31.job."+job+".requested."+who, rej.Data, rej.Header)
-	second := events.New(job, events.JobRequested{Submitter: who, Spec: validSpec()}, who, time.Now())
+	second := events.New(job, &events.JobRequested{Submitter: who, Spec: validSpec()}, who, time.Now())
 	second.ID += "-mine"
 	if _, err := f.pub.AppendEnvelope(f.ctx, second); err != nil {
 		t.Fatal(err)
@@ -59,7 +58,7 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	if _, err := f.js.Publish(f.ctx, "e31.job.early.cancel.mallory", []byte("junk")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pub.Append(f.ctx, "early", events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
+	if _, err := f.pub.Append(f.ctx, "early", &events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
 		t.Fatal(err)
 	}
 	victim := f.request(t, "victim", "alice", validSpec())
@@ -77,7 +76,11 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	for range want {
 		select {
 		case m := <-decided:
-			job, kind := bus.JobKey(m.Subject()), m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
+			s, err := events.ParseSubject(m.Subject())
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, kind := s.Job, s.Kind
 			if want[job] != kind {
 				t.Errorf("%s: %s, want %s", job, kind, want[job])
 			}

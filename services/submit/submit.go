@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -157,11 +156,11 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 // under an id already in use goes to the poison stream, and the job it
 // names goes on as if it were not there.
 func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, problem error) error {
-	parts := strings.Split(subject, ".")
-	if len(parts) != 5 || parts[3] != "requested" || !events.ValidID(parts[2]) || seq == 0 {
+	subj, err := events.ParseSubject(subject)
+	if err != nil || !subj.IsRequest() || seq == 0 {
 		return bus.Permanent(problem)
 	}
-	job := parts[2]
+	job := subj.Job
 	first, err := s.firstSeq(ctx, job)
 	if err != nil {
 		return err
@@ -169,10 +168,17 @@ func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, pr
 	if first != seq {
 		return bus.Permanent(fmt.Errorf("%w: %s, and the request cannot be read: %v", ErrIDInUse, job, problem))
 	}
-	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + strings.TrimPrefix(problem.Error(), "decode event on "+subject+": ")
+	// The reason says what is wrong with the body; the subject is the
+	// submitter's own and needs no repeating.
+	what := problem
+	var de *events.DecodeError
+	if errors.As(problem, &de) {
+		what = de.Err
+	}
+	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + what.Error()
 	trigger := events.Envelope{Subject: job, Seq: seq}
 	stored, err := s.pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
-		return Once(after, events.JobRejected{Reason: reason}), nil
+		return Once(after, &events.JobRejected{Reason: reason}), nil
 	})
 	if err != nil {
 		return fmt.Errorf("reject unreadable request %s: %w", job, err)
