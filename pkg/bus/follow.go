@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // Follower reads the event log in order from a sequence on, for ever: what
@@ -75,25 +76,20 @@ func (f *Follower) start() error {
 }
 
 // restart drops the current consumer and makes another from where the
-// reading is, trying again while it fails for a reason that passes.
+// reading is, trying again while it fails for a reason that passes, and
+// for a while while the stream is not found (a restarting cluster).
 func (f *Follower) restart() error {
 	f.drop()
-	delay := 100 * time.Millisecond
-	for {
-		err := f.start()
-		if err == nil || f.ctx.Err() != nil {
-			return err
+	var gone time.Time
+	return retry.Do(f.ctx, retry.Consumer, f.start, retry.If(func(err error) bool {
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return retry.Transient(err)
 		}
-		if !events.Transient(err) && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return err
+		if gone.IsZero() {
+			gone = time.Now()
 		}
-		select {
-		case <-f.ctx.Done():
-			return f.ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
+		return time.Since(gone) < retry.StreamGone
+	}))
 }
 
 // drop stops pulling and deletes the consumer, as far as it can: the

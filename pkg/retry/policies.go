@@ -13,12 +13,12 @@ var (
 	// (OUTPUT's, the metrics') stands still meanwhile, and says so.
 	Follow = Policy{First: 250 * time.Millisecond, Max: 5 * time.Second}
 
-	// StreamGone is how long a follower waits for the log's stream to be
-	// found again: a restarting cluster knows its streams again within
-	// seconds; a stream that stays gone was deleted, and a projection
-	// that would wait for it for ever would lead or answer from a log
-	// that no longer exists.
-	StreamGone = Policy{First: 250 * time.Millisecond, Max: 2 * time.Second, For: 10 * time.Second}
+	// StreamGone is how long a follower keeps trying (with Consumer's
+	// pauses) while the log's stream is not found: a restarting cluster
+	// knows its streams again within seconds; a stream that stays gone was
+	// deleted, and a projection that waited for it for ever would lead or
+	// answer from a log that no longer exists.
+	StreamGone = 10 * time.Second
 
 	// Watch watches the node leases again after the watch failed.
 	Watch = Policy{First: 250 * time.Millisecond, Max: 5 * time.Second}
