@@ -73,12 +73,14 @@ type Service struct {
 	grace  time.Duration
 	now    func() time.Time
 
-	// mu guards refs, applied and caughtUp; changed is closed and replaced
-	// whenever refs moves on.
-	mu       sync.Mutex
-	refs     *Refs
-	changed  chan struct{}
-	caughtUp bool
+	// tail reads the log into refs and says how far refs is: a waiter
+	// takes its Changed channel before it reads refs.
+	tail  *bus.Tail
+	start time.Time // of the rebuild
+
+	// mu guards refs.
+	mu   sync.Mutex
+	refs *Refs
 
 	// sweepMu serializes sweeps, which share the object indexes, one per
 	// store.
@@ -112,9 +114,10 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	s := &Service{
 		js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "output"),
 		verify: cfg.Verifier, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
-		refs: NewRefs(), changed: make(chan struct{}), index: map[stage.Store]*objectIndex{},
+		refs: NewRefs(), index: map[stage.Store]*objectIndex{},
 		queryLimits: cfg.Queries,
 	}
+	s.tail = s.newTail()
 	return s, nil
 }
 
