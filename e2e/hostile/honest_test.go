@@ -164,17 +164,9 @@ func aftermath(t *testing.T, s *suite, attack string, before uint64, jobs ...hon
 		wg.Wait()
 		reportForeign(t, attack, s.w.foreign(t, before, mallory))
 
-		// Readers' consumers go away a few seconds after their last use.
-		var n int
-		var names string
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			n, names = s.w.consumers(t)
-			if n <= s.baseline || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(500 * time.Millisecond) // sampling a level, not waiting for an event
-		}
+		// Readers' consumers go away a few seconds after their last use:
+		// count again each time the server says it deleted one.
+		n, names := s.w.consumersGone(t, s.baseline, 15*time.Second)
 		if n > s.baseline {
 			t.Errorf("%s: the %s stream has %d consumers 15 s after the attack, %d at rest: %s",
 				attack, logStream, n, s.baseline, clip(names, 800))

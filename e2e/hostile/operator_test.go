@@ -170,6 +170,35 @@ func (w *watcher) consumers(t testing.TB) (int, string) {
 	return n, strings.Join(parts, "; ")
 }
 
+// consumersGone waits until the log has at most want consumers, counting
+// them again whenever the server advises that one of the log's consumers
+// was deleted, and returns the count (and what they are) at that point or
+// when patience runs out.
+func (w *watcher) consumersGone(t testing.TB, want int, patience time.Duration) (int, string) {
+	t.Helper()
+	deleted := make(chan *nats.Msg, 64)
+	sub, err := w.nc.ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED."+logStream+".>", deleted)
+	if err != nil {
+		t.Fatalf("watch consumer deletions: %v", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := w.nc.Flush(); err != nil {
+		t.Fatalf("watch consumer deletions: %v", err)
+	}
+	deadline := time.After(patience)
+	for {
+		n, names := w.consumers(t)
+		if n <= want {
+			return n, names
+		}
+		select {
+		case <-deleted:
+		case <-deadline:
+			return n, names
+		}
+	}
+}
+
 // settledConsumers is the log's consumer count once it stops falling:
 // what the services keep while nothing happens. Readers' ephemeral
 // consumers go away on their own a few seconds after their last use.
