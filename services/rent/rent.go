@@ -140,6 +140,8 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.dropOldConsumer(ctx)
 	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		// Not Again: a pool that stopped following the log must not go on
@@ -167,6 +169,7 @@ func (s *Service) Run(ctx context.Context) error {
 	queries := query.New(s.nc, query.Config{Name: "e31-rent", Version: "0.2.0", Description: "why a job waits", Limits: s.queryLimits, Logger: s.log})
 	queries.Handle(api.EndpointWhy, api.RentWhySubject("*"), s.why)
 	if err := queries.Start(ctx); err != nil {
+		cancel()
 		return errors.Join(fmt.Errorf("rent: %w", err), g.Wait())
 	}
 	s.queries.Store(queries)
