@@ -108,7 +108,9 @@ func TestTailOfAnEmptyLogIsCaughtUpAtOnce(t *testing.T) {
 	tail := bus.NewTail(js, bus.TailOptions{})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- tail.Run(runCtx, func(context.Context, []*jetstream.RawStreamMsg) error { return nil }) }()
+	go func() {
+		done <- tail.Run(runCtx, func(context.Context, []*jetstream.RawStreamMsg) error { return nil })
+	}()
 	select {
 	case <-tail.CaughtUp():
 	case <-ctx.Done():
