@@ -10,8 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/client"
 )
 
 func auditCmd(a *app) *cobra.Command {
@@ -77,30 +78,17 @@ changed in the log shows as a different digest at its sequence.`,
 				if records != "" {
 					return usageErr("--records compares a copy of the records with a copy of the log: give --from too")
 				}
-				c, err := a.dial(ctx)
+				err := a.with(ctx, func(c *client.Client) error {
+					if err := c.NeedLog("e31 audit"); err != nil {
+						return err
+					}
+					var err error
+					rep, err = c.Audit(ctx, heads)
+					return err
+				})
 				if err != nil {
 					return err
 				}
-				defer c.close()
-				if err := c.needLog("e31 audit"); err != nil {
-					return err
-				}
-				// The ledger's head is taken before the log is read, so the
-				// log read covers it: the two chains must agree there.
-				info, err := c.head(ctx)
-				if err != nil {
-					return err
-				}
-				au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})
-				if err := au.ReadStream(ctx, c.js); err != nil {
-					return troubleErr(err)
-				}
-				rep = au.Finish()
-				recs, err := c.allRecords(ctx, api.ListRequest{})
-				if err != nil {
-					return err
-				}
-				rep.Compare(recs, true)
 			}
 			if asJSON {
 				if err := writeJSON(a.out, rep); err != nil {

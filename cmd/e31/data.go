@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/stage"
 )
 
 // What a job keeps in the store (its staged data and its output) lives
@@ -45,32 +44,28 @@ func dataLsCmd(a *app) *cobra.Command {
 		Short: "List the jobs whose data or output is still stored, and when it expires",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			c, err := a.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			q := api.StoredRequest{Deleted: deleted}
-			if !all {
-				q.Submitter = c.who.Name
-			}
-			jobs, err := c.stored(ctx, q)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(a.out, jobs)
-			}
-			fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", "JOB", "DATA", "OUTPUT", "EXPIRES", "NAME")
-			for _, j := range jobs {
-				expires := "(running)"
-				if j.Expires != nil {
-					expires = j.Expires.UTC().Format("2006-01-02T15:04:05Z")
+			return a.with(cmd.Context(), func(c *client.Client) error {
+				q := api.StoredRequest{Deleted: deleted}
+				if !all {
+					q.Submitter = c.Who().Name
 				}
-				fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", j.Job, partText(j.Data), partText(j.Output), expires, j.Name)
-			}
-			return nil
+				jobs, err := c.Stored(cmd.Context(), q)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(a.out, jobs)
+				}
+				fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", "JOB", "DATA", "OUTPUT", "EXPIRES", "NAME")
+				for _, j := range jobs {
+					expires := "(running)"
+					if j.Expires != nil {
+						expires = j.Expires.UTC().Format("2006-01-02T15:04:05Z")
+					}
+					fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", j.Job, partText(j.Data), partText(j.Output), expires, j.Name)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "every submitter's jobs, not only yours")
@@ -107,18 +102,14 @@ func dataRmCmd(a *app) *cobra.Command {
 			case all:
 				what = events.WhatAll
 			}
-			ctx := cmd.Context()
-			c, err := a.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			for _, id := range args {
-				if err := c.deleteStored(ctx, id, what, reason, timeout); err != nil {
-					return err
+			return a.with(cmd.Context(), func(c *client.Client) error {
+				for _, id := range args {
+					if err := deleteStored(cmd.Context(), a, c, id, what, reason, timeout); err != nil {
+						return err
+					}
 				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&output, "output", false, "delete the jobs' output instead of their data")
@@ -128,104 +119,28 @@ func dataRmCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// stored asks OUTPUT what jobs keep, as of everything logged so far.
-func (c *client) stored(ctx context.Context, q api.StoredRequest) ([]api.Stored, error) {
-	seq, fresh, err := c.asOfNow(ctx)
-	if err != nil {
-		return nil, err
+// deleteStored deletes what a job keeps and says what it did.
+func deleteStored(ctx context.Context, a *app, c *client.Client, id, what, reason string, timeout time.Duration) error {
+	d, err := c.Delete(ctx, id, what, reason, timeout)
+	if d.Nothing {
+		fmt.Fprintf(a.out, "job %s keeps nothing in the store\n", id)
 	}
-	q.MinSeq, q.Fresh = seq, fresh
-	var all []api.Stored
-	for {
-		var reply api.StoredReply
-		if err := c.request(ctx, api.OutputStoredSubject(c.who.User), q, &reply, 15*time.Second); err != nil {
-			return nil, err
-		}
-		if reply.Error != "" {
-			return nil, troubleErr(errors.New(reply.Error))
-		}
-		all = append(all, reply.Jobs...)
-		if !reply.More || len(reply.Jobs) == 0 {
-			return all, nil
-		}
-		q.After = reply.Jobs[len(reply.Jobs)-1].Job
-	}
-}
-
-// deleteStored asks OUTPUT to delete what a job keeps and, if the job is
-// over, waits until the deletion is in the log.
-func (c *client) deleteStored(ctx context.Context, id, what, reason string, timeout time.Duration) error {
-	if !events.ValidID(id) {
-		return usageErr("%q is not a job id", id)
-	}
-	found, err := c.stored(ctx, api.StoredRequest{Job: id, Deleted: true})
-	if err != nil {
-		return err
-	}
-	if len(found) == 0 {
-		fmt.Fprintf(c.a.out, "job %s keeps nothing in the store\n", id)
-		return nil
-	}
-	st := found[0]
-	var todo []string
-	for _, w := range []string{events.WhatData, events.WhatOutput} {
-		part := st.Data
-		if w == events.WhatOutput {
-			part = st.Output
-		}
+	var asked []string
+	for _, p := range d.Parts {
 		switch {
-		case what != events.WhatAll && what != w:
-		case part.DeletedAt != nil:
-			fmt.Fprintf(c.a.out, "job %s: %s already deleted at %s\n", id, w, part.DeletedAt.UTC().Format(time.RFC3339))
-		case part.Files == 0 && st.Over:
-			fmt.Fprintf(c.a.out, "job %s has no %s stored\n", id, w)
+		case p.DeletedAt != nil:
+			fmt.Fprintf(a.out, "job %s: %s already deleted at %s\n", id, p.What, p.DeletedAt.UTC().Format(time.RFC3339))
+		case p.None:
+			fmt.Fprintf(a.out, "job %s has no %s stored\n", id, p.What)
 		default:
-			todo = append(todo, w)
+			asked = append(asked, p.What)
 		}
 	}
-	if len(todo) == 0 {
-		return nil
+	if d.Later {
+		fmt.Fprintf(a.out, "job %s: deletion of its %s requested; it is done when the job ends\n", id, strings.Join(asked, " and "))
 	}
-	ask := what
-	if len(todo) == 1 {
-		ask = todo[0]
-	}
-	if _, err := c.append(ctx, id, events.DeleteRequested{What: ask, By: c.who.Name, Reason: reason}); err != nil {
-		return err
-	}
-	if !st.Over {
-		fmt.Fprintf(c.a.out, "job %s: deletion of its %s requested; it is done when the job ends\n", id, strings.Join(todo, " and "))
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	left := map[string]bool{}
-	for _, w := range todo {
-		left[w] = true
-	}
-	err = c.followJob(wctx, id, false, func(m api.StoredEvent) bool {
-		env, err := events.Decode(m.Subject, natsHeader(m.Headers), storedBody(m))
-		if err != nil {
-			return true
-		}
-		if d, ok := env.Event.(*events.Deleted); ok && left[d.What] {
-			delete(left, d.What)
-			fmt.Fprintf(c.a.out, "job %s: %s deleted (%d file(s), %s)\n", id, d.What, d.Files, humanBytes(d.Bytes))
-		}
-		return len(left) > 0
-	})
-	if errors.Is(err, context.DeadlineExceeded) {
-		return troubleErr(fmt.Errorf("job %s: deletion requested, but not recorded within %s: is the output service running?", id, timeout))
+	for _, del := range d.Deleted {
+		fmt.Fprintf(a.out, "job %s: %s deleted (%d file(s), %s)\n", id, del.What, del.Files, humanBytes(del.Bytes))
 	}
 	return err
-}
-
-// fetchOutput writes a job's returned output into dir: the folder its
-// manifest names, or, for output returned before manifests, the files its
-// record lists.
-func fetchOutput(ctx context.Context, s stage.Store, out api.Output, dir string, p stage.Progress) error {
-	if out.Manifest != "" {
-		return stage.FetchDir(ctx, s, out.Manifest, dir, p)
-	}
-	return stage.Fetch(ctx, s, out.List, dir, p)
 }

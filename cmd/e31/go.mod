@@ -3,7 +3,6 @@ module github.com/e31net/e31/cmd/e31
 go 1.26.0
 
 require (
-	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/e31net/e31/services/ledger v0.0.0
 	github.com/e31net/e31/services/output v0.0.0
@@ -28,6 +27,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cilium/ebpf v0.16.0 // indirect
 	github.com/containerd/cgroups/v3 v3.1.3 // indirect

@@ -16,7 +16,7 @@ import (
 // the job next.
 func (ts *testSystem) garbageOn(job, who string) {
 	ts.t.Helper()
-	js := ts.client(who).js
+	js := ts.client(who).JetStream()
 	ctx := ctxTimeout(ts.t, 30*time.Second)
 	publish := func(subject string, body []byte, h nats.Header) {
 		m := nats.NewMsg(subject)
@@ -57,7 +57,7 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
 	ctx := ctxTimeout(t, 2*time.Minute)
-	stream, err := ts.c.js.Stream(ctx, events.Stream)
+	stream, err := ts.c.JetStream().Stream(ctx, events.Stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ output: [x]
 		m := nats.NewMsg("e31.job." + id + ".delete.bob")
 		m.Header.Set("Status", status)
 		m.Header.Set("Description", "Consumer Deleted")
-		if _, err := ts.client("bob").js.PublishMsg(ctx, m); err != nil {
+		if _, err := ts.client("bob").JetStream().PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}

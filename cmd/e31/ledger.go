@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/client"
 )
 
 type ledgerOptions struct {
@@ -65,35 +66,32 @@ far and the command says how far behind it is.`,
 				}
 				*t.v = v
 			}
-			c, err := a.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			switch {
-			case o.head:
-				return c.printHead(ctx, o)
-			case o.totals:
-				return c.printTotals(ctx, o)
-			case len(args) == 1:
-				return c.printOneRecord(ctx, args[0], o)
-			}
-			recs, status, err := c.records(ctx, o.q, true)
-			if err != nil {
-				return err
-			}
-			c.noteBehind(status, "these records may not show everything yet")
-			switch {
-			case o.asJSON:
-				return writeJSON(a.out, recs)
-			case o.asCSV:
-				return writeRecordsCSV(a.out, recs)
-			}
-			fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10s  %12s  %s\n", "JOB", "STATE", "OUTCOME", "NODE", "HELD_S", "CPU_CORE_S", "NAME")
-			for _, r := range recs {
-				fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10.3f  %12.3f  %s\n", r.Job, r.State, r.Outcome, r.Node, r.HeldSeconds, r.CPUCoreSeconds, r.Name)
-			}
-			return nil
+			return a.with(ctx, func(c *client.Client) error {
+				switch {
+				case o.head:
+					return a.printHead(ctx, c, o)
+				case o.totals:
+					return a.printTotals(ctx, c, o)
+				case len(args) == 1:
+					return a.printOneRecord(ctx, c, args[0], o)
+				}
+				recs, behind, err := c.Records(ctx, o.q, true)
+				if err != nil {
+					return err
+				}
+				a.noteBehind(behind, "these records may not show everything yet")
+				switch {
+				case o.asJSON:
+					return writeJSON(a.out, recs)
+				case o.asCSV:
+					return writeRecordsCSV(a.out, recs)
+				}
+				fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10s  %12s  %s\n", "JOB", "STATE", "OUTCOME", "NODE", "HELD_S", "CPU_CORE_S", "NAME")
+				for _, r := range recs {
+					fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10.3f  %12.3f  %s\n", r.Job, r.State, r.Outcome, r.Node, r.HeldSeconds, r.CPUCoreSeconds, r.Name)
+				}
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -117,141 +115,68 @@ func parseWhen(s string) (time.Time, error) {
 	return time.Parse(time.DateOnly, s)
 }
 
-// behind is how far the ledger had read when it answered: applied of
-// last, for those told the log's sequences; for a submitter, only whether
-// it was still catching up.
-type behind struct {
-	applied, last uint64
-	catchingUp    bool
-}
-
 // noteBehind tells the user, on stderr, that the ledger is still catching up.
-func (c *client) noteBehind(b behind, what string) {
+func (a *app) noteBehind(b client.Behind, what string) {
 	switch {
-	case b.applied < b.last:
-		fmt.Fprintf(c.a.errOut, "note: the ledger is catching up: it has read the log up to #%d of #%d (%d behind); %s\n",
-			b.applied, b.last, b.last-b.applied, what)
-	case b.catchingUp:
-		fmt.Fprintf(c.a.errOut, "note: the ledger is catching up; %s\n", what)
-	}
-}
-
-// allRecords pages through the ledger as of now; it fails if the ledger
-// has not read the log that far.
-func (c *client) allRecords(ctx context.Context, q api.ListRequest) ([]*api.HoldRecord, error) {
-	recs, _, err := c.records(ctx, q, false)
-	return recs, err
-}
-
-// records pages through the ledger as of now. With partial, a ledger that
-// is still catching up answers with what it has, and the caller says so.
-func (c *client) records(ctx context.Context, q api.ListRequest, partial bool) ([]*api.HoldRecord, behind, error) {
-	seq, fresh, err := c.asOfNow(ctx)
-	if err != nil {
-		return nil, behind{}, err
-	}
-	q.MinSeq, q.Fresh = seq, fresh
-	st := behind{applied: seq, last: seq}
-	all := []*api.HoldRecord{}
-	for {
-		var reply api.ListReply
-		if err := c.request(ctx, c.ledger(api.EndpointList), q, &reply, 30*time.Second); err != nil {
-			return nil, st, err
-		}
-		if reply.Error != "" {
-			return nil, st, &exitError{exitUsage, errors.New(reply.Error)}
-		}
-		if reply.Applied < seq || reply.CatchingUp {
-			if !partial {
-				if reply.Applied < seq {
-					return nil, st, troubleErr(fmt.Errorf("the ledger is catching up: it has read the log up to #%d of #%d; try again", reply.Applied, seq))
-				}
-				return nil, st, troubleErr(errors.New("the ledger is catching up; try again"))
-			}
-			st.applied, st.catchingUp = min(st.applied, reply.Applied), true
-			// Take what it has, without waiting again per page.
-			q.MinSeq, q.Fresh = 0, false
-		}
-		all = append(all, reply.Records...)
-		if !reply.More || len(reply.Records) == 0 {
-			return all, st, nil
-		}
-		q.After = reply.Records[len(reply.Records)-1].Job
+	case b.Applied < b.Last:
+		fmt.Fprintf(a.errOut, "note: the ledger is catching up: it has read the log up to #%d of #%d (%d behind); %s\n",
+			b.Applied, b.Last, b.Last-b.Applied, what)
+	case b.CatchingUp:
+		fmt.Fprintf(a.errOut, "note: the ledger is catching up; %s\n", what)
 	}
 }
 
 // printOneRecord prints a job's record, as far as the ledger has read.
-func (c *client) printOneRecord(ctx context.Context, id string, o ledgerOptions) error {
-	rec, err := c.currentRecord(ctx, id)
+func (a *app) printOneRecord(ctx context.Context, c *client.Client, id string, o ledgerOptions) error {
+	rec, behind, err := c.RecordSoFar(ctx, id)
 	if err != nil {
-		// Still catching up: show what the ledger has, and say so.
-		var reply api.RecordReply
-		if rerr := c.request(ctx, c.ledger(api.EndpointRecord), api.RecordRequest{Job: id}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
-			return err
-		}
-		b := behind{catchingUp: true}
-		if api.SeesAll(c.who.User) {
-			seq, lerr := c.lastSeq(ctx)
-			if lerr != nil || reply.Applied >= seq {
-				return err
-			}
-			b = behind{applied: reply.Applied, last: seq}
-		}
-		c.noteBehind(b, "this record may not show everything yet")
-		rec = reply.Record
+		return err
 	}
+	a.noteBehind(behind, "this record may not show everything yet")
 	switch {
 	case o.asJSON:
-		return writeJSON(c.a.out, rec)
+		return writeJSON(a.out, rec)
 	case o.asCSV:
-		return writeRecordsCSV(c.a.out, []*api.HoldRecord{rec})
+		return writeRecordsCSV(a.out, []*api.HoldRecord{rec})
 	}
-	printRecord(c.a.out, rec)
+	printRecord(a.out, rec)
 	return nil
 }
 
 // printHead prints the ledger's chain head.
-func (c *client) printHead(ctx context.Context, o ledgerOptions) error {
-	info, err := c.head(ctx)
+func (a *app) printHead(ctx context.Context, c *client.Client, o ledgerOptions) error {
+	info, err := c.Head(ctx)
 	if err != nil {
 		return err
 	}
-	c.noteBehind(behind{applied: info.Applied, last: info.LastSeq}, fmt.Sprintf("this head is as of #%d", info.Head.Seq))
+	a.noteBehind(client.Behind{Applied: info.Applied, Last: info.LastSeq}, fmt.Sprintf("this head is as of #%d", info.Head.Seq))
 	if o.asJSON {
-		return writeJSON(c.a.out, info)
+		return writeJSON(a.out, info)
 	}
 	if info.Head.Seq == 0 {
 		return &exitError{exitFailed, errors.New("the ledger has read no message yet: there is no head")}
 	}
-	fmt.Fprintln(c.a.out, info.Head)
+	fmt.Fprintln(a.out, info.Head)
 	return nil
 }
 
 // printTotals prints what each submitter would be billed for the period
 // (a submitter is told its own bill only).
-func (c *client) printTotals(ctx context.Context, o ledgerOptions) error {
-	seq, fresh, err := c.asOfNow(ctx)
+func (a *app) printTotals(ctx context.Context, c *client.Client, o ledgerOptions) error {
+	totals, behind, err := c.Totals(ctx, api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter})
 	if err != nil {
 		return err
 	}
-	q := api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter, MinSeq: seq, Fresh: fresh}
-	var reply api.TotalsReply
-	if err := c.request(ctx, c.ledger(api.EndpointTotals), q, &reply, 30*time.Second); err != nil {
-		return err
-	}
-	if reply.Error != "" {
-		return &exitError{exitUsage, errors.New(reply.Error)}
-	}
-	c.noteBehind(behind{applied: reply.Applied, last: seq, catchingUp: reply.CatchingUp}, "these totals may not count everything yet")
+	a.noteBehind(behind, "these totals may not count everything yet")
 	switch {
 	case o.asJSON:
-		return writeJSON(c.a.out, reply.Submitters)
+		return writeJSON(a.out, totals)
 	case o.asCSV:
-		return writeTotalsCSV(c.a.out, reply.Submitters)
+		return writeTotalsCSV(a.out, totals)
 	}
-	fmt.Fprintf(c.a.out, "%-20s  %6s  %8s  %12s  %14s  %16s  %12s  %5s\n", "SUBMITTER", "JOBS", "ATTEMPTS", "HELD_S", "CPU_CORE_S", "MEMORY_GIB_S", "GPU_S", "OPEN")
-	for _, t := range reply.Submitters {
-		fmt.Fprintf(c.a.out, "%-20s  %6d  %8d  %12.3f  %14.3f  %16.3f  %12.3f  %5d\n",
+	fmt.Fprintf(a.out, "%-20s  %6s  %8s  %12s  %14s  %16s  %12s  %5s\n", "SUBMITTER", "JOBS", "ATTEMPTS", "HELD_S", "CPU_CORE_S", "MEMORY_GIB_S", "GPU_S", "OPEN")
+	for _, t := range totals {
+		fmt.Fprintf(a.out, "%-20s  %6d  %8d  %12.3f  %14.3f  %16.3f  %12.3f  %5d\n",
 			t.Submitter, t.Jobs, t.Attempts, t.HeldSeconds, t.CPUCoreSeconds, t.MemoryGiBSeconds, t.GPUSeconds, t.Open)
 	}
 	return nil

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
@@ -44,7 +44,7 @@ request: {cpu: 0.5, memory: 64MiB, limit: `+limit+`}
 output: [{path: x, required: false}]
 `, nil)))
 	}
-	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
 	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/limits"
 )
@@ -25,7 +26,7 @@ func TestQuotasAreSetShownAndEnforced(t *testing.T) {
 	}
 
 	out, errOut, code := ts.cli("limits", "--json")
-	var got limitsReport
+	var got client.LimitsReport
 	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil {
 		t.Fatalf("alice: e31 limits --json: exit %d, %v\n%s%s", code, err, out, errOut)
 	}

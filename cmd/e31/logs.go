@@ -1,21 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
-	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
-	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/pkg/client"
 )
 
 func logsCmd(a *app) *cobra.Command {
@@ -34,230 +25,23 @@ With --follow, write them as the job writes them (its node publishes what is
 new every second, where only you may listen), until its compute is released.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			c, err := a.dial(ctx)
-			if err != nil {
-				return err
-			}
-			defer c.close()
-			return c.logs(ctx, args[0], attempt, follow)
+			return a.with(cmd.Context(), func(c *client.Client) error {
+				err := c.Logs(cmd.Context(), args[0], client.LogsOptions{Attempt: attempt, Follow: follow, Stdout: a.out, Stderr: a.errOut})
+				var partial *client.PartialLogsError
+				if !errors.As(err, &partial) {
+					return err
+				}
+				// All that is stored is written: say why that is not all.
+				if partial.NodeStopped {
+					fmt.Fprintf(a.errOut, "e31: %v\n", partial)
+				} else {
+					fmt.Fprintf(a.errOut, "e31: %v (e31 logs --follow %s)\n", partial, partial.Job)
+				}
+				return nil
+			})
 		},
 	}
 	cmd.Flags().IntVar(&attempt, "attempt", 0, "the attempt whose logs to write (default: the last)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "write them as the job writes them, until its compute is released")
 	return cmd
-}
-
-// logs writes one attempt's logs; see logsCmd.
-func (c *client) logs(ctx context.Context, job string, attempt int, follow bool) error {
-	rec, err := c.currentRecord(ctx, job)
-	if err != nil {
-		return err
-	}
-	for attempt == 0 && len(rec.Attempts) == 0 {
-		if !follow || rec.Over() {
-			return &exitError{exitFailed, fmt.Errorf("job %s is %s: it never ran, and has no logs", rec.Job, rec.State)}
-		}
-		// Following a job that waits: its logs begin when it is held.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-		if rec, err = c.currentRecord(ctx, job); err != nil {
-			return err
-		}
-	}
-	if attempt == 0 {
-		attempt = rec.Attempts[len(rec.Attempts)-1].Attempt
-	}
-	store, err := c.store(ctx, rec.Submitter)
-	if err != nil {
-		return err
-	}
-	f := &logFollower{store: store, job: rec.Job, attempt: attempt, out: c.a.out, errOut: c.a.errOut}
-	if !follow {
-		x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
-		if err == nil {
-			return f.fromIndex(ctx, x)
-		}
-		if !errors.Is(err, stage.ErrNotFound) {
-			return err
-		}
-		// No index: the job runs (or its node was lost before it stored
-		// the end). What its head has filled so far is there.
-		if err := f.head(ctx); err != nil {
-			return err
-		}
-		if attemptOver(rec, attempt) {
-			fmt.Fprintf(c.a.errOut, "e31: the logs of %s attempt %d end early: its node stopped before it stored the rest\n", rec.Job, attempt)
-		} else {
-			fmt.Fprintf(c.a.errOut, "e31: job %s is %s: this is only what is stored so far (e31 logs --follow %s)\n", rec.Job, rec.State, rec.Job)
-		}
-		return nil
-	}
-	// The node publishes what the job writes as it comes, where only the
-	// submitter may listen: subscribe first, then catch up with what is
-	// stored, so that nothing falls between.
-	live := make(chan *nats.Msg, 256)
-	sub, err := c.nc.ChanSubscribe(events.LogSubject(rec.Submitter, rec.Job, attempt), live)
-	if err != nil {
-		return troubleErr(fmt.Errorf("follow the logs of %s: %w", rec.Job, err))
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt); err == nil {
-		return f.fromIndex(ctx, x)
-	}
-	if err := f.head(ctx); err != nil {
-		return err
-	}
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case m := <-live:
-			if err := f.live(ctx, m); err != nil {
-				return err
-			}
-		case <-tick.C:
-			if c.nc.IsClosed() {
-				return troubleErr(fmt.Errorf("follow the logs of %s: the connection to e31 is closed", job))
-			}
-			// Over once the attempt's compute is released: then its
-			// node has stored all of it.
-			rec, err := c.currentRecord(ctx, job)
-			if err != nil || !attemptOver(rec, attempt) {
-				continue
-			}
-			x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
-			if err != nil {
-				fmt.Fprintf(c.a.errOut, "e31: the logs of %s attempt %d end early: its node stopped before it stored the rest\n", rec.Job, attempt)
-				return nil
-			}
-			return f.fromIndex(ctx, x)
-		}
-	}
-}
-
-// attemptOver reports whether the attempt's compute is released (or the
-// job is over without it).
-func attemptOver(rec *api.HoldRecord, attempt int) bool {
-	for _, a := range rec.Attempts {
-		if a.Attempt == attempt {
-			return a.ReleasedAt != nil || rec.Over()
-		}
-	}
-	return rec.Over()
-}
-
-// logFollower writes an attempt's logs, each byte once, from what is
-// stored and what the node publishes.
-type logFollower struct {
-	store       stage.Store
-	job         string
-	attempt     int
-	out, errOut io.Writer
-	stdout      int64 // where each stream goes on
-	stderr      int64
-}
-
-func (f *logFollower) at(stream string) (*int64, io.Writer) {
-	if stream == stage.Stderr {
-		return &f.stderr, f.errOut
-	}
-	return &f.stdout, f.out
-}
-
-// fromIndex writes the rest of a complete log.
-func (f *logFollower) fromIndex(ctx context.Context, x stage.LogIndex) error {
-	for _, stream := range []string{stage.Stdout, stage.Stderr} {
-		pos, w := f.at(stream)
-		var err error
-		if *pos, err = stage.CopyLog(ctx, f.store, f.job, f.attempt, x, stream, *pos, w); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// head writes what the head of each stream has stored beyond what was
-// written.
-func (f *logFollower) head(ctx context.Context) error {
-	for _, stream := range []string{stage.Stdout, stage.Stderr} {
-		pos, _ := f.at(stream)
-		pieces, err := stage.ReadLogHead(ctx, f.store, f.job, f.attempt, stream, *pos)
-		if err != nil {
-			return err
-		}
-		for _, p := range pieces {
-			if err := f.write(p, false); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// live writes a piece the node published; what fell between it and what
-// was written is looked for in the stored head first.
-func (f *logFollower) live(ctx context.Context, m *nats.Msg) error {
-	off, err := strconv.ParseInt(m.Header.Get(stage.LogOffsetHeader), 10, 64)
-	if err != nil {
-		return nil
-	}
-	p := stage.LogPiece{Stream: m.Header.Get(stage.LogStreamHeader), Offset: off, Bytes: m.Data}
-	if pos, _ := f.at(p.Stream); p.Offset > *pos {
-		if err := f.head(ctx); err != nil {
-			return err
-		}
-	}
-	return f.write(p, true)
-}
-
-// write writes what p has beyond what was written of its stream; with
-// gaps, it says how much it skipped to reach p.
-func (f *logFollower) write(p stage.LogPiece, gaps bool) error {
-	pos, w := f.at(p.Stream)
-	end := p.Offset + int64(len(p.Bytes))
-	if end <= *pos || (p.Offset > *pos && !gaps) {
-		return nil
-	}
-	if p.Offset > *pos {
-		if _, err := fmt.Fprintf(w, "\n[e31: %d bytes of %s skipped]\n", p.Offset-*pos, p.Stream); err != nil {
-			return err
-		}
-		*pos = p.Offset
-	}
-	if _, err := w.Write(p.Bytes[*pos-p.Offset:]); err != nil {
-		return err
-	}
-	*pos = end
-	return nil
-}
-
-// stderrTail returns the last n lines the job's last attempt wrote to
-// stderr, or none if it wrote nothing or they cannot be read.
-func (c *client) stderrTail(ctx context.Context, rec *api.HoldRecord, n int) []string {
-	if rec.Logs == nil || rec.Logs.StderrBytes == 0 || len(rec.Attempts) == 0 {
-		return nil
-	}
-	store, err := c.store(ctx, rec.Submitter)
-	if err != nil {
-		return nil
-	}
-	attempt := rec.Attempts[len(rec.Attempts)-1].Attempt
-	x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
-	if err != nil || len(x.Stderr.Chunks) == 0 {
-		return nil
-	}
-	// The last chunk holds the last lines: the tail, or all of a short log.
-	last := x.Stderr.Chunks[len(x.Stderr.Chunks)-1]
-	b, err := stage.ReadLogChunk(ctx, store, rec.Job, attempt, stage.Stderr, last)
-	if err != nil {
-		return nil
-	}
-	lines := strings.Split(string(bytes.TrimRight(b, "\n")), "\n")
-	return lines[max(len(lines)-n, 0):]
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -148,7 +149,7 @@ request: {cpu: 0.5, memory: 64MiB, limit: 2m}
 // stateOf is a job's state as `e31 status --json` says.
 func (ts *testSystem) stateOf(id string) string {
 	ts.t.Helper()
-	rec, err := ts.c.currentRecord(context.Background(), id)
+	rec, err := ts.c.Record(context.Background(), id)
 	if err != nil {
 		ts.t.Fatal(err)
 	}
@@ -210,10 +211,9 @@ request: {cpu: 0.5, memory: 64MiB, limit: 2m}
 	// Follow until the first line shows: then the job runs, and has written.
 	out := &watched{want: "attempt 1\n", seen: make(chan struct{})}
 	c := ts.client("alice")
-	c.a.out, c.a.errOut = out, io.Discard
 	ctx, stopFollowing := context.WithCancel(context.Background())
 	followed := make(chan error, 1)
-	go func() { followed <- c.logs(ctx, id, 0, true) }()
+	go func() { followed <- c.Logs(ctx, id, client.LogsOptions{Follow: true, Stdout: out, Stderr: io.Discard}) }()
 	select {
 	case <-out.seen:
 	case <-time.After(30 * time.Second):

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -73,18 +74,8 @@ func printRecord(w io.Writer, r *api.HoldRecord) {
 	}
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// humanBytes writes a size for people.
+func humanBytes(n int64) string { return client.HumanBytes(n) }
 
 // stderrLines is how many of the last lines of stderr `e31 wait` shows for
 // a job that did not succeed.

@@ -112,28 +112,6 @@ func (a *app) connectConfig(name string) connect.Config {
 	return connect.Config{URL: url, Creds: creds, CA: ca, Name: name, Logger: a.log}
 }
 
-// clientConfig is connectConfig for a user's command: given no
-// credentials, it uses those an `e31 dev` on this machine wrote for the OS
-// user, if that is the server it talks to. A deployed system's credentials
-// stay explicit: no `e31 dev` noted its address.
-func (a *app) clientConfig(name string) connect.Config {
-	cfg := a.connectConfig(name)
-	if cfg.Creds != "" || a.env.ConfigDir == "" {
-		return cfg
-	}
-	creds, err := connect.DevCreds(a.env.ConfigDir, cfg.URL, a.env.User)
-	switch {
-	case err != nil:
-		a.log.Debug("no e31 dev credentials", "err", err)
-	case creds != "":
-		a.log.Debug("using the credentials e31 dev wrote for you", "creds", creds, "user", a.env.User)
-		cfg.Creds = creds
-	default:
-		a.log.Debug("no credentials given, and no e31 dev on this machine noted any for you", "nats", orDefault(cfg.URL, connect.DefaultURL), "user", a.env.User)
-	}
-	return cfg
-}
-
 func (a *app) setupLog() error {
 	level := a.logLevel
 	if level == "" {
@@ -204,5 +182,5 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 		strings.Contains(err.Error(), "requires ") {
 		return exitUsage
 	}
-	return exitTrouble
+	return exitCodeOf(err)
 }

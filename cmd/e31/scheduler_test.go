@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -27,7 +28,7 @@ request: {cpu: 2, memory: 64MiB, limit: 2m}
 output: [ok.txt]
 `, nil))
 	ts.waitState(id, api.StateRunning)
-	rec, err := ts.c.currentRecord(context.Background(), id)
+	rec, err := ts.c.Record(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ request: {cpu: 1, memory: 32MiB, limit: 1m}
 	before := ts.submit(job)
 	ts.wait(before)
 
-	kv, err := ts.c.js.KeyValue(context.Background(), events.LeasesBucket)
+	kv, err := ts.c.JetStream().KeyValue(context.Background(), events.LeasesBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ sweep: {values: [0.1, 0.5, "high"]}
 	if code != 0 {
 		t.Fatalf("e31 submit --wait of a sweep: exit %d: %s %s", code, out, errOut)
 	}
-	var sum sweepSummary
+	var sum client.SweepSummary
 	if err := json.Unmarshal([]byte(out), &sum); err != nil {
 		t.Fatal(err)
 	}

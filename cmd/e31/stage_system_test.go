@@ -150,7 +150,7 @@ output: [used.txt, tool.txt]
 	// What the client asked for is only A's id; SUBMIT staged A's returned
 	// folder (its manifest) as it is.
 	var requested, submitted events.DataRef
-	evs, err := bus.ReadJob(context.Background(), ts.c.js, b, 1)
+	evs, err := bus.ReadJob(context.Background(), ts.c.JetStream(), b, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

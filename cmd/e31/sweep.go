@@ -1,72 +1,25 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 )
 
-// waitSweep waits until every job of a sweep is over, asking the ledger in
-// long polls, then prints the sweep's summary. The exit status is 0 only if
-// every job succeeded.
-func (c *client) waitSweep(ctx context.Context, sweep string, timeout time.Duration, asJSON bool) error {
-	wctx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	q := api.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Wait: 30 * time.Second, Limit: 1}
-	for {
-		if dl, ok := wctx.Deadline(); ok {
-			q.Wait = min(30*time.Second, max(time.Until(dl), time.Millisecond))
-		}
-		var reply api.ListReply
-		err := c.request(wctx, c.ledger(api.EndpointList), q, &reply, q.Wait+10*time.Second)
-		if err != nil && wctx.Err() == nil {
-			return err
-		}
-		if err == nil && reply.Error != "" {
-			return troubleErr(errors.New(reply.Error))
-		}
-		q.Fresh = false
-		// The records as they are, even once the time is up: to say how
-		// far the sweep got.
-		recs, err := c.sweepRecords(ctx, sweep)
-		if err != nil {
-			return err
-		}
-		left := 0
-		for _, r := range recs {
-			if !r.Over() {
-				left++
-			}
-		}
-		if left == 0 {
-			return c.printSweepResult(sweep, recs, asJSON)
-		}
-		if wctx.Err() != nil {
-			return troubleErr(fmt.Errorf("sweep %s: %d of %d jobs still not over after %s", sweep, left, len(recs), timeout))
-		}
-	}
-}
-
 // printSweepResult prints a finished sweep; the exit status is 0 only if
 // every job succeeded.
-func (c *client) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON bool) error {
+func (a *app) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON bool) error {
 	if asJSON {
-		if err := writeJSON(c.a.out, sweepSummaryOf(sweep, recs)); err != nil {
+		if err := writeJSON(a.out, client.Summarize(sweep, recs)); err != nil {
 			return err
 		}
 	} else {
-		printSweep(c.a.out, sweep, recs)
+		printSweep(a.out, sweep, recs)
 	}
 	for _, r := range recs {
 		if r.Outcome != events.Succeeded {
@@ -76,36 +29,8 @@ func (c *client) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON b
 	return nil
 }
 
-// sweepRecords reads every record of a sweep as of now.
-func (c *client) sweepRecords(ctx context.Context, sweep string) ([]*api.HoldRecord, error) {
-	return c.allRecords(ctx, api.ListRequest{Sweep: sweep})
-}
-
-// sweepSummary is the JSON form of a sweep's state.
-type sweepSummary struct {
-	Sweep    string         `json:"sweep"`
-	Jobs     int            `json:"jobs"`
-	States   map[string]int `json:"states"`
-	Outcomes map[string]int `json:"outcomes"`
-	// HeldSeconds is the meter's total over every job of the sweep.
-	HeldSeconds float64           `json:"held_seconds"`
-	Records     []*api.HoldRecord `json:"records"`
-}
-
-func sweepSummaryOf(sweep string, recs []*api.HoldRecord) sweepSummary {
-	s := sweepSummary{Sweep: sweep, Jobs: len(recs), States: map[string]int{}, Outcomes: map[string]int{}, Records: recs}
-	for _, r := range recs {
-		s.States[r.State]++
-		if r.Over() {
-			s.Outcomes[string(r.Outcome)]++
-		}
-		s.HeldSeconds += r.HeldSeconds
-	}
-	return s
-}
-
 func printSweep(w io.Writer, sweep string, recs []*api.HoldRecord) {
-	s := sweepSummaryOf(sweep, recs)
+	s := client.Summarize(sweep, recs)
 	fmt.Fprintf(w, "sweep %s: %d jobs, %.3f s held in all\n", sweep, s.Jobs, s.HeldSeconds)
 	fmt.Fprintf(w, "  states:   %s\n", counts(s.States))
 	if len(s.Outcomes) > 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -28,7 +29,7 @@ type testSystem struct {
 	dir  string
 	url  string
 	sys  *devSystem
-	c    *client
+	c    *client.Client
 }
 
 // testUsers are the submitters every test system has credentials for.
@@ -73,7 +74,7 @@ func (ts *testSystem) start(nodes int) {
 
 // client connects as one of the identities e31 dev wrote credentials for
 // (operator, auditor, alice, bob); the connection closes with the system.
-func (ts *testSystem) client(name string) *client {
+func (ts *testSystem) client(name string) *client.Client {
 	ts.t.Helper()
 	a := &app{out: io.Discard, errOut: io.Discard, natsURL: ts.url, creds: ts.creds(name)}
 	a.log = slog.New(slog.NewTextHandler(testWriter{ts.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -81,7 +82,7 @@ func (ts *testSystem) client(name string) *client {
 	if err != nil {
 		ts.t.Fatal(err)
 	}
-	ts.t.Cleanup(c.close)
+	ts.t.Cleanup(c.Close)
 	return c
 }
 
@@ -92,7 +93,7 @@ func (ts *testSystem) stop() {
 	if ts.sys == nil {
 		return
 	}
-	ts.c.close()
+	ts.c.Close()
 	if err := ts.sys.stop(); err != nil {
 		ts.t.Errorf("stop e31 dev: %v", err)
 	}
@@ -185,7 +186,7 @@ func (ts *testSystem) waitAs(name, id string) (*api.HoldRecord, int) {
 // kinds lists the event types of a job's log.
 func (ts *testSystem) kinds(id string) []string {
 	ts.t.Helper()
-	evs, err := bus.ReadJob(context.Background(), ts.c.js, id, 1)
+	evs, err := bus.ReadJob(context.Background(), ts.c.JetStream(), id, 1)
 	if err != nil {
 		ts.t.Fatal(err)
 	}
@@ -294,7 +295,7 @@ func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
 	ts := startSystem(t, t.TempDir(), 1)
 	ctx := context.Background()
 	// An upstream system that submits as alice with a plain client.
-	pub := bus.NewPublisher(ts.client("alice").js, "e31/test", nil)
+	pub := bus.NewPublisher(ts.client("alice").JetStream(), "e31/test", nil)
 	cases := map[string]events.JobSpec{
 		// What a buggy upstream publisher might send: no limit, no command.
 		"no-limit":   {Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 20}},
@@ -376,7 +377,7 @@ func (ts *testSystem) waitState(id, state string) {
 // waitEvent waits until an event of type ceType is in a job's log.
 func (ts *testSystem) waitEvent(id, ceType string) {
 	ts.t.Helper()
-	err := ts.c.follow(ctxTimeout(ts.t, 30*time.Second), events.JobSubject(id), func(env events.Envelope) bool {
+	err := ts.c.Follow(ctxTimeout(ts.t, 30*time.Second), events.JobSubject(id), func(env events.Envelope) bool {
 		return env.Type != ceType
 	})
 	if err != nil {
@@ -405,7 +406,7 @@ request: {cpu: 0.5, memory: 32MiB, limit: `+limit+`}
 output: [{path: x, required: false}]
 `, nil)))
 	}
-	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
 	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +480,7 @@ output: [done.txt]
 		// No attempt starts twice. An attempt may never start: held on the
 		// node as it shut down, it is given up when the node's lease lapses
 		// (node_lost above) and the job is held again.
-		evs, err := bus.ReadJob(context.Background(), ts.c.js, id, 1)
+		evs, err := bus.ReadJob(context.Background(), ts.c.JetStream(), id, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -521,7 +522,7 @@ func TestAnUnreadableRequestIsRejectedWithTheProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Data = []byte(`{"submitter":"alice","spec":{"work":{"command":["/bin/true"]},"colour":"blue"}}`)
-	if _, err := ts.client("alice").js.PublishMsg(ctx, m); err != nil {
+	if _, err := ts.client("alice").JetStream().PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
 	rec, code := ts.wait("garbled")
@@ -545,7 +546,7 @@ func TestOnlyTheSubmitterCanCancel(t *testing.T) {
 	ts := startSystem(t, t.TempDir(), 1)
 	id := ts.submit(writeJob(t, "work: {command: [/bin/sh, -c, sleep 1]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
 	ts.waitState(id, api.StateRunning)
-	pub := bus.NewPublisher(ts.client("bob").js, "e31/test", nil)
+	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
 	if _, err := pub.Append(context.Background(), id, events.CancelRequested{By: "bob"}); err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +563,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
 	ctx := context.Background()
-	pub := bus.NewPublisher(ts.c.js, "e31/test", nil)
+	pub := bus.NewPublisher(ts.c.JetStream(), "e31/test", nil)
 	spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/sh", "-c", "echo secret > $E31_OUTPUT/s.txt"}},
 		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
 		Output:  []events.OutputDecl{{Path: "s.txt", Required: true}}}
@@ -572,7 +573,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 	if rec, code := ts.wait("alices"); code != 0 {
 		t.Fatalf("alice's job: %s (%s)", rec.Outcome, rec.Reason)
 	}
-	obs, err := ts.c.js.ObjectStore(ctx, events.DataBucketFor("alice"))
+	obs, err := ts.c.JetStream().ObjectStore(ctx, events.DataBucketFor("alice"))
 	if err != nil {
 		t.Fatalf("alice's bucket: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -77,13 +78,13 @@ output: [s.txt]
 	if err := refusedPublish(t, alice, cancelAsBob); err != nil {
 		t.Error(err)
 	}
-	if _, err := alice.append(context.Background(), bobs, events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := alice.Append(context.Background(), bobs, events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatalf("alice's cancel under her own name: %v", err)
 	}
 	// Nor can she reach bob's data: his bucket is not hers to open.
 	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := alice.js.ObjectStore(sctx, events.DataBucketFor("bob")); err == nil {
+	if _, err := alice.JetStream().ObjectStore(sctx, events.DataBucketFor("bob")); err == nil {
 		t.Error("alice opened bob's data bucket")
 	}
 
@@ -120,8 +121,8 @@ func TestASubmitterCannotPublishTheMoneyEvents(t *testing.T) {
 		events.ComputeHeld{Hold: hold, Submitter: "alice"},
 		events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true},
 	} {
-		_, err := alice.append(context.Background(), id, ev)
-		if !errors.Is(err, errNotPermitted) {
+		_, err := alice.Append(context.Background(), id, ev)
+		if !errors.Is(err, client.ErrNotPermitted) {
 			t.Errorf("alice appending %s: %v, want not permitted", events.Name(ev.Type()), err)
 		}
 		if err := refusedPublish(t, alice, events.New(id, ev, "alice", time.Now())); err != nil {
@@ -215,17 +216,17 @@ func TestTheAuditorReadsEverythingAndChangesNothing(t *testing.T) {
 // refusedPublish publishes env to JetStream as c and returns an error
 // unless the server refused it: the publish fails, and the server's
 // permissions violation names the event's subject.
-func refusedPublish(t *testing.T, c *client, env events.Envelope) error {
+func refusedPublish(t *testing.T, c *client.Client, env events.Envelope) error {
 	t.Helper()
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, done := c.guard(context.Background(), m.Subject)
+	ctx, done := c.Guard(context.Background(), m.Subject)
 	defer done()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := c.js.PublishMsg(ctx, m); err == nil {
+	if _, err := c.JetStream().PublishMsg(ctx, m); err == nil {
 		return errors.New("published " + events.Name(env.Type) + " on " + m.Subject)
 	}
 	return refusal(context.Cause(ctx), m.Subject)

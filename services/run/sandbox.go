@@ -32,7 +32,7 @@ func openSandbox(root string, diskBytes int64, log *slog.Logger, images containe
 	r := &byImage{plain: sb}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ce, err := container.New(ctx, container.Config{Root: root, UIDBase: 3000000, Logger: log, Images: images}); err == nil {
+	if ce, err := container.New(ctx, container.Config{Root: root, DiskBytes: diskBytes, UIDBase: 3000000, Logger: log, Images: images}); err == nil {
 		r.containers = ce
 		log.Info("jobs that name an image run as containers")
 	} else {

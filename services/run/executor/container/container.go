@@ -49,6 +49,13 @@ type Config struct {
 	UIDBase, UIDCount int
 	// PidsMax is every job's process limit. Default 1024.
 	PidsMax int64
+	// DiskBytes is the size of the node's job disk, the btrfs file system
+	// with a quota per job that holds jobs' /out and /tmp (see
+	// workspace.Disk; shared with a sandbox executor over the same Root,
+	// and made by whichever opens it first). Default 20 GiB; -1: none, and
+	// every job's /out and /tmp is a tmpfs, whose pages count against its
+	// memory limit.
+	DiskBytes int64
 	// DefaultDiskBytes and DefaultMemoryBytes apply to a Spec that leaves
 	// DiskBytes or MemoryBytes at 0. Default 1 GiB each.
 	DefaultDiskBytes, DefaultMemoryBytes int64
@@ -85,6 +92,9 @@ type Executor struct {
 	cgroupsV2 bool
 	usage     bool // the engine uses cgroupfs: job cgroup parents work
 	log       *slog.Logger
+	// disk holds the jobs' writable space, with a quota per job; nil
+	// where the node has none (then it is a tmpfs).
+	disk *workspace.Disk
 
 	mu   sync.Mutex
 	jobs map[*executor.Workspace]*job
@@ -165,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		log:       cfg.Logger,
 		jobs:      map[*executor.Workspace]*job{},
 	}
+	e.openDisk()
 	if !e.usage {
 		e.log.Warn("container engine does not use the cgroupfs driver: job usage will not be measured", "driver", info.CgroupDriver)
 	}
@@ -173,12 +184,12 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	stale, err := cli.ContainerList(ctx, container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", rootLabel+"="+e.rootTag))})
 	if err != nil {
-		return nil, fmt.Errorf("container: list stale containers: %w", err)
+		return nil, errors.Join(fmt.Errorf("container: list stale containers: %w", err), e.Close())
 	}
 	for _, c := range stale {
 		e.log.Warn("removing stale job container", "id", c.ID, "job", c.Labels[jobLabel])
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
-			return nil, fmt.Errorf("container: remove stale container %s: %w", c.ID, err)
+			return nil, errors.Join(fmt.Errorf("container: remove stale container %s: %w", c.ID, err), e.Close())
 		}
 	}
 	e.log.Info("container executor ready", "engine", info.ServerVersion, "api", cli.ClientVersion(), "cgroup_driver", info.CgroupDriver)
@@ -197,8 +208,10 @@ type job struct {
 	closed bool
 }
 
-// Prepare makes the job's workspace: data/ for RUN to stage into and a tmpfs
-// of Spec.DiskBytes holding out/ and the job's /tmp.
+// Prepare makes the job's workspace: data/ for RUN to stage into and a
+// writable space of Spec.DiskBytes holding out/ and the job's /tmp: a
+// subvolume of the node's job disk with a quota of the bound, or a tmpfs
+// where there is no job disk.
 func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("container: spec needs a job id and a command")
@@ -222,7 +235,7 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 	if disk <= 0 {
 		disk = e.cfg.DefaultDiskBytes
 	}
-	d, err := workspace.Make(e.cfg.Root, name, disk, uid)
+	d, err := e.makeWorkspace(name, disk, uid)
 	j.ws = d
 	if err != nil {
 		if rerr := e.release(j); rerr != nil {
@@ -448,6 +461,7 @@ loop:
 			res.Reason = fmt.Sprintf("exited with code %d", code)
 		}
 	}
+	checkDisk(j, &res)
 	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
 		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
 	return res, nil

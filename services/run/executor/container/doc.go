@@ -6,10 +6,16 @@
 // the container, as a uid of its own (shared allocation with the sandbox),
 // with no network (NetworkMode none), every capability dropped,
 // no-new-privileges and a read-only root filesystem. /data is the staged
-// data, bound read-only; /out and /tmp are bound from a tmpfs of
-// Spec.DiskBytes made by Prepare, so the container has no other writable
-// space than that (and a /dev/shm of Config.ShmBytes) and what RUN collects
-// from Workspace.OutDir is on the node after the container is gone. Memory
+// data, bound read-only; /out and /tmp are bound from the job's
+// writable space, made by Prepare on the node's disk: a subvolume of the
+// node's job disk (shared with the sandbox executor, see workspace.Disk)
+// with a quota of Spec.DiskBytes, so that what a job writes never counts
+// against its memory; a job that fills it gets EDQUOT, and if it then fails
+// its outcome is disk_exceeded. Where the node has no job disk, the space
+// is a tmpfs of Spec.DiskBytes instead. The container has no other writable
+// space than that (and a /dev/shm of Config.ShmBytes), and what RUN
+// collects from Workspace.OutDir is on the node after the container is
+// gone. Memory
 // (without swap), cpu (NanoCPUs) and the process count are limited by the
 // engine; an OOM kill is out_of_memory. The wall-clock limit sends SIGTERM a
 // grace period before Spec.Stops' deadline and SIGKILL at it; cancellation

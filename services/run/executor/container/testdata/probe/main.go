@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -93,6 +94,28 @@ func main() {
 		f.Close()
 		os.Remove("/out/big")
 		fmt.Printf("size=%d\n", n)
+	case "write":
+		// write MIB: "begun" into /out/begun, then MIB MiB into /out/big;
+		// exit 3 if a write fails, keeping what was written.
+		mib, _ := strconv.Atoi(os.Args[2])
+		os.WriteFile("/out/begun", []byte("begun\n"), 0o644)
+		f, err := os.Create("/out/big")
+		if err != nil {
+			fmt.Printf("err=%v\n", err)
+			os.Exit(3)
+		}
+		buf := make([]byte, 1<<20)
+		for i := 0; i < mib; i++ {
+			if _, err := f.Write(buf); err != nil {
+				fmt.Printf("err=%v\n", err)
+				os.Exit(3)
+			}
+		}
+		if err := f.Close(); err != nil {
+			fmt.Printf("err=%v\n", err)
+			os.Exit(3)
+		}
+		fmt.Printf("size=%d\n", mib<<20)
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
 		os.WriteFile("/out/ready", []byte("up"), 0o644)

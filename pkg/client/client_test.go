@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"github.com/e31net/e31/pkg/query"
 )
 
-// busyClient is a CLI client, asking as the operator, of a query service
+// busyClient is a client, asking as the operator, of a query service
 // that answers "busy" to the first busyFor requests.
-func busyClient(t *testing.T, busyFor int64) (*client, *atomic.Int64) {
+func busyClient(t *testing.T, busyFor int64) (*Client, *atomic.Int64) {
 	t.Helper()
 	srv := natstest.Start(t)
 	var asked atomic.Int64
@@ -38,10 +38,10 @@ func busyClient(t *testing.T, busyFor int64) (*client, *atomic.Int64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	return &client{nc: nc, who: who{Name: "test", User: events.Operator}, refusals: &refusals{waiting: map[*refusalWatch]struct{}{}}}, &asked
+	return &Client{nc: nc, who: Identity{Name: "test", User: events.Operator}, refusals: &refusals{waiting: map[*refusalWatch]struct{}{}}}, &asked
 }
 
-// TestBusyIsAskedAgain: the CLI asks a busy service again, with backoff,
+// TestBusyIsAskedAgain: the client asks a busy service again, with backoff,
 // and gets its answer once the service has room.
 func TestBusyIsAskedAgain(t *testing.T) {
 	t.Parallel()
@@ -62,7 +62,7 @@ func TestBusyUntilTheDeadlineSaysSo(t *testing.T) {
 	c, asked := busyClient(t, 1<<40)
 	var info api.LedgerInfo
 	err := c.request(context.Background(), c.ledger(api.EndpointHead), nil, &info, time.Second)
-	if !errors.Is(err, errBusy) || asked.Load() < 2 {
+	if !errors.Is(err, ErrBusy) || asked.Load() < 2 {
 		t.Errorf("after %d busy answers: %v, want the service's busy", asked.Load(), err)
 	}
 }

@@ -1,0 +1,138 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/e31net/e31/pkg/api"
+)
+
+// longPoll is how long one request of a wait may be held by the ledger.
+const longPoll = 30 * time.Second
+
+// pollWait is how long the next long poll may wait under ctx's deadline.
+func pollWait(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return min(longPoll, max(time.Until(dl), time.Millisecond))
+	}
+	return longPoll
+}
+
+// withTimeout is ctx bounded by timeout; 0 is no bound.
+func withTimeout(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(ctx, timeout)
+	}
+	return ctx, func() {}
+}
+
+// Wait waits until a job is over (its compute released, or it was
+// rejected or cancelled) and returns its hold record, asking the ledger in
+// long polls: waiting needs no access to the log, only to one's own
+// records. After timeout (0: no limit) it gives up with an error that says
+// where the job is. An id that is no job wraps ErrNoSuchJob (a sweep's id
+// is not: see WaitSweep).
+func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*api.HoldRecord, error) {
+	if err := validJob(job); err != nil {
+		return nil, err
+	}
+	wctx, cancel := withTimeout(ctx, timeout)
+	defer cancel()
+	q := api.RecordRequest{Job: job, Fresh: true, UntilOver: true}
+	var rec *api.HoldRecord
+	for {
+		q.Wait = pollWait(wctx)
+		r, _, err := c.AskRecord(wctx, q)
+		if errors.Is(err, ErrNoSuchJob) && q.Fresh {
+			return nil, err
+		}
+		if err != nil && wctx.Err() == nil {
+			return nil, err
+		}
+		if r != nil {
+			rec = r
+		}
+		if rec != nil && rec.Over() {
+			return rec, nil
+		}
+		if wctx.Err() != nil {
+			state := "unknown"
+			if rec != nil {
+				state = rec.State
+			}
+			return rec, fmt.Errorf("job %s is still %s after %s", job, state, timeout)
+		}
+		q.Fresh = false
+	}
+}
+
+// WaitSweep waits until every job of a sweep is over, asking the ledger in
+// long polls, and returns their records. After timeout (0: no limit) it
+// gives up with an error that says how far the sweep got.
+func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Duration) ([]*api.HoldRecord, error) {
+	wctx, cancel := withTimeout(ctx, timeout)
+	defer cancel()
+	q := api.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Limit: 1}
+	for {
+		q.Wait = pollWait(wctx)
+		var reply api.ListReply
+		err := c.request(wctx, c.ledger(api.EndpointList), q, &reply, q.Wait+10*time.Second)
+		if err != nil && wctx.Err() == nil {
+			return nil, err
+		}
+		if err == nil && reply.Error != "" {
+			return nil, errors.New(reply.Error)
+		}
+		q.Fresh = false
+		// The records as they are, even once the time is up: to say how
+		// far the sweep got.
+		recs, err := c.SweepRecords(ctx, sweep)
+		if err != nil {
+			return nil, err
+		}
+		left := 0
+		for _, r := range recs {
+			if !r.Over() {
+				left++
+			}
+		}
+		if left == 0 {
+			return recs, nil
+		}
+		if wctx.Err() != nil {
+			return recs, fmt.Errorf("sweep %s: %d of %d jobs still not over after %s", sweep, left, len(recs), timeout)
+		}
+	}
+}
+
+// SweepRecords reads every record of a sweep as of now; none if id is no
+// sweep's.
+func (c *Client) SweepRecords(ctx context.Context, sweep string) ([]*api.HoldRecord, error) {
+	return c.AllRecords(ctx, api.ListRequest{Sweep: sweep})
+}
+
+// SweepSummary is a sweep's state: the form of `e31 status SWEEP --json`.
+type SweepSummary struct {
+	Sweep    string         `json:"sweep"`
+	Jobs     int            `json:"jobs"`
+	States   map[string]int `json:"states"`
+	Outcomes map[string]int `json:"outcomes"`
+	// HeldSeconds is the meter's total over every job of the sweep.
+	HeldSeconds float64           `json:"held_seconds"`
+	Records     []*api.HoldRecord `json:"records"`
+}
+
+// Summarize counts a sweep's records by state and outcome.
+func Summarize(sweep string, recs []*api.HoldRecord) SweepSummary {
+	s := SweepSummary{Sweep: sweep, Jobs: len(recs), States: map[string]int{}, Outcomes: map[string]int{}, Records: recs}
+	for _, r := range recs {
+		s.States[r.State]++
+		if r.Over() {
+			s.Outcomes[string(r.Outcome)]++
+		}
+		s.HeldSeconds += r.HeldSeconds
+	}
+	return s
+}
