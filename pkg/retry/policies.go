@@ -47,6 +47,11 @@ var (
 	// reason that passes.
 	Service = Policy{First: 250 * time.Millisecond, Max: 15 * time.Second}
 
+	// Busy asks a service that answered busy (at a limit: pkg/query)
+	// again: soon at first, at most every 2 s, spread out so that many
+	// clients turned away together do not come back together.
+	Busy = Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
+
 	// Ready asks a fresh server or cluster whether JetStream answers yet.
 	Ready = Policy{First: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 )
