@@ -2,7 +2,7 @@
 
 GO        ?= go
 BIN       := bin/e31
-MODULES   := pkg services/submit services/rent services/run services/output services/release services/ledger cmd/e31
+MODULES   := pkg services/submit services/rent services/run services/output services/release services/ledger stack bench cmd/e31
 BENCH_N   ?= 2000
 TEST_FLAGS ?= -count=1 -timeout 15m
 # The race detector runs on every module's unit and integration tests; the

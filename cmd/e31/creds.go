@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -46,16 +45,13 @@ the secrets everything rests on: keep it off the servers.`,
 	return cmd
 }
 
-// serverConfFile is the nats-server configuration `e31 creds init` writes.
-const serverConfFile = "e31-auth.conf"
-
 func credsInitCmd(a *app) *cobra.Command {
 	var dir, resolverDir string
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Make the operator, account and signing keys, the account JWT and a server config",
 		Long: `Make the keys in --dir (if it has none; existing keys are kept), sign the
-operator's and the accounts' JWTs, and write ` + serverConfFile + `: the lines a
+operator's and the accounts' JWTs, and write ` + auth.ServerConfFile + `: the lines a
 nats-server config includes to trust e31's operator, with the account JWTs
 preloaded into the server's own resolver (kept in --resolver-dir on each
 server). Running it again re-signs and rewrites the JWTs and the config.`,
@@ -68,22 +64,8 @@ server). Running it again re-signs and rewrites the JWTs and the config.`,
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			op, err := keys.OperatorJWT()
-			if err != nil {
+			if err := keys.WriteServerFiles(dir, resolverDir); err != nil {
 				return err
-			}
-			sys, err := keys.SystemJWT()
-			if err != nil {
-				return err
-			}
-			conf, err := keys.ServerConfig(resolverDir)
-			if err != nil {
-				return err
-			}
-			for name, content := range map[string]string{"operator.jwt": op, "system.jwt": sys, serverConfFile: conf} {
-				if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.TrimSpace(content)+"\n"), 0o600); err != nil {
-					return err
-				}
 			}
 			if created {
 				fmt.Fprintf(a.out, "made the keys in %s\n", dir)
@@ -92,7 +74,7 @@ server). Running it again re-signs and rewrites the JWTs and the config.`,
 			}
 			fmt.Fprintf(a.out, "account %s: %s\n", auth.AccountName, keys.AccountKey())
 			fmt.Fprintf(a.out, "account %s: %s (submitters)\n", auth.TenantsAccountName, keys.TenantsAccountKey())
-			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, serverConfFile))
+			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, auth.ServerConfFile))
 			fmt.Fprintf(a.out, "next: e31 creds user --dir %s --role operator --name operator -o operator.creds\n", dir)
 			return nil
 		},

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/e31net/e31/pkg/auth"
 )
 
 // TestCredsTLS makes the authority and a server certificate with `e31 creds
@@ -27,18 +29,18 @@ func TestCredsTLS(t *testing.T) {
 		t.Fatalf("creds tls: exit %d: %s %s", code, stdout, errOut)
 	}
 	for name, mode := range map[string]os.FileMode{
-		filepath.Join(keys, tlsCAKeyFile): 0o600, filepath.Join(out, tlsCertKeyFile): 0o600, filepath.Join(out, tlsCAOutFile): 0o644,
+		filepath.Join(keys, auth.TLSCAKeyFile): 0o600, filepath.Join(out, auth.TLSCertKeyFile): 0o600, filepath.Join(out, auth.TLSCAOutFile): 0o644,
 	} {
 		if st, err := os.Stat(name); err != nil || st.Mode().Perm() != mode {
 			t.Errorf("%s: %v, mode %v; want %v", name, err, st.Mode().Perm(), mode)
 		}
 	}
-	caPEM := readTLSFile(t, filepath.Join(out, tlsCAOutFile))
+	caPEM := readTLSFile(t, filepath.Join(out, auth.TLSCAOutFile))
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		t.Fatal("ca.pem holds no certificate")
 	}
-	pair, err := tls.LoadX509KeyPair(filepath.Join(out, tlsCertFile), filepath.Join(out, tlsCertKeyFile))
+	pair, err := tls.LoadX509KeyPair(filepath.Join(out, auth.TLSCertFile), filepath.Join(out, auth.TLSCertKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,10 +97,10 @@ func TestCredsTLS(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "kept the TLS authority") {
 		t.Fatalf("creds tls again: exit %d: %s %s", code, stdout, errOut)
 	}
-	if !bytes.Equal(readTLSFile(t, filepath.Join(out, tlsCAOutFile)), caPEM) {
+	if !bytes.Equal(readTLSFile(t, filepath.Join(out, auth.TLSCAOutFile)), caPEM) {
 		t.Error("a second run replaced the authority")
 	}
-	b, _ := pem.Decode(readTLSFile(t, filepath.Join(out, tlsCertFile)))
+	b, _ := pem.Decode(readTLSFile(t, filepath.Join(out, auth.TLSCertFile)))
 	if b == nil {
 		t.Fatal("server.pem is not PEM")
 	}

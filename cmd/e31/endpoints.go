@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -80,8 +78,8 @@ func connected(nc *nats.Conn) ops.Check {
 // serveDevEndpoints starts, within the system, the log's metrics (read as
 // the auditor, who changes nothing), the consumers' lag (asked as the
 // operator: listing consumers is the operator's) and the endpoints. They
-// stop with it.
-func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *slog.Logger) error {
+// stop with it (stack.Stack.Go).
+func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 	if o.addr == "" {
 		return nil
 	}
@@ -116,7 +114,7 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 	}
 	srv, err := o.listen(log, reg, map[string]ops.Check{
 		"log":      logs.Ready,
-		"services": s.servicesRunning,
+		"services": s.Running,
 	})
 	if err != nil {
 		closeAll()
@@ -127,9 +125,7 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		return err
 	}
 	s.httpAddr = srv.Addr()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.Go(func(ctx context.Context) error {
 		// The connections close once both are done: a scrape under way
 		// still asks the server while the log's reading stops.
 		defer closeAll()
@@ -137,36 +133,11 @@ func (s *devSystem) serveDevEndpoints(ctx context.Context, o httpOptions, log *s
 		g.Go(func() error { return logs.Run(ctx) })
 		g.Go(func() error { return srv.Serve(ctx) })
 		if err := g.Wait(); err != nil {
-			s.fail(fmt.Errorf("http: %w", err))
+			return fmt.Errorf("http: %w", err)
 		}
-	}()
+		return nil
+	})
 	return nil
-}
-
-// servicesRunning is ready while every service of the system runs.
-func (s *devSystem) servicesRunning(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var stopped []string
-	for id, svc := range s.services {
-		select {
-		case <-svc.done:
-			stopped = append(stopped, id)
-		default:
-		}
-	}
-	if len(stopped) > 0 {
-		slices.Sort(stopped)
-		return fmt.Errorf("stopped: %s", strings.Join(stopped, ", "))
-	}
-	return nil
-}
-
-// fail records an error that stop returns.
-func (s *devSystem) fail(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.errs = append(s.errs, err)
 }
 
 // serveEndpoints starts the endpoints of `e31 serve NAME` and returns where

@@ -3,24 +3,24 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"time"
+	"slices"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/services/run"
+	"github.com/e31net/e31/stack"
 )
 
 func serveCmd(a *app) *cobra.Command {
-	var node nodeConfig
-	var memory, disk, logCap string
+	// The services' own flags, defaults and all, as their mains define
+	// them: 'e31 serve NAME' builds NAME from the same Config.
+	var cfgs stack.Configs
 	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "serve SERVICE",
@@ -34,32 +34,22 @@ nothing: several services on one machine would want the same port. 'e31 serve
 ledger' also serves the figures derived from the log (e31_jobs, the meter, the
 pool).`),
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: services,
+		ValidArgs: stack.Services,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			name := args[0]
+			if !slices.Contains(stack.Services, name) {
+				return usageErr("unknown service %q (expected one of %v)", name, stack.Services)
+			}
 			if name == "run" {
-				var err error
-				if node.MemoryBytes, err = jobfile.ParseSize(memory); err != nil {
-					return usageErr("--node-memory: %v", err)
-				}
-				if node.DiskBytes, err = jobfile.ParseSize(disk); err != nil {
-					return usageErr("--node-disk: %v", err)
-				}
-				if node.LogCap, err = jobfile.ParseSize(logCap); err != nil {
-					return usageErr("--log-cap: %v", err)
-				}
-				if node.WorkDir == "" {
-					node.WorkDir = filepath.Join(os.TempDir(), "e31", node.Name)
-				}
 				// Before connecting: a node that cannot isolate its jobs
 				// refuses to run them, unless --executor process says to.
-				if err := run.CheckExecutor(node.Executor); err != nil {
+				if err := run.CheckExecutor(cfgs.Run.ExecutorKind); err != nil {
 					return usageErr("%v", err)
 				}
 			}
 			cfg := a.connectConfig("e31-" + name)
-			if err := checkServiceCreds(cfg.Creds, name, node.Name); err != nil {
+			if err := checkServiceCreds(cfg.Creds, name, cfgs.Run.Node); err != nil {
 				return err
 			}
 			nc, js, err := connect.Dial(ctx, cfg)
@@ -75,7 +65,10 @@ pool).`),
 			// Started again, rather than exit, when it fails for a reason
 			// that passes (a NATS server restarting): see daemon.RunAgain.
 			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
-				svc, err := newService(ctx, name, nc, js, a.log, node)
+				svc, err := stack.NewService(name, nc, js, cfgs, a.log)
+				if errors.Is(err, run.ErrNoIsolation) {
+					return nil, usageErr("%v", err)
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -88,19 +81,20 @@ pool).`),
 			return nil
 		},
 	}
-	host, _ := os.Hostname()
 	f := cmd.Flags()
-	f.StringVar(&node.Name, "node", host, "run: this node's id (one instance per id)")
-	f.Float64Var(&node.CPU, "node-cpu", float64(runtime.NumCPU()), "run: cpu cores this node offers")
-	f.StringVar(&memory, "node-memory", "4GiB", "run: memory this node offers")
-	f.StringVar(&disk, "node-disk", "20GiB", "run: disk for job output and scratch space")
-	f.StringVar(&logCap, "log-cap", "16MiB", "run: the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
-	f.StringVar(&node.WorkDir, "work-dir", "", "run: where job workspaces are made (default $TMPDIR/e31/NODE)")
-	f.StringVar(&node.Executor, "executor", "auto", "run: sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
-	f.DurationVar(&node.Grace, "grace", 10*time.Second, "run: how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
+	serviceFlags(f, "run", cfgs.Run.Flags)
 	httpOpts.flags(f, "")
-	f.StringVar(&node.Instance, "instance", "", "rent: this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
+	serviceFlags(f, "rent", cfgs.Rent.Flags)
 	return cmd
+}
+
+// serviceFlags adds to f the flags a service defines for its own main,
+// their help saying which service reads them.
+func serviceFlags(f *pflag.FlagSet, service string, define func(*flag.FlagSet)) {
+	fs := flag.NewFlagSet(service, flag.ContinueOnError)
+	define(fs)
+	fs.VisitAll(func(fl *flag.Flag) { fl.Usage = service + ": " + fl.Usage })
+	f.AddGoFlagSet(fs)
 }
 
 // checkServiceCreds refuses at once credentials made for another service or

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -101,6 +103,35 @@ func pushAccount(ctx context.Context, nc *nats.Conn, key, accountJWT string) err
 	}
 	if reply.Error != nil {
 		return fmt.Errorf("account %s: %s (%d)", key, reply.Error.Description, reply.Error.Code)
+	}
+	return nil
+}
+
+// ServerConfFile is the nats-server configuration WriteServerFiles writes.
+const ServerConfFile = "e31-auth.conf"
+
+// WriteServerFiles signs the operator's and the system account's JWTs and
+// the server configuration (ServerConfig, with the servers' account JWTs
+// kept in resolverDir) and writes them into the keys directory dir, 0600:
+// operator.jwt, system.jwt and ServerConfFile. Writing them again re-signs
+// them.
+func (k *Keys) WriteServerFiles(dir, resolverDir string) error {
+	op, err := k.OperatorJWT()
+	if err != nil {
+		return err
+	}
+	sys, err := k.SystemJWT()
+	if err != nil {
+		return err
+	}
+	conf, err := k.ServerConfig(resolverDir)
+	if err != nil {
+		return err
+	}
+	for name, content := range map[string]string{"operator.jwt": op, "system.jwt": sys, ServerConfFile: conf} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.TrimSpace(content)+"\n"), 0o600); err != nil {
+			return fmt.Errorf("auth: write %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -110,6 +110,11 @@ func parseSize(s string) (int64, string) {
 	return q.Int64(), ""
 }
 
+// FormatSize writes n as ParseSize reads it, in the largest IEC unit that
+// divides it exactly ("4GiB"): flags show their defaults the way people
+// write them.
+func FormatSize(n int64) string { return formatSize(n) }
+
 // formatSize writes n in the largest IEC unit that divides it exactly, so that
 // messages echo sizes the way people write them.
 func formatSize(n int64) string {

@@ -18,10 +18,13 @@ import (
 	"github.com/e31net/e31/pkg/query"
 )
 
-// Config configures the service.
+// Config configures the service. It is the one way the service is built,
+// by its own main, `e31 serve ledger` and `e31 dev` alike: the zero value is a
+// working service, and New fills in the defaults of the fields left zero.
 type Config struct {
 	// Source names this instance in its query service's metadata, e.g.
-	// "e31/ledger/host-1". The ledger appends nothing to the log.
+	// "e31/ledger/host-1" (the default, events.DefaultSource). The ledger
+	// appends nothing to the log.
 	Source string
 	Logger *slog.Logger
 	// Workers digest and decode messages in parallel; default GOMAXPROCS.
@@ -58,7 +61,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Source == "" {
-		cfg.Source = "e31/ledger"
+		cfg.Source = events.DefaultSource("ledger")
 	}
 	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
 		proj: NewProjection()}

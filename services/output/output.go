@@ -38,8 +38,12 @@ var ErrDamaged = errors.New("output: stored file is missing or damaged")
 // the log; its SUBMIT check or its collection takes far less.
 const DefaultDeleteGrace = 15 * time.Minute
 
-// Config configures the service.
+// Config configures the service. It is the one way the service is built,
+// by its own main, `e31 serve output` and `e31 dev` alike: the zero value is a
+// working service, and New fills in the defaults of the fields left zero.
 type Config struct {
+	// Source is the CloudEvents source it stamps; default
+	// events.DefaultSource ("e31/output/HOST").
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -50,7 +54,8 @@ type Config struct {
 	// manifests (so it verifies every file, however many an event lists),
 	// stores the manifest of what it returns, and deletes what retention or
 	// a submitter's request frees. Without one it verifies the files listed
-	// in events only, and deletes nothing.
+	// in events only, and deletes nothing. Neither Verifier nor Stores:
+	// every submitter's bucket in js, made when missing.
 	Stores stage.Stores
 	// Store, if set instead of Stores, serves every submitter (tests).
 	Store stage.Store
@@ -97,13 +102,13 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Stores = stage.Single{Store: cfg.Store}
 	}
 	if cfg.Verifier == nil && cfg.Stores == nil {
-		return nil, errors.New("output: a Verifier or Stores is required")
+		cfg.Stores = stage.NewTenants(js, true)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Source == "" {
-		cfg.Source = "e31/output"
+		cfg.Source = events.DefaultSource("output")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

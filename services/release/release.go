@@ -17,9 +17,12 @@ import (
 	"github.com/e31net/e31/pkg/events"
 )
 
-// Config configures the service.
+// Config configures the service. It is the one way the service is built,
+// by its own main, `e31 serve release` and `e31 dev` alike: the zero value is a
+// working service, and New fills in the defaults of the fields left zero.
 type Config struct {
-	// Source is the CloudEvents source it stamps, e.g. "e31/release/host-1".
+	// Source is the CloudEvents source it stamps, e.g. "e31/release/host-1";
+	// default events.DefaultSource.
 	Source string
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -40,7 +43,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Source == "" {
-		cfg.Source = "e31/release"
+		cfg.Source = events.DefaultSource("release")
 	}
 	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "release")}, nil
 }

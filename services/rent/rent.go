@@ -49,8 +49,12 @@ const maxHoldsPerPass = 256
 // leaderKey is the leader lease in the leases bucket.
 const leaderKey = "leader.rent"
 
-// Config configures the service.
+// Config configures the service. It is the one way the service is built,
+// by its own main, `e31 serve rent` and `e31 dev` alike: the zero value is a
+// working service, and New fills in the defaults of the fields left zero.
 type Config struct {
+	// Source is the CloudEvents source it stamps; default
+	// events.DefaultSource ("e31/rent/HOST").
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -94,7 +98,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Source == "" {
-		cfg.Source = "e31/rent"
+		cfg.Source = events.DefaultSource("rent")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -17,7 +17,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,14 +34,19 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run/executor"
 )
 
-// Config configures one node.
+// Config configures one node: what it offers and how it runs jobs. It is
+// the one way a node is described, by its own main (e31-run), `e31 serve
+// run` and `e31 dev` alike; Flags gives the flags that set it, and New the
+// defaults of the fields left zero and the checks.
 type Config struct {
-	// Node is the node's id: one RUN instance per node id.
+	// Node is the node's id: one RUN instance per node id. Flags sets it
+	// to the host name.
 	Node        string
 	CPU         float64
 	MemoryBytes int64
@@ -47,14 +54,25 @@ type Config struct {
 	DiskBytes   int64
 	Labels      map[string]string
 
+	// Executor runs the jobs. Nil: New opens the one ExecutorKind names,
+	// with its workspaces under WorkDir, and Run closes it when it ends
+	// (the sandbox unmounts the node's job disk, so that WorkDir can be
+	// removed and a later node mounts it anew).
 	Executor executor.Executor
+	// ExecutorKind is ExecSandbox, ExecProcess or ExecAuto (the default):
+	// see OpenExecutor. Used when Executor is nil.
+	ExecutorKind string
+	// WorkDir is the node's own directory: job workspaces are made in
+	// WorkDir/jobs. Used when Executor is nil; default $TMPDIR/e31/NODE.
+	WorkDir string
 	// AllowUnisolated says the operator chose, explicitly, to let this
 	// node run jobs without isolation (--executor process): the node
 	// announces it, and RENT places jobs on a node whose executor isolates
-	// nothing only then.
+	// nothing only then. When New opens the executor, it is set from
+	// ExecutorKind.
 	AllowUnisolated bool
 	// Stores gives each submitter's store; Store, if set instead, serves
-	// every submitter (tests).
+	// every submitter (tests). Neither: every submitter's bucket in js.
 	Stores stage.Stores
 	Store  stage.Store
 	// Grace is how long before its limit a job gets SIGTERM (SIGKILL comes
@@ -65,12 +83,14 @@ type Config struct {
 	// disk; otherwise its request.disk does.
 	MaxOutputBytes int64
 	// LogCap bounds what is kept of each of a job's stdout and stderr:
-	// past it, the head and the last MiB (stage.JobLog). Default 16 MiB.
+	// past it, the head and the last MiB (stage.JobLog). Default
+	// DefaultLogCap.
 	LogCap int64
 	// LogFlush is how often a running job's new output is stored, for
 	// `e31 logs --follow`. Default 1s.
 	LogFlush time.Duration
 
+	// Source is the CloudEvents source it stamps; default "e31/run/NODE".
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -96,6 +116,8 @@ type Service struct {
 	js  jetstream.JetStream
 	pub *bus.Publisher
 	log *slog.Logger
+	// ownsExec says New opened the executor, so Run closes it.
+	ownsExec bool
 
 	mu      sync.Mutex
 	running map[string]*running          // by job id
@@ -109,7 +131,9 @@ type running struct {
 	done      chan struct{}
 }
 
-// New checks cfg and returns a Service.
+// New checks cfg, fills in the defaults of the fields left zero (see
+// Config) and returns a Service. Unless cfg gives one, it opens the node's
+// executor, which Run closes.
 func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if !events.ValidID(cfg.Node) {
 		return nil, fmt.Errorf("run: node id %q is not valid (letters, digits, '-' and '_')", cfg.Node)
@@ -120,17 +144,17 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Stores == nil && cfg.Store != nil {
 		cfg.Stores = stage.Single{Store: cfg.Store}
 	}
-	if cfg.Executor == nil || cfg.Stores == nil {
-		return nil, errors.New("run: an Executor and a Store are required")
+	if cfg.Stores == nil {
+		cfg.Stores = stage.NewTenants(js, true)
 	}
 	if cfg.Grace <= 0 {
-		cfg.Grace = 10 * time.Second
+		cfg.Grace = DefaultGrace
 	}
 	if cfg.MaxOutputBytes <= 0 {
 		cfg.MaxOutputBytes = 10 << 30
 	}
 	if cfg.LogCap <= 0 {
-		cfg.LogCap = 16 << 20
+		cfg.LogCap = DefaultLogCap
 	}
 	if cfg.LogFlush <= 0 {
 		cfg.LogFlush = time.Second
@@ -141,8 +165,23 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/run/" + cfg.Node
 	}
+	ownsExec := cfg.Executor == nil
+	if ownsExec {
+		if cfg.ExecutorKind == "" {
+			cfg.ExecutorKind = ExecAuto
+		}
+		if cfg.WorkDir == "" {
+			cfg.WorkDir = filepath.Join(os.TempDir(), "e31", cfg.Node)
+		}
+		exec, err := OpenExecutorWith(cfg.ExecutorKind, filepath.Join(cfg.WorkDir, "jobs"), cfg.DiskBytes,
+			cfg.Logger.With("node", cfg.Node), limits.Lookup{JS: js})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Executor, cfg.AllowUnisolated = exec, cfg.ExecutorKind == ExecProcess
+	}
 	return &Service{
-		cfg: cfg, js: js,
+		cfg: cfg, js: js, ownsExec: ownsExec,
 		pub:     bus.NewPublisher(js, cfg.Source, cfg.Now),
 		log:     cfg.Logger.With("service", "run", "node", cfg.Node),
 		running: map[string]*running{},
@@ -150,10 +189,20 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}, nil
 }
 
+// closeExecutor closes the executor New opened, once Run is over.
+func (s *Service) closeExecutor() {
+	if c, ok := s.cfg.Executor.(io.Closer); ok && s.ownsExec {
+		if err := c.Close(); err != nil {
+			s.log.Warn("close executor", "err", err)
+		}
+	}
+}
+
 // Run announces the node and runs the jobs held on it until ctx ends. Then
 // it stops the jobs still running, records them as lost with the node (so
 // they are held again elsewhere) and returns.
 func (s *Service) Run(ctx context.Context) error {
+	defer s.closeExecutor()
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}

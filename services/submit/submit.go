@@ -27,13 +27,18 @@ import (
 	"github.com/e31net/e31/pkg/stage"
 )
 
-// Config configures the service.
+// Config configures the service. It is the one way the service is built,
+// by its own main, `e31 serve submit` and `e31 dev` alike: the zero value is a
+// working service, and New fills in the defaults of the fields left zero.
 type Config struct {
+	// Source is the CloudEvents source it stamps; default
+	// events.DefaultSource ("e31/submit/HOST").
 	Source string
 	Logger *slog.Logger
 	Now    func() time.Time
 	// Stores gives each submitter's store. Store, if set instead, serves
-	// every submitter (tests).
+	// every submitter (tests). Neither: every submitter's bucket in js,
+	// made when missing.
 	Stores stage.Stores
 	Store  stage.Store
 	// Limits gives each submitter's limits and allowed images. Default:
@@ -63,13 +68,13 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Stores = stage.Single{Store: cfg.Store}
 	}
 	if cfg.Stores == nil {
-		return nil, errors.New("submit: Stores (or a Store) is required")
+		cfg.Stores = stage.NewTenants(js, true)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Source == "" {
-		cfg.Source = "e31/submit"
+		cfg.Source = events.DefaultSource("submit")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

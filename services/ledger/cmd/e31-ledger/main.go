@@ -16,8 +16,9 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("e31-ledger", flag.ExitOnError)
+	var cfg ledger.Config
 	os.Exit(daemon.Main("ledger", fs, os.Args[1:], func(_ context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
-		host, _ := os.Hostname()
-		return ledger.New(nc, js, ledger.Config{Source: "e31/ledger/" + host, Logger: log})
+		cfg.Logger = log
+		return ledger.New(nc, js, cfg)
 	}))
 }

@@ -11,18 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/output"
 )
 
 func main() {
 	fs := flag.NewFlagSet("e31-output", flag.ExitOnError)
-	os.Exit(daemon.Main("output", fs, os.Args[1:], func(ctx context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
-		store, err := stage.Open(ctx, js)
-		if err != nil {
-			return nil, err
-		}
-		host, _ := os.Hostname()
-		return output.New(js, output.Config{Source: "e31/output/" + host, Logger: log, Stores: store})
+	var cfg output.Config
+	os.Exit(daemon.Main("output", fs, os.Args[1:], func(_ context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
+		cfg.Logger = log
+		return output.New(js, cfg)
 	}))
 }

@@ -16,8 +16,9 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("e31-release", flag.ExitOnError)
+	var cfg release.Config
 	os.Exit(daemon.Main("release", fs, os.Args[1:], func(_ context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
-		host, _ := os.Hostname()
-		return release.New(js, release.Config{Source: "e31/release/" + host, Logger: log})
+		cfg.Logger = log
+		return release.New(js, cfg)
 	}))
 }

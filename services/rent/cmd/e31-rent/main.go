@@ -16,11 +16,10 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("e31-rent", flag.ExitOnError)
-	// Each instance reads the log on a consumer named after it: two
-	// instances on one host need names of their own.
-	instance := fs.String("instance", "", "this instance's name (default: the host name)")
+	var cfg rent.Config
+	cfg.Flags(fs)
 	os.Exit(daemon.Main("rent", fs, os.Args[1:], func(_ context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
-		host, _ := os.Hostname()
-		return rent.New(nc, js, rent.Config{Source: "e31/rent/" + host, Logger: log, Instance: *instance})
+		cfg.Logger = log
+		return rent.New(nc, js, cfg)
 	}))
 }

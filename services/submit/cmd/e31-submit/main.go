@@ -11,18 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/submit"
 )
 
 func main() {
 	fs := flag.NewFlagSet("e31-submit", flag.ExitOnError)
-	os.Exit(daemon.Main("submit", fs, os.Args[1:], func(ctx context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
-		store, err := stage.Open(ctx, js)
-		if err != nil {
-			return nil, err
-		}
-		host, _ := os.Hostname()
-		return submit.New(js, submit.Config{Source: "e31/submit/" + host, Logger: log, Stores: store})
+	var cfg submit.Config
+	os.Exit(daemon.Main("submit", fs, os.Args[1:], func(_ context.Context, _ *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
+		cfg.Logger = log
+		return submit.New(js, cfg)
 	}))
 }

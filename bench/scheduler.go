@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/bus"
@@ -21,35 +20,20 @@ import (
 	"github.com/e31net/e31/services/rent"
 )
 
-func benchSchedulerCmd(a *app) *cobra.Command {
-	var jobs, nodes, decisions int
-	cmd := &cobra.Command{
-		Use:   "scheduler",
-		Short: "Measure RENT with a deep queue: decisions per second and memory per queued job",
-		Long: `Queue --jobs jobs over --nodes node announcements, as real events on an
-embedded server, then start RENT alone: it rebuilds from the log and holds
-what fits; a releaser gives every hold back at once, so RENT keeps deciding
-with the queue still deep. Reports the rebuild time, decisions per second end
-to end, the cost of one decision at a short and at the full queue (in memory),
-and the heap per queued job.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBenchScheduler(cmd.Context(), a.out, jobs, nodes, decisions)
-		},
-	}
-	cmd.Flags().IntVar(&jobs, "jobs", 100000, "jobs queued")
-	cmd.Flags().IntVar(&nodes, "nodes", 1000, "nodes announced")
-	cmd.Flags().IntVar(&decisions, "decisions", 20000, "holds to measure end to end")
-	return cmd
-}
-
 // benchSpec is a queued job of the scheduler bench.
 func benchSpec(i int) events.JobSpec {
 	return events.JobSpec{Name: "sched", Work: events.Work{Command: []string{"/bin/true"}}, Priority: i%5 - 2,
 		Request: events.Request{CPU: 1, MemoryBytes: 256 << 20, DiskBytes: 64 << 20, LimitSeconds: float64(60 + i%600)}}
 }
 
-func runBenchScheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) error {
+// Scheduler queues jobs jobs over nodes node announcements, as real events
+// on an embedded server, then starts RENT alone: it rebuilds from the log
+// and holds what fits; a releaser gives every hold back at once, so RENT
+// keeps deciding with the queue still deep. It writes the rebuild time,
+// decisions per second end to end (measured over decisions holds), the
+// cost of one decision at a short and at the full queue (in memory), and
+// the heap per queued job.
+func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) error {
 	// Memory and pure decision cost, in memory first.
 	perJob, short, deep := poolCosts(jobs, nodes)
 	fmt.Fprintf(out, "scheduler (in memory): %.0f bytes of heap per queued job; one decision costs %.1f µs with %d queued and %.1f µs with %d queued\n",

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -16,10 +16,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
@@ -27,72 +26,53 @@ import (
 	"github.com/e31net/e31/services/ledger"
 )
 
-type benchLedgerOptions struct {
-	events  int
-	profile string
-	keep    bool
+// LedgerOptions is what Ledger measures.
+type LedgerOptions struct {
+	// Events is the number of synthetic events written.
+	Events int
+	// Profile, if set, is where CPU profiles of the audit's replay (and of
+	// the ledger's rebuild, in PROFILE.ledger) are written.
+	Profile string
+	// Keep keeps the temporary directory.
+	Keep bool
 }
 
-func benchLedgerCmd(a *app) *cobra.Command {
-	var o benchLedgerOptions
-	cmd := &cobra.Command{
-		Use:   "ledger",
-		Short: "Measure the audit's replay rate and the ledger's rebuild time over a long log",
-		Long: `Write --events synthetic but valid job events (about 8 a job: successes,
-failures, cancels, lost nodes held again, rejections, deletions, over 16 nodes)
-into an embedded server with --sync interval, then time on this machine:
-
-  audit:  'e31 audit's independent replay of the whole log: reading every
-          message, digests and the hash chain, rebuilding every record and
-          every check (events per second);
-  ledger: the LEDGER rebuilding every record and its chain from scratch, from
-          start until it has caught up with the log.
-
-Both must find the log whole and agree on its chain head. The last line is
-one machine-readable summary.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.events <= 0 {
-				return usageErr("--events must be positive")
-			}
-			return runBenchLedger(cmd.Context(), a.out, o)
-		},
-	}
-	cmd.Flags().IntVar(&o.events, "events", 1_000_000, "events to write")
-	cmd.Flags().StringVar(&o.profile, "cpuprofile", "", "write CPU profiles of the audit's replay to this file, and of the ledger's rebuild to FILE.ledger")
-	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the temporary directory")
-	return cmd
-}
-
-func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) error {
+// Ledger writes o.Events synthetic but valid job events (about 8 a job:
+// successes, failures, cancels, lost nodes held again, rejections,
+// deletions, over 16 nodes) into an embedded server with sync interval,
+// then times the audit's independent replay of the whole log and the
+// LEDGER's rebuild from scratch. Both must find the log whole and agree on
+// its chain head, or its error wraps ErrFailed. The last line it writes is
+// one machine-readable summary ("bench-ledger events=…").
+func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	dir, err := os.MkdirTemp("", "e31-bench-ledger-")
 	if err != nil {
 		return err
 	}
-	if !o.keep {
+	if !o.Keep {
 		defer os.RemoveAll(dir)
 	}
 	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
 	if err != nil {
-		return troubleErr(err)
+		return fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	defer b.Shutdown(context.Background())
 	nc, err := b.Connect("bench")
 	if err != nil {
-		return troubleErr(err)
+		return fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	defer nc.Close()
 	js, err := connect.Ready(ctx, nc)
 	if err != nil {
-		return troubleErr(err)
+		return fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
-		return troubleErr(err)
+		return fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	fmt.Fprintf(out, "e31 bench ledger: %d cores, sync=interval, in %s\n", runtime.NumCPU(), dir)
 
 	start := time.Now()
-	n, jobs, err := writeSyntheticLog(ctx, js, o.events)
+	n, jobs, err := writeSyntheticLog(ctx, js, o.Events)
 	if err != nil {
 		return err
 	}
@@ -112,8 +92,8 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 	// The audit's replay, as `e31 audit` runs it.
 	runtime.GC()
 	old := debug.SetGCPercent(400) // as `e31 audit` runs
-	if o.profile != "" {
-		f, err := os.Create(o.profile)
+	if o.Profile != "" {
+		f, err := os.Create(o.Profile)
 		if err != nil {
 			return err
 		}
@@ -129,7 +109,7 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 	}
 	rep := au.Finish()
 	auditTook, auditCPU := time.Since(start), cpuTime()-cpu0
-	if o.profile != "" {
+	if o.Profile != "" {
 		pprof.StopCPUProfile()
 	}
 	debug.SetGCPercent(old)
@@ -140,15 +120,15 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 		for _, f := range rep.Findings[:min(len(rep.Findings), 10)] {
 			fmt.Fprintf(out, "  %s %s #%d: %s\n", f.Kind, f.Job, f.Seq, f.Detail)
 		}
-		return &exitError{exitFailed, errors.New("bench ledger: the audit found the synthetic log wrong")}
+		return fmt.Errorf("%w: bench ledger: the audit found the synthetic log wrong", ErrFailed)
 	}
 	auditHead := rep.Head
 	rep, au = nil, nil
 	runtime.GC()
 
 	// The ledger's rebuild from scratch, as on every start.
-	if o.profile != "" {
-		f, err := os.Create(o.profile + ".ledger")
+	if o.Profile != "" {
+		f, err := os.Create(o.Profile + ".ledger")
 		if err != nil {
 			return err
 		}
@@ -175,7 +155,7 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 		return ctx.Err()
 	}
 	rebuilt, rebuildCPU := time.Since(start), cpuTime()-cpu0
-	if o.profile != "" {
+	if o.Profile != "" {
 		pprof.StopCPUProfile()
 	}
 	var info api.LedgerInfo
@@ -191,7 +171,7 @@ func runBenchLedger(ctx context.Context, out io.Writer, o benchLedgerOptions) er
 	fmt.Fprintf(out, "ledger rebuild from scratch: %d events in %s (%.1f cpu-seconds, server included): %.0f events/s\n",
 		n, rebuilt.Round(time.Millisecond), rebuildCPU.Seconds(), float64(n)/rebuilt.Seconds())
 	if ledgerHead != auditHead.String() {
-		return &exitError{exitFailed, fmt.Errorf("bench ledger: the ledger's head %s is not the audit's %s", ledgerHead, auditHead)}
+		return fmt.Errorf("%w: bench ledger: the ledger's head %s is not the audit's %s", ErrFailed, ledgerHead, auditHead)
 	}
 	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
 	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f cores=%d\n",

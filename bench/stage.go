@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -10,52 +10,23 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/stage"
 )
 
-// stageBenchOptions is what `e31 bench stage` moves.
-type stageBenchOptions struct {
-	large      string // size of the one large file
-	smallFiles int
-	smallSize  string
-	sync       string
-	keep       bool
-}
-
-func benchStageCmd(a *app) *cobra.Command {
-	o := stageBenchOptions{}
-	cmd := &cobra.Command{
-		Use:   "stage",
-		Short: "Measure staging and output throughput (MB/s) against the raw disk write rate",
-		Long: `Start an embedded NATS JetStream server in a temporary directory, as e31 dev
-does, and move one large file and a folder of many small files through the
-data store the way a job's data and output travel:
-
-  stage in:  the client uploads (hashing included), the node downloads;
-  output:    the node collects (hashing included), the client fetches.
-
-Every byte is checked against its digest on the way, as in production. In
-the same run, on the same disk, it measures the raw write rate: one file of
-the large size written and fsynced. The last line is one machine-readable
-summary.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runBenchStage(cmd.Context(), a.out, o)
-		},
-	}
-	f := cmd.Flags()
-	f.StringVar(&o.large, "large", "1GiB", "size of the one large file")
-	f.IntVar(&o.smallFiles, "small-files", 10000, "number of small files")
-	f.StringVar(&o.smallSize, "small-size", "4KiB", "size of each small file")
-	f.StringVar(&o.sync, "sync", "always", "event store durability: always (as e31 dev) or interval")
-	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory")
-	return cmd
+// StageOptions is what Stage moves.
+type StageOptions struct {
+	// Large is the size of the one large file.
+	Large int64
+	// SmallFiles is the number of small files, of SmallSize bytes each.
+	SmallFiles int
+	SmallSize  int64
+	// Sync is the event store's durability: always (as e31 dev) or interval.
+	Sync string
+	// Keep keeps the temporary directory.
+	Keep bool
 }
 
 // stageFigure is one measured transfer.
@@ -78,30 +49,30 @@ type stageSummary struct {
 	Small       map[string]stageFigure `json:"small"`
 }
 
-func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) error {
-	large, err := jobfile.ParseSize(o.large)
-	if err != nil {
-		return usageErr("--large: %v", err)
-	}
-	smallSize, err := jobfile.ParseSize(o.smallSize)
-	if err != nil {
-		return usageErr("--small-size: %v", err)
-	}
-	if large <= 0 || o.smallFiles <= 0 || smallSize <= 0 {
-		return usageErr("--large, --small-files and --small-size must be positive")
+// Stage starts an embedded NATS JetStream server in a temporary directory,
+// as e31 dev does, and moves one large file and a folder of many small
+// files through the data store the way a job's data and output travel
+// (stage in: the client uploads, the node downloads; output: the node
+// collects, the client fetches), every byte checked against its digest. In
+// the same run, on the same disk, it measures the raw write rate. The last
+// line it writes is one machine-readable summary.
+func Stage(ctx context.Context, out io.Writer, o StageOptions) error {
+	large, smallSize := o.Large, o.SmallSize
+	if large <= 0 || o.SmallFiles <= 0 || smallSize <= 0 {
+		return fmt.Errorf("%w: the large size, the small files and their size must be positive", ErrUsage)
 	}
 	dir, err := os.MkdirTemp("", "e31-bench-stage-")
 	if err != nil {
 		return err
 	}
-	if o.keep {
+	if o.Keep {
 		fmt.Fprintf(out, "keeping %s\n", dir)
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	b, err := broker.Start(broker.Config{Dir: filepath.Join(dir, "nats"), Sync: broker.Sync(o.sync), Name: "e31-bench-stage"})
+	b, err := broker.Start(broker.Config{Dir: filepath.Join(dir, "nats"), Sync: broker.Sync(o.Sync), Name: "e31-bench-stage"})
 	if err != nil {
-		return usageErr("%v", err)
+		return fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -126,7 +97,7 @@ func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) erro
 		return err
 	}
 	fmt.Fprintf(out, "e31 bench stage: one file of %s, %d files of %s, sync=%s, in %s\n",
-		humanBytes(large), o.smallFiles, humanBytes(smallSize), o.sync, dir)
+		humanBytes(large), o.SmallFiles, humanBytes(smallSize), o.Sync, dir)
 
 	// The inputs and the output a job leaves, written before any clock
 	// runs. Output differs from input, so that collecting it stores bytes
@@ -138,7 +109,7 @@ func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) erro
 		}
 	}
 	for _, d := range []string{"in/small", "out-small/small"} {
-		for i := range o.smallFiles {
+		for i := range o.SmallFiles {
 			if err := writeRandom(filepath.Join(dir, d, fmt.Sprintf("d%03d", i/1000), fmt.Sprintf("f%05d", i)), smallSize, rng); err != nil {
 				return err
 			}
@@ -151,7 +122,7 @@ func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) erro
 	}
 	_ = os.Remove(filepath.Join(dir, "raw.bin"))
 
-	sum := stageSummary{Sync: o.sync, RawDiskMBps: raw.MBps, Large: map[string]stageFigure{}, Small: map[string]stageFigure{}}
+	sum := stageSummary{Sync: o.Sync, RawDiskMBps: raw.MBps, Large: map[string]stageFigure{}, Small: map[string]stageFigure{}}
 	shapes := []struct {
 		name  string
 		in    string
@@ -161,7 +132,7 @@ func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) erro
 		into  map[string]stageFigure
 	}{
 		{"large", "in/large.bin", "out-large", 1, large, sum.Large},
-		{"small", "in/small", "out-small", o.smallFiles, int64(o.smallFiles) * smallSize, sum.Small},
+		{"small", "in/small", "out-small", o.SmallFiles, int64(o.SmallFiles) * smallSize, sum.Small},
 	}
 	for _, sh := range shapes {
 		t := time.Now()
@@ -192,7 +163,7 @@ func runBenchStage(ctx context.Context, out io.Writer, o stageBenchOptions) erro
 	}
 
 	fmt.Fprintf(out, "raw disk write (%s, fsynced):        %7.0f MB/s\n", humanBytes(large), raw.MBps)
-	fmt.Fprintf(out, "%-36s %12s %22s\n", "", "one large", fmt.Sprintf("%d small", o.smallFiles))
+	fmt.Fprintf(out, "%-36s %12s %22s\n", "", "one large", fmt.Sprintf("%d small", o.SmallFiles))
 	for _, step := range []struct{ key, label string }{
 		{"upload", "stage in:  client upload (MB/s)"},
 		{"download", "stage in:  node download (MB/s)"},
@@ -249,4 +220,18 @@ func writeFile(p string, size int64, fill func([]byte), buf ...byte) error {
 		return err
 	}
 	return f.Close()
+}
+
+// humanBytes writes n for people: "1.0 GiB".
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

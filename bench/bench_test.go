@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/services/run"
+)
+
+// lastLine is the summary: the last line a measure wrote.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
+}
+
+// The summary lines are read by scripts: their formats must not change.
+var (
+	lifeSummary      = regexp.MustCompile(`^bench jobs=\d+ jobs_per_s=\d+\.\d floor_per_s=\d+ ratio=\d+\.\d{3} start_p50_ms=\d+\.\d\d start_p99_ms=\d+\.\d\d released_p50_ms=\d+\.\d\d burst_start_p50_ms=\d+ burst_released_p99_ms=\d+ sync=interval executor=process failed=0$`)
+	schedulerSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d$`)
+	ledgerSummary    = regexp.MustCompile(`^bench-ledger events=\d+ jobs=\d+ write_per_s=\d+ read_only_per_s=\d+ audit_s=\d+\.\d{3} audit_per_s=\d+ ledger_rebuild_s=\d+\.\d{3} ledger_per_s=\d+ audit_cpu_s=\d+\.\d\d ledger_cpu_s=\d+\.\d\d cores=\d+$`)
+)
+
+// TestLifeOfAFewJobs runs the whole-life measure small, with jobs run as
+// processes, and checks every job succeeded and the summary's format.
+func TestLifeOfAFewJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole e31")
+	}
+	ctx := natstest.Context(t, 3*time.Minute)
+	var out bytes.Buffer
+	if err := Life(ctx, &out, LifeOptions{Jobs: 20, Idle: 3, Sync: "interval", Executor: run.ExecProcess, Nodes: 1}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if l := lastLine(out.String()); !lifeSummary.MatchString(l) {
+		t.Errorf("summary %q does not match %s", l, lifeSummary)
+	}
+}
+
+// TestSchedulerLedgerAndStageSmall runs the other measures small and
+// checks their summaries.
+func TestSchedulerLedgerAndStageSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes logs and files")
+	}
+	ctx := natstest.Context(t, 3*time.Minute)
+	var out bytes.Buffer
+	if err := Scheduler(ctx, &out, 400, 10, 100); err != nil {
+		t.Fatalf("scheduler: %v\n%s", err, out.String())
+	}
+	if l := lastLine(out.String()); !schedulerSummary.MatchString(l) {
+		t.Errorf("scheduler summary %q does not match %s", l, schedulerSummary)
+	}
+	out.Reset()
+	if err := Ledger(ctx, &out, LedgerOptions{Events: 2000}); err != nil {
+		t.Fatalf("ledger: %v\n%s", err, out.String())
+	}
+	if l := lastLine(out.String()); !ledgerSummary.MatchString(l) {
+		t.Errorf("ledger summary %q does not match %s", l, ledgerSummary)
+	}
+	out.Reset()
+	if err := Stage(ctx, &out, StageOptions{Large: 1 << 20, SmallFiles: 20, SmallSize: 4 << 10, Sync: "interval"}); err != nil {
+		t.Fatalf("stage: %v\n%s", err, out.String())
+	}
+	var sum stageSummary
+	if err := json.Unmarshal([]byte(lastLine(out.String())), &sum); err != nil || sum.Sync != "interval" || sum.Large["upload"].Bytes != 1<<20 {
+		t.Errorf("stage summary %q: %+v, %v", lastLine(out.String()), sum, err)
+	}
+}

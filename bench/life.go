@@ -1,0 +1,298 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run"
+	"github.com/e31net/e31/stack"
+)
+
+// LifeOptions is what Life measures.
+type LifeOptions struct {
+	// Jobs is the number of jobs in the burst.
+	Jobs int
+	// Idle is the number of jobs submitted one at a time on the idle pool.
+	Idle int
+	// Sync is the event store's durability: always or interval.
+	Sync string
+	// Executor is the nodes' executor: sandbox, process or auto.
+	Executor string
+	// Nodes is the number of compute nodes.
+	Nodes int
+	// Keep keeps the temporary directory.
+	Keep bool
+	// Profile, if set, is where a CPU profile of the burst is written.
+	Profile string
+	// Logger is the logger of the system under measure.
+	Logger *slog.Logger
+}
+
+// timing is when each step of one job happened, by its events' ce-time.
+type timing struct {
+	requested, held, started, released time.Time
+	outcome                            events.Outcome
+}
+
+// Life starts a whole e31 (stack.Start) in a temporary directory and runs
+// trivial jobs (/bin/true) through their whole life, with durable storage:
+// o.Idle jobs one at a time on an idle pool (the latency of each step),
+// then o.Jobs at once (throughput and latency under load). In the same run
+// it measures the floor: plain fork/exec of /bin/true from Go, as many at
+// once as there are cores. It writes its figures to out, the last line one
+// machine-readable summary ("bench jobs=… jobs_per_s=…"). A job that did not
+// succeed makes its error wrap ErrFailed, after the summary.
+func Life(ctx context.Context, out io.Writer, o LifeOptions) error {
+	dir, err := os.MkdirTemp("", "e31-bench-")
+	if err != nil {
+		return err
+	}
+	if !o.Keep {
+		defer os.RemoveAll(dir)
+	}
+	sys, err := stack.Start(ctx, stack.Config{Dir: dir, Listen: "127.0.0.1:0", Nodes: o.Nodes, Sync: broker.Sync(o.Sync), Logger: o.Logger,
+		Node: run.Config{CPU: float64(runtime.NumCPU()), MemoryBytes: 16 << 30, DiskBytes: 64 << 30, ExecutorKind: o.Executor, Grace: time.Second}})
+	if err != nil {
+		return err
+	}
+	defer sys.Stop()
+	nc, err := sys.Connect(stack.Operator, "e31-bench")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := connect.Ready(ctx, nc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "e31 bench: %d node(s), %d cores, sync=%s, executor=%s, in %s\n", o.Nodes, runtime.NumCPU(), o.Sync, o.Executor, dir)
+
+	w := newWatcher()
+	go func() { _ = w.follow(ctx, js) }()
+	pub := bus.NewPublisher(js, "e31/bench", nil)
+	spec := events.JobSpec{Name: "bench", Work: events.Work{Command: []string{"/bin/true"}},
+		Request: events.Request{CPU: 0.01, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, LimitSeconds: 60}}
+
+	// Idle pool: one at a time.
+	var idle []*timing
+	for i := 0; i < o.Idle; i++ {
+		id := uuid.Must(uuid.NewV7()).String()
+		done := w.expect(id)
+		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "bench", Spec: spec}, bus.ExpectLast(0)); err != nil {
+			return fmt.Errorf("bench: submit: %w", err)
+		}
+		select {
+		case t := <-done:
+			idle = append(idle, t)
+		case <-time.After(time.Minute):
+			return fmt.Errorf("bench: idle job %s did not finish within a minute", id)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+
+	if o.Profile != "" {
+		f, err := os.Create(o.Profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// Burst: everything at once, published in batches.
+	ids := make([]string, o.Jobs)
+	dones := make([]<-chan *timing, o.Jobs)
+	for i := range ids {
+		ids[i] = uuid.Must(uuid.NewV7()).String()
+		dones[i] = w.expect(ids[i])
+	}
+	for start := 0; start < len(ids); start += 512 {
+		end := min(start+512, len(ids))
+		batch := make([]bus.Pending, 0, end-start)
+		for _, id := range ids[start:end] {
+			batch = append(batch, bus.Pending{Subject: id, Event: events.JobRequested{Submitter: "bench", Spec: spec}, ExpectSet: true})
+		}
+		_, errs := pub.AppendBatch(ctx, batch)
+		for _, err := range errs {
+			if err != nil {
+				return fmt.Errorf("bench: submit: %w", err)
+			}
+		}
+	}
+	burst := make([]*timing, 0, o.Jobs)
+	deadline := time.After(time.Duration(o.Jobs)*50*time.Millisecond + time.Minute)
+	for _, d := range dones {
+		select {
+		case t := <-d:
+			burst = append(burst, t)
+		case <-deadline:
+			return fmt.Errorf("bench: only %d of %d jobs finished in time", len(burst), o.Jobs)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	failed := 0
+	first, last := burst[0].requested, burst[0].released
+	for _, t := range burst {
+		if t.outcome != events.Succeeded {
+			failed++
+		}
+		if t.requested.Before(first) {
+			first = t.requested
+		}
+		if t.released.After(last) {
+			last = t.released
+		}
+	}
+	perSec := float64(len(burst)) / last.Sub(first).Seconds()
+	floor := forkFloor(2 * time.Second)
+
+	idleHeld, idleStart, idleRel := latencies(idle)
+	bHeld, bStart, bRel := latencies(burst)
+	fmt.Fprintf(out, "idle pool (%d jobs one at a time):  submit→held p50 %.2f ms p99 %.2f | submit→started p50 %.2f ms p99 %.2f | submit→released p50 %.2f ms p99 %.2f\n",
+		len(idle), pct(idleHeld, 50), pct(idleHeld, 99), pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(idleRel, 99))
+	fmt.Fprintf(out, "burst (%d jobs at once):            %.1f jobs/s | submit→held p50 %.0f ms p99 %.0f | submit→started p50 %.0f ms p99 %.0f | submit→released p50 %.0f ms p99 %.0f | %d not succeeded\n",
+		len(burst), perSec, pct(bHeld, 50), pct(bHeld, 99), pct(bStart, 50), pct(bStart, 99), pct(bRel, 50), pct(bRel, 99), failed)
+	fmt.Fprintf(out, "floor: plain fork/exec of /bin/true, %d at once: %.0f/s\n", runtime.NumCPU(), floor)
+	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d\n",
+		len(burst), perSec, floor, perSec/floor, pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(bStart, 50), pct(bRel, 99), o.Sync, o.Executor, failed)
+	if failed > 0 {
+		return fmt.Errorf("%w: %d of %d jobs did not succeed", ErrFailed, failed, len(burst))
+	}
+	return nil
+}
+
+// watcher follows the log and reports each job's timing when it is over.
+type watcher struct {
+	mu      sync.Mutex
+	timings map[string]*timing
+	waiters map[string]chan *timing
+}
+
+func newWatcher() *watcher {
+	return &watcher{timings: map[string]*timing{}, waiters: map[string]chan *timing{}}
+}
+
+func (w *watcher) expect(id string) <-chan *timing {
+	ch := make(chan *timing, 1)
+	w.mu.Lock()
+	w.waiters[id] = ch
+	w.mu.Unlock()
+	return ch
+}
+
+func (w *watcher) follow(ctx context.Context, js jetstream.JetStream) error {
+	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.JobSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return err
+	}
+	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return err
+	}
+	defer iter.Stop()
+	context.AfterFunc(ctx, iter.Stop)
+	for {
+		m, err := iter.Next()
+		if err != nil {
+			return err
+		}
+		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			continue
+		}
+		w.mu.Lock()
+		t := w.timings[env.Subject]
+		if t == nil {
+			t = &timing{}
+			w.timings[env.Subject] = t
+		}
+		switch e := env.Event.(type) {
+		case *events.JobRequested:
+			t.requested = env.Time
+		case *events.ComputeHeld:
+			t.held = env.Time
+		case *events.RunStarted:
+			t.started = env.Time
+		case *events.JobRejected:
+			t.outcome, t.released = events.Rejected, env.Time
+		case *events.ComputeReleased:
+			t.outcome, t.released = e.Outcome, env.Time
+		}
+		if events.Terminal(env.Event) {
+			if ch := w.waiters[env.Subject]; ch != nil {
+				ch <- t
+				delete(w.waiters, env.Subject)
+			}
+			delete(w.timings, env.Subject)
+		}
+		w.mu.Unlock()
+	}
+}
+
+func latencies(ts []*timing) (held, started, released []float64) {
+	for _, t := range ts {
+		ms := func(x time.Time) float64 { return float64(x.Sub(t.requested).Microseconds()) / 1000 }
+		if !t.held.IsZero() {
+			held = append(held, ms(t.held))
+		}
+		if !t.started.IsZero() {
+			started = append(started, ms(t.started))
+		}
+		released = append(released, ms(t.released))
+	}
+	return held, started, released
+}
+
+func pct(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+// forkFloor is how many plain fork/execs of /bin/true per second Go manages
+// here, one per core at a time: the floor no job system can beat.
+func forkFloor(d time.Duration) float64 {
+	var n atomic.Int64
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range runtime.NumCPU() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				if err := exec.Command("/bin/true").Run(); err == nil {
+					n.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n.Load()) / time.Since(start).Seconds()
+}

@@ -1,0 +1,10 @@
+package rent
+
+import "flag"
+
+// Flags defines on fs the flags that set c: the instance's name.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	// Each instance reads the log on a consumer named after it: two
+	// instances on one host need names of their own.
+	fs.StringVar(&c.Instance, "instance", "", "this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
+}

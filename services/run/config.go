@@ -1,0 +1,70 @@
+package run
+
+import (
+	"flag"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/e31net/e31/pkg/jobfile"
+)
+
+// The defaults of a node, the same for its own main, `e31 serve run` and
+// `e31 dev`.
+const (
+	// DefaultMemoryBytes is the memory a node offers unless told.
+	DefaultMemoryBytes = 4 << 30
+	// DefaultDiskBytes is the disk a node offers for job output and
+	// scratch space unless told.
+	DefaultDiskBytes = 20 << 30
+	// DefaultLogCap is the most kept of each of a job's stdout and stderr.
+	DefaultLogCap = 16 << 20
+	// DefaultGrace is how long before its limit a job gets SIGTERM.
+	DefaultGrace = 10 * time.Second
+)
+
+// DefaultCPU is the cpu a node offers unless told: every core of the host.
+func DefaultCPU() float64 { return float64(runtime.NumCPU()) }
+
+// Flags defines on fs the flags that set c, with the defaults above: the
+// node's id (the host name), its size, its executor, its work directory,
+// the grace before a limit and the log cap.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	host, _ := os.Hostname()
+	fs.StringVar(&c.Node, "node", host, "this node's id (one instance per id)")
+	fs.Float64Var(&c.CPU, "node-cpu", DefaultCPU(), "cpu cores this node offers")
+	sizeVar(fs, &c.MemoryBytes, "node-memory", DefaultMemoryBytes, "memory this node offers")
+	sizeVar(fs, &c.DiskBytes, "node-disk", DefaultDiskBytes, "disk for job output and scratch space")
+	sizeVar(fs, &c.LogCap, "log-cap", DefaultLogCap, "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
+	fs.StringVar(&c.WorkDir, "work-dir", "", "where job workspaces are made (default $TMPDIR/e31/NODE)")
+	fs.StringVar(&c.ExecutorKind, "executor", ExecAuto, "sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
+	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
+}
+
+// sizeVar defines a flag of a byte size, written as a job file writes sizes
+// ("4GiB", "512MiB"), stored in p and set to def.
+func sizeVar(fs *flag.FlagSet, p *int64, name string, def int64, usage string) {
+	*p = def
+	fs.Var((*sizeValue)(p), name, usage)
+}
+
+// sizeValue is a byte size as a flag.Value.
+type sizeValue int64
+
+// String implements flag.Value.
+func (v *sizeValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return jobfile.FormatSize(int64(*v))
+}
+
+// Set implements flag.Value.
+func (v *sizeValue) Set(s string) error {
+	n, err := jobfile.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*v = sizeValue(n)
+	return nil
+}
