@@ -178,10 +178,22 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.queries.Store(queries)
 	defer queries.Stop()
-	g.Go(func() error { s.watchNodes(ctx, g, kv); return nil })
+	// The scheduler's first pass waits for the node leases as they are:
+	// a node the log knows whose lease is gone (it stopped while RENT
+	// was down) is counted lost before anything is held on it.
+	leasesRead := make(chan struct{})
+	g.Go(func() error { s.watchNodes(ctx, g, kv, leasesRead); return nil })
 	g.Go(func() error { s.sweepNodes(ctx, kv); return nil })
 	g.Go(func() error { s.lead(ctx, kv); return nil })
-	g.Go(func() error { s.scheduler(ctx); return nil })
+	g.Go(func() error {
+		select {
+		case <-leasesRead:
+		case <-ctx.Done():
+			return nil
+		}
+		s.scheduler(ctx)
+		return nil
+	})
 	s.wake()
 	return g.Wait()
 }
@@ -300,7 +312,10 @@ func (s *Service) leading() bool {
 // watchNodes follows the node leases. A lease that disappears means its
 // node is lost; a node the log knows that holds no lease when this instance
 // starts is lost too, unless it renews within a lease time.
-func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstream.KeyValue) {
+//
+// It closes read once it has seen every lease there was when it started.
+func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstream.KeyValue, read chan<- struct{}) {
+	var once sync.Once
 	ttl, err := lease.TTL(ctx, kv)
 	if err != nil {
 		ttl = events.DefaultLeaseTTL
@@ -316,6 +331,7 @@ func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstrea
 		live := map[string]bool{}
 		for e := range w.Updates() {
 			if e == nil {
+				once.Do(func() { close(read) })
 				// The current leases are all in: nodes without one get a lease
 				// time to show up.
 				s.mu.Lock()
@@ -490,7 +506,28 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		pending[n] = b
 	}
 	s.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		return fmt.Errorf("rent: leases: %w", err)
+	}
 	for name, boot := range pending {
+		// The boot marked is the pool's when the lease was seen gone: a
+		// node that joined again meanwhile (its lease claimed, then its
+		// announcement read) may be marked for the lease of its former
+		// boot. A lease held under the boot says the node lives.
+		if e, err := kv.Get(ctx, "node."+name); err == nil && string(e.Value()) == boot {
+			s.mu.Lock()
+			if s.expiring[name] == boot {
+				delete(s.expiring, name)
+			}
+			s.mu.Unlock()
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+			return fmt.Errorf("rent: lease of node %s: %w", name, err)
+		}
 		env, err := s.pub.Append(ctx, name, events.NodeExpired{Node: name, Boot: boot,
 			Reason: "its lease was not renewed in time: the node is counted lost until it announces itself again"})
 		if err != nil {
