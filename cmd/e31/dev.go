@@ -124,7 +124,7 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, sys.credsFile(a.env.User))
 	}
 	if sys.httpAddr != "" {
-		fmt.Fprintf(a.out, "e31 dev: metrics at http://%s/metrics, readiness at /readyz\n", sys.httpAddr)
+		fmt.Fprintf(a.out, "e31 dev: the page at http://%s/, metrics at /metrics, readiness at /readyz\n", sys.httpAddr)
 	}
 	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
 	<-ctx.Done()

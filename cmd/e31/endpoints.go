@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"syscall"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
+	"github.com/e31net/e31/pkg/web"
 )
 
 // httpOptions are the flags of the operator's endpoints (/metrics, /healthz,
@@ -22,6 +25,12 @@ import (
 type httpOptions struct {
 	addr      string
 	tokenFile string
+	// viewersFile lists the page's viewers (readViewers).
+	viewersFile string
+	// traceURL links a job's trace id on the page (web.Config.TraceURL).
+	traceURL string
+	// page, when set, is served at / (pkg/web).
+	page http.Handler
 	// asked is whether --http was given: a default address that is taken
 	// (another e31 dev on this machine) is then no reason not to start.
 	asked bool
@@ -34,12 +43,17 @@ func httpHelp(byDefault string) string {
 (alive) and /readyz (connected and caught up with the log, or why not, in plain
 text). ADDR must be a loopback address (127.0.0.1, [::1], localhost) unless
 --http-token-file names a file whose first line is a token that every request
-must then show as "Authorization: Bearer TOKEN". ` + byDefault
+must then show as "Authorization: Bearer TOKEN". The page at / (e31 dev, and
+'e31 serve web') is open on loopback; with --http-token-file or --http-viewers
+its viewers log in with a token, and a submitter's token shows its own jobs
+only. ` + byDefault
 }
 
 func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
 	f.StringVar(&o.addr, "http", def, `serve /metrics, /healthz and /readyz on this address ("" for none)`)
 	f.StringVar(&o.tokenFile, "http-token-file", "", "a file with the bearer token that --http requires; needed to serve beyond loopback")
+	f.StringVar(&o.traceURL, "http-trace-url", "", `the page links a job's trace id to this URL, "{trace}" replaced by the id (e.g. http://localhost:16686/trace/{trace})`)
+	f.StringVar(&o.viewersFile, "http-viewers", "", `a file of "NAME TOKEN" lines: who may log in to the page at /, as a submitter (its own jobs) or operator/auditor`)
 }
 
 // listen binds the endpoints' address, or returns nil if there is none.
@@ -55,7 +69,7 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 			return nil, usageErr("--http-token-file: %v", err)
 		}
 	}
-	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Logger: log})
+	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Page: o.page, Logger: log})
 	if errors.Is(err, ops.ErrTokenRequired) {
 		return nil, usageErr("--http %s: %v", o.addr, err)
 	}
@@ -106,6 +120,12 @@ func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 		closeAll()
 		return fmt.Errorf("dev: metrics: %w", err)
 	}
+	page, err := o.newPage(ojs, log)
+	if err != nil {
+		closeAll()
+		return err
+	}
+	o.page = page.Handler()
 	logs := metrics.NewLogCollector(js, log)
 	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs))
 	if err != nil {
@@ -131,6 +151,7 @@ func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 		defer closeAll()
 		var g errgroup.Group
 		g.Go(func() error { return logs.Run(ctx) })
+		g.Go(func() error { return page.Run(ctx) })
 		g.Go(func() error { return srv.Serve(ctx) })
 		if err := g.Wait(); err != nil {
 			return fmt.Errorf("http: %w", err)
@@ -159,6 +180,13 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 	if err != nil {
 		return "", nil, err
 	}
+	var page *web.Page
+	if name == "web" {
+		if page, err = o.newPage(js, log); err != nil {
+			return "", nil, err
+		}
+		o.addr, o.page, ready["page"] = cmp.Or(o.addr, ops.DefaultDevAddr), page.Handler(), page.Ready
+	}
 	srv, err := o.listen(log, reg, ready)
 	if err != nil || srv == nil {
 		return "", func() {}, err
@@ -176,6 +204,9 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 	})
 	if logs != nil {
 		g.Go(func() error { return logs.Run(ctx) })
+	}
+	if page != nil {
+		g.Go(func() error { return page.Run(ctx) })
 	}
 	return srv.Addr(), func() {
 		cancel()

@@ -24,7 +24,7 @@ func serveCmd(a *app) *cobra.Command {
 	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "serve SERVICE",
-		Short: "Run one service against an external NATS: submit, rent, run, output, release or ledger",
+		Short: "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
 		Long: `Run one e31 service against the NATS server given by --nats (or $E31_NATS).
 Any service may run as several instances; they share the work. 'e31 serve run'
 is one compute node: give each node its own --node name.
@@ -32,14 +32,15 @@ is one compute node: give each node its own --node name.
 ` + httpHelp(`By default it serves
 nothing: several services on one machine would want the same port. 'e31 serve
 ledger' also serves the figures derived from the log (e31_jobs, the meter, the
-pool).`),
+pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
+--http says otherwise), with the operator's credentials.`),
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: stack.Services,
+		ValidArgs: serveable,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			name := args[0]
-			if !slices.Contains(stack.Services, name) {
-				return usageErr("unknown service %q (expected one of %v)", name, stack.Services)
+			if !slices.Contains(serveable, name) {
+				return usageErr("unknown service %q (expected one of %v)", name, serveable)
 			}
 			if name == "run" {
 				// Before connecting: a node that cannot isolate its jobs
@@ -65,6 +66,9 @@ pool).`),
 			// Started again, rather than exit, when it fails for a reason
 			// that passes (a NATS server restarting): see daemon.RunAgain.
 			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
+				if name == "web" {
+					return pageOnly{}, nil
+				}
 				svc, err := stack.NewService(name, nc, js, cfgs, a.log)
 				if errors.Is(err, run.ErrNoIsolation) {
 					return nil, usageErr("%v", err)
@@ -87,6 +91,9 @@ pool).`),
 	serviceFlags(f, "rent", cfgs.Rent.Flags)
 	return cmd
 }
+
+// serveable is what `e31 serve` runs: the six services, and the page.
+var serveable = append(slices.Clone(stack.Services), "web")
 
 // serviceFlags adds to f the flags a service defines for its own main,
 // their help saying which service reads them.
@@ -117,6 +124,8 @@ func checkServiceCreds(file, service, node string) error {
 	}
 	switch {
 	case id.Role == auth.Operator:
+	case service == "web":
+		return usageErr("--creds %s are those of %s: the page reads the log and the pool as the operator", file, id)
 	case id.Role != auth.Service || id.Service != service:
 		return usageErr("--creds %s are those of %s, not of the %s service", file, id, service)
 	case service == auth.RunService && id.Name != node:

@@ -237,6 +237,9 @@ retention: 1h
 	if _, errOut, code := ts.cli("output", id, "-o", t.TempDir()); code != exitFailed || !strings.Contains(errOut, "deleted") {
 		t.Errorf("e31 output after the deletion: exit %d: %s", code, errOut)
 	}
+	if _, errOut, code := ts.cli("logs", id); code != exitFailed || !strings.Contains(errOut, "deleted with its output") {
+		t.Errorf("e31 logs after the output was deleted: exit %d: %s", code, errOut)
+	}
 	if out, _, code := ts.cliAs("operator", "data", "rm", id); code != 0 || !strings.Contains(out, "data deleted") {
 		t.Fatalf("e31 data rm: exit %d: %s", code, out)
 	}

@@ -24,7 +24,8 @@ var (
 	// ErrFull: staging did not fit the submitter's max-data; nothing
 	// stored before was lost.
 	ErrFull = errors.New("client: data store full")
-	// ErrNoLogs: the job never ran, and has no logs.
+	// ErrNoLogs: the job never ran, and has no logs, or they were deleted
+	// with its output.
 	ErrNoLogs = errors.New("client: no logs")
 	// ErrNoOutput: the job has no output to write (it never returned any,
 	// or it was deleted), or what was returned could not be written whole.

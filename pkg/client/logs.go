@@ -54,7 +54,8 @@ func (e *PartialLogsError) Error() string {
 // so. With Follow, it writes them as the job writes them (the node
 // publishes what is new where only the submitter may listen), until the
 // attempt's compute is released; a job that waits is followed from when it
-// is held. A job that never ran wraps ErrNoLogs.
+// is held. A job that never ran, or whose output (with its logs) was
+// deleted, wraps ErrNoLogs.
 func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 	rec, err := c.Record(ctx, job)
 	if err != nil {
@@ -77,6 +78,10 @@ func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 	}
 	if attempt == 0 {
 		attempt = rec.Attempts[len(rec.Attempts)-1].Attempt
+	}
+	if at := rec.Output.DeletedAt; at != nil {
+		// The logs are part of the output: retention removes them with it.
+		return kind(ErrNoLogs, fmt.Errorf("the logs of job %s were deleted with its output at %s", rec.Job, at.Format(time.RFC3339)))
 	}
 	store, err := c.Store(ctx, rec.Submitter)
 	if err != nil {

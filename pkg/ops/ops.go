@@ -8,7 +8,9 @@
 // every submitter and node, which a stranger on the network has no business
 // reading. The token guards every path, probes included, so that no path is
 // forgotten; Prometheus (bearer_token_file) and Kubernetes probes (httpHeaders)
-// both send one.
+// both send one. The one exception is the operator's page (Config.Page),
+// which a browser shows: a browser sends no bearer header, so the page
+// authenticates its viewers itself (pkg/web), with the same token.
 package ops
 
 import (
@@ -52,6 +54,10 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Ready are the checks of /readyz, by name, all of which must pass.
 	Ready map[string]Check
+	// Page, when set, serves every path but those above: the operator's
+	// page (pkg/web). The bearer token does not guard it: it logs its
+	// viewers in itself, and must be given Token to do so.
+	Page http.Handler
 	// Logger reports what the server could not do.
 	Logger *slog.Logger
 }
@@ -114,8 +120,25 @@ func (s *Server) Serve(ctx context.Context) error {
 // Close stops a server that was never served.
 func (s *Server) Close() error { return s.ln.Close() }
 
-// Handler serves /metrics, /healthz and /readyz for cfg (its Addr aside).
+// Handler serves /metrics, /healthz and /readyz for cfg (its Addr aside),
+// and cfg.Page at every other path.
 func Handler(cfg Config) http.Handler {
+	guarded := endpoints(cfg)
+	if cfg.Page == nil {
+		return guarded
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/metrics", "/healthz", "/readyz":
+			guarded.ServeHTTP(w, r)
+		default:
+			cfg.Page.ServeHTTP(w, r)
+		}
+	})
+}
+
+// endpoints serves /metrics, /healthz and /readyz, behind the token.
+func endpoints(cfg Config) http.Handler {
 	gatherer := cfg.Gatherer
 	if gatherer == nil {
 		gatherer = prometheus.NewRegistry()

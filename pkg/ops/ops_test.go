@@ -141,3 +141,24 @@ func TestTheTokenGuardsEveryPath(t *testing.T) {
 		t.Error("an empty token file was accepted")
 	}
 }
+
+// TestThePageLogsInItsOwnViewers: the page (Config.Page) gets every path but
+// the probes and /metrics, without the bearer check, which a browser could
+// not pass; the probes and /metrics keep theirs.
+func TestThePageLogsInItsOwnViewers(t *testing.T) {
+	t.Parallel()
+	page := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "page "+r.URL.Path)
+	})
+	url := serve(t, ops.Config{Addr: "127.0.0.1:0", Token: "s3cret", Page: page})
+	for _, path := range []string{"/", "/job/x", "/login"} {
+		if code, body := get(t, url+path, ""); code != http.StatusOK || body != "page "+path {
+			t.Errorf("%s: %d %q, want the page's", path, code, body)
+		}
+	}
+	for _, path := range []string{"/metrics", "/healthz", "/readyz"} {
+		if code, _ := get(t, url+path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s without the token beside a page: %d, want 401", path, code)
+		}
+	}
+}

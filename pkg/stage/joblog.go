@@ -438,3 +438,49 @@ func CopyLog(ctx context.Context, store Store, job string, attempt int, x LogInd
 	}
 	return from, nil
 }
+
+// DeleteLog removes what is stored of one attempt's log: every chunk its
+// index lists, every chunk of the head stored before it (a node that died
+// while the job ran leaves those and no index), then the index, last, so
+// that a deletion that fails half way and is tried again finds what is
+// left. Deleting a log that is not there is not an error.
+func DeleteLog(ctx context.Context, store Store, job string, attempt int) error {
+	var names []string
+	x, err := ReadLogIndex(ctx, store, job, attempt)
+	switch {
+	case err == nil:
+		for _, stream := range []string{Stdout, Stderr} {
+			for _, c := range x.Stream(stream).Chunks {
+				names = append(names, logChunkName(job, attempt, stream, c.Offset))
+			}
+		}
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrBadManifest), errors.Is(err, ErrCorrupt):
+		// No index to go by (or none to trust): the head's chunks are
+		// found by their names.
+		for _, stream := range []string{Stdout, Stderr} {
+			for off := int64(0); ; off += logChunkSize {
+				name := logChunkName(job, attempt, stream, off)
+				info, err := store.Stat(ctx, name)
+				if errors.Is(err, ErrNotFound) {
+					break
+				}
+				if err != nil {
+					return fmt.Errorf("delete log of %s attempt %d: %w", job, attempt, err)
+				}
+				names = append(names, name)
+				if info.Size < logChunkSize {
+					break
+				}
+			}
+		}
+	default:
+		return fmt.Errorf("delete log of %s attempt %d: %w", job, attempt, err)
+	}
+	if err := DeleteObjects(ctx, store, names); err != nil {
+		return fmt.Errorf("delete log of %s attempt %d: %w", job, attempt, err)
+	}
+	if err := store.Delete(ctx, logPrefix(job, attempt)+"index"); err != nil {
+		return fmt.Errorf("delete log of %s attempt %d: %w", job, attempt, err)
+	}
+	return nil
+}

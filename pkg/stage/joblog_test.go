@@ -123,3 +123,60 @@ func TestJobLogPastItsCapKeepsHeadAndTail(t *testing.T) {
 		t.Error("Counts does not say truncated")
 	}
 }
+
+// DeleteLog removes every object of one attempt's log, with or without its
+// index (a node that died while the job ran leaves the head's chunks and
+// no index), and nothing of another attempt's.
+func TestDeleteLogRemovesHeadTailAndIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	big := bytes.Repeat([]byte("0123456789abcdef\n"), (2<<20)/17)
+	done := stage.NewJobLog(e.store, "gone", 1, 1<<20)
+	done.Stdout().Write(big)
+	done.Stderr().Write([]byte("last words\n"))
+	if err := done.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	died := stage.NewJobLog(e.store, "gone", 2, 4<<20)
+	died.Stdout().Write(big[:600<<10])
+	if err := died.Flush(e.ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	kept := stage.NewJobLog(e.store, "kept", 1, 1<<20)
+	kept.Stdout().Write([]byte("still here\n"))
+	if err := kept.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	x, err := stage.ReadLogIndex(e.ctx, e.store, "gone", 1)
+	if err != nil || !x.Stdout.Truncated() || len(x.Stdout.Chunks) < 2 {
+		t.Fatalf("before: index %+v, %v; want a truncated stdout in head and tail chunks", x, err)
+	}
+	if head, err := stage.ReadLogHead(e.ctx, e.store, "gone", 2, stage.Stdout, 0); err != nil || len(head) != 2 {
+		t.Fatalf("before: %d head chunks of the attempt that died, %v; want 2", len(head), err)
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err := stage.DeleteLog(e.ctx, e.store, "gone", attempt); err != nil {
+			t.Fatal(err)
+		}
+		// Again: nothing left to delete is no error.
+		if err := stage.DeleteLog(e.ctx, e.store, "gone", attempt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := stage.ReadLogIndex(e.ctx, e.store, "gone", 1); !errors.Is(err, stage.ErrNotFound) {
+		t.Errorf("the index after DeleteLog: %v", err)
+	}
+	for _, s := range []string{stage.Stdout, stage.Stderr} {
+		for _, c := range x.Stream(s).Chunks {
+			if _, err := stage.ReadLogChunk(e.ctx, e.store, "gone", 1, s, c); !errors.Is(err, stage.ErrNotFound) {
+				t.Errorf("%s chunk at %d after DeleteLog: %v", s, c.Offset, err)
+			}
+		}
+	}
+	if head, err := stage.ReadLogHead(e.ctx, e.store, "gone", 2, stage.Stdout, 0); err != nil || len(head) != 0 {
+		t.Errorf("after: %d head chunks of the attempt that died, %v", len(head), err)
+	}
+	if out, _ := readLog(t, e, "kept", stage.Stdout); out != "still here\n" {
+		t.Errorf("another job's log: %q", out)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +16,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/output/retention"
 )
 
 // Verifier checks that one returned file is stored intact. It returns an
@@ -30,13 +30,6 @@ type Verifier interface {
 // ErrDamaged marks a returned file that is missing from the store or does
 // not match its digest.
 var ErrDamaged = errors.New("output: stored file is missing or damaged")
-
-// DefaultDeleteGrace is how long after a deletion is recorded the objects
-// it frees are removed from the store. Until then a job that reuses the
-// same bytes (a client that found them stored and did not send them again,
-// a node whose output matches them) has time to get its own reference into
-// the log; its SUBMIT check or its collection takes far less.
-const DefaultDeleteGrace = 15 * time.Minute
 
 // Config configures the service. It is the one way the service is built,
 // by its own main, `e31 serve output` and `e31 dev` alike: the zero value is a
@@ -60,40 +53,23 @@ type Config struct {
 	// Store, if set instead of Stores, serves every submitter (tests).
 	Store stage.Store
 	// DeleteGrace is the time between a deletion and the sweep that removes
-	// the freed objects; default DefaultDeleteGrace.
+	// the freed objects; default retention.DefaultDeleteGrace.
 	DeleteGrace time.Duration
 	// Queries bounds what askers may hold of the stored endpoint at once
 	// (zero fields: query's defaults).
 	Queries query.Limits
 }
 
-// Service is the OUTPUT step; any number may run. Each instance keeps its
-// own projection of the log (Refs); timers and deletions are shared work.
+// Service is the OUTPUT step; any number may run. With Stores, it runs
+// the retention of what jobs stored too (see package retention).
 type Service struct {
 	js     jetstream.JetStream
 	pub    *bus.Publisher
 	log    *slog.Logger
 	verify Verifier // nil: a StoreVerifier over the job's store
 	stores stage.Stores
-	grace  time.Duration
-	now    func() time.Time
-
-	// tail reads the log into refs and says how far refs is: a waiter
-	// takes its Changed channel before it reads refs.
-	tail  *bus.Tail
-	start time.Time // of the rebuild
-
-	// mu guards refs.
-	mu   sync.Mutex
-	refs *Refs
-
-	// sweepMu serializes sweeps, which share the object indexes, one per
-	// store.
-	sweepMu sync.Mutex
-	index   map[stage.Store]*objectIndex
-
-	queryLimits query.Limits
-	queries     atomic.Pointer[query.Server] // set once Run serves queries (api.go)
+	// retention is nil without Stores: then nothing is deleted.
+	retention *retention.Service
 }
 
 // New returns a Service on js.
@@ -113,17 +89,28 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.DeleteGrace <= 0 {
-		cfg.DeleteGrace = DefaultDeleteGrace
-	}
 	s := &Service{
 		js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "output"),
-		verify: cfg.Verifier, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
-		refs: NewRefs(), index: map[stage.Store]*objectIndex{},
-		queryLimits: cfg.Queries,
+		verify: cfg.Verifier, stores: cfg.Stores,
 	}
-	s.tail = s.newTail()
+	if cfg.Stores != nil {
+		r, err := retention.New(js, retention.Config{Publisher: s.pub, Stores: cfg.Stores, Logger: s.log, Now: cfg.Now,
+			DeleteGrace: cfg.DeleteGrace, Queries: cfg.Queries})
+		if err != nil {
+			return nil, fmt.Errorf("output: %w", err)
+		}
+		s.retention = r
+	}
 	return s, nil
+}
+
+// QueryStats are the counts of the stored endpoint (see package
+// retention); zero without Stores, or until Run serves it.
+func (s *Service) QueryStats() query.Stats {
+	if s.retention == nil {
+		return query.Stats{}
+	}
+	return s.retention.QueryStats()
 }
 
 // Run handles events until ctx ends: stopped jobs, and, with a Store, the
@@ -138,24 +125,14 @@ func (s *Service) Run(ctx context.Context) error {
 		Subscriber: bus.SubscriberConfig{Durable: "output", Lanes: 16},
 		Handle:     s.Handle,
 	}
-	if s.stores == nil {
+	if s.retention == nil {
 		return bus.Run(ctx, s.js, s.pub, "output", s.log, returned)
 	}
-	stopAPI, err := s.serveAPI()
-	if err != nil {
-		return err
-	}
-	defer stopAPI()
-	// The projection and the handlers end together: the first to fail
-	// ends the other, and Run returns its error.
+	// Returning and retention end together: the first to fail ends the
+	// other, and Run returns its error.
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("output: follow the log: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error { return s.runHandlers(ctx, returned) })
+	g.Go(func() error { return bus.Run(ctx, s.js, s.pub, "output", s.log, returned) })
+	g.Go(func() error { return s.retention.Run(ctx) })
 	return g.Wait()
 }
 

@@ -383,3 +383,77 @@ func digestOfString(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// writeLog stores the log of a job's first attempt as RUN does: past its
+// cap, so in head and tail chunks, with an index; it returns the names of
+// its objects.
+func (w *world) writeLog(t *testing.T, job string) []string {
+	t.Helper()
+	l := stage.NewJobLog(w.store, job, 1, 1<<20)
+	l.Stdout().Write([]byte(strings.Repeat("a line the job printed\n", (2<<20)/23)))
+	l.Stderr().Write([]byte("the last words\n"))
+	if err := l.Flush(w.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	names := w.logObjects(t, job)
+	if len(names) < 4 {
+		t.Fatalf("job %s's log is stored in %v: want an index, head and tail chunks", job, names)
+	}
+	return names
+}
+
+// logObjects is every object stored of a job's logs.
+func (w *world) logObjects(t *testing.T, job string) []string {
+	t.Helper()
+	infos, err := w.bucket.List(w.ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, info := range infos {
+		if strings.HasPrefix(info.Name, "log/"+job+"/") && !info.Deleted {
+			names = append(names, info.Name)
+		}
+	}
+	return names
+}
+
+// TestRetentionDeletesTheLogsWithTheOutput: the logs of a job's attempts
+// (what `e31 logs` reads) are part of its output. They leave the store when
+// its retention passes, also for a job that returned no file and only
+// printed, and when its submitter deletes its output; another job's logs
+// stay.
+func TestRetentionDeletesTheLogsWithTheOutput(t *testing.T) {
+	t.Parallel()
+	w := startWorld(t)
+	kept := w.writeLog(t, "job-k")
+	w.runJob(t, "job-k", time.Hour, nil, map[string]string{"k.txt": "kept\n"})
+	doomed := map[string][]string{}
+	doomed["job-l"] = w.writeLog(t, "job-l")
+	w.runJob(t, "job-l", 2*time.Second, nil, map[string]string{"l.txt": "l's output\n"})
+	doomed["job-q"] = w.writeLog(t, "job-q")
+	w.runJob(t, "job-q", 2*time.Second, nil, nil)
+	doomed["job-r"] = w.writeLog(t, "job-r")
+	w.runJob(t, "job-r", 24*time.Hour, nil, map[string]string{"r.txt": "r's output\n"})
+	w.append(t, "job-r", events.DeleteRequested{What: events.WhatOutput, By: "alice"})
+
+	for job, names := range doomed {
+		w.waitEvent(t, job, isDeleted(events.WhatOutput))
+		w.waitGone(t, names)
+		if left := w.logObjects(t, job); len(left) != 0 {
+			t.Errorf("job %s: log objects left after its output was deleted: %v", job, left)
+		}
+	}
+	want := []events.Deleted{{What: events.WhatOutput, Cause: events.CauseExpired}}
+	if got := w.deleted(t, "job-q"); !slices.Equal(got, want) {
+		t.Errorf("job-q, which only printed: deleted %+v, want %+v", got, want)
+	}
+	for _, n := range kept {
+		if !w.stored(t, n) {
+			t.Errorf("job-k's %s was deleted; its retention has not passed", n)
+		}
+	}
+	if d := w.deleted(t, "job-k"); len(d) != 0 {
+		t.Errorf("job-k, whose retention has not passed, has deletions %+v", d)
+	}
+}

@@ -315,3 +315,26 @@ func TestPoolWhyLostNodesInputsAndIsolation(t *testing.T) {
 		})
 	}
 }
+
+// The nodes the pool counts live are what RENT's lease checks read (through
+// Leased and LeasedBoot, never the pool's fields): a node whose lease lapsed
+// is not among them until it announces again, with its new boot.
+func TestLeasedListsTheNodesWhoseLeaseHasNotLapsed(t *testing.T) {
+	t.Parallel()
+	var h history
+	p := newPool()
+	applyAll(p, h.log(announce("n1", 4), announce("n2", 4), expire("n2")))
+	if got := p.Leased(); !slices.Equal(got, []string{"n1"}) || p.Nodes() != 2 {
+		t.Errorf("leased %v of %d nodes, want [n1] of 2", got, p.Nodes())
+	}
+	if boot, ok := p.LeasedBoot("n1"); !ok || boot != "boot-1" {
+		t.Errorf("n1: boot %q, %v; want boot-1, true", boot, ok)
+	}
+	if _, ok := p.LeasedBoot("n2"); ok {
+		t.Error("n2's lease lapsed, and the pool still counts it live")
+	}
+	applyAll(p, h.log(reannounce("n2", 4)))
+	if boot, ok := p.LeasedBoot("n2"); !ok || boot != "boot-2" || !slices.Equal(p.Leased(), []string{"n1", "n2"}) {
+		t.Errorf("n2 announced again: boot %q, %v, leased %v", boot, ok, p.Leased())
+	}
+}

@@ -205,6 +205,33 @@ func (p *Pool) Applied() uint64 { return p.applied }
 // Waiting is the number of jobs in the queue.
 func (p *Pool) Waiting() int { return p.nWait }
 
+// Nodes is the number of nodes the pool knows, live or not.
+func (p *Pool) Nodes() int { return len(p.nodes) }
+
+// Leased lists, sorted, the nodes the pool counts live: those whose lease
+// it has not seen lapse. RENT checks their leases, and records NodeExpired
+// for one whose lease is gone.
+func (p *Pool) Leased() []string {
+	var names []string
+	for name, n := range p.nodes {
+		if !n.expired {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LeasedBoot is the boot of node name if the pool counts it live: what a
+// NodeExpired for it must name, so that a node that came back since is not
+// taken for lost.
+func (p *Pool) LeasedBoot(name string) (boot string, ok bool) {
+	if n := p.nodes[name]; n != nil && !n.expired {
+		return n.boot, true
+	}
+	return "", false
+}
+
 // Apply folds one event into the pool. Applying an event twice, or an event
 // older than one already applied for the same job, changes nothing.
 func (p *Pool) Apply(env events.Envelope) {

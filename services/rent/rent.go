@@ -165,7 +165,7 @@ func (s *Service) Run(ctx context.Context) error {
 		return g.Wait()
 	}
 	s.mu.Lock()
-	s.log.Info("pool rebuilt from the log", "seq", s.tail.Applied(), "nodes", len(s.pool.nodes), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("pool rebuilt from the log", "seq", s.tail.Applied(), "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
 	s.mu.Unlock()
 
 	// Served for every user, e31.api.*.rent.why: the user is read from the
@@ -336,8 +336,8 @@ func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstrea
 				// time to show up.
 				s.mu.Lock()
 				var missing []string
-				for name, n := range s.pool.nodes {
-					if !n.expired && !live[name] {
+				for _, name := range s.pool.Leased() {
+					if !live[name] {
 						missing = append(missing, name)
 					}
 				}
@@ -386,12 +386,7 @@ func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
 		case <-tick.C:
 		}
 		s.mu.Lock()
-		var live []string
-		for name, n := range s.pool.nodes {
-			if !n.expired {
-				live = append(live, name)
-			}
-		}
+		live := s.pool.Leased()
 		s.mu.Unlock()
 		for _, name := range live {
 			s.checkNode(ctx, kv, name)
@@ -411,8 +406,8 @@ func (s *Service) checkNode(ctx context.Context, kv jetstream.KeyValue, name str
 // nodeGone marks a node's current boot for the leader to record as expired.
 func (s *Service) nodeGone(name string) {
 	s.mu.Lock()
-	if n := s.pool.nodes[name]; n != nil && !n.expired {
-		s.expiring[name] = n.boot
+	if boot, ok := s.pool.LeasedBoot(name); ok {
+		s.expiring[name] = boot
 	}
 	s.mu.Unlock()
 	s.wake()

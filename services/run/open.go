@@ -1,9 +1,11 @@
 package run
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/e31net/e31/services/run/executor"
 	"github.com/e31net/e31/services/run/executor/container"
@@ -67,5 +69,32 @@ func OpenExecutorWith(kind, root string, diskBytes int64, log *slog.Logger, imag
 		log.Warn("running jobs as plain child processes (--executor process): they are NOT isolated from each other or the node; the node announces isolation none")
 		return executor.NewProcess(root)
 	}
-	return openSandbox(root, diskBytes, log, images)
+	return openIsolated(root, diskBytes, log, images)
+}
+
+// LabelContainers is the node label that says the node runs jobs that name
+// an image; RENT holds such jobs only on nodes that carry it.
+const LabelContainers = "containers"
+
+// openIsolated returns the sandbox executor, with the container executor for
+// jobs that name an image when a Docker engine answers. A host that cannot
+// sandbox gets an error wrapping ErrNoIsolation: never jobs unisolated.
+func openIsolated(root string, diskBytes int64, log *slog.Logger, images container.Images) (executor.Executor, error) {
+	sb, err := sandbox.New(sandbox.Config{Root: root, DiskBytes: diskBytes, Logger: log})
+	if err != nil {
+		if errors.Is(err, sandbox.ErrNotSupported) {
+			return nil, noIsolation(err)
+		}
+		return nil, fmt.Errorf("run: %w", err)
+	}
+	var containers executor.Executor
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if ce, err := container.New(ctx, container.Config{Root: root, DiskBytes: diskBytes, UIDBase: 3000000, Logger: log, Images: images}); err == nil {
+		containers = ce
+		log.Info("jobs that name an image run as containers")
+	} else {
+		log.Info("no container engine: jobs that name an image are not held here", "why", err)
+	}
+	return executor.NewByImage(sb, containers), nil
 }

@@ -591,12 +591,13 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	logs := stage.NewJobLog(store, job, held.Attempt, s.cfg.LogCap)
 	xspec.Stdout, xspec.Stderr = logs.Stdout(), logs.Stderr()
-	ws, err := s.cfg.Executor.Prepare(prepCtx, xspec)
+	xjob, err := s.cfg.Executor.Prepare(prepCtx, xspec)
 	if err != nil {
 		return fail("preparing the job's workspace: %v", err)
 	}
+	dirs := xjob.Dirs()
 	defer func() {
-		if err := ws.Release(); err != nil {
+		if err := xjob.Release(); err != nil {
 			log.Warn("releasing the workspace", "err", err)
 		}
 	}()
@@ -612,7 +613,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			ref = resolved
 		}
 		err := again(prepCtx, log, "staging data", func() error {
-			return stage.Download(prepCtx, store, ref, filepath.Join(ws.DataDir, ref.Name), nil)
+			return stage.Download(prepCtx, store, ref, filepath.Join(dirs.DataDir, ref.Name), nil)
 		})
 		if err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
@@ -624,7 +625,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		defer close(flushed)
 		s.flushLogs(flushCtx, logs, events.LogSubject(held.Submitter, job, held.Attempt), log)
 	}()
-	res, err := s.cfg.Executor.Run(ctx, ws)
+	res, err := xjob.Run(ctx)
 	stopFlushing()
 	<-flushed
 	if err != nil {
@@ -654,7 +655,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		// As above: one try stuck on a dead server is given up, not waited out.
 		try, cancelTry := context.WithTimeout(collectCtx, time.Minute)
 		defer cancelTry()
-		collected, err = stage.Collect(try, store, ws.OutDir, spec.Output, bound)
+		collected, err = stage.Collect(try, store, dirs.OutDir, spec.Output, bound)
 		return err
 	})
 	tooLarge, size := errors.Is(err, stage.ErrOutputTooLarge) && collected.Bytes > bound, collected.Bytes

@@ -6,6 +6,11 @@
 // Requests come from anyone allowed to publish them (the CLI, or an
 // upstream system using only the published JSON Schemas), so SUBMIT trusts
 // nothing in them: the same validation runs here as in the CLI.
+//
+// The decision is Decide, a pure function of the request and what SUBMIT
+// knows (State: the submitter's limits and usage, and what the jobs and
+// data it names are); Handle is the adapter that reads what Decide asks
+// for and records its decision once (Once) through bus.React.
 package submit
 
 import (
@@ -13,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,7 +26,6 @@ import (
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -132,13 +135,7 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 		return fmt.Errorf("check %s: %w", env.Subject, err)
 	}
 	stored, err := s.pub.React(ctx, env, func(after []events.Envelope) ([]events.Event, error) {
-		for _, e := range after {
-			switch e.Event.(type) {
-			case *events.JobSubmitted, *events.JobRejected, *events.JobCancelled:
-				return nil, nil
-			}
-		}
-		return []events.Event{decision}, nil
+		return Once(after, decision), nil
 	})
 	if err != nil {
 		return fmt.Errorf("submit %s: %w", env.Subject, err)
@@ -175,13 +172,7 @@ func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, pr
 	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + strings.TrimPrefix(problem.Error(), "decode event on "+subject+": ")
 	trigger := events.Envelope{Subject: job, Seq: seq}
 	stored, err := s.pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
-		for _, e := range after {
-			switch e.Event.(type) {
-			case *events.JobSubmitted, *events.JobRejected, *events.JobCancelled:
-				return nil, nil
-			}
-		}
-		return []events.Event{events.JobRejected{Reason: reason}}, nil
+		return Once(after, events.JobRejected{Reason: reason}), nil
 	})
 	if err != nil {
 		return fmt.Errorf("reject unreadable request %s: %w", job, err)
@@ -204,89 +195,73 @@ func (s *Service) firstSeq(ctx context.Context, job string) (uint64, error) {
 	return m.Sequence, nil
 }
 
-// check returns JobSubmitted or JobRejected for a request. An error means it
-// could not tell (the store did not answer) and the request is retried.
-//
-// The quotas are checked after the declaration and before the staged data,
-// so that a flood of requests over a quota costs no reads of the store.
+// check returns JobSubmitted or JobRejected for a request: Decide, given
+// what it asks to be read, in the order it asks. An error means it could
+// not tell (the store did not answer) and the request is retried.
 func (s *Service) check(ctx context.Context, job string, seq uint64, req *events.JobRequested) (events.Event, error) {
-	var problems []string
-	if strings.TrimSpace(req.Submitter) == "" {
-		problems = append(problems, "submitter: required")
-	}
-	if err := jobfile.Validate(req.Spec); err != nil {
-		problems = append(problems, strings.Split(err.Error(), "\n")...)
-	}
-	lim := s.limitsOf(req.Submitter)
-	if p := lim.ImageProblem(req.Spec.Work.Image); p != "" {
-		problems = append(problems, "work.image: "+p)
-	}
-	if len(problems) > 0 {
-		return rejection(problems), nil
+	st := State{Limits: s.limitsOf(req.Submitter)}
+	if ev := Decide(job, req, st); ev != nil {
+		return ev, nil
 	}
 	usage, err := s.usage(ctx, req.Submitter, seq)
 	if err != nil {
 		return nil, err
 	}
-	if reason := limits.Admit(lim, usage); reason != "" {
-		return events.JobRejected{Reason: reason}, nil
+	st.Usage = &usage
+	if ev := Decide(job, req, st); ev != nil {
+		return ev, nil
 	}
-	spec := req.Spec
-	spec.Data = append([]events.DataRef(nil), req.Spec.Data...)
-	spec.After = append([]string(nil), req.Spec.After...)
-	for i, dep := range spec.After {
-		if dep == job {
-			problems = append(problems, fmt.Sprintf("after[%d]: a job cannot wait for itself", i))
+	if st.Refs, err = s.readRefs(ctx, job, req); err != nil {
+		return nil, err
+	}
+	return Decide(job, req, st), nil
+}
+
+// readRefs reads what the request names: the owner of each job it runs
+// after, the output of each job it reads, and whether each staged input is
+// present and intact.
+func (s *Service) readRefs(ctx context.Context, job string, req *events.JobRequested) (*Refs, error) {
+	refs := &Refs{Owners: map[string]string{}, Outputs: map[string]Output{}, Staged: map[int]string{}}
+	for _, dep := range req.Spec.After {
+		if _, seen := refs.Owners[dep]; seen || dep == job {
 			continue
 		}
 		owner, err := bus.Owner(ctx, s.js, dep)
-		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && owner != req.Submitter {
-			// Another submitter's job is, for this one, no job at all.
-			problems = append(problems, fmt.Sprintf("after[%d]: no such job %s", i, dep))
-		} else if err != nil {
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
 			return nil, err
+		default:
+			refs.Owners[dep] = owner
 		}
 	}
 	store, err := s.stores.For(ctx, req.Submitter)
 	if err != nil {
 		return nil, err
 	}
-	for i, ref := range spec.Data {
-		where := fmt.Sprintf("data[%d] %q", i, ref.Name)
+	for i, ref := range req.Spec.Data {
 		if ref.FromJob != "" {
-			resolved, pending, problem, err := s.outputOf(ctx, store, req.Submitter, ref.FromJob)
+			if _, seen := refs.Outputs[ref.FromJob]; seen {
+				continue
+			}
+			var out Output
+			out.Ref, out.Pending, out.Problem, err = s.outputOf(ctx, store, req.Submitter, ref.FromJob)
 			if err != nil {
 				return nil, err
 			}
-			if problem != "" {
-				problems = append(problems, where+": "+problem)
-				continue
-			}
-			if pending {
-				// The earlier job has not finished: this one runs after it,
-				// and RUN stages its output once it has succeeded.
-				if !slices.Contains(spec.After, ref.FromJob) {
-					spec.After = append(spec.After, ref.FromJob)
-				}
-				continue
-			}
-			resolved.Name, resolved.FromJob = ref.Name, ref.FromJob
-			spec.Data[i] = resolved
+			refs.Outputs[ref.FromJob] = out
 			continue
 		}
 		err := stage.Verify(ctx, store, ref)
 		switch {
 		case err == nil:
 		case isBadData(err):
-			problems = append(problems, fmt.Sprintf("%s: staged data %s is not intact: %v", where, ref.Digest, err))
+			refs.Staged[i] = fmt.Sprintf("staged data %s is not intact: %v", ref.Digest, err)
 		default:
 			return nil, err
 		}
 	}
-	if len(problems) > 0 {
-		return rejection(problems), nil
-	}
-	return events.JobSubmitted{Submitter: req.Submitter, Spec: spec}, nil
+	return refs, nil
 }
 
 // limitsOf is a submitter's limits.
@@ -325,23 +300,6 @@ func isBadData(err error) bool {
 		}
 	}
 	return false
-}
-
-// maxReasonProblems bounds how many problems the one-line reason lists;
-// Problems keeps them all.
-const maxReasonProblems = 8
-
-// rejection names every problem in the reason, which is what the hold
-// record and `e31 status` show.
-func rejection(problems []string) events.JobRejected {
-	r := events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
-	if len(problems) > maxReasonProblems {
-		r.Reason += fmt.Sprintf("; and %d more", len(problems)-maxReasonProblems)
-	}
-	if len(problems) > 1 {
-		r.Problems = problems
-	}
-	return r
 }
 
 // outputOf turns the returned output of an earlier job of the same

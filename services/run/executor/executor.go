@@ -1,11 +1,22 @@
 // Package executor runs one job on a node and says how it stopped. An
 // Executor is the only part of RUN that touches processes, so the plain child
 // process of the walking skeleton and the real sandbox can be swapped.
+//
+// An Executor's Prepare returns a Job: the handle of one prepared attempt,
+// which RUN stages input into (Dirs), runs (Run; cancelling its context
+// stops the job) and releases on every path (Release). The handle carries
+// the executor's own state of the job, so nothing looks it up; what every
+// executor's handle must refuse (a second Run at once, a Run after
+// Release, a second Release) is written once, in Guard. ByImage picks,
+// per job, between two executors by whether the job names an image.
 package executor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -88,16 +99,76 @@ func KillBy(now time.Time, grace time.Duration, kill time.Time) time.Time {
 	return by
 }
 
-// Workspace is a job's place on the node. RUN stages input into DataDir before
+// Dirs are a job's place on the node. RUN stages input into DataDir before
 // Run and collects output from OutDir after it.
-type Workspace struct {
-	Spec    Spec
+type Dirs struct {
 	Root    string
 	DataDir string
 	OutDir  string
-	// Release removes everything Prepare made. RUN calls it once the output is
-	// collected, on every path.
-	Release func() error
+}
+
+// Job is the handle Prepare returns: one prepared attempt of a job, which
+// RUN runs once and releases on every path. Run and Release may be called
+// from different goroutines; the Guard every executor's jobs share keeps
+// them apart.
+type Job interface {
+	// Spec is what the job was prepared from.
+	Spec() Spec
+	// Dirs are the job's directories on the node, valid until Release.
+	Dirs() Dirs
+	// Run executes the job and returns only when no process of it is left.
+	// At Spec.Stops it is stopped with outcome LimitExceeded. Cancelling ctx
+	// stops it (SIGTERM, then SIGKILL at KillBy) with outcome Cancelled.
+	// An error means the job could not be started at all (or was running
+	// already, or was released: see Guard).
+	Run(ctx context.Context) (Result, error)
+	// Release removes everything Prepare made. RUN calls it once the output
+	// is collected, on every path; it waits for a Run under way, and a
+	// second call returns the first one's error.
+	Release() error
+}
+
+// ErrRunning is returned by a Job's Run while another Run of it is under
+// way, and ErrReleased by one after Release.
+var (
+	ErrRunning  = errors.New("executor: the job is running already")
+	ErrReleased = errors.New("executor: the job was released")
+)
+
+// Guard is the bookkeeping every executor's Job needs, written once: Run
+// at most one at a time and never after Release, and Release once, after
+// the Run under way has returned. The zero Guard is ready; it must not be
+// copied.
+type Guard struct {
+	ran      sync.Mutex // held while the job runs, and while it is released
+	released bool
+	once     sync.Once
+	err      error
+}
+
+// Run calls run unless the job is running (ErrRunning) or was released
+// (ErrReleased); job names it in those errors.
+func (g *Guard) Run(job string, run func() (Result, error)) (Result, error) {
+	if !g.ran.TryLock() {
+		return Result{}, fmt.Errorf("run %s: %w", job, ErrRunning)
+	}
+	defer g.ran.Unlock()
+	if g.released {
+		return Result{}, fmt.Errorf("run %s: %w", job, ErrReleased)
+	}
+	return run()
+}
+
+// Release calls release once, after any Run under way has returned; every
+// call returns the error of that one.
+func (g *Guard) Release(release func() error) error {
+	g.once.Do(func() {
+		g.ran.Lock()
+		defer g.ran.Unlock()
+		g.released = true
+		g.err = release()
+	})
+	return g.err
 }
 
 // Result is how the job stopped.
@@ -113,16 +184,13 @@ type Result struct {
 	Stopped  time.Time
 }
 
-// Executor runs jobs. Its methods may be called concurrently for different jobs.
+// Executor prepares jobs. Its methods may be called concurrently for
+// different jobs.
 type Executor interface {
-	// Prepare makes the job's directories. The writable space it makes is
-	// bounded by Spec.DiskBytes where the executor can bound it.
-	Prepare(ctx context.Context, spec Spec) (*Workspace, error)
-	// Run executes the job and returns only when no process of it is left.
-	// At Spec.Stops it is stopped with outcome LimitExceeded. Cancelling ctx
-	// stops it (SIGTERM, then SIGKILL at KillBy) with outcome Cancelled.
-	// An error means the job could not be started at all.
-	Run(ctx context.Context, ws *Workspace) (Result, error)
+	// Prepare makes the job's directories and whatever else it needs to
+	// run, and returns its handle. The writable space it makes is bounded
+	// by Spec.DiskBytes where the executor can bound it.
+	Prepare(ctx context.Context, spec Spec) (Job, error)
 }
 
 // Isolator is implemented by executors that say how they keep a job apart

@@ -2,7 +2,10 @@ package executor
 
 import (
 	"context"
+	"errors"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,7 +72,7 @@ func TestProcessIgnoringTermIsKilledAtItsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Release()
-	res, err := p.Run(context.Background(), ws)
+	res, err := ws.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +101,7 @@ func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
 	}
 	defer ws.Release()
 	start := time.Now()
-	res, err := p.Run(context.Background(), ws)
+	res, err := ws.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +110,69 @@ func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Run took %s: the child left behind held it", d)
+	}
+}
+
+// A job handle runs once at a time, never after it was released, and
+// releases once.
+func TestJobHandleRunsOnceAtATimeAndNotAfterRelease(t *testing.T) {
+	t.Parallel()
+	p, err := NewProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	fifo := dir + "/go"
+	j, err := p.Prepare(context.Background(), Spec{JobID: "guarded", Attempt: 1,
+		Command: []string{"/bin/sh", "-c", "touch " + dir + "/started; read x < " + fifo},
+		Limit:   time.Minute, Grace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() {
+		_, err := j.Run(context.Background())
+		ran <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(dir + "/started"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := j.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("a second Run while the first runs: %v, want ErrRunning", err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- j.Release() }()
+	select {
+	case err := <-released:
+		t.Fatalf("Release returned (%v) while the job ran", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(j.Dirs().Root); !os.IsNotExist(err) {
+		t.Errorf("workspace %s left after Release: %v", j.Dirs().Root, err)
+	}
+	if _, err := j.Run(context.Background()); !errors.Is(err, ErrReleased) {
+		t.Errorf("Run after Release: %v, want ErrReleased", err)
+	}
+	if err := j.Release(); err != nil {
+		t.Errorf("a second Release: %v", err)
 	}
 }

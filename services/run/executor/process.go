@@ -39,26 +39,48 @@ func NewProcess(root string) (*Process, error) {
 	return &Process{Root: root}, nil
 }
 
+// processJob is the handle of a job Process prepared.
+type processJob struct {
+	guard Guard
+	spec  Spec
+	dirs  Dirs
+}
+
+// Spec implements Job.
+func (j *processJob) Spec() Spec { return j.spec }
+
+// Dirs implements Job.
+func (j *processJob) Dirs() Dirs { return j.dirs }
+
+// Run implements Job.
+func (j *processJob) Run(ctx context.Context) (Result, error) {
+	return j.guard.Run(j.spec.JobID, func() (Result, error) { return runProcess(ctx, j.spec, j.dirs) })
+}
+
+// Release implements Job: the workspace goes.
+func (j *processJob) Release() error {
+	return j.guard.Release(func() error { return os.RemoveAll(j.dirs.Root) })
+}
+
 // Prepare makes <root>/<job>-<attempt>/{data,out}. Disk is not bounded.
-func (p *Process) Prepare(_ context.Context, spec Spec) (*Workspace, error) {
+func (p *Process) Prepare(_ context.Context, spec Spec) (Job, error) {
 	dir := filepath.Join(p.Root, fmt.Sprintf("%s-%d", spec.JobID, spec.Attempt))
 	// A workspace left by a crash belongs to an attempt that is over.
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", spec.JobID, err)
 	}
-	ws := &Workspace{Spec: spec, Root: dir, DataDir: filepath.Join(dir, "data"), OutDir: filepath.Join(dir, "out")}
-	for _, d := range []string{ws.DataDir, ws.OutDir} {
+	j := &processJob{spec: spec, dirs: Dirs{Root: dir, DataDir: filepath.Join(dir, "data"), OutDir: filepath.Join(dir, "out")}}
+	for _, d := range []string{j.dirs.DataDir, j.dirs.OutDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("prepare %s: %w", spec.JobID, err)
 		}
 	}
-	ws.Release = func() error { return os.RemoveAll(dir) }
-	return ws, nil
+	return j, nil
 }
 
-// Run starts the command and waits for it; see Executor.Run.
-func (p *Process) Run(ctx context.Context, ws *Workspace) (Result, error) {
-	spec := ws.Spec
+// runProcess runs the job as a child process in its own process group and
+// waits until it is gone.
+func runProcess(ctx context.Context, spec Spec, ws Dirs) (Result, error) {
 	if len(spec.Command) == 0 {
 		return Result{}, errors.New("executor: empty command")
 	}

@@ -92,12 +92,11 @@ type Executor struct {
 	cgroupsV2 bool
 	usage     bool // the engine uses cgroupfs: job cgroup parents work
 	log       *slog.Logger
+	// mu guards disk, which Close gives back.
+	mu sync.Mutex
 	// disk holds the jobs' writable space, with a quota per job; nil
 	// where the node has none (then it is a tmpfs).
 	disk *workspace.Disk
-
-	mu   sync.Mutex
-	jobs map[*executor.Workspace]*job
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -173,7 +172,6 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		cgroupsV2: info.CgroupVersion == "2",
 		usage:     info.CgroupDriver == "cgroupfs",
 		log:       cfg.Logger,
-		jobs:      map[*executor.Workspace]*job{},
 	}
 	e.openDisk()
 	if !e.usage {
@@ -204,15 +202,43 @@ type job struct {
 	parent string // cgroup parent of the container
 	id     string // container id once created
 	log    *slog.Logger
-	ran    sync.Mutex
-	closed bool
+	e      *Executor
+	guard  executor.Guard
 }
+
+var _ executor.Job = (*job)(nil)
+
+// Spec implements executor.Job.
+func (j *job) Spec() executor.Spec { return j.spec }
+
+// Dirs implements executor.Job.
+func (j *job) Dirs() executor.Dirs {
+	return executor.Dirs{Root: j.ws.Path, DataDir: j.ws.Data, OutDir: j.ws.Out}
+}
+
+// Run implements executor.Job: it runs the job's container and waits for
+// it to end.
+func (j *job) Run(ctx context.Context) (executor.Result, error) {
+	return j.guard.Run(j.spec.JobID, func() (executor.Result, error) {
+		if j.spec.Image == "" {
+			return executor.Result{}, ErrNoImage
+		}
+		if err := j.e.allowed(ctx, j.spec); err != nil {
+			return executor.Result{}, err
+		}
+		return j.e.run(ctx, j)
+	})
+}
+
+// Release implements executor.Job: it removes the container (if Run left
+// it), the cgroup parent and the workspace.
+func (j *job) Release() error { return j.guard.Release(func() error { return j.e.release(j) }) }
 
 // Prepare makes the job's workspace: data/ for RUN to stage into and a
 // writable space of Spec.DiskBytes holding out/ and the job's /tmp: a
 // subvolume of the node's job disk with a quota of the bound, or a tmpfs
 // where there is no job disk.
-func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
+func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Job, error) {
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("container: spec needs a job id and a command")
 	}
@@ -230,6 +256,7 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 		spec:   spec,
 		parent: filepath.Join(e.cfg.CgroupParent, name),
 		log:    e.log.With("job", spec.JobID, "attempt", spec.Attempt),
+		e:      e,
 	}
 	disk := spec.DiskBytes
 	if disk <= 0 {
@@ -243,46 +270,12 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 		}
 		return nil, fmt.Errorf("container: prepare %s: %w", spec.JobID, err)
 	}
-	ws := &executor.Workspace{Spec: spec, Root: d.Path, DataDir: d.Data, OutDir: d.Out}
-	var once sync.Once
-	var rerr error
-	ws.Release = func() error {
-		once.Do(func() { rerr = e.release(j) })
-		return rerr
-	}
-	e.mu.Lock()
-	e.jobs[ws] = j
-	e.mu.Unlock()
-	return ws, nil
+	return j, nil
 }
 
 // LogPaths returns where the job's stdout and stderr are kept until Release.
-func LogPaths(ws *executor.Workspace) (stdout, stderr string) {
-	return workspace.LogPaths(ws.Root)
-}
-
-// Run runs the job's container and waits for it to end.
-func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Result, error) {
-	e.mu.Lock()
-	j := e.jobs[ws]
-	e.mu.Unlock()
-	if j == nil {
-		return executor.Result{}, errors.New("container: run: workspace was not prepared by this executor or was released")
-	}
-	if !j.ran.TryLock() {
-		return executor.Result{}, fmt.Errorf("container: run %s: already running", j.spec.JobID)
-	}
-	defer j.ran.Unlock()
-	if j.closed {
-		return executor.Result{}, fmt.Errorf("container: run %s: workspace released", j.spec.JobID)
-	}
-	if j.spec.Image == "" {
-		return executor.Result{}, ErrNoImage
-	}
-	if err := e.allowed(ctx, j.spec); err != nil {
-		return executor.Result{}, err
-	}
-	return e.run(ctx, j)
+func LogPaths(j executor.Job) (stdout, stderr string) {
+	return workspace.LogPaths(j.Dirs().Root)
 }
 
 // allowed refuses an image the policy does not allow the job's submitter,
@@ -540,11 +533,9 @@ func readUsage(v2 bool, parent string) (events.Usage, error) {
 }
 
 // release removes the container (if Run left it), the cgroup parent and the
-// workspace.
+// workspace. It is called once: through the job's guard, or by a Prepare
+// that failed.
 func (e *Executor) release(j *job) error {
-	j.ran.Lock()
-	defer j.ran.Unlock()
-	j.closed = true
 	var errs []error
 	ctx := context.Background()
 	if j.id != "" {
@@ -562,13 +553,6 @@ func (e *Executor) release(j *job) error {
 			errs = append(errs, err)
 		}
 	}
-	e.mu.Lock()
-	for ws, jj := range e.jobs {
-		if jj == j {
-			delete(e.jobs, ws)
-		}
-	}
-	e.mu.Unlock()
 	if len(errs) == 0 {
 		workspace.FreeUID(j.uid)
 	}

@@ -174,13 +174,13 @@ func spec(id string, args ...string) executor.Spec {
 }
 
 type ran struct {
-	ws     *executor.Workspace
+	ws     executor.Job
 	res    executor.Result
 	stdout string
 	got    map[string]string
 }
 
-func run(t *testing.T, ctx context.Context, e *Executor, s executor.Spec, stage func(*executor.Workspace)) *ran {
+func run(t *testing.T, ctx context.Context, e *Executor, s executor.Spec, stage func(executor.Job)) *ran {
 	t.Helper()
 	ws, err := e.Prepare(context.Background(), s)
 	if err != nil {
@@ -194,7 +194,7 @@ func run(t *testing.T, ctx context.Context, e *Executor, s executor.Spec, stage 
 	if stage != nil {
 		stage(ws)
 	}
-	res, err := e.Run(ctx, ws)
+	res, err := ws.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +235,8 @@ func TestHonestJob(t *testing.T) {
 	// Only loopback as a target: inside the container 127.0.0.1 is its own,
 	// and the interface list shows it has no route to anything else.
 	s := spec("c-honest", "honest", "127.0.0.1:"+port)
-	r := run(t, context.Background(), e, s, func(ws *executor.Workspace) {
-		if err := os.WriteFile(filepath.Join(ws.DataDir, "in.txt"), []byte("alpha"), 0o644); err != nil {
+	r := run(t, context.Background(), e, s, func(ws executor.Job) {
+		if err := os.WriteFile(filepath.Join(ws.Dirs().DataDir, "in.txt"), []byte("alpha"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -263,7 +263,7 @@ func TestHonestJob(t *testing.T) {
 	if c, err := l.Accept(); err == nil {
 		t.Errorf("host listener accepted a connection from %s", c.RemoteAddr())
 	}
-	if b, _ := os.ReadFile(filepath.Join(r.ws.OutDir, "result.txt")); string(b) != "done" {
+	if b, _ := os.ReadFile(filepath.Join(r.ws.Dirs().OutDir, "result.txt")); string(b) != "done" {
 		t.Errorf("out/result.txt = %q", b)
 	}
 	if r.res.Usage.CPUSeconds <= 0 || r.res.Usage.MaxRSSBytes <= 0 {
@@ -309,14 +309,14 @@ func TestOutcomes(t *testing.T) {
 		go func() {
 			deadline := time.Now().Add(20 * time.Second)
 			for time.Now().Before(deadline) {
-				if _, err := os.Stat(filepath.Join(ws.OutDir, "ready")); err == nil {
+				if _, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "ready")); err == nil {
 					break
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
 			cancel()
 		}()
-		res, err := e.Run(ctx, ws)
+		res, err := ws.Run(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

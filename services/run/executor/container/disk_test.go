@@ -33,7 +33,7 @@ func TestContainerWriteIsNotMemory(t *testing.T) {
 	if r.res.Outcome != events.Succeeded {
 		t.Fatalf("outcome %s (%s), want succeeded", r.res.Outcome, r.res.Reason)
 	}
-	fi, err := os.Stat(filepath.Join(r.ws.OutDir, "big"))
+	fi, err := os.Stat(filepath.Join(r.ws.Dirs().OutDir, "big"))
 	if err != nil || fi.Size() != 300<<20 {
 		t.Errorf("output: %v, %v; want 300 MiB", fi, err)
 	}
@@ -60,10 +60,10 @@ func TestContainerDiskExceeded(t *testing.T) {
 	if !strings.Contains(r.res.Reason, "16777216-byte disk bound") || !strings.Contains(r.res.Reason, "exited with code 3") {
 		t.Errorf("reason %q does not name the bound and the exit", r.res.Reason)
 	}
-	if b, err := os.ReadFile(filepath.Join(r.ws.OutDir, "begun")); err != nil || string(b) != "begun\n" {
+	if b, err := os.ReadFile(filepath.Join(r.ws.Dirs().OutDir, "begun")); err != nil || string(b) != "begun\n" {
 		t.Errorf("partial output begun: %q, %v", b, err)
 	}
-	if fi, err := os.Stat(filepath.Join(r.ws.OutDir, "big")); err != nil || fi.Size() == 0 || fi.Size() > 16<<20 {
+	if fi, err := os.Stat(filepath.Join(r.ws.Dirs().OutDir, "big")); err != nil || fi.Size() == 0 || fi.Size() > 16<<20 {
 		t.Errorf("partial output big: %v %v, want some and at most 16 MiB", fi, err)
 	}
 

@@ -14,7 +14,7 @@
 // its outcome is disk_exceeded. Where the node has no job disk, the space
 // is a tmpfs of Spec.DiskBytes instead. The container has no other writable
 // space than that (and a /dev/shm of Config.ShmBytes), and what RUN
-// collects from Workspace.OutDir is on the node after the container is
+// collects from Job.Dirs().OutDir is on the node after the container is
 // gone. Memory
 // (without swap), cpu (NanoCPUs) and the process count are limited by the
 // engine; an OOM kill is out_of_memory. The wall-clock limit sends SIGTERM a

@@ -84,7 +84,7 @@ func TestNoHostPathsInProc(t *testing.T) {
 echo "mountinfo_begin"; cat /proc/self/mountinfo; echo "mountinfo_end"
 echo "cgroup_begin"; cat /proc/self/cgroup; echo "cgroup_end"
 echo done=1
-`)), func(ws *executor.Workspace) { writeFile(t, filepath.Join(ws.DataDir, "in"), "input") })
+`)), func(ws executor.Job) { writeFile(t, filepath.Join(ws.Dirs().DataDir, "in"), "input") })
 	if lines(r.stdout)["done"] != "1" {
 		t.Fatalf("job did not finish: %s", r.stderr)
 	}
@@ -150,7 +150,7 @@ echo "in=$(cat /data/in)"
 (echo pwned > /data/in) 2>/dev/null && echo wrote=in
 (echo pwned > /data/x) 2>/dev/null && echo wrote=x
 echo done=1
-`)), func(ws *executor.Workspace) { writeFile(t, filepath.Join(ws.DataDir, "in"), "input") })
+`)), func(ws executor.Job) { writeFile(t, filepath.Join(ws.Dirs().DataDir, "in"), "input") })
 		got := lines(r.stdout)
 		if got["done"] != "1" || got["in"] != "input" {
 			t.Fatalf("bind %v: the job did not read its data: %q %s", bindData, r.stdout, r.stderr)

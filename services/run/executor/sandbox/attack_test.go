@@ -47,16 +47,16 @@ func forEachProcMode(t *testing.T, test func(*testing.T, *Executor)) {
 // startVictim runs a job holding secrets in its data, output, /tmp and
 // environment, and returns once it is up, with its host pid and workspace.
 // The victim is stopped when the test ends.
-func startVictim(t *testing.T, e *Executor, secret string) (*executor.Workspace, int, <-chan executor.Result) {
+func startVictim(t *testing.T, e *Executor, secret string) (executor.Job, int, <-chan executor.Result) {
 	t.Helper()
 	s := spec("victim", sh(`echo `+secret+` > /tmp/secret; echo `+secret+` > /out/secret; echo up > /out/ready; while :; do sleep 1; done`))
 	s.Env = map[string]string{"SECRET": secret}
 	ws := prepare(t, e, s)
-	writeFile(t, filepath.Join(ws.DataDir, "secret"), secret)
+	writeFile(t, filepath.Join(ws.Dirs().DataDir, "secret"), secret)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan executor.Result, 1)
 	go func() {
-		res, err := e.Run(ctx, ws)
+		res, err := ws.Run(ctx)
 		if err != nil {
 			t.Errorf("victim: %v", err)
 		}
@@ -67,10 +67,10 @@ func startVictim(t *testing.T, e *Executor, secret string) (*executor.Workspace,
 		<-done
 	})
 	waitFor(t, "victim to start", 10*time.Second, func() bool {
-		_, err := os.Stat(filepath.Join(ws.OutDir, "ready"))
+		_, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "ready"))
 		return err == nil
 	})
-	procs, err := e.jobOf(ws).cg.procs()
+	procs, err := ws.(*job).cg.procs()
 	if err != nil || len(procs) == 0 {
 		t.Fatalf("victim processes: %v %v", procs, err)
 	}
@@ -88,7 +88,7 @@ func testCannotReachOtherJob(t *testing.T, e *Executor) {
 	const secret = "s3cr3t-victim-7f1e"
 	victim, victimPid, victimDone := startVictim(t, e, secret)
 	paths := []string{
-		victim.DataDir + "/secret", victim.OutDir + "/secret", victim.Root,
+		victim.Dirs().DataDir + "/secret", victim.Dirs().OutDir + "/secret", victim.Dirs().Root,
 		"/proc/" + strconv.Itoa(victimPid) + "/environ", "/proc/" + strconv.Itoa(victimPid) + "/root/tmp/secret",
 		"/etc/shadow", "/root", "/home", "/var", "/run", "/sys/fs/cgroup",
 	}
@@ -103,7 +103,7 @@ grep -rs `+secret+` /proc/[0-9]*/root/tmp /proc/[0-9]*/root/out /proc/[0-9]*/roo
 grep -rlsD skip `+secret+` /etc /tmp /out /data /dev/shm 2>/dev/null | sed 's/^/found=/'
 find / -xdev 2>/dev/null | grep -c . | sed 's/^/root_entries=/'
 # Mount table: nothing of the other job's workspace.
-grep -c '`+victim.Root+`' /proc/self/mountinfo | sed 's/^/victim_mounts=/'
+grep -c '`+victim.Dirs().Root+`' /proc/self/mountinfo | sed 's/^/victim_mounts=/'
 echo done=1
 `)), nil)
 	got := lines(r.stdout)
@@ -270,7 +270,7 @@ func TestForkBomb(t *testing.T) {
 	s := spec("bomb", sh(`b() { b | b & }; b; while :; do sleep 1; done`))
 	s.Limit = 3 * time.Second
 	ws := prepare(t, e, s)
-	j := e.jobOf(ws)
+	j := ws.(*job)
 	r := finish(t, context.Background(), e, ws)
 	if r.res.Outcome != events.LimitExceeded {
 		t.Errorf("outcome %s (%s), want limit_exceeded", r.res.Outcome, r.res.Reason)
@@ -340,7 +340,7 @@ echo "err=$err"
 			s.DiskBytes = 8 << 20
 			ws := prepare(t, e, s)
 			var st unix.Statfs_t
-			if err := unix.Statfs(ws.OutDir, &st); err != nil {
+			if err := unix.Statfs(ws.Dirs().OutDir, &st); err != nil {
 				t.Fatal(err)
 			}
 			if st.Type != c.fs {
@@ -438,7 +438,7 @@ echo ok > /out/ok && echo out=ok
 echo ok > /tmp/ok && echo tmp=ok
 echo ok > /dev/shm/ok && echo shm=ok
 echo done=1
-`)), func(ws *executor.Workspace) { writeFile(t, filepath.Join(ws.DataDir, "in"), "input") })
+`)), func(ws executor.Job) { writeFile(t, filepath.Join(ws.Dirs().DataDir, "in"), "input") })
 	got := lines(r.stdout)
 	if got["done"] != "1" {
 		t.Fatalf("job did not finish: %s", r.stderr)
@@ -451,7 +451,7 @@ echo done=1
 			t.Errorf("job could not write its %s", k)
 		}
 	}
-	if c := readFile(t, filepath.Join(r.ws.DataDir, "in")); c != "input" {
+	if c := readFile(t, filepath.Join(r.ws.Dirs().DataDir, "in")); c != "input" {
 		t.Errorf("staged data changed: %q", c)
 	}
 	for _, p := range []string{"/x", "/etc/x", "/usr/x"} {
@@ -479,8 +479,8 @@ chroot / true 2>/dev/null && echo escaped=chroot
 python3 -c 'import os; os.setuid(0)' 2>/dev/null && echo escaped=setuid
 grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -d ' \t' | tr ':' '='
 echo done=1
-`)), func(ws *executor.Workspace) {
-		for _, dir := range []string{ws.DataDir, ws.OutDir} {
+`)), func(ws executor.Job) {
+		for _, dir := range []string{ws.Dirs().DataDir, ws.Dirs().OutDir} {
 			copySetuid(t, "/usr/bin/id", filepath.Join(dir, "id"))
 		}
 	})
@@ -548,7 +548,7 @@ echo up > /out/up
 			if r.res.Outcome != c.outcome {
 				t.Errorf("outcome %s (%s), want %s", r.res.Outcome, r.res.Reason, c.outcome)
 			}
-			if readFile(t, filepath.Join(r.ws.OutDir, "up")) != "up\n" {
+			if readFile(t, filepath.Join(r.ws.Dirs().OutDir, "up")) != "up\n" {
 				t.Errorf("daemons were not started: %s", r.stderr)
 			}
 		})

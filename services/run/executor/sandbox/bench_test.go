@@ -27,7 +27,7 @@ func BenchmarkSandboxTrue(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		res, err := e.Run(ctx, ws)
+		res, err := ws.Run(ctx)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func BenchmarkSandboxTrueParallel(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := e.Run(ctx, ws); err != nil {
+			if _, err := ws.Run(ctx); err != nil {
 				b.Fatal(err)
 			}
 			if err := ws.Release(); err != nil {

@@ -32,7 +32,7 @@ func TestWriteIsNotMemory(t *testing.T) {
 	if r.res.Outcome != events.Succeeded {
 		t.Fatalf("outcome %s (%s), want succeeded", r.res.Outcome, r.res.Reason)
 	}
-	fi, err := os.Stat(filepath.Join(ws.OutDir, "big"))
+	fi, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "big"))
 	if err != nil || fi.Size() != 300<<20 {
 		t.Errorf("output: %v, %v; want 300 MiB", fi, err)
 	}
@@ -67,10 +67,10 @@ func TestDiskExceeded(t *testing.T) {
 			if r.res.ExitCode == nil || *r.res.ExitCode != 3 {
 				t.Errorf("exit code %s, want 3", deref(r.res.ExitCode))
 			}
-			if got := readFile(t, filepath.Join(ws.OutDir, "log.txt")); got != "begun\n" {
+			if got := readFile(t, filepath.Join(ws.Dirs().OutDir, "log.txt")); got != "begun\n" {
 				t.Errorf("partial output log.txt: %q", got)
 			}
-			if fi, err := os.Stat(filepath.Join(ws.OutDir, "part")); err != nil || fi.Size() == 0 || fi.Size() > 16<<20 {
+			if fi, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "part")); err != nil || fi.Size() == 0 || fi.Size() > 16<<20 {
 				t.Errorf("partial output part: %v %v, want some and at most 16 MiB", fi, err)
 			}
 
@@ -97,7 +97,7 @@ touch /out/written
 while [ ! -e /out/go ]; do sleep 0.02; done
 dd if=/dev/zero of=/tmp/b bs=1M count=4 2>/dev/null || exit 2
 `)
-	var wss []*executor.Workspace
+	var wss []executor.Job
 	for _, id := range []string{"left", "right"} {
 		s := spec(id, script)
 		s.DiskBytes = 32 << 20
@@ -110,30 +110,30 @@ dd if=/dev/zero of=/tmp/b bs=1M count=4 2>/dev/null || exit 2
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = e.Run(context.Background(), ws)
+			results[i], errs[i] = ws.Run(context.Background())
 		}()
 	}
 	for _, ws := range wss {
 		waitFor(t, "both jobs to hold 24 MiB", 30*time.Second, func() bool {
-			_, err := os.Stat(filepath.Join(ws.OutDir, "written"))
+			_, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "written"))
 			return err == nil
 		})
 	}
 	for _, ws := range wss {
-		used, bound, full, err := e.jobOf(ws).ws.Usage()
+		used, bound, full, err := ws.(*job).ws.Usage()
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: %d of %d bytes", ws.Spec.JobID, used, bound)
+		t.Logf("%s: %d of %d bytes", ws.Spec().JobID, used, bound)
 		if used < 24<<20 || used > 25<<20 || bound != 32<<20 || full {
-			t.Errorf("%s holds %d of %d bytes (full %v), want its own 24 MiB of 32", ws.Spec.JobID, used, bound, full)
+			t.Errorf("%s holds %d of %d bytes (full %v), want its own 24 MiB of 32", ws.Spec().JobID, used, bound, full)
 		}
-		writeFile(t, filepath.Join(ws.OutDir, "go"), "")
+		writeFile(t, filepath.Join(ws.Dirs().OutDir, "go"), "")
 	}
 	wg.Wait()
 	for i, res := range results {
 		if errs[i] != nil || res.Outcome != events.Succeeded {
-			t.Errorf("%s: outcome %s (%s, %v), want succeeded", wss[i].Spec.JobID, res.Outcome, res.Reason, errs[i])
+			t.Errorf("%s: outcome %s (%s, %v), want succeeded", wss[i].Spec().JobID, res.Outcome, res.Reason, errs[i])
 		}
 	}
 	for _, ws := range wss {
@@ -145,8 +145,8 @@ dd if=/dev/zero of=/tmp/b bs=1M count=4 2>/dev/null || exit 2
 	s := spec("next", sh(`dd if=/dev/zero of=/out/c bs=1M count=28 2>&1`))
 	s.DiskBytes = 32 << 20
 	ws := prepare(t, e, s)
-	if ws.Root != wss[0].Root && ws.Root != wss[1].Root {
-		t.Fatalf("next job got a new slot %s", ws.Root)
+	if ws.Dirs().Root != wss[0].Dirs().Root && ws.Dirs().Root != wss[1].Dirs().Root {
+		t.Fatalf("next job got a new slot %s", ws.Dirs().Root)
 	}
 	if r := finish(t, context.Background(), e, ws); r.res.Outcome != events.Succeeded {
 		t.Errorf("28 MiB in a used slot bound at 32: outcome %s (%s), want succeeded", r.res.Outcome, r.res.Reason)
@@ -166,7 +166,7 @@ func BenchmarkSandboxTrueTmpfs(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res, err := e.Run(ctx, ws); err != nil || res.Outcome != events.Succeeded {
+		if res, err := ws.Run(ctx); err != nil || res.Outcome != events.Succeeded {
 			b.Fatalf("run: %v %s", err, res.Reason)
 		}
 		if err := ws.Release(); err != nil {

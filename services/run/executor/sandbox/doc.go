@@ -222,8 +222,8 @@
 //
 // # What RUN must know
 //
-// Stage input into Workspace.DataDir readable by others (0644/0755): the job
-// is not root. Collect output from Workspace.OutDir as hostile content: the
+// Stage input into Job.Dirs().DataDir readable by others (0644/0755): the job
+// is not root. Collect output from Job.Dirs().OutDir as hostile content: the
 // job controls it, so do not follow symlinks (a link to /etc/shadow is only
 // a name inside the job but a file on the node) and skip FIFOs and devices
 // (nodev makes the latter harmless, a FIFO would block a reader).

@@ -61,7 +61,7 @@ func spec(id string, cmd []string) executor.Spec {
 
 // ran is a finished job as the node sees it, before Release.
 type ran struct {
-	ws     *executor.Workspace
+	ws     executor.Job
 	res    executor.Result
 	stdout string
 	stderr string
@@ -69,7 +69,7 @@ type ran struct {
 }
 
 // prepare prepares s on e and releases it when the test ends.
-func prepare(t *testing.T, e *Executor, s executor.Spec) *executor.Workspace {
+func prepare(t *testing.T, e *Executor, s executor.Spec) executor.Job {
 	t.Helper()
 	ws, err := e.Prepare(context.Background(), s)
 	if err != nil {
@@ -85,24 +85,24 @@ func prepare(t *testing.T, e *Executor, s executor.Spec) *executor.Workspace {
 
 // finish runs a prepared job to its end and checks what must hold after
 // every job: the cgroup is empty and no host process has the job's uid.
-func finish(t *testing.T, ctx context.Context, e *Executor, ws *executor.Workspace) *ran {
+func finish(t *testing.T, ctx context.Context, e *Executor, ws executor.Job) *ran {
 	t.Helper()
-	j := e.jobOf(ws)
-	res, err := e.Run(ctx, ws)
+	j := ws.(*job)
+	res, err := ws.Run(ctx)
 	if err != nil {
-		t.Fatalf("run %s: %v", ws.Spec.JobID, err)
+		t.Fatalf("run %s: %v", ws.Spec().JobID, err)
 	}
 	r := &ran{ws: ws, res: res, uid: j.uid}
 	stdout, stderr := LogPaths(ws)
 	r.stdout, r.stderr = readFile(t, stdout), readFile(t, stderr)
 	t.Logf("%s: outcome=%s reason=%q exit=%v usage=%+v\nstdout:\n%s\nstderr:\n%s",
-		ws.Spec.JobID, res.Outcome, res.Reason, deref(res.ExitCode), res.Usage, r.stdout, r.stderr)
+		ws.Spec().JobID, res.Outcome, res.Reason, deref(res.ExitCode), res.Usage, r.stdout, r.stderr)
 	assertNothingLeft(t, e, ws)
 	return r
 }
 
 // runJob prepares, stages (if stage is not nil) and runs s.
-func runJob(t *testing.T, e *Executor, s executor.Spec, stage func(ws *executor.Workspace)) *ran {
+func runJob(t *testing.T, e *Executor, s executor.Spec, stage func(ws executor.Job)) *ran {
 	t.Helper()
 	ws := prepare(t, e, s)
 	if stage != nil {
@@ -113,18 +113,18 @@ func runJob(t *testing.T, e *Executor, s executor.Spec, stage func(ws *executor.
 
 // assertNothingLeft checks the node side after Run: no process in the job's
 // cgroup and none in the host's process table with the job's uid.
-func assertNothingLeft(t *testing.T, e *Executor, ws *executor.Workspace) {
+func assertNothingLeft(t *testing.T, e *Executor, ws executor.Job) {
 	t.Helper()
-	j := e.jobOf(ws)
+	j := ws.(*job)
 	procs, err := j.cg.procs()
 	if err != nil {
 		t.Fatalf("read job cgroup: %v", err)
 	}
 	if len(procs) != 0 {
-		t.Errorf("job %s: processes left in its cgroup after Run: %v", ws.Spec.JobID, procs)
+		t.Errorf("job %s: processes left in its cgroup after Run: %v", ws.Spec().JobID, procs)
 	}
 	if left := hostProcsOfUID(t, j.uid); len(left) != 0 {
-		t.Errorf("job %s: host processes with the job's uid %d after Run: %v", ws.Spec.JobID, j.uid, left)
+		t.Errorf("job %s: host processes with the job's uid %d after Run: %v", ws.Spec().JobID, j.uid, left)
 	}
 }
 
@@ -152,13 +152,6 @@ func hostProcsOfUID(t *testing.T, uid int) []int {
 		}
 	}
 	return out
-}
-
-// jobOf is the executor's state of a prepared workspace.
-func (e *Executor) jobOf(ws *executor.Workspace) *job {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.byWS[ws]
 }
 
 // waitFor polls cond until it holds or the deadline passes.

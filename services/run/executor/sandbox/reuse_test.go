@@ -103,7 +103,7 @@ except OSError as e:
 `
 
 // runReleased prepares, stages, runs and releases s, returning what it ran.
-func runReleased(t *testing.T, e *Executor, s executor.Spec, stage func(ws *executor.Workspace)) *ran {
+func runReleased(t *testing.T, e *Executor, s executor.Spec, stage func(ws executor.Job)) *ran {
 	t.Helper()
 	ws, err := e.Prepare(context.Background(), s)
 	if err != nil {
@@ -205,7 +205,7 @@ except OSError as e:
 				s.Limit = time.Second
 				s.Grace = 200 * time.Millisecond
 			}
-			a := runReleased(t, e, s, func(ws *executor.Workspace) { writeFile(t, filepath.Join(ws.DataDir, "a-input"), "a") })
+			a := runReleased(t, e, s, func(ws executor.Job) { writeFile(t, filepath.Join(ws.Dirs().DataDir, "a-input"), "a") })
 			got := lines(a.stdout)
 			if got["held"] == "" || got["held"] == "0" {
 				t.Fatalf("the first job did not leave what it meant to (held=%q): %s", got["held"], a.stderr)
@@ -218,11 +218,11 @@ except OSError as e:
 				t.Fatalf("first job: outcome %s (%s), want %s", a.res.Outcome, a.res.Reason, want)
 			}
 
-			b := runJob(t, e, spec("next", py(probe)), func(ws *executor.Workspace) {
-				if ws.Root != a.ws.Root {
-					t.Errorf("next job got workspace %s, want the first job's slot %s", ws.Root, a.ws.Root)
+			b := runJob(t, e, spec("next", py(probe)), func(ws executor.Job) {
+				if ws.Dirs().Root != a.ws.Dirs().Root {
+					t.Errorf("next job got workspace %s, want the first job's slot %s", ws.Dirs().Root, a.ws.Dirs().Root)
 				}
-				writeFile(t, filepath.Join(ws.DataDir, "b-input"), "b")
+				writeFile(t, filepath.Join(ws.Dirs().DataDir, "b-input"), "b")
 			})
 			saw := lines(b.stdout)
 			if b.res.Outcome != events.Succeeded || saw["lo_up"] != "1" {
@@ -262,9 +262,9 @@ func TestSlotReuseAccounting(t *testing.T) {
 		s.MemoryBytes, s.CPU = memory, cpu
 		r := runReleased(t, e, s, nil)
 		if root == "" {
-			root = r.ws.Root
-		} else if r.ws.Root != root {
-			t.Fatalf("%s ran in %s, not the slot %s", name, r.ws.Root, root)
+			root = r.ws.Dirs().Root
+		} else if r.ws.Dirs().Root != root {
+			t.Fatalf("%s ran in %s, not the slot %s", name, r.ws.Dirs().Root, root)
 		}
 		return r
 	}
@@ -308,10 +308,10 @@ while time.process_time() - t < 0.3: pass
 		s := spec("quota", sh("echo up > /out/up; sleep 30"))
 		s.CPU = c.cpu
 		ws := prepare(t, e, s)
-		if ws.Root != root {
-			t.Fatalf("quota job ran in %s, not the slot %s", ws.Root, root)
+		if ws.Dirs().Root != root {
+			t.Fatalf("quota job ran in %s, not the slot %s", ws.Dirs().Root, root)
 		}
-		cg, ok := e.jobOf(ws).cg.(*cgroup1Job)
+		cg, ok := ws.(*job).cg.(*cgroup1Job)
 		if !ok {
 			t.Skip("cgroup v2: its cgroups are not reused")
 		}
@@ -319,10 +319,10 @@ while time.process_time() - t < 0.3: pass
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			_, _ = e.Run(ctx, ws)
+			_, _ = ws.Run(ctx)
 		}()
 		waitFor(t, "quota job to start", 10*time.Second, func() bool {
-			_, err := os.Stat(filepath.Join(ws.OutDir, "up"))
+			_, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "up"))
 			return err == nil
 		})
 		if q := strings.TrimSpace(readFile(t, filepath.Join(cg.dirs["cpu"], "cpu.cfs_quota_us"))); q != c.quota {

@@ -54,8 +54,6 @@ type Executor struct {
 
 	mu   sync.Mutex
 	jobs map[string]bool
-	// byWS maps the workspaces Prepare returned to their jobs.
-	byWS map[*executor.Workspace]*job
 	// idle are the slots no job holds, the longest idle first (see slot).
 	idle   []*slot
 	closed bool
@@ -157,7 +155,6 @@ func New(cfg Config) (*Executor, error) {
 
 		launchers: launchers,
 		jobs:      map[string]bool{},
-		byWS:      map[*executor.Workspace]*job{},
 	}
 	var links []link
 	for _, d := range cfg.SystemDirs {
@@ -326,23 +323,43 @@ func (e *Executor) makeEtc() error {
 
 // job is the executor's state of one prepared job.
 type job struct {
-	name   string
-	slot   *slot
-	ws     *workspace.Dir // the slot's, while the job holds it
-	uid    int
-	mem    int64     // the memory limit in force
-	cg     jobCgroup // the slot's, while the job holds it
-	spec   executor.Spec
-	log    *slog.Logger
-	ran    sync.Mutex
-	closed bool
+	name  string
+	slot  *slot
+	ws    *workspace.Dir // the slot's, while the job holds it
+	uid   int
+	mem   int64     // the memory limit in force
+	cg    jobCgroup // the slot's, while the job holds it
+	spec  executor.Spec
+	log   *slog.Logger
+	e     *Executor
+	guard executor.Guard
 }
+
+var _ executor.Job = (*job)(nil)
+
+// Spec implements executor.Job.
+func (j *job) Spec() executor.Spec { return j.spec }
+
+// Dirs implements executor.Job: the slot's workspace.
+func (j *job) Dirs() executor.Dirs {
+	return executor.Dirs{Root: j.ws.Path, DataDir: j.ws.Data, OutDir: j.ws.Out}
+}
+
+// Run implements executor.Job: it starts the job in its sandbox and waits
+// for it. It returns only once the job's cgroup is empty.
+func (j *job) Run(ctx context.Context) (executor.Result, error) {
+	return j.guard.Run(j.spec.JobID, func() (executor.Result, error) { return j.e.run(ctx, j) })
+}
+
+// Release implements executor.Job: it undoes Prepare and gives the slot
+// back.
+func (j *job) Release() error { return j.guard.Release(func() error { return j.e.release(j) }) }
 
 // Prepare gives the job a slot (see slot) and readies it: the workspace's
 // data/ (DataDir), empty, for RUN to stage into, the slot's writable space
 // bounded at Spec.DiskBytes holding out/ (OutDir) and the job's /tmp, and
 // the cgroup with the job's limits.
-func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.Workspace, error) {
+func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (executor.Job, error) {
 	if spec.JobID == "" || len(spec.Command) == 0 {
 		return nil, errors.New("sandbox: spec needs a job id and a command")
 	}
@@ -365,21 +382,21 @@ func (e *Executor) Prepare(ctx context.Context, spec executor.Spec) (*executor.W
 		uid:  uid,
 		spec: spec,
 		log:  e.log.With("job", spec.JobID, "attempt", spec.Attempt),
+		e:    e,
 	}
-	ws, err := e.prepare(j)
-	if err != nil {
+	if err := e.prepare(j); err != nil {
 		if rerr := e.release(j); rerr != nil {
 			j.log.Warn("clean up failed workspace", "err", rerr)
 		}
 		return nil, fmt.Errorf("sandbox: prepare %s: %w", spec.JobID, err)
 	}
-	return ws, nil
+	return j, nil
 }
 
-func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
+func (e *Executor) prepare(j *job) error {
 	s, err := e.takeSlot()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	j.slot = s
 	disk := j.spec.DiskBytes
@@ -387,7 +404,7 @@ func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
 		disk = e.cfg.DefaultDiskBytes
 	}
 	if err := s.ws.Mount(disk, j.uid); err != nil {
-		return nil, err
+		return err
 	}
 	j.ws = s.ws
 	mem := j.spec.MemoryBytes
@@ -400,64 +417,30 @@ func (e *Executor) prepare(j *job) (*executor.Workspace, error) {
 		if err := s.cg.reset(lim); err != nil {
 			j.log.Warn("reset slot cgroup; making a new one", "err", err)
 			if err := s.cg.remove(); err != nil {
-				return nil, fmt.Errorf("remove slot cgroup: %w", err)
+				return fmt.Errorf("remove slot cgroup: %w", err)
 			}
 			s.cg = nil
 		}
 	}
 	if s.cg == nil {
 		if s.cg, err = e.cgroups.create(s.name+"-"+e.rootTag, lim); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	j.cg = s.cg
 	if s.net == nil {
 		if s.net, err = newNetns(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	ws := &executor.Workspace{
-		Spec:    j.spec,
-		Root:    s.ws.Path,
-		DataDir: s.ws.Data,
-		OutDir:  s.ws.Out,
-	}
-	var once sync.Once
-	var rerr error
-	ws.Release = func() error {
-		once.Do(func() { rerr = e.release(j) })
-		return rerr
-	}
-	e.mu.Lock()
-	e.byWS[ws] = j
-	e.mu.Unlock()
-	return ws, nil
+	return nil
 }
 
 // LogPaths returns where the job's stdout and stderr are kept: files in its
 // writable space (so they count against Spec.DiskBytes), readable until
 // Release.
-func LogPaths(ws *executor.Workspace) (stdout, stderr string) {
-	return workspace.LogPaths(ws.Root)
-}
-
-// Run starts the job in its sandbox and waits for it. It returns only once
-// the job's cgroup is empty.
-func (e *Executor) Run(ctx context.Context, ws *executor.Workspace) (executor.Result, error) {
-	e.mu.Lock()
-	j := e.byWS[ws]
-	e.mu.Unlock()
-	if j == nil {
-		return executor.Result{}, errors.New("sandbox: run: workspace was not prepared by this executor or was released")
-	}
-	if !j.ran.TryLock() {
-		return executor.Result{}, fmt.Errorf("sandbox: run %s: already running", j.spec.JobID)
-	}
-	defer j.ran.Unlock()
-	if j.closed {
-		return executor.Result{}, fmt.Errorf("sandbox: run %s: workspace released", j.spec.JobID)
-	}
-	return e.run(ctx, j)
+func LogPaths(j executor.Job) (stdout, stderr string) {
+	return workspace.LogPaths(j.Dirs().Root)
 }
 
 func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
@@ -661,11 +644,9 @@ func jobEnv(spec executor.Spec) (env []string, path []string) {
 }
 
 // release undoes Prepare and gives the slot back. It refuses while a
-// process of the job is alive.
+// process of the job is alive. It is called once: through the job's guard,
+// or by a Prepare that failed.
 func (e *Executor) release(j *job) error {
-	j.ran.Lock()
-	defer j.ran.Unlock()
-	j.closed = true
 	var errs []error
 	if j.cg != nil {
 		if ps, err := j.cg.procs(); err == nil && len(ps) > 0 {
@@ -691,11 +672,6 @@ func (e *Executor) release(j *job) error {
 		}
 	}
 	e.mu.Lock()
-	for ws, jj := range e.byWS {
-		if jj == j {
-			delete(e.byWS, ws)
-		}
-	}
 	if len(errs) == 0 {
 		workspace.FreeUID(j.uid)
 		delete(e.jobs, j.name)

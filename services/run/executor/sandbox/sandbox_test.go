@@ -40,8 +40,8 @@ if [ -x /usr/bin/python3 ]; then echo "py=$(python3 -c 'import json,sys; print(j
 mkdir -p /out/sub && echo nested > /out/sub/f
 `))
 	s.Env = map[string]string{"LANG": "C", "E31_JOB_ID": "spoofed"}
-	r := runJob(t, e, s, func(ws *executor.Workspace) {
-		dir := filepath.Join(ws.DataDir, "clips")
+	r := runJob(t, e, s, func(ws executor.Job) {
+		dir := filepath.Join(ws.Dirs().DataDir, "clips")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -69,10 +69,10 @@ mkdir -p /out/sub && echo nested > /out/sub/f
 	if r.uid == 0 {
 		t.Error("job ran as root")
 	}
-	if c := readFile(t, filepath.Join(r.ws.OutDir, "count.txt")); strings.TrimSpace(c) != "2" {
+	if c := readFile(t, filepath.Join(r.ws.Dirs().OutDir, "count.txt")); strings.TrimSpace(c) != "2" {
 		t.Errorf("out/count.txt = %q, want 2", c)
 	}
-	if c := readFile(t, filepath.Join(r.ws.OutDir, "sub", "f")); c != "nested\n" {
+	if c := readFile(t, filepath.Join(r.ws.Dirs().OutDir, "sub", "f")); c != "nested\n" {
 		t.Errorf("out/sub/f = %q", c)
 	}
 	if r.res.Usage.CPUSeconds <= 0 || r.res.Usage.MaxRSSBytes <= 0 {
@@ -118,7 +118,7 @@ func TestCommandNotFound(t *testing.T) {
 	t.Parallel()
 	e := newExecutor(t, Config{})
 	ws := prepare(t, e, spec("missing", []string{"no-such-program"}))
-	_, err := e.Run(context.Background(), ws)
+	_, err := ws.Run(context.Background())
 	if !errors.Is(err, errNotFound) {
 		t.Fatalf("err = %v, want not found", err)
 	}
@@ -134,7 +134,7 @@ func TestCancel(t *testing.T) {
 	defer cancel()
 	go func() {
 		waitFor(t, "job to start", 10*time.Second, func() bool {
-			_, err := os.Stat(filepath.Join(ws.OutDir, "ready"))
+			_, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "ready"))
 			return err == nil
 		})
 		cancel()
@@ -155,12 +155,12 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(ws.DataDir, "in"), "input")
+	writeFile(t, filepath.Join(ws.Dirs().DataDir, "in"), "input")
 	if _, err := e.Prepare(context.Background(), spec("second", sh("true"))); err == nil {
 		t.Fatal("a second job got the only uid")
 	}
-	j := e.jobOf(ws)
-	if _, err := e.Run(context.Background(), ws); err != nil {
+	j := ws.(*job)
+	if _, err := ws.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := ws.Release(); err != nil {
@@ -169,37 +169,37 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	if err := ws.Release(); err != nil {
 		t.Fatalf("second release: %v", err)
 	}
-	if _, err := os.Lstat(ws.OutDir); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(ws.Dirs().OutDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("output still there: %v", err)
 	}
-	if ents, err := os.ReadDir(ws.DataDir); err != nil || len(ents) != 0 {
+	if ents, err := os.ReadDir(ws.Dirs().DataDir); err != nil || len(ents) != 0 {
 		t.Errorf("data not emptied: %v %v", ents, err)
 	}
 	// What stays mounted is the slot's writable space (its subvolume of
 	// the job disk), empty, and nothing else.
 	mounts := readFile(t, "/proc/self/mountinfo")
 	for _, l := range strings.Split(mounts, "\n") {
-		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], ws.Root) && f[4] != filepath.Join(ws.Root, "rw") {
+		if f := strings.Fields(l); len(f) > 4 && strings.HasPrefix(f[4], ws.Dirs().Root) && f[4] != filepath.Join(ws.Dirs().Root, "rw") {
 			t.Errorf("workspace still mounted: %s", l)
 		}
 	}
-	if ents, err := os.ReadDir(filepath.Join(ws.Root, "rw")); err != nil || len(ents) != 0 {
+	if ents, err := os.ReadDir(filepath.Join(ws.Dirs().Root, "rw")); err != nil || len(ents) != 0 {
 		t.Errorf("writable space not emptied: %v %v", ents, err)
 	}
 	if ps, err := j.cg.procs(); err != nil || len(ps) != 0 {
 		t.Errorf("cgroup of the slot holds %v (%v)", ps, err)
 	}
-	if _, err := e.Run(context.Background(), ws); err == nil {
+	if _, err := ws.Run(context.Background()); err == nil {
 		t.Error("ran a released workspace")
 	}
 	ws2, err := e.Prepare(context.Background(), spec("second", sh("true")))
 	if err != nil {
 		t.Fatalf("uid not freed: %v", err)
 	}
-	if ws2.Root != ws.Root {
-		t.Errorf("second job got workspace %s, want the released slot's %s", ws2.Root, ws.Root)
+	if ws2.Dirs().Root != ws.Dirs().Root {
+		t.Errorf("second job got workspace %s, want the released slot's %s", ws2.Dirs().Root, ws.Dirs().Root)
 	}
-	if ents, err := os.ReadDir(ws2.OutDir); err != nil || len(ents) != 0 {
+	if ents, err := os.ReadDir(ws2.Dirs().OutDir); err != nil || len(ents) != 0 {
 		t.Errorf("second job's /out holds %v (%v)", ents, err)
 	}
 	if err := ws2.Release(); err != nil {
@@ -209,7 +209,7 @@ func TestReleaseLeavesNothing(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(ws.Dirs().Root); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("workspace still there after Close: %v", err)
 	}
 	if mounts := readFile(t, "/proc/self/mountinfo"); strings.Contains(mounts, e.cfg.Root) {
@@ -250,7 +250,7 @@ func TestConcurrentJobs(t *testing.T) {
 	type result struct {
 		i   int
 		out string
-		ws  *executor.Workspace
+		ws  executor.Job
 		err string
 	}
 	// Every job is prepared before any runs, and released after all ran:
@@ -271,19 +271,19 @@ func TestConcurrentJobs(t *testing.T) {
 			}
 			defer ws.Release()
 			prepared.Wait()
-			err = os.WriteFile(filepath.Join(ws.DataDir, "id"), []byte(strconv.Itoa(i)), 0o644)
+			err = os.WriteFile(filepath.Join(ws.Dirs().DataDir, "id"), []byte(strconv.Itoa(i)), 0o644)
 			if err == nil {
-				_, err = e.Run(context.Background(), ws)
+				_, err = ws.Run(context.Background())
 			}
 			ran.Done()
 			if err != nil {
 				results <- result{i: i, err: err.Error()}
 				return
 			}
-			out := readFileQuiet(filepath.Join(ws.OutDir, "id")) + " " +
-				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "n"))) + " " +
-				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "uid"))) + " " +
-				strings.TrimSpace(readFileQuiet(filepath.Join(ws.OutDir, "net")))
+			out := readFileQuiet(filepath.Join(ws.Dirs().OutDir, "id")) + " " +
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.Dirs().OutDir, "n"))) + " " +
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.Dirs().OutDir, "uid"))) + " " +
+				strings.TrimSpace(readFileQuiet(filepath.Join(ws.Dirs().OutDir, "net")))
 			ran.Wait()
 			results <- result{i: i, out: out, ws: ws}
 		}()
@@ -300,7 +300,7 @@ func TestConcurrentJobs(t *testing.T) {
 			t.Errorf("job %d saw %q, want its own id and one data file", res.i, res.out)
 			continue
 		}
-		for _, k := range []string{"uid " + f[2], "network namespace " + f[3], "workspace " + res.ws.Root} {
+		for _, k := range []string{"uid " + f[2], "network namespace " + f[3], "workspace " + res.ws.Dirs().Root} {
 			if prev, ok := seen[k]; ok {
 				t.Errorf("jobs %d and %d ran with the same %s", prev, res.i, k)
 			}
@@ -324,17 +324,17 @@ func TestStaleCleanup(t *testing.T) {
 	ws := prepare(t, old, spec("stale", sh("echo up > /out/up; while :; do sleep 1; done")))
 	done := make(chan executor.Result, 1)
 	go func() {
-		res, err := old.Run(context.Background(), ws)
+		res, err := ws.Run(context.Background())
 		if err != nil {
 			t.Errorf("run: %v", err)
 		}
 		done <- res
 	}()
 	waitFor(t, "job to start", 10*time.Second, func() bool {
-		_, err := os.Stat(filepath.Join(ws.OutDir, "up"))
+		_, err := os.Stat(filepath.Join(ws.Dirs().OutDir, "up"))
 		return err == nil
 	})
-	uid := old.jobOf(ws).uid
+	uid := ws.(*job).uid
 
 	newExecutor(t, Config{Root: root})
 	select {
@@ -345,10 +345,10 @@ func TestStaleCleanup(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("stale job still running")
 	}
-	if _, err := os.Lstat(ws.Root); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(ws.Dirs().Root); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("stale workspace still there: %v", err)
 	}
-	if strings.Contains(readFile(t, "/proc/self/mountinfo"), ws.Root) {
+	if strings.Contains(readFile(t, "/proc/self/mountinfo"), ws.Dirs().Root) {
 		t.Error("stale workspace still mounted")
 	}
 	if left := hostProcsOfUID(t, uid); len(left) != 0 {

@@ -1,9 +1,12 @@
-package output
+package retention
 
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -41,15 +44,19 @@ func (ix *objectIndex) sync(ctx context.Context, live map[Root]bool) error {
 	}
 	names := make([][]string, len(todo))
 	complete := make([]bool, len(todo))
-	err := eachFile(ctx, len(todo), func(ctx context.Context, i int) error {
-		var err error
-		names[i], complete[i], err = ix.x.Objects(ctx, todo[i].Kind, todo[i].Digest)
-		if err != nil {
-			return fmt.Errorf("objects of %s %s: %w", todo[i].Kind, todo[i].Digest, err)
-		}
-		return nil
-	})
-	if err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i := range todo {
+		g.Go(func() error {
+			var err error
+			names[i], complete[i], err = ix.x.Objects(gctx, todo[i].Kind, todo[i].Digest)
+			if err != nil {
+				return fmt.Errorf("objects of %s %s: %w", todo[i].Kind, todo[i].Digest, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	for i, root := range todo {
@@ -92,13 +99,22 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 	s.mu.Lock()
 	h := s.refs.Job(job)
 	var dropped []Root
+	var logs []int
+	var submitter string
 	if h != nil {
 		for root := range h.Dropped {
 			dropped = append(dropped, root)
 		}
+		logs = slices.Sorted(maps.Keys(h.DroppedLogs))
+		submitter = h.Submitter
 	}
 	live := s.refs.Live()
 	s.mu.Unlock()
+	if len(logs) > 0 {
+		if err := s.sweepLogs(ctx, job, submitter, logs); err != nil {
+			return err
+		}
+	}
 	if len(dropped) == 0 {
 		return nil
 	}
@@ -165,5 +181,29 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 	}
 	s.mu.Unlock()
 	s.log.Info("swept", "job", job, "roots", len(dropped), "objects_deleted", total)
+	return nil
+}
+
+// sweepLogs removes the logs of the attempts of job that were deleted with
+// its output. A log is its job's alone (stored under its job's name, not
+// by content), so no other job can hold it and it needs no counting.
+func (s *Service) sweepLogs(ctx context.Context, job, submitter string, attempts []int) error {
+	st, err := s.stores.For(ctx, submitter)
+	if err != nil {
+		return fmt.Errorf("sweep logs of %s: %w", job, err)
+	}
+	for _, attempt := range attempts {
+		if err := stage.DeleteLog(ctx, st, job, attempt); err != nil {
+			return fmt.Errorf("sweep %s: %w", job, err)
+		}
+	}
+	s.mu.Lock()
+	if h := s.refs.Job(job); h != nil {
+		for _, attempt := range attempts {
+			delete(h.DroppedLogs, attempt)
+		}
+	}
+	s.mu.Unlock()
+	s.log.Info("swept logs", "job", job, "attempts", len(attempts))
 	return nil
 }

@@ -1,4 +1,4 @@
-package output
+package retention
 
 import (
 	"maps"
@@ -33,6 +33,10 @@ type Held struct {
 
 	// Data and Output are the roots the job holds, until they are deleted.
 	Data, Output map[Root]bool
+	// Logs are the attempts that ran, whose logs (what they wrote to stdout
+	// and stderr, stage.JobLog) may be stored: they are part of the output,
+	// and go with it. Logs are not shared, so they are not counted.
+	Logs map[int]bool
 	// What the submitter sees: the staged inputs, and what the last
 	// attempt returned.
 	DataFiles, OutputFiles int
@@ -45,6 +49,9 @@ type Held struct {
 	// Dropped are the roots deleted: their objects go at the next sweep,
 	// unless another job holds them.
 	Dropped map[Root]bool
+	// DroppedLogs are the attempts whose logs were deleted with the
+	// output: they leave the store at the next sweep.
+	DroppedLogs map[int]bool
 }
 
 // Expires is when the job's data and output are due to be deleted; zero
@@ -62,7 +69,7 @@ func (h *Held) holds(what string) bool {
 	if _, gone := h.Deleted[what]; gone {
 		return false
 	}
-	return len(h.roots(what)) > 0
+	return len(h.roots(what)) > 0 || what == events.WhatOutput && len(h.Logs) > 0
 }
 
 func (h *Held) roots(what string) map[Root]bool {
@@ -143,8 +150,8 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 	h := r.jobs[env.Subject]
 	if h == nil {
 		h = &Held{Job: env.Subject, Retention: events.DefaultRetention,
-			Data: map[Root]bool{}, Output: map[Root]bool{}, Requested: map[string]string{},
-			Deleted: map[string]time.Time{}, Dropped: map[Root]bool{}}
+			Data: map[Root]bool{}, Output: map[Root]bool{}, Logs: map[int]bool{}, Requested: map[string]string{},
+			Deleted: map[string]time.Time{}, Dropped: map[Root]bool{}, DroppedLogs: map[int]bool{}}
 		r.jobs[env.Subject] = h
 	}
 	switch e := env.Event.(type) {
@@ -159,7 +166,10 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 	case *events.JobSubmitted:
 		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
+	case *events.RunStarted:
+		holdLogs(h, e.Attempt)
 	case *events.RunStopped:
+		holdLogs(h, e.Attempt)
 		r.holdOutput(h, e.Output.Manifest, e.Output.Files)
 	case *events.OutputReturned:
 		r.holdOutput(h, e.Manifest, e.Files)
@@ -188,6 +198,12 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 			h.Dropped[root] = true
 		}
 		clear(h.roots(e.What))
+		if e.What == events.WhatOutput {
+			for attempt := range h.Logs {
+				h.DroppedLogs[attempt] = true
+			}
+			clear(h.Logs)
+		}
 	default:
 		if !events.Terminal(env.Event) || h.Over {
 			return nil
@@ -254,6 +270,15 @@ func (r *Refs) holdData(h *Held, data []events.DataRef) {
 			h.DataFiles++
 		}
 	}
+}
+
+// holdLogs records that an attempt ran, and so may have stored its log,
+// unless the output (which the logs are part of) was deleted already.
+func holdLogs(h *Held, attempt int) {
+	if _, gone := h.Deleted[events.WhatOutput]; gone || attempt <= 0 {
+		return
+	}
+	h.Logs[attempt] = true
 }
 
 // holdOutput records output: its manifest, which names every file, or the

@@ -1,4 +1,4 @@
-package output
+package retention
 
 import (
 	"context"
@@ -71,10 +71,11 @@ func timerKey(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 
-// runHandlers runs the handler of stopped jobs and the timer handler on one
-// Router until ctx ends, or until one of them cannot go on.
-func (s *Service) runHandlers(ctx context.Context, returned bus.Handler) error {
-	return bus.Run(ctx, s.js, s.pub, "output", s.log, returned, bus.Handler{
+// runTimers handles the timers that fire until ctx ends, or until it
+// cannot go on. Its poison, like the rest of OUTPUT's, goes to
+// e31.poison.output.
+func (s *Service) runTimers(ctx context.Context) error {
+	return bus.Run(ctx, s.js, s.pub, "output", s.log, bus.Handler{
 		Name:  "timers",
 		Topic: timerTopic,
 		Subscriber: bus.SubscriberConfig{

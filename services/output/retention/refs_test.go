@@ -1,4 +1,4 @@
-package output_test
+package retention_test
 
 import (
 	"reflect"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/stage"
-	"github.com/e31net/e31/services/output"
+	"github.com/e31net/e31/services/output/retention"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -33,6 +33,16 @@ var (
 		Bytes: 7, Missing: []string{}, Manifest: digest('d')}
 )
 
+// printed is a whole job that stored no data and returned no file: all it
+// left is its attempt's log. It ends at t0+3s.
+func printed(job string, seq uint64) []events.Envelope {
+	return history(job, seq,
+		events.JobSubmitted{Submitter: "alice"},
+		events.RunStarted{Hold: outHold},
+		events.RunStopped{Hold: outHold, Outcome: events.Failed, Logs: &events.Logs{StderrBytes: 12}},
+		events.ComputeReleased{Hold: outHold, Outcome: events.Failed, Final: true})
+}
+
 // life is a whole job that stored data and returned output, with a day of
 // retention, ending at t0+3s.
 func life(job string, seq uint64, extra ...events.Event) []events.Envelope {
@@ -48,19 +58,19 @@ func life(job string, seq uint64, extra ...events.Event) []events.Envelope {
 
 func TestRefsCountsWhatJobsHold(t *testing.T) {
 	t.Parallel()
-	r := output.NewRefs()
-	var timers []output.Timer
+	r := retention.NewRefs()
+	var timers []retention.Timer
 	for _, e := range append(life("a", 1), life("b", 10)...) {
 		timers = append(timers, r.Apply(e)...)
 	}
 	// Both jobs hold the same folder, file and output manifest.
-	for _, root := range []output.Root{{Tenant: "alice", Kind: stage.KindDir, Digest: digest('a')}, {Tenant: "alice", Kind: stage.KindFile, Digest: digest('b')}, {Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}} {
+	for _, root := range []retention.Root{{Tenant: "alice", Kind: stage.KindDir, Digest: digest('a')}, {Tenant: "alice", Kind: stage.KindFile, Digest: digest('b')}, {Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}} {
 		if n := r.Count(root); n != 2 {
 			t.Errorf("%v held %d times, want 2", root, n)
 		}
 	}
 	end := t0.Add(3 * time.Second)
-	want := []output.Timer{{Kind: "expire", Job: "a", At: end.Add(24 * time.Hour)}, {Kind: "expire", Job: "b", At: end.Add(24 * time.Hour)}}
+	want := []retention.Timer{{Kind: "expire", Job: "a", At: end.Add(24 * time.Hour)}, {Kind: "expire", Job: "b", At: end.Add(24 * time.Hour)}}
 	if !reflect.DeepEqual(timers, want) {
 		t.Errorf("timers %+v, want %+v", timers, want)
 	}
@@ -73,13 +83,13 @@ func TestRefsCountsWhatJobsHold(t *testing.T) {
 	del := history("a", 20, events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, Files: 1, Bytes: 7})[0]
 	r.Apply(del)
 	r.Apply(del)
-	if n := r.Count(output.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}); n != 1 {
+	if n := r.Count(retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}); n != 1 {
 		t.Errorf("output manifest held %d times after one deletion, want 1", n)
 	}
-	if n := r.Count(output.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('a')}); n != 2 {
+	if n := r.Count(retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('a')}); n != 2 {
 		t.Errorf("data held %d times after the output was deleted, want 2", n)
 	}
-	if !h.Dropped[output.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}] {
+	if !h.Dropped[retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}] {
 		t.Errorf("dropped %v, want the output manifest", h.Dropped)
 	}
 	if live := r.Live(); len(live) != 3 {
@@ -94,15 +104,18 @@ func TestRefsSetsTimers(t *testing.T) {
 	tests := []struct {
 		name string
 		evs  []events.Envelope
-		want []output.Timer
+		want []retention.Timer
 	}{
 		{"a request after the end: at once",
 			life("j", 1, ask),
-			[]output.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(4 * time.Second)}}},
+			[]retention.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(4 * time.Second)}}},
 		{"a request before the end: at the end",
 			history("j", 1, events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, ask,
 				events.JobCancelled{Reason: "x"}),
-			[]output.Timer{{"expire", "j", t0.Add(2*time.Second + events.DefaultRetention)}, {"delete", "j", t0.Add(2 * time.Second)}}},
+			[]retention.Timer{{"expire", "j", t0.Add(2*time.Second + events.DefaultRetention)}, {"delete", "j", t0.Add(2 * time.Second)}}},
+		{"a job that only printed: the retention of its logs",
+			printed("j", 1),
+			[]retention.Timer{{"expire", "j", t0.Add(3*time.Second + events.DefaultRetention)}}},
 		{"a job that stored nothing: no timer",
 			history("j", 1, events.JobRequested{}, events.JobRejected{Reason: "no"}),
 			nil},
@@ -111,8 +124,8 @@ func TestRefsSetsTimers(t *testing.T) {
 			nil},
 	}
 	for _, tt := range tests {
-		r := output.NewRefs()
-		var got []output.Timer
+		r := retention.NewRefs()
+		var got []retention.Timer
 		for _, e := range tt.evs {
 			got = append(got, r.Apply(e)...)
 		}
@@ -149,9 +162,12 @@ func TestDecideDelete(t *testing.T) {
 			returned,
 			events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true}), t0.Add(2*time.Second + events.DefaultRetention),
 			[]events.Event{events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}}},
+		{"only printed: its output, its logs, expires", printed("j", 1), t0.Add(3*time.Second + events.DefaultRetention),
+			[]events.Event{events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired}}},
+		{"only printed, retention not passed: nothing", printed("j", 1), t0.Add(2*time.Second + events.DefaultRetention), nil},
 	}
 	for _, tt := range tests {
-		if got := output.DecideDelete(tt.history, tt.now); !reflect.DeepEqual(got, tt.want) {
+		if got := retention.DecideDelete(tt.history, tt.now); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s:\ngot  %+v\nwant %+v", tt.name, got, tt.want)
 		}
 	}
@@ -161,11 +177,11 @@ func TestDecideDelete(t *testing.T) {
 // submitter (or the operator) is in the log and deletes nothing.
 func TestOnlyTheSubmitterDeletes(t *testing.T) {
 	h := life("j", 1, events.DeleteRequested{What: events.WhatAll, By: "mallory"})
-	if got := output.DecideDelete(h, t0.Add(time.Minute)); len(got) != 0 {
+	if got := retention.DecideDelete(h, t0.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("mallory's request deleted %+v", got)
 	}
 	h = life("j", 1, events.DeleteRequested{What: events.WhatOutput, By: events.Operator})
-	if got := output.DecideDelete(h, t0.Add(time.Minute)); len(got) != 1 {
+	if got := retention.DecideDelete(h, t0.Add(time.Minute)); len(got) != 1 {
 		t.Errorf("the operator's request deleted %+v, want the output", got)
 	}
 }
@@ -175,12 +191,12 @@ func TestOnlyTheSubmitterDeletes(t *testing.T) {
 // what the job stored.
 func TestALaterRequestDoesNotMakeAJobAnotherTenants(t *testing.T) {
 	t.Parallel()
-	r := output.NewRefs()
+	r := retention.NewRefs()
 	evs := life("v", 1)
 	evs = append(evs, history("v", 10,
 		events.JobRequested{Submitter: "mallory", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
 		events.DeleteRequested{By: "mallory", What: events.WhatAll})...)
-	var timers []output.Timer
+	var timers []retention.Timer
 	for _, e := range evs {
 		timers = append(timers, r.Apply(e)...)
 	}
@@ -189,7 +205,34 @@ func TestALaterRequestDoesNotMakeAJobAnotherTenants(t *testing.T) {
 			t.Errorf("mallory's delete request set a timer: %+v", tm)
 		}
 	}
-	if n := r.Count(output.Root{Tenant: "mallory", Kind: stage.KindFile, Digest: digest('b')}); n != 0 {
+	if n := r.Count(retention.Root{Tenant: "mallory", Kind: stage.KindFile, Digest: digest('b')}); n != 0 {
 		t.Errorf("mallory's data is held %d times by alice's job", n)
+	}
+}
+
+// TestTheLogsGoWithTheOutput: a deletion of the output drops the logs of
+// every attempt that ran, for the next sweep, and a deletion of the data
+// leaves them.
+func TestTheLogsGoWithTheOutput(t *testing.T) {
+	t.Parallel()
+	r := retention.NewRefs()
+	second := events.Hold{Attempt: 2, Node: "n2", CPU: 1}
+	evs := history("j", 1,
+		events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
+		events.RunStarted{Hold: outHold},
+		events.RunStarted{Hold: second},
+		events.RunStopped{Hold: second, Outcome: events.Succeeded},
+		events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true},
+		events.Deleted{What: events.WhatData, Cause: events.CauseExpired})
+	for _, e := range evs {
+		r.Apply(e)
+	}
+	h := r.Job("j")
+	if !reflect.DeepEqual(h.Logs, map[int]bool{1: true, 2: true}) || len(h.DroppedLogs) != 0 {
+		t.Fatalf("after the data went: logs %v, dropped %v; want both attempts' logs held", h.Logs, h.DroppedLogs)
+	}
+	r.Apply(history("j", 7, events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired})[0])
+	if len(h.Logs) != 0 || !reflect.DeepEqual(h.DroppedLogs, map[int]bool{1: true, 2: true}) {
+		t.Errorf("after the output went: logs %v, dropped %v; want both attempts' logs dropped", h.Logs, h.DroppedLogs)
 	}
 }

@@ -1,4 +1,4 @@
-package output
+package retention
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/e31net/e31/pkg/retry"
 )
 
-// newTail is how OUTPUT follows the log: every instance follows the whole
+// newTail is how retention follows the log: every instance follows the whole
 // log from its first event, and the projection is rebuilt on every start,
 // like the ledger's. A failure to read is retried: the projection stands
 // still meanwhile, and queries wait for it.

@@ -1,0 +1,235 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// askTimeout bounds one question to a query endpoint: the page renders
+// what it has without the answer rather than hang.
+const askTimeout = 3 * time.Second
+
+// ask sends req to subject and decodes the answer into reply. The page asks
+// as its own user (the operator or the auditor), who is answered about
+// every job; it shows each viewer only its part.
+func (p *Page) ask(ctx context.Context, subject string, req, reply any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	m, err := p.js.Conn().RequestWithContext(ctx, subject, b)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("nothing answers %s: is the service running?", subject)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	var head struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(m.Data, &head) == nil && head.Error != "" {
+		return fmt.Errorf("%s: %s", subject, head.Error)
+	}
+	if err := json.Unmarshal(m.Data, reply); err != nil {
+		return fmt.Errorf("%s: bad answer: %w", subject, err)
+	}
+	return nil
+}
+
+// user is who the page asks as.
+func (p *Page) user() string { return cmpOr(p.cfg.AskAs, events.Operator) }
+
+func cmpOr(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// record asks the ledger for a job's hold record, as of what the page has
+// read of the log (so that it agrees with the timeline beside it).
+func (p *Page) record(ctx context.Context, job string, seq uint64) (*api.HoldRecord, error) {
+	var reply api.RecordReply
+	err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointRecord), api.RecordRequest{Job: job, MinSeq: seq, Wait: 2 * time.Second}, &reply)
+	if err != nil {
+		return nil, err
+	}
+	if reply.Record == nil {
+		return nil, fmt.Errorf("the ledger has no record of %s yet", job)
+	}
+	return reply.Record, nil
+}
+
+// why asks the scheduler why a job waits.
+func (p *Page) why(ctx context.Context, job string) (api.WhyReply, error) {
+	var reply api.WhyReply
+	err := p.ask(ctx, api.RentWhySubject(p.user()), api.WhyRequest{Job: job}, &reply)
+	return reply, err
+}
+
+// totals asks the ledger for each submitter's bill for a period.
+func (p *Page) totals(ctx context.Context, since, until time.Time, submitter string) (api.TotalsReply, error) {
+	var reply api.TotalsReply
+	err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointTotals), api.TotalsRequest{Since: since, Until: until, Submitter: submitter}, &reply)
+	return reply, err
+}
+
+// head asks the ledger how far it has read and its chain head.
+func (p *Page) head(ctx context.Context) (api.LedgerInfo, error) {
+	var info api.LedgerInfo
+	err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointHead), struct{}{}, &info)
+	return info, err
+}
+
+// tailLines is how many lines of each stream a job's page shows.
+const tailLines = 20
+
+// logTail is the last lines of one attempt's stdout and stderr, as stored.
+type logTail struct {
+	Attempt        int
+	Stdout, Stderr string
+	Err            string
+}
+
+// logsTail reads the tail of the job's last attempt's logs from its
+// submitter's store.
+func (p *Page) logsTail(ctx context.Context, rec *api.HoldRecord) *logTail {
+	if len(rec.Attempts) == 0 {
+		return nil
+	}
+	attempt := rec.Attempts[len(rec.Attempts)-1].Attempt
+	t := &logTail{Attempt: attempt}
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	store, err := stage.NewTenants(p.js, false).For(ctx, rec.Submitter)
+	if err != nil {
+		t.Err = err.Error()
+		return t
+	}
+	x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
+	if errors.Is(err, stage.ErrNotFound) {
+		t.Err = "nothing stored yet"
+		return t
+	}
+	if err != nil {
+		t.Err = err.Error()
+		return t
+	}
+	for _, s := range []struct {
+		name string
+		to   *string
+	}{{stage.Stdout, &t.Stdout}, {stage.Stderr, &t.Stderr}} {
+		st := x.Stream(s.name)
+		if st == nil || len(st.Chunks) == 0 {
+			continue
+		}
+		// The last chunk holds the last lines: the tail, or all of a short
+		// log.
+		b, err := stage.ReadLogChunk(ctx, store, rec.Job, attempt, s.name, st.Chunks[len(st.Chunks)-1])
+		if err != nil {
+			t.Err = err.Error()
+			continue
+		}
+		lines := strings.Split(string(bytes.TrimRight(b, "\n")), "\n")
+		*s.to = strings.Join(lines[max(len(lines)-tailLines, 0):], "\n")
+	}
+	return t
+}
+
+// nodeLease is what the leases bucket says of a node: the boot holding its
+// lease and when it was last renewed.
+type nodeLease struct {
+	Boot    string
+	Renewed time.Time
+}
+
+// leases reads the pool's leases and the scheduler's leader, with the
+// bucket's lease time.
+func (p *Page) leases(ctx context.Context) (map[string]nodeLease, string, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, askTimeout)
+	defer cancel()
+	kv, err := p.js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("leases: %w", err)
+	}
+	ttl, _ := lease.TTL(ctx, kv)
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, "", ttl, fmt.Errorf("leases: %w", err)
+	}
+	out := map[string]nodeLease{}
+	leader := ""
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return out, leader, ttl, fmt.Errorf("leases: %s: %w", k, err)
+		}
+		if node, ok := strings.CutPrefix(k, "node."); ok {
+			out[node] = nodeLease{Boot: string(e.Value()), Renewed: e.Created()}
+		} else if strings.HasPrefix(k, "leader.") {
+			leader = string(e.Value())
+		}
+	}
+	return out, leader, ttl, nil
+}
+
+// runAudit replays the log from its first event, as `e31 audit` does, and
+// compares with the ledger's records; the result is kept for the audit's
+// view.
+func (p *Page) runAudit(ctx context.Context, by string) {
+	start := p.now()
+	res := &auditResult{At: start, By: by}
+	defer func() {
+		res.Took = p.now().Sub(start).Round(time.Millisecond)
+		p.auditMu.Lock()
+		p.audit, p.auditOn = res, false
+		p.auditMu.Unlock()
+		p.notify()
+	}()
+	info, err := p.head(ctx)
+	if err != nil {
+		res.Err = err.Error()
+		return
+	}
+	au := audit.New(audit.Options{LedgerHead: info.Head})
+	if err := au.ReadStream(ctx, p.js); err != nil {
+		res.Err = err.Error()
+		return
+	}
+	res.Report = au.Finish()
+	var all []*api.HoldRecord
+	q := api.ListRequest{MinSeq: info.Applied}
+	for {
+		var reply api.ListReply
+		if err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointList), q, &reply); err != nil {
+			res.Err = "the log was replayed, but the ledger's records could not be read to compare: " + err.Error()
+			return
+		}
+		all = append(all, reply.Records...)
+		if !reply.More || len(reply.Records) == 0 {
+			break
+		}
+		q.After = reply.Records[len(reply.Records)-1].Job
+	}
+	res.Report.Compare(all, true)
+	res.Compared = true
+}

@@ -1,0 +1,115 @@
+package retention
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// DefaultDeleteGrace is how long after a deletion is recorded the objects
+// it frees are removed from the store. Until then a job that reuses the
+// same bytes (a client that found them stored and did not send them again,
+// a node whose output matches them) has time to get its own reference into
+// the log; its SUBMIT check or its collection takes far less.
+const DefaultDeleteGrace = 15 * time.Minute
+
+// Config configures retention.
+type Config struct {
+	// Publisher appends the Deleted events (OUTPUT's, so that they carry
+	// its source).
+	Publisher *bus.Publisher
+	// Stores gives each submitter's data store, where the deleted objects
+	// are.
+	Stores stage.Stores
+	Logger *slog.Logger
+	Now    func() time.Time
+	// DeleteGrace is the time between a deletion and the sweep that
+	// removes the freed objects; default DefaultDeleteGrace.
+	DeleteGrace time.Duration
+	// Queries bounds what askers may hold of the stored endpoint at once
+	// (zero fields: query's defaults).
+	Queries query.Limits
+}
+
+// Service keeps what jobs stored for as long as they may use it, and no
+// longer. Any number may run: each keeps its own projection of the log
+// (Refs), and timers and deletions are shared work.
+type Service struct {
+	js     jetstream.JetStream
+	pub    *bus.Publisher
+	log    *slog.Logger
+	stores stage.Stores
+	grace  time.Duration
+	now    func() time.Time
+
+	// tail reads the log into refs and says how far refs is: a waiter
+	// takes its Changed channel before it reads refs.
+	tail  *bus.Tail
+	start time.Time // of the rebuild
+
+	// mu guards refs.
+	mu   sync.Mutex
+	refs *Refs
+
+	// sweepMu serializes sweeps, which share the object indexes, one per
+	// store.
+	sweepMu sync.Mutex
+	index   map[stage.Store]*objectIndex
+
+	queryLimits query.Limits
+	queries     atomic.Pointer[query.Server] // set once Run serves queries (stored.go)
+}
+
+// New returns the retention of what jobs store in cfg.Stores.
+func New(js jetstream.JetStream, cfg Config) (*Service, error) {
+	if cfg.Stores == nil || cfg.Publisher == nil {
+		return nil, errors.New("retention: Stores and a Publisher are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DeleteGrace <= 0 {
+		cfg.DeleteGrace = DefaultDeleteGrace
+	}
+	s := &Service{
+		js: js, pub: cfg.Publisher, log: cfg.Logger, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
+		refs: NewRefs(), index: map[stage.Store]*objectIndex{},
+		queryLimits: cfg.Queries,
+	}
+	s.tail = s.newTail()
+	return s, nil
+}
+
+// Run serves the stored endpoint, follows the log into the projection and
+// handles the timers until ctx ends, or until one of them cannot go on:
+// the first to fail ends the others, and Run returns its error.
+func (s *Service) Run(ctx context.Context) error {
+	stopAPI, err := s.serveAPI()
+	if err != nil {
+		return err
+	}
+	defer stopAPI()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("retention: follow the log: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return s.runTimers(ctx) })
+	return g.Wait()
+}
