@@ -43,6 +43,11 @@ type Tail struct {
 type TailOptions struct {
 	// Filters are the subjects read; default: every job and node event.
 	Filters []string
+	// Name, if set, names the consumer the Tail reads with (see
+	// FollowAs), and Service the service it reads for: the Observer in
+	// Run's context is told of it (Consuming), so that what it has left
+	// to read is watched like a durable consumer's backlog.
+	Name, Service string
 	// From is the first sequence to read (0 or 1: the first there is),
 	// for a projection that starts from a state it kept.
 	From uint64
@@ -124,9 +129,12 @@ func (t *Tail) run(ctx context.Context, apply Apply) error {
 	t.mu.Lock()
 	from := t.next
 	t.mu.Unlock()
-	f, err := Follow(ctx, t.js, t.opts.Filters, from)
+	f, err := FollowAs(ctx, t.js, t.opts.Name, t.opts.Filters, from)
 	if err != nil {
 		return err
+	}
+	if o := ObserverFrom(ctx); o != nil && t.opts.Name != "" {
+		o.Consuming(t.opts.Service, "follow", events.Stream, t.opts.Name)
 	}
 	defer f.Stop()
 	t.mu.Lock()
