@@ -180,7 +180,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error {
 		// Not Again: a pool that stopped following the log must not go on
 		// deciding from it. Run ends instead, and a standby takes over.
-		err := s.tail.Run(ctx, bus.Decoded(s.log, s.Handle))
+		err := s.tail.Run(ctx, bus.Decoded(s.log, s.observed(bus.ObserverFrom(ctx))))
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("the reading of the log stopped")
 		}
@@ -229,6 +229,23 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	s.wake()
 	return g.Wait()
+}
+
+// observed is Handle, timed for o (when there is one) as the handler
+// "rent" once the pool is rebuilt: what comes after the rebuild is what
+// RENT handles, as a step's handler does.
+func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope) error {
+	if o == nil {
+		return s.Handle
+	}
+	return func(ctx context.Context, env events.Envelope) error {
+		start := time.Now()
+		err := s.Handle(ctx, env)
+		if s.tail.Live() {
+			o.Handled("rent", "rent", time.Since(start), err)
+		}
+		return err
+	}
 }
 
 // dropOldConsumer deletes the durable consumer earlier versions followed
