@@ -20,6 +20,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // Config says how to reach e31 and as whom.
@@ -315,7 +316,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 			return nil, busy
 		}
 		return m, nil
-	}, backoff.WithBackOff(busyBackoff()), backoff.WithMaxElapsedTime(0))
+	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject))
@@ -328,16 +329,6 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 		return fmt.Errorf("%s: bad reply: %w", subject, err)
 	}
 	return nil
-}
-
-// busyBackoff is how the client waits between asking a busy service
-// again: soon at first, at most every 2 s, spread out so that many clients
-// turned away together do not come back together.
-func busyBackoff() backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	return b
 }
 
 // ledger is the subject of one of the ledger's endpoints for the client's

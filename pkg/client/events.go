@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query/wire"
 )
@@ -104,73 +104,56 @@ func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn fun
 	if err := c.NeedLog("reading the whole log"); err != nil {
 		return err
 	}
-	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	// Not nats.go's ordered consumer: one empty message with a Status
+	// header, which any tenant may store, stops it for ever (see
+	// bus.Follower).
+	f, err := bus.Follow(ctx, c.js, filters, 1)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
-	pending := cons.CachedInfo().NumPending
-	if pending == 0 && !follow {
+	defer f.Stop()
+	if f.Pending() == 0 && !follow {
 		return nil
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return fmt.Errorf("read the log: %w", err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	for read := uint64(0); follow || read < pending; read++ {
-		m, err := iter.Next()
+	for {
+		m, pending, err := f.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("read the log: %w", err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
+		if err := fn(wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)); err != nil {
 			return err
 		}
-		if err := fn(wire.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())); err != nil {
-			return err
-		}
-		if !follow && md.NumPending == 0 {
+		if !follow && pending == 0 {
 			return nil
 		}
 	}
-	return nil
 }
 
 // Follow calls fn with each decodable event on filter, from the first,
 // until fn returns false or ctx ends, reading the log itself: for the
 // auditor and the operator.
 func (c *Client) Follow(ctx context.Context, filter string, fn func(events.Envelope) bool) error {
-	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	f, err := bus.Follow(ctx, c.js, []string{filter}, 1)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", filter, err)
 	}
-	iter, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("follow %s: %w", filter, err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
+	defer f.Stop()
 	for {
-		m, err := iter.Next()
+		m, _, err := f.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("follow %s: %w", filter, err)
 		}
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil {
 			continue
 		}
-		if md, err := m.Metadata(); err == nil {
-			env.Seq = md.Sequence.Stream
-		}
+		env.Seq = m.Sequence
 		if !fn(env) {
 			return nil
 		}

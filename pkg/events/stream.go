@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // The one place that says where things are stored.
@@ -163,41 +164,20 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	return nil
 }
 
-// Transient reports whether a JetStream request failed for a reason that
-// passes by itself: no answer in time (the server is restarting, or the
-// connection is being made again), nobody answering JetStream requests yet,
-// no answer from a stream whose leader has just gone, or the server saying
-// it is unavailable for now (a cluster without a leader). Anything else, such as a configuration the server refuses, is
-// not helped by asking again.
-func Transient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
-
 // WaitReady retries a first JetStream call until the server answers: a fresh
 // cluster has no meta leader yet when it starts accepting connections.
 func WaitReady(ctx context.Context, js jetstream.JetStream) error {
-	var last error
-	for {
+	err := retry.Do(ctx, retry.Ready, func() error {
 		// Each try has its own short deadline: a request sent while the
 		// cluster forms can go unanswered, and waiting for it until ctx's
 		// own deadline would spend every later chance on it.
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		_, err := js.AccountInfo(tctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return errors.Join(fmt.Errorf("jetstream not ready: %w", ctx.Err()), last)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	}, retry.If(retry.Always))
+	if err != nil {
+		return fmt.Errorf("jetstream not ready: %w", err)
 	}
+	return nil
 }

@@ -71,9 +71,9 @@ func (c *StreamCollector) consumers(ctx context.Context, ch chan<- prometheus.Me
 	}
 	list := stream.ListConsumers(ctx)
 	for info := range list.Info() {
-		// Ordered consumers (the ledger's, the audit's, these metrics')
-		// are a reader's own, nameless and short-lived: not a service's
-		// backlog.
+		// A projection's follower (RENT's, the LEDGER's, OUTPUT's, these
+		// metrics': bus.Tail) is a reader's own, nameless and short-lived:
+		// not a service's backlog. Each says how far it has read itself.
 		if info.Config.Durable == "" {
 			continue
 		}

@@ -46,11 +46,14 @@ type Service struct {
 
 	queries *query.Server
 
-	mu       sync.Mutex
-	proj     *Projection
-	changed  chan struct{} // closed and replaced whenever proj moves on
-	caughtUp bool
-	ready    chan struct{} // closed once the log read at start is applied
+	// tail reads the log into proj and says how far proj is: a waiter
+	// takes its Changed channel before it reads proj, so that a fold it
+	// did not see wakes it.
+	tail  *bus.Tail
+	start time.Time // of the rebuild
+
+	mu   sync.Mutex
+	proj *Projection
 }
 
 // New returns a Service.
@@ -62,7 +65,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Source = events.DefaultSource("ledger")
 	}
 	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
-		proj: NewProjection(), changed: make(chan struct{}), ready: make(chan struct{})}
+		proj: NewProjection()}
+	s.tail = s.newTail()
 	s.queries = query.New(nc, query.Config{Name: "e31-ledger", Version: "0.4.0", Description: "hold records",
 		Metadata: map[string]string{"source": cfg.Source}, Limits: cfg.Queries, Logger: s.log})
 	// Every endpoint is served for every user, e31.api.*.ledger.<endpoint>:
@@ -81,7 +85,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 
 // CaughtUp is closed once the ledger has applied the whole log as it was
 // when it started reading: the end of the rebuild.
-func (s *Service) CaughtUp() <-chan struct{} { return s.ready }
+func (s *Service) CaughtUp() <-chan struct{} { return s.tail.CaughtUp() }
 
 // Run serves queries at once, rebuilds the records from the log, then
 // follows it until ctx ends. The queries being answered end with it.
@@ -104,7 +108,7 @@ func (s *Service) Run(ctx context.Context) error {
 // and follows it: until then its answers would be behind.
 func (s *Service) Ready(context.Context) error {
 	select {
-	case <-s.ready:
+	case <-s.tail.CaughtUp():
 		return nil
 	default:
 		return errors.New("ledger: rebuilding the hold records from the log")
@@ -125,10 +129,11 @@ func (s *Service) dropOldConsumer(ctx context.Context) {
 	}
 }
 
-// applyBatch folds prepared messages in and wakes queries waiting for them.
-// It reports whether this batch ended the rebuild.
-func (s *Service) applyBatch(xs []Prepared, last bool) bool {
+// applyBatch folds prepared messages in; the tail wakes the queries
+// waiting for them once it returns.
+func (s *Service) applyBatch(xs []Prepared) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	gaps := s.proj.gaps
 	for _, x := range xs {
 		s.proj.ApplyPrepared(x)
@@ -136,17 +141,6 @@ func (s *Service) applyBatch(xs []Prepared, last bool) bool {
 	if s.proj.gaps != gaps {
 		s.log.Warn("the log has a gap: a message's sequence does not follow the one before", "seq", s.proj.Applied())
 	}
-	close(s.changed)
-	s.changed = make(chan struct{})
-	first := last && !s.caughtUp
-	if first {
-		s.caughtUp = true
-	}
-	s.mu.Unlock()
-	if first {
-		close(s.ready)
-	}
-	return first
 }
 
 // waitFor waits until the projection has applied seq, or until deadline,
@@ -154,9 +148,7 @@ func (s *Service) applyBatch(xs []Prepared, last bool) bool {
 // holding every long poll it may.
 func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uint64, error) {
 	for {
-		s.mu.Lock()
-		applied, ch := s.proj.Applied(), s.changed
-		s.mu.Unlock()
+		applied, ch := s.tail.Changed()
 		if applied >= seq {
 			return applied, nil
 		}
@@ -165,9 +157,7 @@ func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uin
 			return applied, err
 		}
 		if !changed {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return s.proj.Applied(), nil
+			return s.tail.Applied(), nil
 		}
 	}
 }
@@ -271,6 +261,7 @@ func (s *Service) serveRecord(r *query.Request) {
 		return
 	}
 	for {
+		_, ch := s.tail.Changed()
 		s.mu.Lock()
 		reply := wire.RecordReply{Applied: shown(r, s.proj.Applied(), q.MinSeq)}
 		rec := s.proj.Record(q.Job)
@@ -283,7 +274,6 @@ func (s *Service) serveRecord(r *query.Request) {
 			reply.Record = rec
 		default:
 			// Not over yet (or its unreadable request not yet rejected).
-			ch := s.changed
 			s.mu.Unlock()
 			changed, err := r.Await(ch, deadline)
 			if err != nil {
@@ -329,8 +319,9 @@ func (s *Service) serveList(r *query.Request) {
 		// Re-count at most four times a second: a count reads every record.
 		deadline := r.Deadline(waitOf(q.Wait))
 		for {
+			_, ch := s.tail.Changed()
 			s.mu.Lock()
-			pending, ch := s.proj.Pending(q), s.changed
+			pending := s.proj.Pending(q)
 			s.mu.Unlock()
 			if pending == 0 {
 				break
@@ -429,6 +420,7 @@ func (s *Service) serveEvents(r *query.Request) {
 	// also after its end, when deletions come.
 	var over bool
 	for {
+		_, ch := s.tail.Changed()
 		s.mu.Lock()
 		if !s.mayRead(r.User, q.Job) {
 			s.mu.Unlock()
@@ -439,7 +431,6 @@ func (s *Service) serveEvents(r *query.Request) {
 		over = rec != nil && rec.Over()
 		newer := rec == nil || len(rec.Events) == 0 || rec.Events[len(rec.Events)-1].Seq > q.After
 		applied = s.proj.Applied()
-		ch := s.changed
 		s.mu.Unlock()
 		if q.Wait <= 0 || newer {
 			break
@@ -491,7 +482,7 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 // info says how far the ledger has read, against the log's last sequence.
 func (s *Service) info(last uint64) wire.LedgerInfo {
 	s.mu.Lock()
-	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.caughtUp, Head: s.proj.Head()}
+	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.tail.Live(), Head: s.proj.Head()}
 	s.mu.Unlock()
 	if last > info.Applied {
 		info.Behind = last - info.Applied

@@ -69,9 +69,7 @@ func (s *Service) serveStored(r *query.Request) {
 	}
 	deadline := r.Deadline(storedWait)
 	for {
-		s.mu.Lock()
-		applied, ch := s.refs.Applied(), s.changed
-		s.mu.Unlock()
+		applied, ch := s.tail.Changed()
 		if applied >= want {
 			break
 		}
