@@ -49,7 +49,7 @@ func TestSchedulerLedgerAndStageSmall(t *testing.T) {
 	}
 	ctx := natstest.Context(t, 3*time.Minute)
 	var out bytes.Buffer
-	if err := Scheduler(ctx, &out, 400, 10, 100); err != nil {
+	if err := Scheduler(ctx, &out, SchedulerOptions{Jobs: 400, Nodes: 10, Decisions: 100}); err != nil {
 		t.Fatalf("scheduler: %v\n%s", err, out.String())
 	}
 	if l := lastLine(out.String()); !schedulerSummary.MatchString(l) {
