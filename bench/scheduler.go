@@ -183,6 +183,10 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	}
 	fmt.Fprintf(out, "scheduler: rebuilt and filled %d slots in %s (%.0f holds/s from a cold start)\n",
 		nodes*4, fill.Round(time.Millisecond), float64(nodes*4)/fill.Seconds())
+	// CPU time, server and releaser included (all in this process): what
+	// a decision costs whatever else the machine runs, where the rate
+	// depends on how much of the cores the bench gets.
+	cpu0 := cpuTime()
 	if o.Profile != "" {
 		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
 			return err
@@ -197,6 +201,7 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		}
 	}
 	steady, err := wait(done, "deciding with a deep queue")
+	cpuPer := float64((cpuTime() - cpu0).Microseconds()) / float64(decisions)
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
 		if err := writeAllocs(o.Profile + ".alloc"); err != nil {
@@ -207,14 +212,17 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		return err
 	}
 	rate := float64(decisions) / (steady - fill).Seconds()
-	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end\n", decisions, jobs-nodes*4-decisions, rate)
-	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f\n",
-		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds())
+	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end, %.0f µs of cpu each (server and releaser included; %.0f/s if the bench had %d cores to itself)\n",
+		decisions, jobs-nodes*4-decisions, rate, cpuPer, float64(runtime.NumCPU())*1e6/cpuPer, runtime.NumCPU())
+	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f cpu_us_per_decision=%.0f\n",
+		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds(), cpuPer)
 	return nil
 }
 
 // writeAllocs writes the allocation profile of the process so far.
+// It collects first: the profile is as of the last collection.
 func writeAllocs(path string) error {
+	runtime.GC()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
