@@ -48,7 +48,8 @@ type Config struct {
 	// Run watches the limits bucket (and a Service that is not Run uses
 	// the built-in defaults).
 	Limits *limits.Book
-	// LogCheckEvery is how often SUBMIT reads how full the log is; default
+	// LogCheckEvery is how often SUBMIT reads how full the log is while it
+	// has room (a full one is read for every request); default
 	// 250 ms: a burst of requests costs one read of the stream's state per
 	// interval, and the log's reserve (events.LogReserve) absorbs the jobs
 	// accepted within one.
@@ -77,11 +78,13 @@ type Service struct {
 }
 
 // logFull returns why the log has no room for another job (empty: it has),
-// read at most every Config.LogCheckEvery.
+// read at most every Config.LogCheckEvery while it has room.
 func (s *Service) logFull(ctx context.Context) (string, error) {
 	s.fillMu.Lock()
 	defer s.fillMu.Unlock()
-	if now := time.Now(); s.fillAt.IsZero() || now.Sub(s.fillAt) >= s.fillEvery {
+	// A full log is read again for every request: the moment the operator
+	// gives it room, jobs are accepted again.
+	if now := time.Now(); s.fill != "" || s.fillAt.IsZero() || now.Sub(s.fillAt) >= s.fillEvery {
 		str, err := s.js.Stream(ctx, events.Stream)
 		if err != nil {
 			return "", fmt.Errorf("read how full the log is: %w", err)
