@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -76,7 +77,7 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	for range want {
 		select {
 		case m := <-decided:
-			job, kind := bus.JobKey(m.Subject), m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+			job, kind := bus.JobKey(m.Subject()), m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]
 			if want[job] != kind {
 				t.Errorf("%s: %s, want %s", job, kind, want[job])
 			}
@@ -107,18 +108,27 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 }
 
 // decisions delivers every JobSubmitted and JobRejected stored from now on.
-func (f *fixture) decisions(t *testing.T) <-chan *nats.Msg {
+func (f *fixture) decisions(t *testing.T) <-chan jetstream.Msg {
 	t.Helper()
-	ch := make(chan *nats.Msg, 64)
-	for _, subject := range []string{events.KindSubject(events.TypeJobSubmitted), events.KindSubject(events.TypeJobRejected)} {
-		sub, err := f.js.Conn().ChanSubscribe(subject, ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = sub.Unsubscribe() })
-	}
-	if err := f.js.Conn().Flush(); err != nil {
+	// Read from the stream, not the subjects: a core subscriber also sees
+	// an append the stream refused (another event came first), which
+	// SUBMIT then makes again.
+	stream, err := f.js.Stream(f.ctx, events.Stream)
+	if err != nil {
 		t.Fatal(err)
 	}
+	c, err := stream.OrderedConsumer(f.ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.KindSubject(events.TypeJobSubmitted), events.KindSubject(events.TypeJobRejected)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan jetstream.Msg, 64)
+	cc, err := c.Consume(func(m jetstream.Msg) { ch <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
 	return ch
 }
