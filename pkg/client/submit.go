@@ -34,6 +34,9 @@ func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 		if errors.Is(err, bus.ErrConflict) {
 			return "", fmt.Errorf("job id %s is already in use; submit again", id)
 		}
+		if events.IsLogFull(err) {
+			return "", logFull(fmt.Sprintf("submit %s", id), err)
+		}
 		return "", err
 	}
 	return id, nil
@@ -70,7 +73,12 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 		_, errs := pub.AppendBatch(gctx, batch)
 		err := errors.Join(errs...)
 		if err != nil {
-			err = c.refused(gctx, fmt.Sprintf("submit sweep %s (%d of %d jobs submitted)", sweep, start, len(ids)), err)
+			what := fmt.Sprintf("submit sweep %s (%d of %d jobs submitted)", sweep, start, len(ids))
+			if events.IsLogFull(err) {
+				err = logFull(what, err)
+			} else {
+				err = c.refused(gctx, what, err)
+			}
 		}
 		done()
 		if err != nil {
@@ -78,6 +86,13 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 		}
 	}
 	return sweep, ids, nil
+}
+
+// logFull is the error for a request the log refused for want of room:
+// nothing was stored, and nothing stored before was lost.
+func logFull(what string, err error) error {
+	return kind(ErrFull, fmt.Errorf("%s: %w: the server refused the request, and every job accepted before keeps its events; "+
+		"the operator must give the log more room (e31 setup --log-max-bytes) before jobs are accepted again (%v)", what, events.ErrLogFull, err))
 }
 
 // Stage uploads the job's local data (job.Paths) into the client's data

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,6 +60,11 @@ type StreamOptions struct {
 	Replicas int
 	// LeaseTTL is the lease time of the leases bucket; default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// LogMaxBytes bounds the log (the stream's MaxBytes); 0: bounded only by
+	// the server's JetStream store. Either way, a full log refuses what
+	// comes and drops nothing (see StreamConfig), and SUBMIT stops
+	// accepting jobs LogReserve short of the bound (see LogNearlyFull).
+	LogMaxBytes int64
 }
 
 // LeasesBucketConfig is the configuration of the leases bucket. Its TTL is
@@ -80,7 +86,16 @@ func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 }
 
 // StreamConfig is the configuration of the event log.
+//
+// Full, the log refuses new events (DiscardNew) and never drops old ones:
+// an event is a fact, and the oldest are the submissions of jobs that may
+// still be running. The bound is o.LogMaxBytes, or without one the server's
+// store (max_file_store, or the disk), which refuses the same way.
 func StreamConfig(o StreamOptions) jetstream.StreamConfig {
+	maxBytes := o.LogMaxBytes
+	if maxBytes <= 0 {
+		maxBytes = -1
+	}
 	return jetstream.StreamConfig{
 		Name:        Stream,
 		Description: "e31 job and node events: the source of truth",
@@ -91,7 +106,7 @@ func StreamConfig(o StreamOptions) jetstream.StreamConfig {
 		// Hold records are kept for ever, so the log is too.
 		MaxAge:      0,
 		MaxMsgs:     -1,
-		MaxBytes:    -1,
+		MaxBytes:    maxBytes,
 		Discard:     jetstream.DiscardNew,
 		MaxMsgSize:  MaxBodyBytes + 4096,
 		Duplicates:  DuplicateWindow,
@@ -100,6 +115,56 @@ func StreamConfig(o StreamOptions) jetstream.StreamConfig {
 		DenyDelete: true,
 		DenyPurge:  true,
 	}
+}
+
+// LogReserve is the part of a bounded log kept for the jobs already
+// accepted: SUBMIT refuses new jobs once the log holds its MaxBytes less
+// this, so that the events that take accepted jobs to their end (holds,
+// starts, releases, outputs) still have room. An eighth of the bound, and
+// at least 4 KiB (a few events) in a tiny one.
+func LogReserve(maxBytes int64) int64 { return max(maxBytes/8, 4<<10) }
+
+// LogNearlyFull tells whether a log holding bytes, bounded by maxBytes
+// (<= 0: unbounded), has reached its reserve, and says so for a person.
+func LogNearlyFull(bytes, maxBytes int64) (string, bool) {
+	if maxBytes <= 0 || bytes < maxBytes-LogReserve(maxBytes) {
+		return "", false
+	}
+	return fmt.Sprintf("the event log is nearly full (it holds %d of its %d bytes): new jobs are refused so that the jobs already accepted can finish; "+
+		"the operator must give the log more room (e31 setup --log-max-bytes) before jobs are accepted again", bytes, maxBytes), true
+}
+
+// JetStream's error codes for a stream that refused a message for want of
+// room: its own limits (DiscardNew), or the server's store.
+const (
+	jsStoreFailed           = 10077 // JSStreamStoreFailedF: "maximum bytes exceeded", ...
+	jsInsufficientResources = 10023 // JSInsufficientResourcesErr: the server's store is full
+	jsStorageResources      = 10047 // JSStorageResourcesExceededErr: the account's store is full
+)
+
+// ErrLogFull is wrapped by the errors e31 makes of a refusal for want of
+// room in the log; IsLogFull recognizes it as well as JetStream's own.
+var ErrLogFull = errors.New("the event log is full")
+
+// IsLogFull reports whether a publish to the log was refused because the
+// log, or the store under it, is full: nothing was stored, and nothing
+// stored before was dropped.
+func IsLogFull(err error) bool {
+	if errors.Is(err, ErrLogFull) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch uint16(apiErr.ErrorCode) {
+	case jsInsufficientResources, jsStorageResources:
+		return true
+	case jsStoreFailed:
+		d := apiErr.Description
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+	}
+	return false
 }
 
 // PoisonStreamConfig is the configuration of the poison stream.

@@ -176,6 +176,11 @@ type Pool struct {
 	// that reads it and was submitted before it was there to be sized.
 	outBytes map[string]int64
 	applied  uint64
+	// freeBuf and usageBuf are holds' scratch, kept between calls: a
+	// pass over a thousand nodes would otherwise allocate 32 KiB of them,
+	// which the collector then pays for with every queued job's heap.
+	freeBuf  []res
+	usageBuf map[string]int64
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -633,14 +638,21 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 	if len(live) == 0 || p.nWait == 0 {
 		return nil
 	}
-	free := make([]res, len(live))
+	if cap(p.freeBuf) < len(live) {
+		p.freeBuf = make([]res, len(live))
+	}
+	free := p.freeBuf[:len(live)]
 	var capBound res
 	for i, n := range live {
 		free[i] = n.cap.minus(n.used)
 		capBound = upper(capBound, n.cap)
 	}
 	freeBound := bound(free)
-	usage := make(map[string]int64, len(p.usage))
+	if p.usageBuf == nil {
+		p.usageBuf = make(map[string]int64, len(p.usage))
+	}
+	usage := p.usageBuf
+	clear(usage)
 	for s, u := range p.usage {
 		usage[s] = u
 	}

@@ -18,7 +18,11 @@ import (
 // the store) only for one within its quota, so that a flood of requests
 // over a quota costs no reads of the store.
 type State struct {
-	Limits limits.Limits
+	// LogFull, if set, says why the log has no room for another job: it
+	// has reached its reserve (events.LogNearlyFull), kept for the jobs
+	// already accepted. Every request is then refused with it.
+	LogFull string
+	Limits  limits.Limits
 	// Usage is what the submitter had before the request.
 	Usage *limits.Usage
 	// Refs is what the jobs and staged data the request names are.
@@ -52,6 +56,11 @@ type Output struct {
 // nil while st lacks what deciding needs (see State). It is a pure function
 // of its input.
 func Decide(job string, req *events.JobRequested, st State) events.Event {
+	if st.LogFull != "" {
+		// Refused first: a job accepted now would take the room that
+		// the jobs accepted before need to finish.
+		return events.JobRejected{Reason: st.LogFull}
+	}
 	var problems []string
 	if strings.TrimSpace(req.Submitter) == "" {
 		problems = append(problems, "submitter: required")

@@ -47,6 +47,12 @@ type Config struct {
 	// Run watches the limits bucket (and a Service that is not Run uses
 	// the built-in defaults).
 	Limits *limits.Book
+	// LogCheckEvery is how often SUBMIT reads how full the log is while it
+	// has room (a full one is read for every request); default
+	// 250 ms: a burst of requests costs one read of the stream's state per
+	// interval, and the log's reserve (events.LogReserve) absorbs the jobs
+	// accepted within one.
+	LogCheckEvery time.Duration
 }
 
 // Service is the SUBMIT step; any number may run.
@@ -62,6 +68,31 @@ type Service struct {
 	// (catchUp).
 	mu    sync.Mutex
 	queue *Queue
+
+	// fillMu guards fill: how full the log was, read at fillAt.
+	fillMu    sync.Mutex
+	fill      string
+	fillAt    time.Time
+	fillEvery time.Duration
+}
+
+// logFull returns why the log has no room for another job (empty: it has),
+// read at most every Config.LogCheckEvery while it has room.
+func (s *Service) logFull(ctx context.Context) (string, error) {
+	s.fillMu.Lock()
+	defer s.fillMu.Unlock()
+	// A full log is read again for every request: the moment the operator
+	// gives it room, jobs are accepted again.
+	if now := time.Now(); s.fill != "" || s.fillAt.IsZero() || now.Sub(s.fillAt) >= s.fillEvery {
+		str, err := s.js.Stream(ctx, events.Stream)
+		if err != nil {
+			return "", fmt.Errorf("read how full the log is: %w", err)
+		}
+		info := str.CachedInfo()
+		s.fill, _ = events.LogNearlyFull(int64(info.State.Bytes), info.Config.MaxBytes)
+		s.fillAt = now
+	}
+	return s.fill, nil
 }
 
 // New returns a Service.
@@ -81,7 +112,10 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores,
+	if cfg.LogCheckEvery <= 0 {
+		cfg.LogCheckEvery = 250 * time.Millisecond
+	}
+	return &Service{fillEvery: cfg.LogCheckEvery, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores,
 		now: cfg.Now, limits: cfg.Limits, queue: NewQueue()}, nil
 }
 
@@ -205,7 +239,11 @@ func (s *Service) firstSeq(ctx context.Context, job string) (uint64, error) {
 // what it asks to be read, in the order it asks. An error means it could
 // not tell (the store did not answer) and the request is retried.
 func (s *Service) check(ctx context.Context, job string, seq uint64, req *events.JobRequested) (events.Event, error) {
-	st := State{Limits: s.limitsOf(req.Submitter)}
+	full, err := s.logFull(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := State{LogFull: full, Limits: s.limitsOf(req.Submitter)}
 	if ev := Decide(job, req, st); ev != nil {
 		return ev, nil
 	}
