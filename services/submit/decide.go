@@ -59,7 +59,7 @@ func Decide(job string, req *events.JobRequested, st State) events.Event {
 	if st.LogFull != "" {
 		// Refused first: a job accepted now would take the room that
 		// the jobs accepted before need to finish.
-		return events.JobRejected{Reason: st.LogFull}
+		return &events.JobRejected{Reason: st.LogFull}
 	}
 	var problems []string
 	if strings.TrimSpace(req.Submitter) == "" {
