@@ -32,12 +32,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/pkg/query"
 )
 
@@ -80,6 +82,10 @@ type Service struct {
 	changed  chan struct{}     // closed and replaced whenever the pool reads on
 	leader   *lease.Lease      // non-nil while this instance leads
 	expiring map[string]string // nodes whose lease lapsed: node → boot, to record
+	// traces is the trace context of the last event of each live job that
+	// had one: the pool decides later, apart from any handler, and what it
+	// appends must stay in the job's trace.
+	traces map[string]events.Trace
 
 	// kick wakes the scheduler: something changed that may allow a decision.
 	kick chan struct{}
@@ -106,7 +112,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
 		pool: NewPool(cfg.Pool, cfg.Now), changed: make(chan struct{}), expiring: map[string]string{},
-		kick: make(chan struct{}, 1), queryLimits: cfg.Queries}, nil
+		traces: map[string]events.Trace{}, kick: make(chan struct{}, 1), queryLimits: cfg.Queries}, nil
 }
 
 // sanitize makes s usable in a consumer name.
@@ -132,6 +138,7 @@ func (s *Service) Run(ctx context.Context) error {
 	start := time.Now()
 	last, err := bus.Replay(ctx, s.js, bus.ReplayOptions{Logger: s.log}, func(env events.Envelope) error {
 		s.pool.Apply(env)
+		s.remember(env, env.Trace)
 		return nil
 	})
 	if err != nil {
@@ -192,17 +199,38 @@ func (s *Service) Run(ctx context.Context) error {
 // so far in one pass and one round trip, so a burst of submissions is held
 // in batches rather than one durable write at a time. Nothing is lost if
 // RENT dies in between: on start it rebuilds the pool and decides again.
-func (s *Service) Handle(_ context.Context, env events.Envelope) error {
+func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	if env.Seq <= s.replayed {
 		return nil
 	}
 	s.mu.Lock()
 	s.pool.Apply(env)
+	s.remember(env, trace.Of(ctx))
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
 	s.wake()
 	return nil
+}
+
+// remember keeps tc as the trace of env's job until the job ends. Called
+// with s.mu held.
+func (s *Service) remember(env events.Envelope, tc events.Trace) {
+	switch e := env.Event.(type) {
+	case *events.NodeAnnounced, *events.NodeExpired:
+		return
+	case *events.JobRejected, *events.JobCancelled:
+		delete(s.traces, env.Subject)
+		return
+	case *events.ComputeReleased:
+		if e.Final {
+			delete(s.traces, env.Subject)
+			return
+		}
+	}
+	if tc.Parent != "" {
+		s.traces[env.Subject] = tc
+	}
 }
 
 func (s *Service) wake() {
@@ -436,10 +464,17 @@ func (s *Service) schedule(ctx context.Context) error {
 			return nil
 		}
 		batch := make([]bus.Pending, len(decisions))
+		spans := s.decisionSpans(ctx, decisions, batch)
 		for i, d := range decisions {
-			batch[i] = bus.Pending{Subject: d.Job, Event: d.Event, Expect: d.Expect, ExpectSet: true}
+			batch[i].Subject, batch[i].Event, batch[i].Expect, batch[i].ExpectSet = d.Job, d.Event, d.Expect, true
 		}
 		stored, errs := s.pub.AppendBatch(ctx, batch)
+		for i, sp := range spans {
+			if errs[i] != nil {
+				sp.RecordError(errs[i])
+			}
+			sp.End()
+		}
 		var failed []error
 		applied, holds := 0, 0
 		s.mu.Lock()
@@ -493,6 +528,31 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// decisionSpans sets the trace each decision carries, the job's, and when
+// spans are exported starts a span for each decision (ended by the caller
+// once appended), so that what the pool decided shows in the job's trace
+// as RENT's work.
+func (s *Service) decisionSpans(ctx context.Context, decisions []Decision, batch []bus.Pending) []oteltrace.Span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !trace.Enabled() {
+		for i, d := range decisions {
+			batch[i].Trace = s.traces[d.Job]
+		}
+		return nil
+	}
+	spans := make([]oteltrace.Span, len(decisions))
+	for i, d := range decisions {
+		env := events.New(d.Job, d.Event, "", time.Time{})
+		env.Trace = s.traces[d.Job]
+		var sctx context.Context
+		sctx, spans[i] = trace.Tracer().Start(trace.Context(ctx, env.Trace), "rent decide "+events.Name(env.Type),
+			oteltrace.WithAttributes(trace.JobAttributes(env)...), oteltrace.WithAttributes(trace.KeyService.String("rent")))
+		batch[i].Trace = trace.Of(sctx)
+	}
+	return spans
 }
 
 func (s *Service) logDecision(d Decision, stored events.Envelope) {
