@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -173,3 +174,22 @@ func JobAttributes(env events.Envelope) []attribute.KeyValue {
 	return attrs
 }
 
+
+// Child starts a span named name under ctx's span, for a part of a step
+// worth seeing on its own (the sandbox's start, the output's upload). When
+// nothing is exported it starts nothing and returns ctx and its span.
+func Child(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, oteltrace.Span) {
+	if !enabled.Load() {
+		return ctx, oteltrace.SpanFromContext(ctx)
+	}
+	return Tracer().Start(ctx, name, oteltrace.WithAttributes(attrs...))
+}
+
+// End ends span, recording err as its status if there is one.
+func End(span oteltrace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}
