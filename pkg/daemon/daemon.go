@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -53,6 +54,19 @@ func Main(name string, fs *flag.FlagSet, args []string, build Build) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Spans go where the standard OTEL_* variables say; nowhere without them.
+	flush, err := trace.Setup(ctx, trace.ConfigFromEnv(os.Getenv), "e31-"+name)
+	if err != nil {
+		log.Error("tracing", "err", err)
+		return 1
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := flush(fctx); err != nil {
+			log.Warn("flushing the last spans", "err", err)
+		}
+	}()
 	if err := run(ctx, name, connect.Config{URL: *url, Creds: *creds, CA: *ca, Name: name, Logger: log}, log, build); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
