@@ -16,6 +16,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	oteltrace "go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/e31net/e31/pkg/events"
 )
@@ -79,6 +80,10 @@ func Setup(ctx context.Context, cfg Config, service string) (shutdown func(conte
 	otel.SetTracerProvider(tp)
 	enabled.Store(true)
 	return func(ctx context.Context) error {
+		// Back to the no-op, so that a process, or a test, that sets up
+		// again starts clean.
+		enabled.Store(false)
+		otel.SetTracerProvider(noop.NewTracerProvider())
 		return errors.Join(tp.ForceFlush(ctx), tp.Shutdown(ctx))
 	}, nil
 }
