@@ -179,7 +179,6 @@ func JobAttributes(env events.Envelope) []attribute.KeyValue {
 	return attrs
 }
 
-
 // Child starts a span named name under ctx's span, for a part of a step
 // worth seeing on its own (the sandbox's start, the output's upload). When
 // nothing is exported it starts nothing and returns ctx and its span.
