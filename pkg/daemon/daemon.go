@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/connect"
-	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // Runner is a service ready to run until its context ends.

@@ -39,8 +39,8 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
-	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // maxHoldsPerPass bounds the holds appended in one round trip.
