@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Build e31's container images, offline: one per service, one for the e31
-# CLI (setup, audit, submit) and one for nats-server, each FROM scratch with
-# a static binary and nothing else (the run node also gets busybox, for the
-# shells jobs run). Nothing is pulled: the Go module cache, the local Docker
+# CLI (setup, audit, submit), one for nats-server and one for Prometheus,
+# each FROM scratch with a static binary and nothing else (the run node also
+# gets busybox, for the shells jobs run; Prometheus its configuration). Nothing is pulled: the Go module cache, the local Docker
 # engine and a static busybox (Debian's busybox-static) are all it needs.
 #
 #   deploy/build-images.sh [IMAGE...]     default: every image
 #
 # Images are tagged e31-<name>:$E31_TAG (default "latest"): e31-nats,
 # e31-cli, e31-submit, e31-rent, e31-run, e31-output, e31-release,
-# e31-ledger. Binaries and build contexts go to $E31_BUILD_DIR (default
+# e31-ledger, e31-prometheus (built by deploy/build-prometheus.sh, once per
+# version: the first build takes minutes). Binaries and build contexts go to $E31_BUILD_DIR (default
 # deploy/.build). With E31_NO_DOCKER=1 only the contexts are made.
 set -euo pipefail
 
@@ -18,7 +19,7 @@ root="$(dirname "$deploy")"
 tag="${E31_TAG:-latest}"
 out="${E31_BUILD_DIR:-$deploy/.build}"
 services=(submit rent run output release ledger)
-all=(nats cli "${services[@]}")
+all=(nats cli "${services[@]}" prometheus)
 wanted=("$@")
 [ ${#wanted[@]} -gt 0 ] || wanted=("${all[@]}")
 
@@ -88,6 +89,25 @@ build() {
 		# The sandbox needs root (namespaces, cgroups, mounts); jobs run
 		# as an unprivileged user it picks.
 		dockerfile "$name" 0:0 /usr/bin/e31-run --work-dir /var/lib/e31
+		;;
+	prometheus)
+		# Prometheus and its configuration (deploy/prometheus); the bearer
+		# token it scrapes e31 with is mounted at /etc/prometheus/secrets.
+		prom=$("$deploy/build-prometheus.sh")
+		cp "$prom/prometheus" "$bin/prometheus"
+		mkdir -p "$out/$name/rootfs/etc/prometheus" "$out/$name/store"
+		cp "$deploy/prometheus/prometheus.yml" "$deploy/prometheus/rules.yml" "$out/$name/rootfs/etc/prometheus/"
+		# Its store is a volume: a fresh volume takes the owner of the
+		# image's /prometheus, which COPY --chown makes nobody's, so it
+		# runs as nobody.
+		cat >"$out/$name/Dockerfile" <<EOF
+FROM scratch
+COPY rootfs/ /
+COPY --chown=65534:65534 store/ /prometheus/
+USER 65534:65534
+EXPOSE 9090
+ENTRYPOINT ["/usr/bin/prometheus", "--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus", "--web.listen-address=:9090"]
+EOF
 		;;
 	submit | rent | output | release | ledger)
 		gobuild "services/$name" "$bin/e31-$name" "./cmd/e31-$name"

@@ -16,6 +16,10 @@
 #                    one identity per service, shared by its instances
 #   node-1/ ...      one identity per run node: its name is the node's id
 #   users/NAME.creds a submitter's, for each NAME given
+#   metrics.token    the bearer token of every process's /metrics, /healthz
+#                    and /readyz (bound beyond loopback in containers); a
+#                    copy in each identity's directory, and in prometheus/
+#   auditor/         also what the audit service (compose.yaml) runs as
 #
 #   deploy/init.sh [SUBMITTER...]
 #
@@ -53,13 +57,23 @@ cp "$keys/e31-auth.conf" "$out/nats/e31-auth.conf"
 cp "$out/nats/ca.pem" "$out/ca.pem"
 chmod 644 "$out/ca.pem"
 
-# identity DIR ROLE NAME [SERVICE]: DIR/e31.creds and DIR/ca.pem, what one
-# container mounts at /etc/e31.
+# The operator's endpoints' token: made once, kept when run again (a
+# deployment's Prometheus keeps working).
+if [ ! -s "$out/metrics.token" ]; then
+	od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/metrics.token"
+	echo >>"$out/metrics.token"
+fi
+mkdir -p "$out/prometheus"
+cp "$out/metrics.token" "$out/prometheus/metrics.token"
+
+# identity DIR ROLE NAME [SERVICE]: DIR/e31.creds, DIR/ca.pem and
+# DIR/metrics.token, what one container mounts at /etc/e31.
 identity() {
 	local dir="$out/$1"
 	mkdir -p "$dir"
 	"$e31" creds user --dir "$keys" --role "$2" --name "$3" ${4:+--service "$4"} -o "$dir/e31.creds"
 	cp "$out/ca.pem" "$dir/ca.pem"
+	cp "$out/metrics.token" "$dir/metrics.token"
 }
 identity operator operator operator
 identity auditor auditor auditor
@@ -74,10 +88,11 @@ for u in "$@"; do
 	"$e31" creds user --dir "$keys" --role submitter --name "$u" -o "$out/users/$u.creds"
 done
 
-# The setup step and the stateless services run as an unprivileged user
-# and must read their own files; the NATS servers and run nodes run as
-# root. The secrets directory itself stays the owner's alone.
-unprivileged=(operator submit rent output release ledger)
+# The setup step, the audit, Prometheus and the stateless services run as
+# an unprivileged user and must read their own files; the NATS servers and
+# run nodes run as root. The secrets directory itself stays the owner's
+# alone.
+unprivileged=(operator auditor submit rent output release ledger prometheus)
 if [ "$(id -u)" = 0 ]; then
 	for d in "${unprivileged[@]}"; do
 		chown -R "$nobody:$nobody" "$out/$d"

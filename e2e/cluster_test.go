@@ -68,6 +68,8 @@ type cluster struct {
 	ranDir  string // the host folder the run nodes' jobs leave their trace in
 	secrets string // what deploy/init.sh made
 	hostURL string // every server's client port, as the host reaches it
+	prom    *testcontainers.DockerContainer
+	promURL string // Prometheus' API, as the host reaches it
 	// env is what every e31 container is given: where NATS is, and where
 	// its identity's directory of the secrets is mounted.
 	env map[string]string
@@ -80,11 +82,12 @@ const clusterSubmitter = "cluster"
 const natsInside = "tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222"
 
 // deploySecrets runs deploy/init.sh, as an operator would, into a folder
-// of the test's, for nodes run nodes.
+// of the test's, for nodes run nodes and the submitter deploy/README.md
+// starts with (alice).
 func deploySecrets(t *testing.T, nodes int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "secrets")
-	cmd := exec.Command("../deploy/init.sh")
+	cmd := exec.Command("../deploy/init.sh", readmeSubmitter)
 	cmd.Env = append(os.Environ(), "E31_BIN="+e31Bin, "E31_SECRETS="+dir, fmt.Sprintf("E31_NODES=%d", nodes))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/init.sh: %v\n%s", err, out)
@@ -127,7 +130,9 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 	c := &cluster{t: t, net: nw, docker: docker, svcs: map[string][]*testcontainers.DockerContainer{}, ranDir: ranDir,
 		secrets: deploySecrets(t, instances["run"]),
 		env: map[string]string{"E31_NATS": natsInside, "E31_LOG": "info",
-			"E31_CREDS": "/etc/e31/e31.creds", "E31_TLS_CA": "/etc/e31/ca.pem"}}
+			"E31_CREDS": "/etc/e31/e31.creds", "E31_TLS_CA": "/etc/e31/ca.pem",
+			// Every instance's endpoints, for Prometheus (compose.yaml's).
+			"E31_HTTP": ":8031", "E31_HTTP_TOKEN_FILE": "/etc/e31/metrics.token"}}
 
 	// The three servers start together: each waits for the others'
 	// routes before JetStream elects a meta leader.
@@ -185,14 +190,58 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 	for i := 1; i <= instances["run"]; i++ {
 		c.start(ctx, "run", fmt.Sprintf("node-%d", i))
 	}
+	c.startWatchers(ctx)
 	return c
+}
+
+// startWatchers starts what compose.yaml runs to watch the system: the
+// audit, every minute here, and Prometheus, with deploy/prometheus's
+// configuration as the image has it, published on a port of the host's
+// loopback.
+func (c *cluster) startWatchers(ctx context.Context) {
+	c.t.Helper()
+	audit, err := testcontainers.Run(ctx, "e31-cli:"+imageTag,
+		network.WithNetwork([]string{"audit"}, c.net),
+		testcontainers.WithEnv(c.env),
+		c.mount("auditor", "/etc/e31"),
+		testcontainers.WithCmd("audit", "--every", "1m", "--http", ":8031", "--http-token-file", "/etc/e31/metrics.token"),
+		testcontainers.WithWaitStrategy(wait.ForLog("serving /metrics").WithStartupTimeout(time.Minute)),
+	)
+	testcontainers.CleanupContainer(c.t, audit)
+	if err != nil {
+		c.t.Fatalf("start the audit: %v", err)
+	}
+	c.svcs["audit"] = append(c.svcs["audit"], audit)
+	prom, err := testcontainers.Run(ctx, "e31-prometheus:"+imageTag,
+		network.WithNetwork([]string{"prometheus"}, c.net),
+		c.mount("prometheus", "/etc/prometheus/secrets"),
+		testcontainers.WithExposedPorts("9090/tcp"),
+		testcontainers.WithWaitStrategy(wait.ForLog("Server is ready to receive web requests").WithStartupTimeout(time.Minute)),
+	)
+	testcontainers.CleanupContainer(c.t, prom)
+	if err != nil {
+		c.t.Fatalf("start prometheus: %v", err)
+	}
+	c.prom = prom
+	ep, err := prom.PortEndpoint(ctx, "9090/tcp", "http")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.promURL = ep
 }
 
 // start runs one service instance (or, for run, the node named name).
 func (c *cluster) start(ctx context.Context, class, name string) {
 	c.t.Helper()
+	// Known on the network as compose.yaml's services are, so that
+	// deploy/prometheus/prometheus.yml finds them as written: every
+	// instance of a service by the service's name, a run node as run-N.
+	aliases := []string{name, class}
+	if class == "run" {
+		aliases = []string{name, "run-" + strings.TrimPrefix(name, "node-")}
+	}
 	opts := []testcontainers.ContainerCustomizer{
-		network.WithNetwork([]string{name}, c.net),
+		network.WithNetwork(aliases, c.net),
 		testcontainers.WithEnv(c.env),
 		c.mount(secretsFor(class, name), "/etc/e31"),
 		testcontainers.WithWaitStrategy(wait.ForLog(`"msg":"running"`).WithStartupTimeout(time.Minute)),
@@ -444,13 +493,19 @@ func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) stri
 // Afterwards every job must have ended, each attempt been released exactly
 // once, no attempt run twice (by the trace each run leaves outside e31),
 // every node be free again, and the audit pass, run as the auditor.
+//
+// Prometheus, as deploy/ configures it, must scrape every instance
+// (up == 1) and hold what the services told; deploy/README.md's commands
+// must run as written; and killing a run node for good must page
+// (E31RunNodeDown, E31NodeLost).
 func TestClusterLosesNothing(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	const leaseTTL = 3 * time.Second
 	start := time.Now()
 	c := startCluster(t, ctx, map[string]int{"submit": 2, "rent": 2, "output": 2, "release": 2, "ledger": 2, "run": 3}, leaseTTL)
+	c.waitScraped(ctx, t)
 	up := time.Since(start)
 	js := c.connect()
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -528,9 +583,10 @@ func TestClusterLosesNothing(t *testing.T) {
 		}
 	}
 	chaos.Wait()
-	// A minute is kept for the checks and for telling what went wrong.
+	// A minute is kept for the checks and for telling what went wrong,
+	// three for Prometheus', the README's and the page's.
 	deadline, _ := ctx.Deadline()
-	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline.Add(-time.Minute))
+	waitCtx, stopWaiting := context.WithDeadline(ctx, deadline.Add(-4*time.Minute))
 	left := waitOver(waitCtx, js, ids, t.Logf)
 	stopWaiting()
 	took := time.Since(runStart)
@@ -559,6 +615,13 @@ func TestClusterLosesNothing(t *testing.T) {
 				t.Errorf("%s %s is not running after the faults (%v): it must carry on, not exit", class, name, err)
 			}
 		}
+	}
+	if !t.Failed() {
+		watchStart := time.Now()
+		c.checkFigures(ctx, t)
+		c.runReadme(ctx, t)
+		c.killNodeAndWaitForThePage(ctx, t)
+		t.Logf("prometheus' figures, deploy/README.md's commands and the page took %s", time.Since(watchStart).Round(time.Millisecond))
 	}
 	if t.Failed() {
 		c.logTails(ctx, t)

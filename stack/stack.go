@@ -17,6 +17,7 @@ import (
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/limits"
@@ -53,6 +54,12 @@ type Config struct {
 	Users []string
 	// Logger is every service's logger; default slog.Default.
 	Logger *slog.Logger
+	// Handlers, if set, is told how every service's handlers fare (the
+	// operator's metrics; see bus.WithObserver).
+	Handlers bus.Observer
+	// Scheduler, if set, gives each RENT instance, by id, what is told
+	// what its scheduler does.
+	Scheduler func(id string) rent.Observer
 }
 
 // DefaultListen is where the NATS of a Stack listens unless told.
@@ -172,6 +179,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if cfg.Handlers != nil {
+		// Every service runs under ctx: their Routers find it there.
+		ctx = bus.WithObserver(ctx, cfg.Handlers)
+	}
 	s := &Stack{broker: b, keys: keys, dir: dir, credsDir: filepath.Join(dir, "creds"), users: users, log: cfg.Logger,
 		ctx: ctx, cancel: cancel, services: map[string]*service{}}
 	if err := s.start(cfg); err != nil {
@@ -197,7 +208,11 @@ func (s *Stack) start(cfg Config) error {
 	}
 	for i := 1; i <= cfg.RentInstances; i++ {
 		id := fmt.Sprintf("rent-%d", i)
-		if err := s.startService("rent", id, Configs{Rent: rent.Config{Instance: id}}); err != nil {
+		rc := rent.Config{Instance: id}
+		if cfg.Scheduler != nil {
+			rc.Observer = cfg.Scheduler(id)
+		}
+		if err := s.startService("rent", id, Configs{Rent: rc}); err != nil {
 			return err
 		}
 	}

@@ -2,23 +2,30 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/client"
+	"github.com/e31net/e31/pkg/daemon"
+	"github.com/e31net/e31/pkg/metrics"
+	"github.com/e31net/e31/pkg/ops"
 )
 
 func auditCmd(a *app) *cobra.Command {
 	var asJSON bool
 	var from, records string
 	var sinceHeads []string
+	var every time.Duration
+	var httpOpts httpOptions
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Rebuild every hold record from the event log, check the log is whole, compare with the ledger",
@@ -36,7 +43,11 @@ Exit status 0 only if nothing was found.
 With --from FILE, audits an export made with 'e31 events --json' with no server
 at all. With --records FILE as well (the output of 'e31 ledger --json', or of
 'e31 ledger ID --json'), the records are compared with that copy: an event
-changed in the log shows as a different digest at its sequence.`,
+changed in the log shows as a different digest at its sequence.
+
+With --every D it audits again and again, D apart, until interrupted, and
+tells each result in its log; with --http ADDR as well it serves them as
+e31_audit_* on /metrics (see e31 serve --help for --http).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -82,11 +93,14 @@ changed in the log shows as a different digest at its sequence.`,
 					if err := c.NeedLog("e31 audit"); err != nil {
 						return err
 					}
+					if every > 0 {
+						return auditEvery(ctx, a, c, heads, every, httpOpts)
+					}
 					var err error
 					rep, err = c.Audit(ctx, heads)
 					return err
 				})
-				if err != nil {
+				if every > 0 || err != nil {
 					return err
 				}
 			}
@@ -114,7 +128,60 @@ changed in the log shows as a different digest at its sequence.`,
 	cmd.Flags().StringVar(&from, "from", "", "audit an export from 'e31 events --json' instead of the server")
 	cmd.Flags().StringVar(&records, "records", "", "with --from: compare with these records ('e31 ledger --json')")
 	cmd.Flags().StringArrayVar(&sinceHeads, "since-head", nil, "SEQ:HASH from 'e31 ledger --head': prove nothing at or before SEQ changed (repeatable)")
+	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
+	httpOpts.flags(cmd.Flags(), "")
 	return cmd
+}
+
+// auditEvery audits every interval until ctx ends: what a deployment runs
+// so that a log or ledger gone wrong pages someone (e31_audit_findings).
+// Each audit's summary and findings go to the log; an audit that cannot
+// run to its end is tried again at the next interval.
+func auditEvery(ctx context.Context, a *app, c *client.Client, heads []api.Head, every time.Duration, o httpOptions) error {
+	m := metrics.NewAudit()
+	reg, err := metrics.NewRegistry(m)
+	if err != nil {
+		return err
+	}
+	srv, err := o.listen(a.log, reg, map[string]ops.Check{"nats": daemon.Connected(c.Conn())})
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	if srv != nil {
+		a.log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
+		go func() {
+			defer close(done)
+			if err := srv.Serve(ctx); err != nil {
+				a.log.Error("http endpoints stopped", "err", err)
+			}
+		}()
+	} else {
+		close(done)
+	}
+	defer func() { <-done }()
+	for {
+		rep, err := c.Audit(ctx, heads)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case err != nil:
+			m.Audited(0, time.Now(), err)
+			a.log.Warn("the audit could not run to its end; trying again at the next", "in", every, "err", err)
+		default:
+			m.Audited(len(rep.Findings), time.Now(), nil)
+			for _, f := range rep.Findings {
+				a.log.Error("audit finding", "kind", f.Kind, "job", f.Job, "seq", f.Seq, "detail", f.Detail)
+			}
+			a.log.Info("audited", "ok", rep.OK(), "summary", rep.Summary(), "last_seq", rep.LastSeq)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(every):
+		}
+	}
 }
 
 // readRecords reads a copy of the ledger's records: a list ('e31 ledger

@@ -17,7 +17,9 @@ import (
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
+	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -107,6 +109,10 @@ type devSystem struct {
 	// httpAddr is where the operator's endpoints listen; "" if nowhere.
 	httpAddr string
 	log      *slog.Logger
+	// handlers watches every service's handlers, and schedulers each RENT
+	// instance's scheduler (by id), for /metrics.
+	handlers   *metrics.Handlers
+	schedulers map[string]*metrics.Scheduler
 }
 
 func runDev(ctx context.Context, a *app, o devOptions) error {
@@ -170,6 +176,12 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	if me := (auth.Identity{Role: auth.Submitter, Name: a.env.User}); me.Validate() == nil {
 		cfg.Users = append(slices.Clone(cfg.Users), me.Name)
 	}
+	handlers, schedulers := metrics.NewHandlers(), map[string]*metrics.Scheduler{}
+	cfg.Handlers = handlers
+	cfg.Scheduler = func(id string) rent.Observer {
+		schedulers[id] = metrics.NewScheduler()
+		return schedulers[id]
+	}
 	st, err := stack.Start(ctx, cfg)
 	switch {
 	case errors.Is(err, broker.ErrSync):
@@ -181,7 +193,7 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	case err != nil:
 		return nil, err
 	}
-	sys := &devSystem{Stack: st, broker: st.Broker(), log: a.log}
+	sys := &devSystem{Stack: st, broker: st.Broker(), log: a.log, handlers: handlers, schedulers: schedulers}
 	if a.env.ConfigDir != "" {
 		if err := connect.NoteDev(a.env.ConfigDir, strings.TrimPrefix(st.Broker().ClientURL(), "nats://"), st.Dir()); err != nil {
 			a.log.Warn("the CLI will not find your credentials by itself", "err", err)

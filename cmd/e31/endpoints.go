@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/web"
@@ -79,16 +80,6 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 	return s, nil
 }
 
-// connected is the readiness check of a NATS connection.
-func connected(nc *nats.Conn) ops.Check {
-	return func(context.Context) error {
-		if st := nc.Status(); st != nats.CONNECTED {
-			return fmt.Errorf("not connected to NATS (%s)", st)
-		}
-		return nil
-	}
-}
-
 // serveDevEndpoints starts, within the system, the log's metrics (read as
 // the auditor, who changes nothing), the consumers' lag (asked as the
 // operator: listing consumers is the operator's) and the endpoints. They
@@ -127,10 +118,18 @@ func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 	}
 	o.page = page.Handler()
 	logs := metrics.NewLogCollector(js, log)
-	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs))
+	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs), s.handlers)
 	if err != nil {
 		closeAll()
 		return err
+	}
+	// Several RENT instances in one process: each one's figures carry its
+	// id, so that only the leading one says e31_scheduler_leader 1.
+	for id, sched := range s.schedulers {
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"scheduler": id}, reg).Register(sched); err != nil {
+			closeAll()
+			return fmt.Errorf("dev: metrics: %w", err)
+		}
 	}
 	srv, err := o.listen(log, reg, map[string]ops.Check{
 		"log":      logs.Ready,
@@ -161,54 +160,55 @@ func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 	return nil
 }
 
-// serveEndpoints starts the endpoints of `e31 serve NAME` and returns where
-// they listen ("" if nowhere) and a function that stops them and waits
-// until they have. The ledger, which
-// reads the whole log anyway, also serves the figures derived from it:
-// one instance per deployment gives them, and summing instances of other
-// services would count every job several times.
-func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (addr string, stop func(), err error) {
-	ready := map[string]ops.Check{"nats": connected(nc)}
-	var cs []prometheus.Collector
-	var logs *metrics.LogCollector
-	if name == "ledger" {
-		logs = metrics.NewLogCollector(js, log)
-		cs = append(cs, logs)
-		ready["log"] = logs.Ready
-	}
-	reg, err := metrics.NewRegistry(cs...)
-	if err != nil {
-		return "", nil, err
-	}
+// serveEndpoints starts the endpoints of `e31 serve NAME` (daemon.Endpoints,
+// as every service binary serves them, and for NAME web the page at /) and
+// returns them, or nil with --http "", and a function that stops them and
+// waits until they have.
+func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger, cs ...prometheus.Collector) (*daemon.Endpoints, func(), error) {
 	var page *web.Page
 	if name == "web" {
+		var err error
 		if page, err = o.newPage(js, log); err != nil {
-			return "", nil, err
+			return nil, nil, err
 		}
-		o.addr, o.page, ready["page"] = cmp.Or(o.addr, ops.DefaultDevAddr), page.Handler(), page.Ready
+		o.addr = cmp.Or(o.addr, ops.DefaultDevAddr)
 	}
-	srv, err := o.listen(log, reg, ready)
-	if err != nil || srv == nil {
-		return "", func() {}, err
+	if o.addr == "" {
+		return nil, func() {}, nil
 	}
-	log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
+	var token string
+	if o.tokenFile != "" {
+		var err error
+		if token, err = ops.ReadToken(o.tokenFile); err != nil {
+			return nil, nil, usageErr("--http-token-file: %v", err)
+		}
+	}
+	ecfg := daemon.EndpointsConfig{Service: name, Addr: o.addr, Token: token, NC: nc, JS: js, Logger: log, Collectors: cs}
+	if page != nil {
+		ecfg.Page, ecfg.Ready = page.Handler(), map[string]ops.Check{"page": page.Ready}
+	}
+	e, err := daemon.NewEndpoints(ecfg)
+	if errors.Is(err, ops.ErrTokenRequired) {
+		return nil, nil, usageErr("--http %s: %v", o.addr, err)
+	}
+	if err != nil {
+		return nil, nil, troubleErr(fmt.Errorf("--http: %w", err))
+	}
+	log.Info("serving /metrics, /healthz and /readyz", "http", e.Addr())
 	ctx, cancel := context.WithCancel(ctx)
 	// A group without a context: the endpoints failing must not stop the
 	// service, which is what they only watch.
 	var g errgroup.Group
 	g.Go(func() error {
-		if err := srv.Serve(ctx); err != nil {
+		if err := e.Run(ctx); err != nil {
 			log.Error("http endpoints stopped", "err", err)
 		}
 		return nil
 	})
-	if logs != nil {
-		g.Go(func() error { return logs.Run(ctx) })
-	}
 	if page != nil {
 		g.Go(func() error { return page.Run(ctx) })
 	}
-	return srv.Addr(), func() {
+	return e, func() {
 		cancel()
 		_ = g.Wait()
 	}, nil

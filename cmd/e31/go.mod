@@ -8,6 +8,7 @@ require (
 	github.com/e31net/e31/bench v0.0.0
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/e31net/e31/services/ledger v0.0.0
+	github.com/e31net/e31/services/rent v0.0.0
 	github.com/e31net/e31/services/run v0.0.0
 	github.com/e31net/e31/stack v0.0.0
 	github.com/nats-io/nats.go v1.56.0
@@ -40,7 +41,6 @@ require (
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/e31net/e31/services/output v0.0.0 // indirect
 	github.com/e31net/e31/services/release v0.0.0 // indirect
-	github.com/e31net/e31/services/rent v0.0.0 // indirect
 	github.com/e31net/e31/services/submit v0.0.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260214004413-d219187c3433 // indirect

@@ -14,14 +14,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/services/rent"
+	"github.com/e31net/e31/stack"
 )
 
 // scrape gets url and parses Prometheus' text exposition.
@@ -204,6 +211,20 @@ func TestMetricsAgreeWithTheLedger(t *testing.T) {
 	if pending, ok := value(fams, "e31_consumer_pending", "service", "submit"); !ok || pending != 0 {
 		t.Errorf("e31_consumer_pending{service=submit} with every job over: %g (%v), want 0", pending, ok)
 	}
+	// What the services told as they worked: every step handled events
+	// (the ledger reads the log with a reader of its own, no handler),
+	// and the one RENT decided and leads.
+	for _, svc := range []string{"submit", "rent", "run", "output", "release"} {
+		if n, ok := value(fams, "e31_handler_seconds", "service", svc); !ok || n < 1 {
+			t.Errorf("e31_handler_seconds{service=%q} counted %g (%v), want every handling", svc, n, ok)
+		}
+	}
+	if n, ok := value(fams, "e31_scheduler_decision_seconds"); !ok || n < 1 {
+		t.Errorf("e31_scheduler_decision_seconds counted %g (%v) passes", n, ok)
+	}
+	if v, ok := value(fams, "e31_scheduler_leader", "scheduler", "rent-1"); !ok || v != 1 {
+		t.Errorf("e31_scheduler_leader{scheduler=rent-1} = %g (%v), want 1", v, ok)
+	}
 	for _, fam := range []string{"go_goroutines", "process_cpu_seconds_total", "e31_events_total", "e31_consumer_ack_pending"} {
 		if fams[fam] == nil {
 			t.Errorf("no %s in /metrics", fam)
@@ -242,43 +263,142 @@ func TestEndpointsBeyondLoopbackNeedAToken(t *testing.T) {
 	}
 }
 
-// TestServeLedgerServesTheLogsFigures checks the endpoints of `e31 serve`:
-// every service says whether it is connected; the ledger also serves the
-// figures of the log.
-func TestServeLedgerServesTheLogsFigures(t *testing.T) {
+// serveOn runs service name as `e31 serve NAME --http 127.0.0.1:0` does,
+// on nc, until the test ends, and returns where its endpoints listen.
+func serveOn(t *testing.T, ctx context.Context, name string, nc *nats.Conn, js jetstream.JetStream, cfgs stack.Configs) string {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	var cs []prometheus.Collector
+	if name == "rent" {
+		sched := metrics.NewScheduler()
+		cfgs.Rent.Observer = sched
+		cs = append(cs, sched)
+	}
+	ends, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, nc, js, log, cs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	// Not ready before the service runs, and it says so.
+	if code, body := httpGet(t, "http://"+ends.Addr()+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "service: starting") {
+		t.Errorf("serve %s before it runs: /readyz %d %s, want 503 saying it is starting", name, code, body)
+	}
+	sctx, cancel := context.WithCancel(ends.Observe(ctx))
+	svc, err := stack.NewService(name, nc, js, cfgs, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Serving(svc)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(sctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("serve %s: %v", name, err)
+		}
+	})
+	return ends.Addr()
+}
+
+// waitReady waits for /readyz at addr to answer 200.
+func waitReady(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := httpGet(t, "http://"+addr+"/readyz")
+		if code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/readyz: %d %s", addr, code, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestServeEndpoints checks the endpoints of `e31 serve` on a real server:
+// each service is ready once connected, its consumer attached and caught
+// up (RENT: leading, or a warm standby), says why not before; it serves
+// its handlers' and its consumers' figures, RENT its scheduler's, and the
+// ledger alone the figures of the log.
+func TestServeEndpoints(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	nc := js.Conn()
-	log := slog.New(slog.DiscardHandler)
 	ctx := natstest.Context(t, time.Minute)
-	for name, wantJobs := range map[string]bool{"ledger": true, "submit": false} {
-		addr, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, nc, js, log)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			code, body := httpGet(t, "http://"+addr+"/readyz")
-			if code == http.StatusOK {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("serve %s: /readyz %d %s", name, code, body)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Something in the log before they start: each must catch up with it.
+	pub := bus.NewPublisher(js, "e31/test", time.Now)
+	if _, err := pub.Append(ctx, "node-x", events.NodeAnnounced{Node: "node-x", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]string{}
+	for _, name := range []string{"ledger", "submit", "rent"} {
+		addrs[name] = serveOn(t, ctx, name, nc, js, stack.Configs{Rent: rent.Config{Instance: "rent-a"}})
+	}
+	for name, addr := range addrs {
+		waitReady(t, addr)
 		fams, _ := scrape(t, "http://"+addr+"/metrics")
-		if _, ok := fams["e31_jobs"]; ok != wantJobs {
-			t.Errorf("serve %s: e31_jobs served: %v, want %v", name, ok, wantJobs)
+		if _, ok := fams["e31_jobs"]; ok != (name == "ledger") {
+			t.Errorf("serve %s: e31_jobs served: %v", name, ok)
 		}
 		if fams["go_goroutines"] == nil {
 			t.Errorf("serve %s: no Go runtime metrics", name)
 		}
+		if name == "ledger" {
+			// It reads the log with a reader of its own: no consumer.
+			continue
+		}
+		if pending, ok := value(fams, "e31_consumer_pending", "service", name); !ok || pending != 0 {
+			t.Errorf("serve %s: e31_consumer_pending{service=%s} = %g (%v), want 0 once ready", name, name, pending, ok)
+		}
+		if _, ok := value(fams, "e31_consumer_ack_pending", "service", name); !ok {
+			t.Errorf("serve %s: no e31_consumer_ack_pending", name)
+		}
 	}
-	if addr, stop, err := serveEndpoints(ctx, httpOptions{}, "rent", nc, js, log); addr != "" || err != nil {
-		t.Errorf("serve without --http: %q, %v; want nothing served", addr, err)
+	// RENT rebuilt itself from what was logged before it started; what
+	// comes now its handler handles.
+	if _, err := pub.Append(ctx, "node-y", events.NodeAnnounced{Node: "node-y", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	var fams map[string]*dto.MetricFamily
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fams, _ = scrape(t, "http://"+addrs["rent"]+"/metrics")
+		if n, _ := value(fams, "e31_handler_seconds", "service", "rent", "handler", "rent"); n >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve rent: e31_handler_seconds{service=rent} never counted the node's event")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// It leads, alone.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		fams, _ := scrape(t, "http://"+addrs["rent"]+"/metrics")
+		leader, _ := value(fams, "e31_scheduler_leader")
+		if leader == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("e31_scheduler_leader of the only RENT: %g, want 1", leader)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A second RENT is a warm standby: ready, not leading.
+	standby := serveOn(t, ctx, "rent", nc, js, stack.Configs{Rent: rent.Config{Instance: "rent-b"}})
+	waitReady(t, standby)
+	fams, _ = scrape(t, "http://"+standby+"/metrics")
+	if leader, ok := value(fams, "e31_scheduler_leader"); !ok || leader != 0 {
+		t.Errorf("e31_scheduler_leader of the standby: %g (%v), want 0", leader, ok)
+	}
+
+	if e, stop, err := serveEndpoints(ctx, httpOptions{}, "rent", nc, js, slog.New(slog.DiscardHandler)); e != nil || err != nil {
+		t.Errorf("serve without --http: %v, %v; want nothing served", e, err)
 	} else {
 		stop()
 	}

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/daemon"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -58,15 +60,29 @@ pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			_, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log)
+			var cs []prometheus.Collector
+			if name == "rent" {
+				// One for the process: the service is made again after a
+				// fault, and its figures go on.
+				sched := metrics.NewScheduler()
+				cfgs.Rent.Observer = sched
+				cs = append(cs, sched)
+			}
+			ends, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log, cs...)
 			if err != nil {
 				return err
 			}
 			defer stopHTTP()
+			if ends != nil {
+				ctx = ends.Observe(ctx)
+			}
 			// Started again, rather than exit, when it fails for a reason
 			// that passes (a NATS server restarting): see daemon.RunAgain.
 			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
 				if name == "web" {
+					if ends != nil {
+						ends.Serving(pageOnly{})
+					}
 					return pageOnly{}, nil
 				}
 				svc, err := stack.NewService(name, nc, js, cfgs, a.log)
@@ -75,6 +91,9 @@ pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
 				}
 				if err != nil {
 					return nil, err
+				}
+				if ends != nil {
+					ends.Serving(svc)
 				}
 				a.log.Info("serving", "service", name, "nats", nc.ConnectedUrl())
 				return svc, nil

@@ -99,6 +99,39 @@ type RouterConfig struct {
 	Retries int
 	// CloseTimeout bounds how long Close waits for running handlers.
 	CloseTimeout time.Duration
+	// Observer, if set, is told of every handling and every message set
+	// aside: the service's metrics.
+	Observer Observer
+}
+
+// Observer is told how a service's handlers fare, for the operator's
+// metrics; pkg/metrics implements it, so that the bus does not import
+// Prometheus. Its methods are called concurrently from every handler, on
+// the handling's path: they must be quick and must not block.
+type Observer interface {
+	// Handled: handler took took over one attempt at one message and
+	// returned err (nil on success). A retried message is one call per try.
+	Handled(service, handler string, took time.Duration, err error)
+	// Poisoned: a message was moved to e31.poison.<service>.
+	Poisoned(service string)
+	// Consuming: handler reads the durable consumer named consumer of
+	// stream (it may not exist yet: the subscription makes it).
+	Consuming(service, handler, stream, consumer string)
+}
+
+type observerKey struct{}
+
+// WithObserver returns ctx carrying o, for Run to give every Router it
+// makes: the process that starts the services decides what watches them,
+// without each service's configuration having to carry it.
+func WithObserver(ctx context.Context, o Observer) context.Context {
+	return context.WithValue(ctx, observerKey{}, o)
+}
+
+// ObserverFrom returns the Observer ctx carries, or nil.
+func ObserverFrom(ctx context.Context) Observer {
+	o, _ := ctx.Value(observerKey{}).(Observer)
+	return o
 }
 
 // NewRouter returns a watermill Router with e31's middleware: failures are
@@ -123,7 +156,7 @@ func NewRouter(cfg RouterConfig) (*message.Router, error) {
 		return nil, fmt.Errorf("bus: router for %s: a Publisher is required, for the poison stream", cfg.Service)
 	}
 	r.AddMiddleware(
-		poisonQueue(cfg.Publisher, "e31.poison."+cfg.Service, cfg.Logger),
+		poisonQueue(cfg.Publisher, cfg.Service, cfg.Logger, cfg.Observer),
 		logFailures(cfg.Logger),
 		middleware.Retry{
 			MaxRetries:      cfg.Retries,
@@ -132,6 +165,9 @@ func NewRouter(cfg RouterConfig) (*message.Router, error) {
 			Multiplier:      3,
 			ShouldRetry:     func(p middleware.RetryParams) bool { return !IsPermanent(p.Err) },
 		}.Middleware,
+		// Inside Retry, so that each try is one handling; outside
+		// Recoverer, so that a panic counts as the failure it is.
+		observe(cfg.Service, cfg.Observer),
 		middleware.Recoverer,
 	)
 	return r, nil
@@ -155,7 +191,8 @@ func SetAside() uint64 { return undecodable.Load() }
 // stream, with the reason, logs it at Error, counts it and lets the stream
 // move on: nothing that can never be handled may hold up what comes after
 // it. A failure to move it is returned, so the message is tried again.
-func poisonQueue(pub *Publisher, topic string, log *slog.Logger) message.HandlerMiddleware {
+func poisonQueue(pub *Publisher, service string, log *slog.Logger, obs Observer) message.HandlerMiddleware {
+	topic := "e31.poison." + service
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(m *message.Message) ([]*message.Message, error) {
 			out, err := h(m)
@@ -183,6 +220,9 @@ func poisonQueue(pub *Publisher, topic string, log *slog.Logger) message.Handler
 				return nil, fmt.Errorf("move to the poison stream: %w", perr)
 			}
 			poisoned.Add(1)
+			if obs != nil {
+				obs.Poisoned(service)
+			}
 			var bad *events.DecodeError
 			if errors.As(err, &bad) {
 				undecodable.Add(1)
@@ -214,6 +254,21 @@ func logFailures(log *slog.Logger) message.HandlerMiddleware {
 					"handler", message.HandlerNameFromCtx(m.Context()),
 					"err", err)
 			}
+			return out, err
+		}
+	}
+}
+
+// observe tells obs how long each handling took and how it ended.
+func observe(service string, obs Observer) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		if obs == nil {
+			return h
+		}
+		return func(m *message.Message) ([]*message.Message, error) {
+			began := time.Now()
+			out, err := h(m)
+			obs.Handled(service, message.HandlerNameFromCtx(m.Context()), time.Since(began), err)
 			return out, err
 		}
 	}

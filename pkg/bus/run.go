@@ -28,15 +28,17 @@ type Handler struct {
 
 // Run runs handlers on one Router until ctx ends, then stops taking new
 // messages and waits for running handlers (up to the Router's close
-// timeout). It returns nil after a clean shutdown, and an error as soon as
-// a handler's subscription ends for good (its consumer was deleted and
-// could not be made again): a service that silently stops handling one of
-// its topics would look alive and do nothing.
+// timeout). An Observer in ctx (WithObserver) watches the handlers. It
+// returns nil after a clean shutdown, and an error as soon as a handler's
+// subscription ends for good (its consumer was deleted and could not be
+// made again): a service that silently stops handling one of its topics
+// would look alive and do nothing.
 func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service string, log *slog.Logger, handlers ...Handler) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	r, err := NewRouter(RouterConfig{Service: service, Logger: log, Publisher: pub})
+	obs := ObserverFrom(ctx)
+	r, err := NewRouter(RouterConfig{Service: service, Logger: log, Publisher: pub, Observer: obs})
 	if err != nil {
 		return err
 	}
@@ -56,6 +58,9 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 			fn = handle(service, h.Handle, h.Undecodable)
 		}
 		r.AddConsumerHandler(h.Name, h.Topic, sub, fn)
+		if obs != nil {
+			obs.Consuming(service, h.Name, sub.cfg.Stream, ConsumerName(sub.cfg.Durable, h.Topic))
+		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

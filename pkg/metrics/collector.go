@@ -48,6 +48,8 @@ var (
 		"Messages read from the log, by ce-type; unknown and undecodable for those that are not events this version folds.", []string{"type"}, nil)
 	descApplied = prometheus.NewDesc("e31_log_applied_sequence",
 		"The last stream sequence of the log folded into these figures.", nil, nil)
+	descOverrun = prometheus.NewDesc("e31_hold_max_overrun_seconds",
+		"The longest any hold still open has outlived its job's limit, by the clock of this process (0 when none has): the meter runs on a hold that should be over.", nil, nil)
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors
@@ -205,7 +207,7 @@ func (c *LogCollector) Figures() Figures {
 // Describe sends the descriptions of every metric Collect sends.
 func (c *LogCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descFinished, descWait, descStart, descRelease, descHeldSeconds,
-		descHeldCPU, descHeldMemory, descHeldGPU, descCapacity, descHeld, descNodes, descEvents, descApplied} {
+		descHeldCPU, descHeldMemory, descHeldGPU, descCapacity, descHeld, descNodes, descEvents, descApplied, descOverrun} {
 		ch <- d
 	}
 }
@@ -214,7 +216,9 @@ func (c *LogCollector) Describe(ch chan<- *prometheus.Desc) {
 // and builds the metrics after, so that a scrape holds up the log's reading
 // for no longer than the copy.
 func (c *LogCollector) Collect(ch chan<- prometheus.Metric) {
-	f := c.Figures()
+	c.mu.Lock()
+	f, overrun := c.p.Figures(), c.p.Overrun(time.Now())
+	c.mu.Unlock()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -251,6 +255,13 @@ func (c *LogCollector) Collect(ch chan<- prometheus.Metric) {
 				state = "lost"
 			}
 			nodes[[2]string{state, n.Isolation}]++
+			// Both states of every isolation are told, 0 or not, so that
+			// a node lost, found and lost again is a series that goes
+			// 0, 1, 0, 1, rather than one that vanishes and comes back
+			// the same, which an alert on its change would miss.
+			for _, other := range []string{"up", "lost"} {
+				nodes[[2]string{other, n.Isolation}] += 0
+			}
 			if n.Up {
 				resources(n.Capacity, func(r, unit string, v float64) { gauge(descCapacity, v, name, r, unit) })
 			}
@@ -264,6 +275,7 @@ func (c *LogCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descEvents, float64(n), t)
 	}
 	gauge(descApplied, float64(f.Applied))
+	gauge(descOverrun, overrun.Seconds())
 }
 
 // resources calls fn with each resource of r, by the names and units of

@@ -200,6 +200,7 @@ e31_node_capacity{node="n1",resource="gpu",unit="gpu"} 0
 e31_node_capacity{node="n1",resource="memory",unit="byte"} 8.589934592e+09
 # HELP e31_nodes Nodes that announced themselves, up or lost, by the isolation they announced.
 # TYPE e31_nodes gauge
+e31_nodes{isolation="sandbox",state="lost"} 0
 e31_nodes{isolation="sandbox",state="up"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "e31_held_seconds_total", "e31_jobs", "e31_node_capacity", "e31_nodes"); err != nil {

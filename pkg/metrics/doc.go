@@ -46,6 +46,9 @@
 //   - e31_node_held{node,resource,unit}: what is held on it now.
 //   - e31_nodes{state,isolation}: nodes up and lost, by the isolation they
 //     announced ("unknown" for nodes older than the field).
+//   - e31_hold_max_overrun_seconds: the longest any open hold has outlived
+//     its job's limit (0 when none has): a hold that should be over and is
+//     still metered.
 //
 // The log:
 //
@@ -64,8 +67,14 @@
 //   - e31_poison_messages{service}: events a service could never handle,
 //     in the poison stream (kept 30 days).
 //
-// What only the services know, told as they work (Handlers and Scheduler,
-// for pkg/bus and RENT to call once they are wired to them):
+// Each service's own durable consumers, asked of the server by the service
+// itself with its own credentials (ConsumerCollector, the figures
+// StreamCollector gives for all of them in e31 dev); instances of one
+// service report the same consumer, aggregate with max.
+//
+// What only the services know, told as they work (Handlers is the
+// bus.Observer every service process gives its Routers; Scheduler is
+// RENT's rent.Observer):
 //
 //   - e31_handler_seconds{service,handler}: histogram of each handling.
 //   - e31_handler_errors_total{service,reason}: transient, permanent or
@@ -73,4 +82,10 @@
 //   - e31_poison_total{service}: events moved to the poison stream.
 //   - e31_scheduler_decision_seconds, e31_scheduler_queue_depth{submitter},
 //     e31_scheduler_leader.
+//
+// The audit, from `e31 audit --every D --http ADDR` (Audit):
+//
+//   - e31_audit_runs_total{result}: ok, findings or error.
+//   - e31_audit_findings: what the last complete audit found (0: nothing).
+//   - e31_audit_last_completed_timestamp_seconds.
 package metrics

@@ -176,6 +176,7 @@ type attempt struct {
 	node      string
 	held      Resources
 	heldAt    time.Time
+	limit     time.Duration // the job's declared limit: the hold ends by heldAt+limit
 	stoppedAt time.Time
 	outcome   events.Outcome
 	seen      kinds
@@ -271,6 +272,7 @@ func (p *Projection) Apply(env events.Envelope) {
 			return
 		}
 		a.node, a.heldAt = e.Node, at
+		a.limit = time.Duration(e.Spec.Request.LimitSeconds * float64(time.Second))
 		a.held = Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes}
 		if j.submitter == "" {
 			j.submitter = e.Submitter
@@ -446,6 +448,23 @@ func (p *Projection) released(id string, e *events.ComputeReleased, at time.Time
 	}
 	j.attempts = nil
 	p.end(id, api.StateReleased, outcome)
+}
+
+// Overrun is the longest any hold still open at now has outlived its
+// job's limit, or zero if none has. A hold ends by its limit (SIGKILL at
+// the limit, then the release): one that lasts well past it is a step that
+// is stuck or a node that is gone unnoticed, and the meter runs meanwhile.
+func (p *Projection) Overrun(now time.Time) time.Duration {
+	var worst time.Duration
+	for _, j := range p.jobs {
+		for _, a := range j.attempts {
+			if a.heldAt.IsZero() || a.limit <= 0 {
+				continue
+			}
+			worst = max(worst, now.Sub(a.heldAt.Add(a.limit)))
+		}
+	}
+	return worst
 }
 
 // Figures returns a copy of the figures, which the projection does not

@@ -339,3 +339,28 @@ func BenchmarkProjectionApply(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*7)/b.Elapsed().Seconds(), "events/s")
 }
+
+// TestOverrun: a hold open past its job's limit shows by how long, and
+// stops showing once released.
+func TestOverrun(t *testing.T) {
+	t.Parallel()
+	p := NewProjection()
+	evs := logOf(life("j1", "alice", events.Succeeded)...)
+	for _, e := range evs[:4] { // held at 3 s, running; limit 60 s
+		p.Apply(e)
+	}
+	for _, c := range []struct {
+		now  float64
+		want time.Duration
+	}{{10, 0}, {63, 0}, {93, 30 * time.Second}} {
+		if got := p.Overrun(t0.Add(time.Duration(c.now * float64(time.Second)))); got != c.want {
+			t.Errorf("at %g s: overrun %v, want %v", c.now, got, c.want)
+		}
+	}
+	for _, e := range evs[4:] {
+		p.Apply(e)
+	}
+	if got := p.Overrun(t0.Add(time.Hour)); got != 0 {
+		t.Errorf("after the release: overrun %v, want 0", got)
+	}
+}

@@ -1,9 +1,11 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,10 +34,21 @@ const (
 
 // Handlers counts how each service handles events. Its methods may be
 // called concurrently, from every lane of every handler.
+// It is the bus.Observer a service process gives its Routers.
 type Handlers struct {
 	seconds *prometheus.HistogramVec
 	errs    *prometheus.CounterVec
 	poison  *prometheus.CounterVec
+
+	mu        sync.Mutex
+	consumers map[Consumer]bool // read by Consumers
+}
+
+var _ bus.Observer = (*Handlers)(nil)
+
+// Consumer is one durable consumer a service's handler reads.
+type Consumer struct {
+	Service, Handler, Stream, Name string
 }
 
 // NewHandlers returns the handlers' metrics, to register once per process.
@@ -68,6 +81,26 @@ func (h *Handlers) Handled(service, handler string, took time.Duration, err erro
 
 // Poisoned records that service moved an event to the poison stream.
 func (h *Handlers) Poisoned(service string) { h.poison.WithLabelValues(service).Inc() }
+
+// Consuming records that handler of service reads the durable consumer
+// name of stream, for ConsumerCollector to ask the server about.
+func (h *Handlers) Consuming(service, handler, stream, name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.consumers == nil {
+		h.consumers = map[Consumer]bool{}
+	}
+	h.consumers[Consumer{Service: service, Handler: handler, Stream: stream, Name: name}] = true
+}
+
+// Consumers returns the consumers recorded by Consuming, sorted by name.
+func (h *Handlers) Consumers() []Consumer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.SortedFunc(maps.Keys(h.consumers), func(a, b Consumer) int {
+		return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Name, b.Name))
+	})
+}
 
 // Reason is the label of e31_handler_errors_total for err.
 func Reason(err error) string {
@@ -162,4 +195,75 @@ func (s *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	for submitter, n := range s.queue {
 		ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(n), submitter)
 	}
+}
+
+// Results of e31_audit_runs_total.
+const (
+	// AuditOK: the audit read the whole log and found nothing.
+	AuditOK = "ok"
+	// AuditFindings: the audit ran to its end and found something wrong.
+	AuditFindings = "findings"
+	// AuditError: the audit could not run to its end (the server, the
+	// ledger not answering).
+	AuditError = "error"
+)
+
+// Audit is what a process that audits the log again and again (`e31 audit
+// --every`) tells of it. Its methods may be called concurrently.
+type Audit struct {
+	runs     *prometheus.CounterVec
+	findings prometheus.Gauge
+	last     prometheus.Gauge
+}
+
+// NewAudit returns the audit's metrics, to register once per process.
+func NewAudit() *Audit {
+	a := &Audit{
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "e31_audit_runs_total",
+			Help: "Audits of the log since the process started, by result: ok, findings or error (could not run to its end).",
+		}, []string{"result"}),
+		findings: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "e31_audit_findings",
+			Help: "What the last audit that ran to its end found wrong with the log or the ledger (0: nothing).",
+		}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "e31_audit_last_completed_timestamp_seconds",
+			Help: "When the last audit that ran to its end ended, in Unix seconds (0: none yet).",
+		}),
+	}
+	for _, r := range []string{AuditOK, AuditFindings, AuditError} {
+		a.runs.WithLabelValues(r)
+	}
+	return a
+}
+
+// Audited records one audit: findings is what it found if it ran to its
+// end at end, err why it did not.
+func (a *Audit) Audited(findings int, end time.Time, err error) {
+	switch {
+	case err != nil:
+		a.runs.WithLabelValues(AuditError).Inc()
+		return
+	case findings > 0:
+		a.runs.WithLabelValues(AuditFindings).Inc()
+	default:
+		a.runs.WithLabelValues(AuditOK).Inc()
+	}
+	a.findings.Set(float64(findings))
+	a.last.Set(float64(end.UnixNano()) / 1e9)
+}
+
+// Describe sends the descriptions of the audit's metrics.
+func (a *Audit) Describe(ch chan<- *prometheus.Desc) {
+	a.runs.Describe(ch)
+	a.findings.Describe(ch)
+	a.last.Describe(ch)
+}
+
+// Collect sends the audit's metrics.
+func (a *Audit) Collect(ch chan<- prometheus.Metric) {
+	a.runs.Collect(ch)
+	a.findings.Collect(ch)
+	a.last.Collect(ch)
 }

@@ -2,8 +2,10 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -110,4 +112,96 @@ func ServiceOf(consumer string) string {
 		return consumer[:i]
 	}
 	return consumer
+}
+
+// ConsumerCollector is a Prometheus collector of the service's own durable
+// consumers, as its handlers recorded them (Handlers.Consuming): what a
+// service instance can ask the server with its own credentials, which do
+// not allow listing every consumer as StreamCollector does. Instances of
+// one service share a consumer and report the same figures: aggregate
+// them with max, not sum. Its methods may be called concurrently.
+//
+// It is also the service's readiness: Ready passes once every consumer
+// exists and has, at least once since this process started, had nothing
+// left to deliver, so that an instance that is still reading a backlog
+// after a start is not counted as keeping up.
+type ConsumerCollector struct {
+	js jetstream.JetStream
+	h  *Handlers
+
+	mu       sync.Mutex
+	caughtUp map[Consumer]bool
+}
+
+// NewConsumerCollector returns a collector of the consumers h records,
+// asked of the server through js.
+func NewConsumerCollector(js jetstream.JetStream, h *Handlers) *ConsumerCollector {
+	return &ConsumerCollector{js: js, h: h, caughtUp: map[Consumer]bool{}}
+}
+
+// Describe sends the descriptions of every metric Collect sends.
+func (c *ConsumerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPending
+	ch <- descAckPending
+}
+
+// Collect asks the server about each consumer. A consumer it cannot learn
+// about is reported as an invalid metric, which the HTTP handler logs while
+// it serves the rest.
+func (c *ConsumerCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	for _, k := range c.h.Consumers() {
+		info, err := c.info(ctx, k)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(descPending, err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(info.NumPending), k.Service, k.Name)
+		ch <- prometheus.MustNewConstMetric(descAckPending, prometheus.GaugeValue, float64(info.NumAckPending), k.Service, k.Name)
+	}
+}
+
+// info asks the server about k and notes whether it has caught up.
+func (c *ConsumerCollector) info(ctx context.Context, k Consumer) (*jetstream.ConsumerInfo, error) {
+	cons, err := c.js.Consumer(ctx, k.Stream, k.Name)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: consumer %s of %s: %w", k.Name, k.Stream, err)
+	}
+	info := cons.CachedInfo()
+	if info.NumPending == 0 {
+		c.mu.Lock()
+		c.caughtUp[k] = true
+		c.mu.Unlock()
+	}
+	return info, nil
+}
+
+// Ready reports why the service is not ready: no handler has subscribed
+// yet, a consumer is not there, or one has yet to catch up with the log.
+func (c *ConsumerCollector) Ready(ctx context.Context) error {
+	ks := c.h.Consumers()
+	if len(ks) == 0 {
+		return errors.New("no handler has subscribed to the log yet")
+	}
+	var why []string
+	for _, k := range ks {
+		c.mu.Lock()
+		ok := c.caughtUp[k]
+		c.mu.Unlock()
+		if ok {
+			continue
+		}
+		info, err := c.info(ctx, k)
+		switch {
+		case err != nil:
+			why = append(why, fmt.Sprintf("%s: not attached: %v", k.Name, err))
+		case info.NumPending > 0:
+			why = append(why, fmt.Sprintf("%s: catching up, %d events behind the log", k.Name, info.NumPending))
+		}
+	}
+	if len(why) > 0 {
+		return errors.New(strings.Join(why, "; "))
+	}
+	return nil
 }

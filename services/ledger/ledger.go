@@ -99,6 +99,17 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
+// Ready reports whether the ledger has rebuilt its records from the log
+// and follows it: until then its answers would be behind.
+func (s *Service) Ready(context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	default:
+		return errors.New("ledger: rebuilding the hold records from the log")
+	}
+}
+
 // QueryStats are the counts of the query endpoints: requests refused for
 // their reply subject, answered busy, served.
 func (s *Service) QueryStats() query.Stats { return s.queries.Stats() }

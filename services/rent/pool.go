@@ -205,6 +205,20 @@ func (p *Pool) Applied() uint64 { return p.applied }
 // Waiting is the number of jobs in the queue.
 func (p *Pool) Waiting() int { return p.nWait }
 
+// WaitingBySubmitter is the number of jobs in the queue of each submitter
+// with any waiting.
+func (p *Pool) WaitingBySubmitter() map[string]int {
+	by := map[string]int{}
+	for _, lv := range p.levels {
+		for name, q := range lv.subs {
+			if n := q.jobs.Len(); n > 0 {
+				by[name] += n
+			}
+		}
+	}
+	return by
+}
+
 // Nodes is the number of nodes the pool knows, live or not.
 func (p *Pool) Nodes() int { return len(p.nodes) }
 

@@ -65,7 +65,29 @@ type Config struct {
 	// Queries bounds what askers may hold of the why endpoint at once
 	// (zero fields: query's defaults).
 	Queries query.Limits
+	// Observer, if set, is told what the scheduler does, for the
+	// operator's metrics (pkg/metrics.Scheduler implements it).
+	Observer Observer
 }
+
+// Observer is told what the scheduler does. Its methods are called from
+// the scheduler's loop and the leader lease's, and must not block.
+type Observer interface {
+	// Decided: one call of the pool's decision took took.
+	Decided(took time.Duration)
+	// Waiting: the queue, by submitter, after a pass (every instance's,
+	// the standbys' too).
+	Waiting(depth map[string]int)
+	// Leading: whether this instance decides.
+	Leading(leading bool)
+}
+
+// nopObserver watches nothing.
+type nopObserver struct{}
+
+func (nopObserver) Decided(time.Duration)  {}
+func (nopObserver) Waiting(map[string]int) {}
+func (nopObserver) Leading(bool)           {}
 
 // Service is the RENT step.
 type Service struct {
@@ -92,6 +114,9 @@ type Service struct {
 
 	queryLimits query.Limits
 	queries     atomic.Pointer[query.Server] // set once Run serves queries
+
+	obs     Observer
+	rebuilt atomic.Bool // the pool was rebuilt from the log: a warm standby at least
 }
 
 // New returns a Service.
@@ -109,7 +134,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Instance, _ = os.Hostname()
 	}
 	instance := sanitize(cfg.Instance)
-	return &Service{nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	return &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
 		pool: NewPool(cfg.Pool, cfg.Now), changed: make(chan struct{}), expiring: map[string]string{},
 		traces: map[string]events.Trace{}, kick: make(chan struct{}, 1), queryLimits: cfg.Queries}, nil
@@ -145,6 +173,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("rent: rebuild from the log: %w", err)
 	}
 	s.replayed = last
+	s.obs.Leading(false)
+	s.rebuilt.Store(true)
+	defer s.rebuilt.Store(false)
 	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
 
 	// Served for every user, e31.api.*.rent.why: the user is read from the
@@ -249,12 +280,14 @@ func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue) {
 			s.mu.Lock()
 			s.leader = l
 			s.mu.Unlock()
+			s.obs.Leading(true)
 			s.log.Info("leading: this instance decides")
 			s.wake()
 			err = l.Keep(ctx)
 			s.mu.Lock()
 			s.leader = nil
 			s.mu.Unlock()
+			s.obs.Leading(false)
 			if ctx.Err() != nil {
 				release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				if err := l.Release(release); err != nil {
@@ -306,6 +339,16 @@ func (s *Service) waitFree(ctx context.Context, kv jetstream.KeyValue) {
 			}
 		}
 	}
+}
+
+// Ready reports whether this instance is leading or a warm standby: its
+// pool rebuilt from the log and followed. Whether its consumer keeps up is
+// for the process to check (daemon.Endpoints).
+func (s *Service) Ready(context.Context) error {
+	if !s.rebuilt.Load() {
+		return errors.New("rent: rebuilding the pool from the log")
+	}
+	return nil
 }
 
 // leading reports whether this instance may decide now.
@@ -431,7 +474,12 @@ func (s *Service) scheduler(ctx context.Context) {
 		case <-s.kick:
 		case <-retry.C:
 		}
-		if err := s.schedule(ctx); err != nil {
+		err := s.schedule(ctx)
+		s.mu.Lock()
+		depth := s.pool.WaitingBySubmitter()
+		s.mu.Unlock()
+		s.obs.Waiting(depth)
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -458,7 +506,9 @@ func (s *Service) schedule(ctx context.Context) error {
 			return nil
 		}
 		s.mu.Lock()
+		began := time.Now()
 		decisions := s.pool.Decide(maxHoldsPerPass)
+		s.obs.Decided(time.Since(began))
 		s.mu.Unlock()
 		if len(decisions) == 0 {
 			return nil

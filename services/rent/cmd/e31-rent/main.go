@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/daemon"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/services/rent"
 )
 
@@ -18,8 +19,12 @@ func main() {
 	fs := flag.NewFlagSet("e31-rent", flag.ExitOnError)
 	var cfg rent.Config
 	cfg.Flags(fs)
+	// One for the process: the service is made again after a fault, and
+	// its figures go on.
+	sched := metrics.NewScheduler()
+	cfg.Observer = sched
 	os.Exit(daemon.Main("rent", fs, os.Args[1:], func(_ context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (daemon.Runner, error) {
 		cfg.Logger = log
 		return rent.New(nc, js, cfg)
-	}))
+	}, daemon.WithCollectors(sched)))
 }
