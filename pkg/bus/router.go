@@ -62,7 +62,8 @@ func Handle(fn HandlerFunc, bad Undecodable) message.NoPublishHandlerFunc {
 }
 
 // handle is Handle, each event handled in a span of service's, a child of
-// the event's trace context: what fn appends carries that span on.
+// the event's trace context: what fn appends carries that span on. With
+// service "", fn is given no span (the event's context is env.Trace).
 func handle(service string, fn HandlerFunc, bad Undecodable) message.NoPublishHandlerFunc {
 	return func(m *message.Message) error {
 		env, err := Envelope(m)
@@ -75,6 +76,9 @@ func handle(service string, fn HandlerFunc, bad Undecodable) message.NoPublishHa
 				return bad(m.Context(), m.Metadata.Get(MetaSubject), seq, err)
 			}
 			return Permanent(err)
+		}
+		if service == "" {
+			return fn(m.Context(), env)
 		}
 		ctx, span := trace.Start(m.Context(), service, env)
 		err = fn(ctx, env)

@@ -78,11 +78,14 @@ func Setup(ctx context.Context, cfg Config, service string) (shutdown func(conte
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
 	otel.SetTracerProvider(tp)
+	t := tp.Tracer(Name)
+	tracer.Store(&t)
 	enabled.Store(true)
 	return func(ctx context.Context) error {
 		// Back to the no-op, so that a process, or a test, that sets up
 		// again starts clean.
 		enabled.Store(false)
+		tracer.Store(nil)
 		otel.SetTracerProvider(noop.NewTracerProvider())
 		return errors.Join(tp.ForceFlush(ctx), tp.Shutdown(ctx))
 	}, nil
@@ -96,9 +99,18 @@ var enabled atomic.Bool
 // attributes only for a span.
 func Enabled() bool { return enabled.Load() }
 
+// tracer is e31's tracer from the provider Setup installed, kept so that
+// no span asks the global registry for it again.
+var tracer atomic.Pointer[oteltrace.Tracer]
+
 // Tracer is e31's tracer from the global provider: the no-op one unless
 // Setup installed an exporter.
-func Tracer() oteltrace.Tracer { return otel.Tracer(Name) }
+func Tracer() oteltrace.Tracer {
+	if t := tracer.Load(); t != nil {
+		return *t
+	}
+	return otel.Tracer(Name)
+}
 
 // w3c is the W3C trace context propagator; e31 uses it directly rather
 // than the global one, so the log's format never depends on a process's

@@ -209,6 +209,9 @@ func (s *Service) Run(ctx context.Context) error {
 			Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour,
 				StartSeq: s.replayed + 1},
 			Handle: s.Handle,
+			// The pool takes note of every event; its decisions are the
+			// spans (decisionSpans).
+			NoSpan: true,
 		})
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("rent: the log's handler stopped")
@@ -230,13 +233,13 @@ func (s *Service) Run(ctx context.Context) error {
 // so far in one pass and one round trip, so a burst of submissions is held
 // in batches rather than one durable write at a time. Nothing is lost if
 // RENT dies in between: on start it rebuilds the pool and decides again.
-func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
+func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	if env.Seq <= s.replayed {
 		return nil
 	}
 	s.mu.Lock()
 	s.pool.Apply(env)
-	s.remember(env, trace.Of(ctx))
+	s.remember(env, env.Trace)
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
