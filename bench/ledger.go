@@ -17,12 +17,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -158,8 +158,8 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
 	}
-	var info api.LedgerInfo
-	err = askJSON(ctx, nc, api.LedgerSubject(events.Operator, api.EndpointHead), &info)
+	var info wire.LedgerInfo
+	err = askJSON(ctx, nc, wire.LedgerSubject(events.Operator, wire.EndpointHead), &info)
 	ledgerHead := info.Head.String()
 	stop()
 	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {
@@ -222,37 +222,37 @@ func syntheticJobs(round int, base time.Time) [][]events.Envelope {
 		var evs []events.Event
 		add := func(e ...events.Event) { evs = append(evs, e...) }
 		run := func(h events.Hold, outcome events.Outcome, exit *int, final bool) {
-			add(events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, events.RunStarted{Hold: h},
-				events.RunStopped{Hold: h, Outcome: outcome, ExitCode: exit, Usage: events.Usage{CPUSeconds: 0.5, MaxRSSBytes: 64 << 20}, Output: none},
-				events.OutputReturned{Hold: h, Outcome: outcome, Files: []events.OutputFile{}, Missing: []string{}},
-				events.ComputeReleased{Hold: h, Outcome: outcome, Final: final})
+			add(&events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, &events.RunStarted{Hold: h},
+				&events.RunStopped{Hold: h, Outcome: outcome, ExitCode: exit, Usage: events.Usage{CPUSeconds: 0.5, MaxRSSBytes: 64 << 20}, Output: none},
+				&events.OutputReturned{Hold: h, Outcome: outcome, Files: []events.OutputFile{}, Missing: []string{}},
+				&events.ComputeReleased{Hold: h, Outcome: outcome, Final: final})
 		}
-		add(events.JobRequested{Submitter: who, Spec: s})
+		add(&events.JobRequested{Submitter: who, Spec: s})
 		switch k {
 		case 0: // succeeded (7)
-			add(events.JobSubmitted{Submitter: who, Spec: s})
+			add(&events.JobSubmitted{Submitter: who, Spec: s})
 			run(hold(1), events.Succeeded, &zero, true)
 		case 1: // failed (7)
-			add(events.JobSubmitted{Submitter: who, Spec: s})
+			add(&events.JobSubmitted{Submitter: who, Spec: s})
 			run(hold(1), events.Failed, &three, true)
 		case 2: // cancelled while it ran (8)
 			h := hold(1)
-			add(events.JobSubmitted{Submitter: who, Spec: s}, events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, events.RunStarted{Hold: h},
-				events.CancelRequested{By: who}, events.RunStopped{Hold: h, Outcome: events.Cancelled, Output: none},
-				events.OutputReturned{Hold: h, Outcome: events.Cancelled, Partial: true, Files: []events.OutputFile{}, Missing: []string{}},
-				events.ComputeReleased{Hold: h, Outcome: events.Cancelled, Final: true})
+			add(&events.JobSubmitted{Submitter: who, Spec: s}, &events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, &events.RunStarted{Hold: h},
+				&events.CancelRequested{By: who}, &events.RunStopped{Hold: h, Outcome: events.Cancelled, Output: none},
+				&events.OutputReturned{Hold: h, Outcome: events.Cancelled, Partial: true, Files: []events.OutputFile{}, Missing: []string{}},
+				&events.ComputeReleased{Hold: h, Outcome: events.Cancelled, Final: true})
 		case 3: // its node restarted while it ran, then it succeeded (12)
-			add(events.JobSubmitted{Submitter: who, Spec: s})
+			add(&events.JobSubmitted{Submitter: who, Spec: s})
 			run(hold(1), events.NodeLost, nil, false)
 			run(hold(2), events.Succeeded, &zero, true)
 		case 4: // rejected (2)
-			add(events.JobRejected{Reason: "request.limit: required"})
+			add(&events.JobRejected{Reason: "request.limit: required"})
 		case 5: // its node's lease lapsed, then it ran out of memory; its output deleted (12)
 			h := hold(1)
-			add(events.JobSubmitted{Submitter: who, Spec: s}, events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, events.RunStarted{Hold: h},
-				events.HoldLost{Hold: h, Reason: "the node's lease lapsed"}, events.ComputeReleased{Hold: h, Outcome: events.NodeLost})
+			add(&events.JobSubmitted{Submitter: who, Spec: s}, &events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, &events.RunStarted{Hold: h},
+				&events.HoldLost{Hold: h, Reason: "the node's lease lapsed"}, &events.ComputeReleased{Hold: h, Outcome: events.NodeLost})
 			run(hold(2), events.OutOfMemory, nil, true)
-			add(events.DeleteRequested{What: events.WhatOutput, By: who})
+			add(&events.DeleteRequested{What: events.WhatOutput, By: who})
 		}
 		envs := make([]events.Envelope, len(evs))
 		for j, ev := range evs {
@@ -295,7 +295,7 @@ func writeSyntheticLog(ctx context.Context, js jetstream.JetStream, n int) (writ
 	}
 	for i := 0; i < 16; i++ {
 		name := fmt.Sprintf("node-%02d", i)
-		if err := publish(events.New(name, events.NodeAnnounced{Node: name, Boot: "b1", CPU: 16, MemoryBytes: 64 << 30, GPU: 4, DiskBytes: 1 << 40}, "e31/bench", base)); err != nil {
+		if err := publish(events.New(name, &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 16, MemoryBytes: 64 << 30, GPU: 4, DiskBytes: 1 << 40}, "e31/bench", base)); err != nil {
 			return written, jobs, err
 		}
 	}

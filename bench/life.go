@@ -96,7 +96,7 @@ func Life(ctx context.Context, out io.Writer, o LifeOptions) error {
 	for i := 0; i < o.Idle; i++ {
 		id := uuid.Must(uuid.NewV7()).String()
 		done := w.expect(id)
-		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "bench", Spec: spec}, bus.ExpectLast(0)); err != nil {
+		if _, err := pub.Append(ctx, id, &events.JobRequested{Submitter: "bench", Spec: spec}, bus.ExpectLast(0)); err != nil {
 			return fmt.Errorf("bench: submit: %w", err)
 		}
 		select {
@@ -131,7 +131,7 @@ func Life(ctx context.Context, out io.Writer, o LifeOptions) error {
 		end := min(start+512, len(ids))
 		batch := make([]bus.Pending, 0, end-start)
 		for _, id := range ids[start:end] {
-			p := bus.Pending{Subject: id, Event: events.JobRequested{Submitter: "bench", Spec: spec}, ExpectSet: true}
+			p := bus.Pending{Subject: id, Event: &events.JobRequested{Submitter: "bench", Spec: spec}, ExpectSet: true}
 			if trace.Enabled() {
 				// Traced as `e31 submit` would be, so that tracing on
 				// costs what it costs for a submitted job.

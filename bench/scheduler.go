@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -26,14 +27,47 @@ func benchSpec(i int) events.JobSpec {
 		Request: events.Request{CPU: 1, MemoryBytes: 256 << 20, DiskBytes: 64 << 20, LimitSeconds: float64(60 + i%600)}}
 }
 
-// Scheduler queues jobs jobs over nodes node announcements, as real events
-// on an embedded server, then starts RENT alone: it rebuilds from the log
-// and holds what fits; a releaser gives every hold back at once, so RENT
-// keeps deciding with the queue still deep. It writes the rebuild time,
-// decisions per second end to end (measured over decisions holds), the
-// cost of one decision at a short and at the full queue (in memory), and
-// the heap per queued job.
-func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) error {
+// SchedulerOptions are the choices of a scheduler bench.
+type SchedulerOptions struct {
+	// Jobs are queued, over Nodes node announcements; Decisions holds are
+	// measured end to end once the pool is full.
+	Jobs, Nodes, Decisions int
+	// Profile, if set, is where a CPU profile of the measured decisions is
+	// written, and allocation profiles to Profile+".alloc0" (when they
+	// start) and Profile+".alloc" (when they end): `go tool pprof -base
+	// FILE.alloc0 FILE.alloc` shows what the decisions allocated.
+	Profile string
+	// Stall is how long the bench waits without a single new hold before it
+	// fails instead of waiting on; default 60 s.
+	Stall time.Duration
+}
+
+// benchLeaseTTL is the lease time of the bench's own leases bucket. The
+// bench's nodes are names in a log, with nobody behind them to renew a
+// lease: with the production ten seconds, a loaded machine that takes
+// longer than that to rebuild lets every node lapse, RENT counts them lost,
+// and no hold ever comes. An hour outlives any run.
+const benchLeaseTTL = time.Hour
+
+// Scheduler queues o.Jobs jobs over o.Nodes node announcements, as real
+// events on an embedded server, then starts RENT alone: it rebuilds from
+// the log and holds what fits; a releaser gives every hold back at once, so
+// RENT keeps deciding with the queue still deep. It writes the rebuild
+// time, decisions per second end to end (measured over o.Decisions holds),
+// the cost of one decision at a short and at the full queue (in memory),
+// and the heap per queued job.
+func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
+	jobs, nodes, decisions := o.Jobs, o.Nodes, o.Decisions
+	if jobs <= 0 || nodes <= 0 || decisions <= 0 {
+		return fmt.Errorf("%w: bench scheduler: --jobs, --nodes and --decisions must be positive", ErrUsage)
+	}
+	if nodes*4+decisions > jobs {
+		return fmt.Errorf("%w: bench scheduler: %d jobs cannot fill %d slots and give %d more holds", ErrUsage, jobs, nodes*4, decisions)
+	}
+	stall := o.Stall
+	if stall <= 0 {
+		stall = time.Minute
+	}
 	// Memory and pure decision cost, in memory first.
 	perJob, short, deep := poolCosts(jobs, nodes)
 	fmt.Fprintf(out, "scheduler (in memory): %.0f bytes of heap per queued job; one decision costs %.1f µs with %d queued and %.1f µs with %d queued\n",
@@ -58,7 +92,7 @@ func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) e
 	if err != nil {
 		return err
 	}
-	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+	if err := events.Setup(ctx, js, events.StreamOptions{LeaseTTL: benchLeaseTTL}); err != nil {
 		return err
 	}
 	kv, err := js.KeyValue(ctx, events.LeasesBucket)
@@ -83,11 +117,11 @@ func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) e
 		if _, err := kv.Put(ctx, "node."+name, []byte("b1")); err != nil {
 			return err
 		}
-		batch = append(batch, bus.Pending{Subject: name, Event: events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
+		batch = append(batch, bus.Pending{Subject: name, Event: &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
 	}
 	start := time.Now()
 	for i := 0; i < jobs; i++ {
-		batch = append(batch, bus.Pending{Subject: fmt.Sprintf("job-%06d", i), Event: events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}})
+		batch = append(batch, bus.Pending{Subject: fmt.Sprintf("job-%06d", i), Event: &events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}})
 		if len(batch) == 1024 {
 			if err := flush(); err != nil {
 				return err
@@ -103,50 +137,116 @@ func Scheduler(ctx context.Context, out io.Writer, jobs, nodes, decisions int) e
 	var held atomic.Int64
 	firstHolds := make(chan time.Duration, 1)
 	done := make(chan time.Duration, 1)
+	relErr := make(chan error, 1)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go releaseHolds(rctx, js, pub, &held, int64(nodes*4), int64(nodes*4+decisions), firstHolds, done)
+	go func() {
+		relErr <- releaseHolds(rctx, js, pub, &held, int64(nodes*4), int64(nodes*4+decisions), firstHolds, done)
+	}()
 
 	svc, err := rent.New(nc, js, rent.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "bench"})
 	if err != nil {
 		return err
 	}
 	started := time.Now()
-	go func() { _ = svc.Run(rctx) }()
-	var fill time.Duration
-	select {
-	case fill = <-firstHolds:
-	case <-time.After(5 * time.Minute):
-		return fmt.Errorf("bench: RENT did not fill the pool in 5 minutes (%d holds)", held.Load())
+	runErr := make(chan error, 1)
+	go func() { runErr <- svc.Run(rctx) }()
+	// wait returns what arrives on c, or fails at once when RENT or the
+	// releaser stops, or when no hold came for stall: a bench that cannot
+	// finish says why instead of hanging.
+	wait := func(c <-chan time.Duration, what string) (time.Duration, error) {
+		tick := time.NewTicker(stall / 4)
+		defer tick.Stop()
+		last, lastAt := held.Load(), time.Now()
+		for {
+			select {
+			case d := <-c:
+				return d, nil
+			case err := <-runErr:
+				return 0, fmt.Errorf("%w: bench scheduler: RENT stopped while %s after %d holds: %v", ErrFailed, what, held.Load(), err)
+			case err := <-relErr:
+				return 0, fmt.Errorf("%w: bench scheduler: the releaser stopped while %s after %d holds: %v", ErrFailed, what, held.Load(), err)
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-tick.C:
+				if n := held.Load(); n != last {
+					last, lastAt = n, time.Now()
+				} else if time.Since(lastAt) >= stall {
+					return 0, fmt.Errorf("%w: bench scheduler: no hold for %s while %s (%d holds so far): is the machine too loaded, or RENT stuck?", ErrFailed, stall, what, n)
+				}
+			}
+		}
+	}
+	fill, err := wait(firstHolds, "filling the pool")
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "scheduler: rebuilt and filled %d slots in %s (%.0f holds/s from a cold start)\n",
 		nodes*4, fill.Round(time.Millisecond), float64(nodes*4)/fill.Seconds())
-	var steady time.Duration
-	select {
-	case steady = <-done:
-	case <-time.After(10 * time.Minute):
-		return fmt.Errorf("bench: only %d holds in 10 minutes", held.Load())
+	// CPU time, server and releaser included (all in this process): what
+	// a decision costs whatever else the machine runs, where the rate
+	// depends on how much of the cores the bench gets.
+	cpu0 := cpuTime()
+	if o.Profile != "" {
+		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
+			return err
+		}
+		f, err := os.Create(o.Profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+	}
+	steady, err := wait(done, "deciding with a deep queue")
+	cpuPer := float64((cpuTime() - cpu0).Microseconds()) / float64(decisions)
+	if o.Profile != "" {
+		pprof.StopCPUProfile()
+		if err := writeAllocs(o.Profile + ".alloc"); err != nil {
+			return err
+		}
+	}
+	if err != nil {
+		return err
 	}
 	rate := float64(decisions) / (steady - fill).Seconds()
-	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end\n", decisions, jobs-nodes*4-decisions, rate)
-	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f\n",
-		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds())
+	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end, %.0f µs of cpu each (server and releaser included; %.0f/s if the bench had %d cores to itself)\n",
+		decisions, jobs-nodes*4-decisions, rate, cpuPer, float64(runtime.NumCPU())*1e6/cpuPer, runtime.NumCPU())
+	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f cpu_us_per_decision=%.0f\n",
+		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds(), cpuPer)
 	return nil
+}
+
+// writeAllocs writes the allocation profile of the process so far.
+// It collects first: the profile is as of the last collection.
+func writeAllocs(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // releaseHolds follows the holds and counts them. The first fill holds stay held;
 // every hold after that is released at once, in batches, so that RENT keeps
 // deciding with a deep queue. first reports when fill holds were made, done
 // when total were.
-func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publisher, held *atomic.Int64, fill, total int64, first, done chan<- time.Duration) {
+func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publisher, held *atomic.Int64, fill, total int64, first, done chan<- time.Duration) error {
 	start := time.Now()
-	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"e31.job.*.held.*"}})
+	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.KindSubject(events.TypeComputeHeld)}})
 	if err != nil {
-		return
+		return fmt.Errorf("follow the holds: %w", err)
 	}
 	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
 	if err != nil {
-		return
+		return fmt.Errorf("follow the holds: %w", err)
 	}
 	context.AfterFunc(ctx, iter.Stop)
 	var batch []bus.Pending
@@ -154,19 +254,22 @@ func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publishe
 	for {
 		m, err := iter.Next()
 		if err != nil {
-			return
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("follow the holds: %w", err)
 		}
 		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
 		if err != nil {
 			continue
 		}
 		h := env.Event.(*events.ComputeHeld)
-		rel := bus.Pending{Subject: env.Subject, Event: events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true}}
+		rel := bus.Pending{Subject: env.Subject, Event: &events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true}}
 		n := held.Add(1)
 		switch {
 		case n == total:
 			done <- time.Since(start)
-			return
+			return nil
 		case n < fill:
 			firstFill = append(firstFill, rel)
 			continue
@@ -181,7 +284,10 @@ func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publishe
 			for len(batch) > 0 {
 				n := min(len(batch), 256)
 				if _, errs := pub.AppendBatch(ctx, batch[:n]); errors.Join(errs...) != nil {
-					fmt.Fprintln(os.Stderr, "bench: release:", errors.Join(errs...))
+					if ctx.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("release: %w", errors.Join(errs...))
 				}
 				batch = batch[n:]
 			}
@@ -197,7 +303,7 @@ func poolCosts(jobs, nodes int) (perJob, shortUS, deepUS float64) {
 	runtime.ReadMemStats(&before)
 	p := rent.NewPool(rent.PoolConfig{}, nil)
 	for i := 0; i < jobs; i++ {
-		env := events.New(fmt.Sprintf("job-%06d", i), events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}, "bench", time.Now())
+		env := events.New(fmt.Sprintf("job-%06d", i), &events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)}, "bench", time.Now())
 		env.Seq = uint64(i + 1)
 		p.Apply(env)
 	}
@@ -223,11 +329,11 @@ func decideCost(queued, nodes int) float64 {
 	}
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("n%04d", i)
-		apply(name, events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40})
+		apply(name, &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40})
 	}
 	total := queued + nodes*4
 	for i := 0; i < total; i++ {
-		apply(fmt.Sprintf("job-%06d", i), events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)})
+		apply(fmt.Sprintf("job-%06d", i), &events.JobSubmitted{Submitter: fmt.Sprintf("team-%02d", i%50), Spec: benchSpec(i)})
 	}
 	var holds []events.ComputeHeld
 	var ids []string
@@ -238,8 +344,8 @@ func decideCost(queued, nodes int) float64 {
 		}
 		for _, d := range ds {
 			apply(d.Job, d.Event)
-			if h, ok := d.Event.(events.ComputeHeld); ok {
-				holds, ids = append(holds, h), append(ids, d.Job)
+			if h, ok := d.Event.(*events.ComputeHeld); ok {
+				holds, ids = append(holds, *h), append(ids, d.Job)
 			}
 		}
 	}
@@ -248,14 +354,14 @@ func decideCost(queued, nodes int) float64 {
 	for r := 0; r < rounds && len(holds) > 0; r++ {
 		h, id := holds[0], ids[0]
 		holds, ids = holds[1:], ids[1:]
-		apply(id, events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
+		apply(id, &events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
 		t0 := time.Now()
 		ds := p.Decide(256)
 		spent += time.Since(t0)
 		for _, d := range ds {
 			apply(d.Job, d.Event)
-			if nh, ok := d.Event.(events.ComputeHeld); ok {
-				holds, ids = append(holds, nh), append(ids, d.Job)
+			if nh, ok := d.Event.(*events.ComputeHeld); ok {
+				holds, ids = append(holds, *nh), append(ids, d.Job)
 			}
 		}
 	}

@@ -15,10 +15,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // burstSize is how many submissions TestBurstIsAcceptedAndDrains sends at
@@ -103,7 +104,7 @@ func TestBurstIsAcceptedAndDrains(t *testing.T) {
 	accepted := time.Since(start)
 	t.Logf("burst: all %d submitted after %s (%.0f/s through SUBMIT)", n, accepted.Round(time.Millisecond), float64(n)/accepted.Seconds())
 	why := askWhy(ctx, t, nc, js, ids[n-1])
-	if why.State != api.StateWaiting || why.Queued < n {
+	if why.State != hold.StateWaiting || why.Queued < n {
 		t.Errorf("RENT after the burst: %+v; want the last job waiting with all %d queued", why, n)
 	}
 
@@ -113,7 +114,7 @@ func TestBurstIsAcceptedAndDrains(t *testing.T) {
 	for i := 0; i < n; i += batchSize {
 		var batch []bus.Pending
 		for _, id := range ids[i:min(i+batchSize, n)] {
-			batch = append(batch, bus.Pending{Subject: id, Event: events.CancelRequested{By: events.Operator, Reason: "burst test"}})
+			batch = append(batch, bus.Pending{Subject: id, Event: &events.CancelRequested{By: events.Operator, Reason: "burst test"}})
 		}
 		if _, errs := pub.AppendBatch(ctx, batch); errs != nil {
 			for _, err := range errs {
@@ -178,7 +179,7 @@ func waitAll(ctx context.Context, t *testing.T, js jetstream.JetStream, ids []st
 
 // askWhy asks the scheduler, as the operator, why job is where it is, once
 // it has read the log as far as it is now.
-func askWhy(ctx context.Context, t *testing.T, nc *nats.Conn, js jetstream.JetStream, job string) api.WhyReply {
+func askWhy(ctx context.Context, t *testing.T, nc *nats.Conn, js jetstream.JetStream, job string) wire.WhyReply {
 	t.Helper()
 	s, err := js.Stream(ctx, events.Stream)
 	if err != nil {
@@ -188,12 +189,12 @@ func askWhy(ctx context.Context, t *testing.T, nc *nats.Conn, js jetstream.JetSt
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := json.Marshal(api.WhyRequest{Job: job, MinSeq: info.State.LastSeq})
-	m, err := query.Ask(ctx, nc, api.RentWhySubject(events.Operator), req)
+	req, _ := json.Marshal(wire.WhyRequest{Job: job, MinSeq: info.State.LastSeq})
+	m, err := query.Ask(ctx, nc, wire.RentWhySubject(events.Operator), req)
 	if err != nil {
 		t.Fatalf("ask RENT why %s waits: %v", job, err)
 	}
-	var why api.WhyReply
+	var why wire.WhyReply
 	if err := json.Unmarshal(m.Data, &why); err != nil {
 		t.Fatalf("RENT's answer %q: %v", m.Data, err)
 	}

@@ -376,18 +376,18 @@ func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 // saw records one event by its subject: e31.job.<job>.started or
 // e31.node.<node>.expired.
 func (w *logWatch) saw(subject string) {
-	tok := strings.Split(subject, ".")
-	if len(tok) != 4 {
+	s, err := events.ParseSubject(subject)
+	if err != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case tok[1] == "job" && tok[3] == "started":
-		w.started[tok[2]] = true
+	case s.Space == events.SpaceJob && s.Kind == "started":
+		w.started[s.Job] = true
 		w.starts++
-	case tok[1] == "node" && tok[3] == "expired":
-		w.expired[tok[2]]++
+	case s.Space == events.SpaceNode && s.Kind == "expired":
+		w.expired[s.Node]++
 	default:
 		return
 	}

@@ -13,15 +13,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // wait runs `e31 wait --json` and decodes the hold record.
-func waitRecord(t *testing.T, d *dev, id string) (*api.HoldRecord, int) {
+func waitRecord(t *testing.T, d *dev, id string) (*hold.HoldRecord, int) {
 	t.Helper()
 	out, errOut, code := d.e31(t, "e2e", "wait", "--json", "--timeout", "2m", id)
-	var rec api.HoldRecord
+	var rec hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("e31 wait %s: exit %d: %v\n%s%s", id, code, err, out, errOut)
 	}
@@ -58,7 +58,7 @@ func TestExamplesRunInAContainer(t *testing.T) {
 		if (code == 0) != (want[ex] == events.Succeeded) {
 			t.Errorf("%s: e31 wait exit %d with outcome %s", ex, code, rec.Outcome)
 		}
-		if rec.State != api.StateReleased || rec.ReleasedAt == nil {
+		if rec.State != hold.StateReleased || rec.ReleasedAt == nil {
 			t.Errorf("%s: not released: %+v", ex, rec)
 		}
 		switch ex {

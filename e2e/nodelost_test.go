@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/jobfile"
 )
 
@@ -73,7 +73,7 @@ output: [ok.txt]
 	}
 	// Once RENT has read the release, the job waits, for run-1, and is
 	// not rejected.
-	if why := askWhy(ctx, t, nc, js, first); why.State != api.StateWaiting || !strings.Contains(why.Reason, "never the job's fault") ||
+	if why := askWhy(ctx, t, nc, js, first); why.State != hold.StateWaiting || !strings.Contains(why.Reason, "never the job's fault") ||
 		!strings.Contains(why.Reason, "run-1") {
 		t.Errorf("after its node was lost, RENT says %s: %q; want waiting for run-1, not rejected", why.State, why.Reason)
 	}
@@ -84,7 +84,7 @@ output: [ok.txt]
 		_, ok := env.Event.(*events.JobSubmitted)
 		return ok
 	})
-	if why := askWhy(ctx, t, nc, js, late); why.State != api.StateWaiting || !strings.Contains(why.Reason, "waits for run-1") {
+	if why := askWhy(ctx, t, nc, js, late); why.State != hold.StateWaiting || !strings.Contains(why.Reason, "waits for run-1") {
 		t.Errorf("submitted while run-1 was lost, RENT says %s: %q; want waiting for run-1", why.State, why.Reason)
 	}
 

@@ -59,7 +59,7 @@ func submitAll(ctx context.Context, t testing.TB, js jetstream.JetStream, submit
 		for try := 0; len(todo) > 0; try++ {
 			batch := make([]bus.Pending, len(todo))
 			for i, id := range todo {
-				batch[i] = bus.Pending{Subject: id, Event: events.JobRequested{Submitter: submitter, Spec: spec}, ExpectSet: true}
+				batch[i] = bus.Pending{Subject: id, Event: &events.JobRequested{Submitter: submitter, Spec: spec}, ExpectSet: true}
 			}
 			_, errs := pub.AppendBatch(ctx, batch)
 			var again []string
@@ -227,7 +227,7 @@ func readLog(ctx context.Context, t testing.TB, js jetstream.JetStream) *logRepo
 
 func (r *logReport) add(env events.Envelope) {
 	r.events++
-	if strings.HasPrefix(env.NATSSubject, "e31.node.") {
+	if s, err := events.ParseSubject(env.NATSSubject); err == nil && s.Space == events.SpaceNode {
 		return
 	}
 	j := r.jobs[env.Subject]

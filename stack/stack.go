@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/bus"
@@ -110,7 +109,7 @@ func (c Config) withDefaults() (Config, error) {
 var Operator = auth.Identity{Role: auth.Operator, Name: events.Operator}
 
 // Auditor is the identity that may read everything and change nothing.
-var Auditor = auth.Identity{Role: auth.Auditor, Name: api.Auditor}
+var Auditor = auth.Identity{Role: auth.Auditor, Name: auth.AuditorName}
 
 // Stack is a running e31: the broker and every service.
 type Stack struct {

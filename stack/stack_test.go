@@ -49,7 +49,7 @@ func TestAJobGoesThroughTheWholeStack(t *testing.T) {
 	spec := events.JobSpec{Name: "true", Work: events.Work{Command: []string{"/bin/true"}},
 		Request: events.Request{CPU: 0.1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, LimitSeconds: 30}}
 	const job = "stack-test-1"
-	if _, err := pub.Append(ctx, job, events.JobRequested{Submitter: "bench", Spec: spec}, bus.ExpectLast(0)); err != nil {
+	if _, err := pub.Append(ctx, job, &events.JobRequested{Submitter: "bench", Spec: spec}, bus.ExpectLast(0)); err != nil {
 		t.Fatal(err)
 	}
 	w, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.JobSubject(job)}})

@@ -12,10 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/daemon"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 )
@@ -51,9 +52,9 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			var heads []api.Head
+			var heads []chain.Head
 			for _, s := range sinceHeads {
-				h, err := api.ParseHead(s)
+				h, err := chain.ParseHead(s)
 				if err != nil {
 					return usageErr("--since-head: %v", err)
 				}
@@ -137,7 +138,7 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 // so that a log or ledger gone wrong pages someone (e31_audit_findings).
 // Each audit's summary and findings go to the log; an audit that cannot
 // run to its end is tried again at the next interval.
-func auditEvery(ctx context.Context, a *app, c *client.Client, heads []api.Head, every time.Duration, o httpOptions) error {
+func auditEvery(ctx context.Context, a *app, c *client.Client, heads []chain.Head, every time.Duration, o httpOptions) error {
 	m := metrics.NewAudit()
 	reg, err := metrics.NewRegistry(m)
 	if err != nil {
@@ -186,19 +187,19 @@ func auditEvery(ctx context.Context, a *app, c *client.Client, heads []api.Head,
 
 // readRecords reads a copy of the ledger's records: a list ('e31 ledger
 // --json'), which is all of them, or one record ('e31 ledger ID --json').
-func readRecords(path string) ([]*api.HoldRecord, bool, error) {
+func readRecords(path string) ([]*hold.HoldRecord, bool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, false, usageErr("--records: %v", err)
 	}
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
-		var r api.HoldRecord
+		var r hold.HoldRecord
 		if err := json.Unmarshal(t, &r); err != nil {
 			return nil, false, usageErr("--records %s: not a hold record: %v", path, err)
 		}
-		return []*api.HoldRecord{&r}, false, nil
+		return []*hold.HoldRecord{&r}, false, nil
 	}
-	var recs []*api.HoldRecord
+	var recs []*hold.HoldRecord
 	if err := json.Unmarshal(b, &recs); err != nil {
 		return nil, false, usageErr("--records %s: not a list of hold records: %v", path, err)
 	}

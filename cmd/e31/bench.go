@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -80,7 +81,7 @@ func benchErr(err error) error {
 }
 
 func benchSchedulerCmd(a *app) *cobra.Command {
-	var jobs, nodes, decisions int
+	var o bench.SchedulerOptions
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Measure RENT with a deep queue: decisions per second and memory per queued job",
@@ -92,12 +93,14 @@ to end, the cost of one decision at a short and at the full queue (in memory),
 and the heap per queued job.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return benchErr(bench.Scheduler(cmd.Context(), a.out, jobs, nodes, decisions))
+			return benchErr(bench.Scheduler(cmd.Context(), a.out, o))
 		},
 	}
-	cmd.Flags().IntVar(&jobs, "jobs", 100000, "jobs queued")
-	cmd.Flags().IntVar(&nodes, "nodes", 1000, "nodes announced")
-	cmd.Flags().IntVar(&decisions, "decisions", 20000, "holds to measure end to end")
+	cmd.Flags().IntVar(&o.Jobs, "jobs", 100000, "jobs queued")
+	cmd.Flags().IntVar(&o.Nodes, "nodes", 1000, "nodes announced")
+	cmd.Flags().IntVar(&o.Decisions, "decisions", 20000, "holds to measure end to end")
+	cmd.Flags().StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the measured decisions to this file, and allocation profiles to FILE.alloc0 (start) and FILE.alloc (end)")
+	cmd.Flags().DurationVar(&o.Stall, "stall", time.Minute, "fail if no hold comes for this long")
 	return cmd
 }
 

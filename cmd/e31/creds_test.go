@@ -110,7 +110,7 @@ func TestCredsRevokeAndPushShutOutASubmitter(t *testing.T) {
 	if err := events.Setup(ctx, mustOperatorJS(t, srv, keys), events.StreamOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := events.New("node-1", events.NodeAnnounced{Node: "node-1"}, "test", time.Now()).Msg()
+	m, err := events.New("node-1", &events.NodeAnnounced{Node: "node-1"}, "test", time.Now()).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // What a job keeps in the store (its staged data and its output) lives
@@ -45,7 +45,7 @@ func dataLsCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.with(cmd.Context(), func(c *client.Client) error {
-				q := api.StoredRequest{Deleted: deleted}
+				q := wire.StoredRequest{Deleted: deleted}
 				if !all {
 					q.Submitter = c.Who().Name
 				}
@@ -74,7 +74,7 @@ func dataLsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func partText(p api.StoredPart) string {
+func partText(p wire.StoredPart) string {
 	switch {
 	case p.DeletedAt != nil:
 		return "deleted"

@@ -36,8 +36,8 @@ func (ts *testSystem) garbageOn(job, who string) {
 		publish(base+"requested."+who, []byte("{}"), nats.Header{nats.MsgIdHdr: {job + "/" + id}})
 	}
 	for _, ev := range []events.Event{
-		events.JobRejected{Reason: who + " says so"},
-		events.JobRequested{Submitter: who, Spec: events.JobSpec{Work: events.Work{Command: []string{"/bin/false"}}}},
+		&events.JobRejected{Reason: who + " says so"},
+		&events.JobRequested{Submitter: who, Spec: events.JobSpec{Work: events.Work{Command: []string{"/bin/false"}}}},
 	} {
 		env := events.New(job, ev, who, time.Now())
 		env.ID += "/" + who

@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 func waitCmd(a *app) *cobra.Command {
@@ -213,7 +213,7 @@ the whole log is for the auditor and the operator.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			enc := json.NewEncoder(a.out)
-			show := func(m api.StoredEvent) error {
+			show := func(m wire.StoredEvent) error {
 				if asJSON {
 					return enc.Encode(m)
 				}

@@ -11,13 +11,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/client"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 type ledgerOptions struct {
 	asJSON, asCSV, totals, head bool
-	q                           api.ListRequest
+	q                           wire.ListRequest
 	since, until                string
 }
 
@@ -137,7 +138,7 @@ func (a *app) printOneRecord(ctx context.Context, c *client.Client, id string, o
 	case o.asJSON:
 		return writeJSON(a.out, rec)
 	case o.asCSV:
-		return writeRecordsCSV(a.out, []*api.HoldRecord{rec})
+		return writeRecordsCSV(a.out, []*hold.HoldRecord{rec})
 	}
 	printRecord(a.out, rec)
 	return nil
@@ -163,7 +164,7 @@ func (a *app) printHead(ctx context.Context, c *client.Client, o ledgerOptions) 
 // printTotals prints what each submitter would be billed for the period
 // (a submitter is told its own bill only).
 func (a *app) printTotals(ctx context.Context, c *client.Client, o ledgerOptions) error {
-	totals, behind, err := c.Totals(ctx, api.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter})
+	totals, behind, err := c.Totals(ctx, wire.TotalsRequest{Since: o.q.Since, Until: o.q.Until, Submitter: o.q.Submitter})
 	if err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ var recordColumns = []string{"job", "name", "submitter", "state", "outcome", "ex
 	"held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds",
 	"usage_cpu_seconds", "usage_max_rss_bytes", "output_files", "output_bytes", "events_digest"}
 
-func writeRecordsCSV(w io.Writer, recs []*api.HoldRecord) error {
+func writeRecordsCSV(w io.Writer, recs []*hold.HoldRecord) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(recordColumns); err != nil {
 		return err
@@ -216,7 +217,7 @@ func writeRecordsCSV(w io.Writer, recs []*api.HoldRecord) error {
 	return cw.Error()
 }
 
-func writeTotalsCSV(w io.Writer, ts []api.Totals) error {
+func writeTotalsCSV(w io.Writer, ts []wire.Totals) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write([]string{"submitter", "jobs", "attempts", "held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds", "open"}); err != nil {
 		return err

@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -45,7 +47,7 @@ output: [{path: x, required: false}]
 `, nil)))
 	}
 	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
-	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
+	if _, err := pub.Append(context.Background(), "rejected-one", &events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	failed := ""
@@ -69,7 +71,7 @@ output: [{path: x, required: false}]
 		t.Errorf("alice: e31 ledger --head: exit %d, %q %q; want not permitted", code, out, errOut)
 	}
 	headOut, _, code := ts.cliAs("auditor", "ledger", "--head")
-	head, err := api.ParseHead(headOut)
+	head, err := chain.ParseHead(headOut)
 	if code != 0 || err != nil {
 		t.Fatalf("e31 ledger --head: exit %d, %q: %v", code, headOut, err)
 	}
@@ -79,7 +81,7 @@ output: [{path: x, required: false}]
 
 	// The meter: held request times held time, per attempt and in total.
 	recsJSON, _, _ := ts.cliAs("auditor", "ledger", "--json")
-	var recs []*api.HoldRecord
+	var recs []*hold.HoldRecord
 	if err := json.Unmarshal([]byte(recsJSON), &recs); err != nil || len(recs) != len(ids) {
 		t.Fatalf("ledger has %d records (%v), want %d", len(recs), err, len(ids))
 	}
@@ -209,12 +211,12 @@ func TestAuditFindsOverlappingHoldsBeyondCapacity(t *testing.T) {
 		}
 		return last
 	}
-	appendAll("n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, DiskBytes: 4 << 30})
+	appendAll("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, DiskBytes: 4 << 30})
 	for _, job := range []string{"first", "second"} {
-		appendAll(job, events.JobRequested{Submitter: "alice", Spec: spec}, events.JobSubmitted{Submitter: "alice", Spec: spec})
+		appendAll(job, &events.JobRequested{Submitter: "alice", Spec: spec}, &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	}
-	appendAll("first", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
-	over := appendAll("second", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	appendAll("first", &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	over := appendAll("second", &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
 
 	export, errOut, code := execute3("events", "--json", "--nats", srv.ClientURL())
 	if code != 0 {
@@ -245,15 +247,15 @@ func TestLedgerTotalsPerSubmitter(t *testing.T) {
 		spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}},
 			Request: events.Request{CPU: h.CPU, MemoryBytes: h.MemoryBytes, GPU: h.GPU, LimitSeconds: 86400}}
 		at(from)
-		for _, ev := range []events.Event{events.JobRequested{Submitter: who, Spec: spec}, events.JobSubmitted{Submitter: who, Spec: spec},
-			events.ComputeHeld{Hold: h, Submitter: who, Spec: spec}, events.RunStopped{Hold: h, Outcome: events.Succeeded},
-			events.OutputReturned{Hold: h, Outcome: events.Succeeded}} {
+		for _, ev := range []events.Event{&events.JobRequested{Submitter: who, Spec: spec}, &events.JobSubmitted{Submitter: who, Spec: spec},
+			&events.ComputeHeld{Hold: h, Submitter: who, Spec: spec}, &events.RunStopped{Hold: h, Outcome: events.Succeeded},
+			&events.OutputReturned{Hold: h, Outcome: events.Succeeded}} {
 			if _, err := pub.Append(ctx, job, ev); err != nil {
 				t.Fatal(err)
 			}
 		}
 		at(to)
-		if _, err := pub.Append(ctx, job, events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true}); err != nil {
+		if _, err := pub.Append(ctx, job, &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -285,11 +287,11 @@ func TestLedgerTotalsPerSubmitter(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("e31 ledger --totals: exit %d: %s", code, errOut)
 	}
-	var got []api.Totals
+	var got []wire.Totals
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := []api.Totals{
+	want := []wire.Totals{
 		{Submitter: "alice", Jobs: 2, Attempts: 2, HeldSeconds: 5400, CPUCoreSeconds: 2*3600 + 1800, MemoryGiBSeconds: 4*3600 + 1800, GPUSeconds: 1800},
 		{Submitter: "bob", Jobs: 1, Attempts: 1, HeldSeconds: 3600, CPUCoreSeconds: 4 * 3600, MemoryGiBSeconds: 8 * 3600, GPUSeconds: 2 * 3600},
 	}

@@ -22,11 +22,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/stack"
 )
@@ -124,12 +125,12 @@ func TestMetricsAgreeWithTheLedger(t *testing.T) {
 
 	// The ledger's view of the same log, as the operator sees it.
 	out, errOut, code := ts.cliAs(events.Operator, "ledger", "--json")
-	var recs []api.HoldRecord
+	var recs []hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); code != 0 || err != nil {
 		t.Fatalf("e31 ledger --json: exit %d, %v: %s", code, err, errOut)
 	}
 	out, errOut, code = ts.cliAs(events.Operator, "ledger", "--totals", "--json")
-	var totals []api.Totals
+	var totals []wire.Totals
 	if err := json.Unmarshal([]byte(out), &totals); code != 0 || err != nil {
 		t.Fatalf("e31 ledger --totals --json: exit %d, %v: %s", code, err, errOut)
 	}
@@ -152,7 +153,7 @@ func TestMetricsAgreeWithTheLedger(t *testing.T) {
 	for {
 		fams, body = scrape(t, base+"/metrics")
 		over := 0.0
-		for _, s := range []string{api.StateReleased, api.StateRejected, api.StateCancelled} {
+		for _, s := range []string{hold.StateReleased, hold.StateRejected, hold.StateCancelled} {
 			v, _ := value(fams, "e31_jobs", "state", s)
 			over += v
 		}
@@ -164,8 +165,8 @@ func TestMetricsAgreeWithTheLedger(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for _, s := range []string{api.StateSubmitted, api.StateWaiting, api.StateHeld, api.StateRunning, api.StateStopped,
-		api.StateReturned, api.StateReleased, api.StateRejected, api.StateCancelled} {
+	for _, s := range []string{hold.StateSubmitted, hold.StateWaiting, hold.StateHeld, hold.StateRunning, hold.StateStopped,
+		hold.StateReturned, hold.StateReleased, hold.StateRejected, hold.StateCancelled} {
 		if got, _ := value(fams, "e31_jobs", "state", s); got != byState[s] {
 			t.Errorf("e31_jobs{state=%q} = %g, the ledger has %g", s, got, byState[s])
 		}
@@ -332,7 +333,7 @@ func TestServeEndpoints(t *testing.T) {
 	}
 	// Something in the log before they start: each must catch up with it.
 	pub := bus.NewPublisher(js, "e31/test", time.Now)
-	if _, err := pub.Append(ctx, "node-x", events.NodeAnnounced{Node: "node-x", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}); err != nil {
+	if _, err := pub.Append(ctx, "node-x", &events.NodeAnnounced{Node: "node-x", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	addrs := map[string]string{}
@@ -361,7 +362,7 @@ func TestServeEndpoints(t *testing.T) {
 	}
 	// RENT rebuilt itself from what was logged before it started; what
 	// comes now its handler handles.
-	if _, err := pub.Append(ctx, "node-y", events.NodeAnnounced{Node: "node-y", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}); err != nil {
+	if _, err := pub.Append(ctx, "node-y", &events.NodeAnnounced{Node: "node-y", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	var fams map[string]*dto.MetricFamily

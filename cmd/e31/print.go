@@ -6,13 +6,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // printRecord writes a hold record for people; --json gives the exact one.
-func printRecord(w io.Writer, r *api.HoldRecord) {
+func printRecord(w io.Writer, r *hold.HoldRecord) {
 	title := r.Job
 	if r.Name != "" {
 		title += "  " + r.Name
@@ -49,7 +49,7 @@ func printRecord(w io.Writer, r *api.HoldRecord) {
 			r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds)
 		fmt.Fprintf(w, "usage    %.3f cpu-seconds, %s peak memory\n", r.Usage.CPUSeconds, humanBytes(r.Usage.MaxRSSBytes))
 	}
-	if r.Output.Files > 0 || len(r.Output.Missing) > 0 || r.State == api.StateReleased {
+	if r.Output.Files > 0 || len(r.Output.Missing) > 0 || r.State == hold.StateReleased {
 		out := fmt.Sprintf("%d file(s), %s", r.Output.Files, humanBytes(r.Output.Bytes))
 		if r.Output.Partial {
 			out += ", partial"

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // TestJobsOfALostNodeAreHeldAgainElsewhere crashes the node a job runs on:
@@ -27,7 +27,7 @@ work: {command: ["/bin/sh", "-c", "if [ \"$E31_ATTEMPT\" = 1 ]; then sleep 60; f
 request: {cpu: 2, memory: 64MiB, limit: 2m}
 output: [ok.txt]
 `, nil))
-	ts.waitState(id, api.StateRunning)
+	ts.waitState(id, hold.StateRunning)
 	rec, err := ts.c.Record(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ request: {cpu: 64, memory: 32MiB, limit: 1m}
 		t.Fatal(errOut)
 	}
 	id := strings.TrimSpace(out)
-	ts.waitState(id, api.StateWaiting)
+	ts.waitState(id, hold.StateWaiting)
 	st, _, _ := ts.cli("status", id)
 	if !strings.Contains(st, "waiting") || !strings.Contains(st, "waits for one to join") {
 		t.Errorf("status of a job waiting for a node = %q", st)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -26,6 +27,7 @@ var setupStreamNames = []string{
 func setupCmd(a *app) *cobra.Command {
 	var replicas int
 	var leaseTTL, timeout time.Duration
+	var logMax string
 	var submitters []string
 	var lf limitFlags
 	cmd := &cobra.Command{
@@ -82,6 +84,11 @@ allowed, is rejected with the reason.`,
 			if err := retry(ctx, func() error { _, err := limits.Setup(ctx, js, replicas); return err }); err != nil {
 				return troubleErr(fmt.Errorf("setup: %w", err))
 			}
+			if logMax != "" {
+				if err := setLogMaxBytes(ctx, a, js, logMax); err != nil {
+					return err
+				}
+			}
 			for _, name := range setupStreamNames {
 				var raised bool
 				var have int
@@ -116,6 +123,7 @@ allowed, is rejected with the reason.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&replicas, "replicas", 1, "copies of every stream: 1 on one server, 3 on a three-server cluster")
+	f.StringVar(&logMax, "log-max-bytes", "", "what the event log may hold (e.g. 500GiB, or 'unlimited': the server's store); full, it refuses new events and drops none, and SUBMIT refuses new jobs an eighth short of it")
 	f.DurationVar(&leaseTTL, "lease-ttl", events.DefaultLeaseTTL, "how long a node or scheduler lives without renewing its lease (only when the bucket is created)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the cluster to accept the streams")
 	f.StringArrayVar(&submitters, "submitter", nil, "also make this submitter's data bucket, and set the limits given for it (repeatable)")
@@ -160,4 +168,34 @@ func retry(ctx context.Context, fn func() error) error {
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// setLogMaxBytes bounds the event log at size (or lifts the bound). It never
+// bounds the log below what it holds: that would refuse every event at once,
+// releases of held jobs among them.
+func setLogMaxBytes(ctx context.Context, a *app, js jetstream.JetStream, size string) error {
+	limit := int64(-1)
+	if size != "unlimited" {
+		n, err := jobfile.ParseSize(size)
+		if err != nil || n <= 0 {
+			return usageErr("--log-max-bytes %q is not a size", size)
+		}
+		limit = n
+	}
+	str, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return troubleErr(fmt.Errorf("setup: the log: %w", err))
+	}
+	info := str.CachedInfo()
+	if limit > 0 && uint64(limit) <= info.State.Bytes+uint64(events.LogReserve(limit)) {
+		return usageErr("--log-max-bytes %s: the log holds %d bytes already; give it more than that and its reserve (%d bytes)", size, info.State.Bytes, events.LogReserve(limit))
+	}
+	cfg := info.Config
+	cfg.MaxBytes = limit
+	cfg.Discard = jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return troubleErr(fmt.Errorf("setup: bound the log: %w", err))
+	}
+	fmt.Fprintf(a.out, "%s: may hold %s bytes (it holds %d)\n", events.Stream, size, info.State.Bytes)
+	return nil
 }

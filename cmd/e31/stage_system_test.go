@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // The tests in this file stage data in and output out through the whole
@@ -206,14 +207,14 @@ retention: 1h
 		t.Fatalf("%s: %s", rec.Outcome, rec.Reason)
 	}
 
-	stored := func() []api.Stored {
+	stored := func() []wire.Stored {
 		// OUTPUT's stored endpoint answers anyone who may ask it about
 		// every job: only the operator and the auditor may.
 		out, errOut, code := ts.cliAs("operator", "data", "ls", "--json", "--all")
 		if code != 0 {
 			t.Fatalf("e31 data ls: exit %d: %s", code, errOut)
 		}
-		var jobs []api.Stored
+		var jobs []wire.Stored
 		if err := json.Unmarshal([]byte(out), &jobs); err != nil {
 			t.Fatalf("e31 data ls --json printed %q", out)
 		}
@@ -252,7 +253,7 @@ retention: 1h
 
 	// The ledger answers as of everything logged so far, deletions included.
 	out, _, _ = ts.cli("ledger", id, "--json")
-	var rec api.HoldRecord
+	var rec hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		t.Fatalf("e31 ledger --json printed %q", out)
 	}

@@ -6,14 +6,14 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // printSweepResult prints a finished sweep; the exit status is 0 only if
 // every job succeeded.
-func (a *app) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON bool) error {
+func (a *app) printSweepResult(sweep string, recs []*hold.HoldRecord, asJSON bool) error {
 	if asJSON {
 		if err := writeJSON(a.out, client.Summarize(sweep, recs)); err != nil {
 			return err
@@ -29,7 +29,7 @@ func (a *app) printSweepResult(sweep string, recs []*api.HoldRecord, asJSON bool
 	return nil
 }
 
-func printSweep(w io.Writer, sweep string, recs []*api.HoldRecord) {
+func printSweep(w io.Writer, sweep string, recs []*hold.HoldRecord) {
 	s := client.Summarize(sweep, recs)
 	fmt.Fprintf(w, "sweep %s: %d jobs, %.3f s held in all\n", sweep, s.Jobs, s.HeldSeconds)
 	fmt.Fprintf(w, "  states:   %s\n", counts(s.States))

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // testSystem is `e31 dev` started in-process for one test, with
@@ -166,16 +166,16 @@ func (ts *testSystem) submit(path string) string {
 
 // wait waits for one of alice's jobs through the CLI and returns its
 // record and exit code.
-func (ts *testSystem) wait(id string) (*api.HoldRecord, int) {
+func (ts *testSystem) wait(id string) (*hold.HoldRecord, int) {
 	ts.t.Helper()
 	return ts.waitAs("alice", id)
 }
 
 // waitAs waits for a job through the CLI as name.
-func (ts *testSystem) waitAs(name, id string) (*api.HoldRecord, int) {
+func (ts *testSystem) waitAs(name, id string) (*hold.HoldRecord, int) {
 	ts.t.Helper()
 	out, errOut, code := ts.cliAs(name, "wait", "--json", "--timeout", "60s", id)
-	var rec api.HoldRecord
+	var rec hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		ev, _, _ := ts.cliAs(events.Operator, "events", id)
 		ts.t.Fatalf("e31 wait %s: exit %d, %v: %s %s\nits events:\n%s", id, code, err, out, errOut, ev)
@@ -259,7 +259,7 @@ output: [log.txt]
 	if rec.Output.Files != 1 {
 		t.Errorf("a failed job's output is returned too: got %d files", rec.Output.Files)
 	}
-	if rec.State != api.StateReleased {
+	if rec.State != hold.StateReleased {
 		t.Errorf("state %s, want released", rec.State)
 	}
 }
@@ -307,11 +307,11 @@ func TestInvalidJobIsRejectedWithTheReasonAndNeverHeld(t *testing.T) {
 	want := map[string]string{"no-limit": "request.limit", "no-command": "work.command", "missing-data": "data[0]"}
 	for name, spec := range cases {
 		id := "reject-" + name
-		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
+		if _, err := pub.Append(ctx, id, &events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
 			t.Fatal(err)
 		}
 		rec, code := ts.wait(id)
-		if code != exitFailed || rec.Outcome != events.Rejected || rec.State != api.StateRejected {
+		if code != exitFailed || rec.Outcome != events.Rejected || rec.State != hold.StateRejected {
 			t.Errorf("%s: outcome %s state %s (exit %d), want rejected", name, rec.Outcome, rec.State, code)
 		}
 		if !strings.Contains(rec.Reason, want[name]) {
@@ -344,8 +344,8 @@ output: [part.txt]
 work: {command: ["/bin/true"]}
 request: {cpu: 2, memory: 64MiB, limit: 2m}
 `, nil))
-	ts.waitState(running, api.StateRunning)
-	ts.waitState(waiting, api.StateWaiting)
+	ts.waitState(running, hold.StateRunning)
+	ts.waitState(waiting, hold.StateWaiting)
 	out, _, _ := ts.cli("status", waiting)
 	if !strings.Contains(out, "waiting") || !strings.Contains(out, "waiting for compute: it needs 2 cpu") {
 		t.Errorf("status of the waiting job = %q, want waiting with a reason", out)
@@ -370,7 +370,7 @@ request: {cpu: 2, memory: 64MiB, limit: 2m}
 // waitState waits until a job reaches state (running, or waiting: accepted).
 func (ts *testSystem) waitState(id, state string) {
 	ts.t.Helper()
-	ceType := map[string]string{api.StateRunning: events.TypeRunStarted, api.StateWaiting: events.TypeJobSubmitted}[state]
+	ceType := map[string]string{hold.StateRunning: events.TypeRunStarted, hold.StateWaiting: events.TypeJobSubmitted}[state]
 	ts.waitEvent(id, ceType)
 }
 
@@ -407,7 +407,7 @@ output: [{path: x, required: false}]
 `, nil)))
 	}
 	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
-	if _, err := pub.Append(context.Background(), "rejected-one", events.JobRequested{Submitter: "bob"}); err != nil {
+	if _, err := pub.Append(context.Background(), "rejected-one", &events.JobRequested{Submitter: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
@@ -421,7 +421,7 @@ output: [{path: x, required: false}]
 	}
 	// The records account for every job, and nothing is held any more.
 	out, _, _ = ts.cliAs("auditor", "ledger", "--json")
-	var recs []api.HoldRecord
+	var recs []hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil || len(recs) != len(ids) {
 		t.Fatalf("ledger has %d records (%v), want %d", len(recs), err, len(ids))
 	}
@@ -462,7 +462,7 @@ request: {cpu: 0.5, memory: 32MiB, limit: 1m}
 output: [done.txt]
 `, nil)))
 	}
-	ts.waitState(ids[0], api.StateRunning)
+	ts.waitState(ids[0], hold.StateRunning)
 	ts.stop()
 	ts.start(1)
 	lost := 0
@@ -516,7 +516,7 @@ func TestAnUnreadableRequestIsRejectedWithTheProblem(t *testing.T) {
 	ctx := context.Background()
 	// Alice's own upstream system, with her credentials: whose the job is
 	// comes from the subject even when the body cannot be read.
-	good := events.New("garbled", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	good := events.New("garbled", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := good.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -545,9 +545,9 @@ func TestOnlyTheSubmitterCanCancel(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
 	id := ts.submit(writeJob(t, "work: {command: [/bin/sh, -c, sleep 1]}\nrequest: {limit: 1m, cpu: 0.1}\n", nil))
-	ts.waitState(id, api.StateRunning)
+	ts.waitState(id, hold.StateRunning)
 	pub := bus.NewPublisher(ts.client("bob").JetStream(), "e31/test", nil)
-	if _, err := pub.Append(context.Background(), id, events.CancelRequested{By: "bob"}); err != nil {
+	if _, err := pub.Append(context.Background(), id, &events.CancelRequested{By: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	rec, code := ts.wait(id)
@@ -567,7 +567,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 	spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/sh", "-c", "echo secret > $E31_OUTPUT/s.txt"}},
 		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
 		Output:  []events.OutputDecl{{Path: "s.txt", Required: true}}}
-	if _, err := pub.Append(ctx, "alices", events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
+	if _, err := pub.Append(ctx, "alices", &events.JobRequested{Submitter: "alice", Spec: spec}, bus.ExpectLast(0)); err != nil {
 		t.Fatal(err)
 	}
 	if rec, code := ts.wait("alices"); code != 0 {
@@ -587,7 +587,7 @@ func TestEachSubmittersDataIsItsOwn(t *testing.T) {
 		Request: events.Request{CPU: 0.1, MemoryBytes: 32 << 20, DiskBytes: 16 << 20, LimitSeconds: 60},
 		After:   []string{"alices"}}
 	for id, s := range map[string]events.JobSpec{"bob-uses": uses, "bob-waits": waits} {
-		if _, err := pub.Append(ctx, id, events.JobRequested{Submitter: "bob", Spec: s}, bus.ExpectLast(0)); err != nil {
+		if _, err := pub.Append(ctx, id, &events.JobRequested{Submitter: "bob", Spec: s}, bus.ExpectLast(0)); err != nil {
 			t.Fatal(err)
 		}
 		rec, _ := ts.waitAs("bob", id)

@@ -10,10 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // The tests in this file check tenancy with authentication on, through the
@@ -37,7 +37,7 @@ output: [s.txt]
 	}
 	bobs := strings.TrimSpace(out)
 	alices := ts.submit(job)
-	ts.waitState(bobs, api.StateRunning)
+	ts.waitState(bobs, hold.StateRunning)
 
 	noSuchJob := func(what string, args ...string) {
 		t.Helper()
@@ -55,7 +55,7 @@ output: [s.txt]
 
 	// Her records and totals are hers alone; she may not ask for bob's.
 	out, _, code = ts.cli("ledger", "--json")
-	var recs []api.HoldRecord
+	var recs []hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil || code != 0 || len(recs) != 1 || recs[0].Job != alices {
 		t.Errorf("alice's records: exit %d, %v: %s; want her job alone", code, err, out)
 	}
@@ -74,11 +74,11 @@ output: [s.txt]
 	// Behind the CLI: a cancel under bob's name is refused by the server;
 	// under her own it is logged and ignored.
 	alice := ts.client("alice")
-	cancelAsBob := events.New(bobs, events.CancelRequested{By: "bob"}, "alice", time.Now())
+	cancelAsBob := events.New(bobs, &events.CancelRequested{By: "bob"}, "alice", time.Now())
 	if err := refusedPublish(t, alice, cancelAsBob); err != nil {
 		t.Error(err)
 	}
-	if _, err := alice.Append(context.Background(), bobs, events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := alice.Append(context.Background(), bobs, &events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatalf("alice's cancel under her own name: %v", err)
 	}
 	// Nor can she reach bob's data: his bucket is not hers to open.
@@ -118,8 +118,8 @@ func TestASubmitterCannotPublishTheMoneyEvents(t *testing.T) {
 	hold := events.Hold{Attempt: 9, Node: "node-1", CPU: 0.1, MemoryBytes: 1 << 20}
 	alice := ts.client("alice")
 	for _, ev := range []events.Event{
-		events.ComputeHeld{Hold: hold, Submitter: "alice"},
-		events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true},
+		&events.ComputeHeld{Hold: hold, Submitter: "alice"},
+		&events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true},
 	} {
 		_, err := alice.Append(context.Background(), id, ev)
 		if !errors.Is(err, client.ErrNotPermitted) {
@@ -145,13 +145,13 @@ func TestAServiceCannotPublishAnotherServicesEvents(t *testing.T) {
 		service, name string
 		ev            events.Event
 	}{
-		{auth.RunService, "node-1", events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true}},
-		{auth.SubmitService, "submit", events.ComputeHeld{Hold: hold, Submitter: "alice"}},
-		{auth.ReleaseService, "release", events.ComputeHeld{Hold: hold, Submitter: "alice"}},
-		{auth.RentService, "rent-1", events.RunStopped{Hold: hold, Outcome: events.Succeeded}},
-		{auth.OutputService, "output", events.JobSubmitted{Submitter: "alice"}},
-		{auth.LedgerService, "ledger", events.JobRejected{Reason: "the ledger writes nothing"}},
-		{auth.RunService, "node-1", events.NodeAnnounced{Node: "node-2", Boot: "b"}},
+		{auth.RunService, "node-1", &events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true}},
+		{auth.SubmitService, "submit", &events.ComputeHeld{Hold: hold, Submitter: "alice"}},
+		{auth.ReleaseService, "release", &events.ComputeHeld{Hold: hold, Submitter: "alice"}},
+		{auth.RentService, "rent-1", &events.RunStopped{Hold: hold, Outcome: events.Succeeded}},
+		{auth.OutputService, "output", &events.JobSubmitted{Submitter: "alice"}},
+		{auth.LedgerService, "ledger", &events.JobRejected{Reason: "the ledger writes nothing"}},
+		{auth.RunService, "node-1", &events.NodeAnnounced{Node: "node-2", Boot: "b"}},
 	} {
 		id := auth.Identity{Role: auth.Service, Service: c.service, Name: c.name}
 		nc, err := ts.sys.connect(id, "test-"+c.name, ts.sys.log)
@@ -160,7 +160,7 @@ func TestAServiceCannotPublishAnotherServicesEvents(t *testing.T) {
 		}
 		t.Cleanup(nc.Close)
 		subject := "svc-job"
-		if n, ok := c.ev.(events.NodeAnnounced); ok {
+		if n, ok := c.ev.(*events.NodeAnnounced); ok {
 			subject = n.Node
 		}
 		if err := refusedPublishConn(t, nc, events.New(subject, c.ev, c.name, time.Now())); err != nil {
@@ -184,7 +184,7 @@ func TestTheAuditorReadsEverythingAndChangesNothing(t *testing.T) {
 	ts.waitAs("bob", bobs)
 
 	out, _, code = ts.cliAs("auditor", "ledger", "--json")
-	var recs []api.HoldRecord
+	var recs []hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &recs); err != nil || code != 0 || len(recs) != 2 {
 		t.Errorf("the auditor's records: exit %d, %v, %d records; want both jobs", code, err, len(recs))
 	}
@@ -203,9 +203,9 @@ func TestTheAuditorReadsEverythingAndChangesNothing(t *testing.T) {
 	}
 	auditor := ts.client("auditor")
 	for _, ev := range []events.Event{
-		events.CancelRequested{By: api.Auditor},
-		events.ComputeReleased{Hold: events.Hold{Attempt: 2, Node: "node-1"}, Final: true},
-		events.JobRejected{Reason: "audited"},
+		&events.CancelRequested{By: auth.AuditorName},
+		&events.ComputeReleased{Hold: events.Hold{Attempt: 2, Node: "node-1"}, Final: true},
+		&events.JobRejected{Reason: "audited"},
 	} {
 		if err := refusedPublish(t, auditor, events.New(bobs, ev, "auditor", time.Now())); err != nil {
 			t.Error(err)

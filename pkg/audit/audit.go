@@ -10,8 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // Raw is one stored message, as read from the server or from an export.
@@ -53,9 +54,9 @@ type Report struct {
 	LastSeq uint64 `json:"last_seq"`
 	// Head is the chain over every message read: give it to a later audit
 	// as --since-head.
-	Head api.Head `json:"head"`
+	Head chain.Head `json:"head"`
 	// Checked lists the heads the chain was checked against.
-	Checked []api.Head `json:"checked,omitempty"`
+	Checked []chain.Head `json:"checked,omitempty"`
 	// Skipped counts events of types this version does not know, by type:
 	// they are in the chain, but nothing else can be said of them.
 	Skipped map[string]int `json:"skipped,omitempty"`
@@ -70,8 +71,8 @@ type Report struct {
 	Compared int `json:"compared,omitempty"`
 	// Moving counts jobs whose ledger record already includes events logged
 	// after the audit read the log: they are not compared this time.
-	Moving  int                        `json:"moving,omitempty"`
-	Records map[string]*api.HoldRecord `json:"-"`
+	Moving  int                         `json:"moving,omitempty"`
+	Records map[string]*hold.HoldRecord `json:"-"`
 }
 
 // OK reports whether nothing was found.
@@ -81,9 +82,9 @@ func (r *Report) OK() bool { return len(r.Findings) == 0 }
 type Options struct {
 	// Heads are chain heads the log must pass through: from an earlier
 	// `e31 ledger --head`, kept by the auditor.
-	Heads []api.Head
+	Heads []chain.Head
 	// LedgerHead is the ledger's head now: its chain must be the audit's.
-	LedgerHead api.Head
+	LedgerHead chain.Head
 	// Workers decode messages in parallel when reading; default GOMAXPROCS.
 	Workers int
 }
@@ -199,6 +200,9 @@ func slimSpec(s events.JobSpec) events.JobSpec {
 // ingest takes one decoded message, in log order.
 func (a *Auditor) ingest(d *decoded) {
 	m := d.raw
+	// A subject that is not e31's reads as the zero Subject: no job, no
+	// client's kind, no node.
+	subj, _ := events.ParseSubject(m.Subject)
 	a.rep.Events++
 	a.chain.Add(m.Seq, d.digest)
 	for _, h := range a.heads[m.Seq] {
@@ -206,24 +210,24 @@ func (a *Auditor) ingest(d *decoded) {
 	}
 	delete(a.heads, m.Seq)
 	if a.seen.has(m.Seq) {
-		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Duplicate, Detail: fmt.Sprintf("message #%d appears twice in the log", m.Seq)})
+		a.find(Finding{Job: subj.Job, Seq: m.Seq, Kind: Duplicate, Detail: fmt.Sprintf("message #%d appears twice in the log", m.Seq)})
 		return
 	}
 	if m.Seq < a.rep.LastSeq {
-		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Order, Detail: fmt.Sprintf("message #%d comes after #%d: out of stream order", m.Seq, a.rep.LastSeq)})
+		a.find(Finding{Job: subj.Job, Seq: m.Seq, Kind: Order, Detail: fmt.Sprintf("message #%d comes after #%d: out of stream order", m.Seq, a.rep.LastSeq)})
 	}
 	a.seen.set(m.Seq)
 	a.rep.LastSeq = max(a.rep.LastSeq, m.Seq)
 	if d.err != nil {
-		if kind, ok := clientSubject(m.Subject); ok {
+		if subj.ClientKind() {
 			// Anyone allowed to submit can publish garbage on its own tail
 			// of any job's subjects: it is the client's fault, not the
 			// log's, and it changes no job. Only a job's first request,
 			// readable or not, says what the job is: SUBMIT refuses an
 			// unreadable one with a JobRejected that names the problem.
 			a.rep.SetAside++
-			job := jobOf(m.Subject)
-			if kind == "requested" && !events.IsUnknownType(d.err) && a.unreadable[job] == 0 && !a.requested(job) {
+			job := subj.Job
+			if subj.IsRequest() && !events.IsUnknownType(d.err) && a.unreadable[job] == 0 && !a.requested(job) {
 				if a.unreadable == nil {
 					a.unreadable = map[string]uint64{}
 				}
@@ -238,11 +242,11 @@ func (a *Auditor) ingest(d *decoded) {
 			a.rep.Skipped[m.Headers.Get(events.HeaderType)]++
 			return
 		}
-		a.find(Finding{Job: jobOf(m.Subject), Seq: m.Seq, Kind: Undecodable, Detail: d.err.Error()})
+		a.find(Finding{Job: subj.Job, Seq: m.Seq, Kind: Undecodable, Detail: d.err.Error()})
 		return
 	}
 	env := &d.env
-	if _, client := clientSubject(env.NATSSubject); !client {
+	if !subj.ClientKind() {
 		// A client's request may carry any id: it is the client's own
 		// publish, checked by no service, and changes nothing but as
 		// what it asks. The services' events must carry theirs.
@@ -251,7 +255,7 @@ func (a *Auditor) ingest(d *decoded) {
 		}
 	}
 	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
-	if strings.HasPrefix(env.NATSSubject, "e31.node.") {
+	if subj.Space == events.SpaceNode {
 		a.nodeEvent(f, env.Subject)
 		return
 	}
@@ -314,7 +318,7 @@ func isRequest(typ string) bool {
 
 // headCheck is a head to check, and whether it is the ledger's.
 type headCheck struct {
-	api.Head
+	chain.Head
 	ledger bool
 }
 
@@ -337,16 +341,6 @@ func (a *Auditor) checkHead(h headCheck) {
 
 func (a *Auditor) find(f Finding) { a.rep.Findings = append(a.rep.Findings, f) }
 
-// jobOf is the job id in a job event's subject, if it is one.
-func jobOf(subject string) string {
-	rest, ok := strings.CutPrefix(subject, "e31.job.")
-	if !ok {
-		return ""
-	}
-	id, _, _ := strings.Cut(rest, ".")
-	return id
-}
-
 // Finish derives every job's record, checks each job's history and what
 // was not read, and returns the report.
 func (a *Auditor) Finish() *Report {
@@ -367,7 +361,7 @@ func (a *Auditor) Finish() *Report {
 	}
 	// Jobs are independent: derive them on every core.
 	type result struct {
-		rec      *api.HoldRecord
+		rec      *hold.HoldRecord
 		findings []Finding
 		setAside int
 	}
@@ -390,7 +384,7 @@ func (a *Auditor) Finish() *Report {
 		}()
 	}
 	wg.Wait()
-	a.rep.Records = make(map[string]*api.HoldRecord, len(a.order))
+	a.rep.Records = make(map[string]*hold.HoldRecord, len(a.order))
 	for i, id := range a.order {
 		a.rep.Records[id] = results[i].rec
 		a.rep.Findings = append(a.rep.Findings, results[i].findings...)
@@ -470,19 +464,4 @@ func (r *Report) Summary() string {
 	}
 	sort.Strings(parts)
 	return fmt.Sprintf("audit FAILED: %d events, %d jobs: %s", r.Events, r.Jobs, strings.Join(parts, ", "))
-}
-
-// clientSubject reports whether subject is one a client publishes on, on
-// its own tail: e31.job.<job>.requested|cancel|delete.<identity>, and which
-// kind it is.
-func clientSubject(subject string) (string, bool) {
-	parts := strings.Split(subject, ".")
-	if len(parts) != 5 || parts[0] != "e31" || parts[1] != "job" {
-		return "", false
-	}
-	switch parts[3] {
-	case "requested", "cancel", "delete":
-		return parts[3], true
-	}
-	return "", false
 }

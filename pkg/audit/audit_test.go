@@ -7,11 +7,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
-// The worked example of api.DigestVersion, the same the ledger's tests
+// The worked example of chain.Version, the same the ledger's tests
 // check: computed apart from either implementation, with Python's hashlib.
 var vector = Raw{
 	Seq:     7,
@@ -68,27 +69,27 @@ func (l *log) audit(opts Options) *Report {
 var spec = events.JobSpec{Name: "t", Work: events.Work{Command: []string{"/bin/true"}},
 	Request: events.Request{CPU: 1, MemoryBytes: 1 << 30, DiskBytes: 1 << 30, LimitSeconds: 60}}
 
-func hold(node string, attempt int, cpu float64) events.Hold {
+func holdOf(node string, attempt int, cpu float64) events.Hold {
 	return events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: 1 << 30, DiskBytes: 1 << 30}
 }
 
 // life appends the events of one attempt, from hold to release.
 func (l *log) life(job string, h events.Hold, final bool) *log {
 	zero := 0
-	return l.add(job, events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}).
-		add(job, events.RunStarted{Hold: h}).
-		add(job, events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: &zero}).
-		add(job, events.OutputReturned{Hold: h, Outcome: events.Succeeded, Files: []events.OutputFile{}, Missing: []string{}}).
-		add(job, events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: final})
+	return l.add(job, &events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}).
+		add(job, &events.RunStarted{Hold: h}).
+		add(job, &events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: &zero}).
+		add(job, &events.OutputReturned{Hold: h, Outcome: events.Succeeded, Files: []events.OutputFile{}, Missing: []string{}}).
+		add(job, &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: final})
 }
 
 func newLog(t *testing.T) *log {
 	l := &log{t: t}
-	return l.add("n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30})
+	return l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30})
 }
 
 func (l *log) submitted(job string) *log {
-	return l.add(job, events.JobRequested{Submitter: "alice", Spec: spec}).add(job, events.JobSubmitted{Submitter: "alice", Spec: spec})
+	return l.add(job, &events.JobRequested{Submitter: "alice", Spec: spec}).add(job, &events.JobSubmitted{Submitter: "alice", Spec: spec})
 }
 
 // kinds lists "kind job #seq" of every finding.
@@ -103,27 +104,27 @@ func kinds(r *Report) []string {
 func TestLegalLivesPass(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
-	l.submitted("ok").life("ok", hold("n1", 1, 1), true)
+	l.submitted("ok").life("ok", holdOf("n1", 1, 1), true)
 	l.submitted("lost")
-	h1 := hold("n1", 1, 1)
-	l.add("lost", events.ComputeHeld{Hold: h1, Submitter: "alice", Spec: spec}).
-		add("lost", events.RunStarted{Hold: h1}).
-		add("lost", events.HoldLost{Hold: h1, Reason: "lease expired"}).
-		add("lost", events.ComputeReleased{Hold: h1, Outcome: events.NodeLost}).
-		life("lost", hold("n1", 2, 1), true)
-	l.add("rej", events.JobRequested{Submitter: "bob", Spec: spec}).add("rej", events.JobRejected{Reason: "no"})
-	l.submitted("cxl").add("cxl", events.CancelRequested{By: "alice"}).add("cxl", events.JobCancelled{Reason: "asked"})
+	h1 := holdOf("n1", 1, 1)
+	l.add("lost", &events.ComputeHeld{Hold: h1, Submitter: "alice", Spec: spec}).
+		add("lost", &events.RunStarted{Hold: h1}).
+		add("lost", &events.HoldLost{Hold: h1, Reason: "lease expired"}).
+		add("lost", &events.ComputeReleased{Hold: h1, Outcome: events.NodeLost}).
+		life("lost", holdOf("n1", 2, 1), true)
+	l.add("rej", &events.JobRequested{Submitter: "bob", Spec: spec}).add("rej", &events.JobRejected{Reason: "no"})
+	l.submitted("cxl").add("cxl", &events.CancelRequested{By: "alice"}).add("cxl", &events.JobCancelled{Reason: "asked"})
 	l.submitted("cxl-run")
-	h := hold("n1", 1, 1)
-	l.add("cxl-run", events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}).
-		add("cxl-run", events.CancelRequested{By: "alice"}).
-		add("cxl-run", events.RunStopped{Hold: h, Outcome: events.Cancelled}).
-		add("cxl-run", events.OutputReturned{Hold: h, Outcome: events.Cancelled, Partial: true}).
-		add("cxl-run", events.ComputeReleased{Hold: h, Outcome: events.Cancelled, Final: true}).
-		add("cxl-run", events.DeleteRequested{What: events.WhatAll, By: "alice"}).
-		add("cxl-run", events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested}).
-		add("cxl-run", events.CancelRequested{By: "alice"}) // asking again, after the end: no fault
-	l.submitted("running").add("running", events.ComputeHeld{Hold: hold("n1", 1, 1), Submitter: "alice", Spec: spec})
+	h := holdOf("n1", 1, 1)
+	l.add("cxl-run", &events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}).
+		add("cxl-run", &events.CancelRequested{By: "alice"}).
+		add("cxl-run", &events.RunStopped{Hold: h, Outcome: events.Cancelled}).
+		add("cxl-run", &events.OutputReturned{Hold: h, Outcome: events.Cancelled, Partial: true}).
+		add("cxl-run", &events.ComputeReleased{Hold: h, Outcome: events.Cancelled, Final: true}).
+		add("cxl-run", &events.DeleteRequested{What: events.WhatAll, By: "alice"}).
+		add("cxl-run", &events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested}).
+		add("cxl-run", &events.CancelRequested{By: "alice"}) // asking again, after the end: no fault
+	l.submitted("running").add("running", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Submitter: "alice", Spec: spec})
 	rep := l.audit(Options{})
 	if !rep.OK() {
 		t.Fatalf("findings on a legal log: %+v", rep.Findings)
@@ -141,71 +142,71 @@ func TestLegalLivesPass(t *testing.T) {
 // right kind, naming the job.
 func TestIllegalLivesAreNamed(t *testing.T) {
 	t.Parallel()
-	h := hold("n1", 1, 1)
+	h := holdOf("n1", 1, 1)
 	tests := []struct {
 		name  string
 		build func(l *log)
 		want  string // kind, and a word of the detail
 	}{
 		{"started before held", func(l *log) {
-			l.submitted("j").add("j", events.RunStarted{Hold: h})
+			l.submitted("j").add("j", &events.RunStarted{Hold: h})
 		}, "order j never held"},
 		{"submitted without a request", func(l *log) {
-			l.add("j", events.JobSubmitted{Submitter: "a", Spec: spec})
+			l.add("j", &events.JobSubmitted{Submitter: "a", Spec: spec})
 		}, "order j not been requested"},
 		{"held before submitted", func(l *log) {
-			l.add("j", events.JobRequested{Submitter: "a", Spec: spec}).add("j", events.ComputeHeld{Hold: h, Spec: spec})
+			l.add("j", &events.JobRequested{Submitter: "a", Spec: spec}).add("j", &events.ComputeHeld{Hold: h, Spec: spec})
 		}, "order j held while"},
 		{"returned before stopped", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.RunStarted{Hold: h}).
-				add("j", events.OutputReturned{Hold: h, Outcome: events.Succeeded})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.RunStarted{Hold: h}).
+				add("j", &events.OutputReturned{Hold: h, Outcome: events.Succeeded})
 		}, "order j which was started"},
 		{"released without a return", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.RunStarted{Hold: h}).
-				add("j", events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.RunStarted{Hold: h}).
+				add("j", &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true})
 		}, "order j which was started"},
 		{"attempt 3 after attempt 1", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.HoldLost{Hold: h}).
-				add("j", events.ComputeReleased{Hold: h, Outcome: events.NodeLost}).
-				add("j", events.ComputeHeld{Hold: hold("n1", 3, 1), Spec: spec})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.HoldLost{Hold: h}).
+				add("j", &events.ComputeReleased{Hold: h, Outcome: events.NodeLost}).
+				add("j", &events.ComputeHeld{Hold: holdOf("n1", 3, 1), Spec: spec})
 		}, "order j after attempt 1"},
 		{"something after the end", func(l *log) {
-			l.submitted("j").life("j", h, true).add("j", events.ComputeHeld{Hold: hold("n1", 2, 1), Spec: spec})
+			l.submitted("j").life("j", h, true).add("j", &events.ComputeHeld{Hold: holdOf("n1", 2, 1), Spec: spec})
 		}, "order j after the job ended"},
 		{"cancelled unasked", func(l *log) {
-			l.submitted("j").add("j", events.JobCancelled{Reason: "?"})
+			l.submitted("j").add("j", &events.JobCancelled{Reason: "?"})
 		}, "order j nobody asked"},
 		{"rejected while held", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.JobRejected{Reason: "?"})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.JobRejected{Reason: "?"})
 		}, "order j was held"},
 		{"held and over, never released", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.RunStopped{Hold: h, Outcome: events.Failed}).
-				add("j", events.OutputReturned{Hold: h, Outcome: events.Failed}).
-				add("j", events.CancelRequested{By: "alice"}).add("j", events.JobCancelled{Reason: "x"})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.RunStopped{Hold: h, Outcome: events.Failed}).
+				add("j", &events.OutputReturned{Hold: h, Outcome: events.Failed}).
+				add("j", &events.CancelRequested{By: "alice"}).add("j", &events.JobCancelled{Reason: "x"})
 		}, "unreleased j never released"},
 		{"a release that names another node", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.HoldLost{Hold: hold("n2", 1, 1)})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.HoldLost{Hold: holdOf("n2", 1, 1)})
 		}, "inconsistent j held on n1"},
 		{"a service's event stored twice", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).add("j", events.ComputeHeld{Hold: h, Spec: spec})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).add("j", &events.ComputeHeld{Hold: h, Spec: spec})
 		}, "duplicate j already stored"},
 		{"a hold on a node that never announced itself", func(l *log) {
-			l.submitted("j").add("j", events.ComputeHeld{Hold: hold("n9", 1, 1), Spec: spec})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: holdOf("n9", 1, 1), Spec: spec})
 		}, "capacity j never announced"},
 		{"a hold on an expired node", func(l *log) {
-			l.add("n1", events.NodeExpired{Node: "n1", Boot: "b1", Reason: "lease"}).submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec})
+			l.add("n1", &events.NodeExpired{Node: "n1", Boot: "b1", Reason: "lease"}).submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec})
 		}, "capacity j expired"},
 		{"a hold after an old boot expired is fine, but not after the current one did", func(l *log) {
-			l.add("n1", events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30}).
-				add("n1", events.NodeExpired{Node: "n1", Boot: "b1", Reason: "late"}).
-				submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec}).
-				add("n1", events.NodeExpired{Node: "n1", Boot: "b2", Reason: "lease"}).
-				submitted("k").add("k", events.ComputeHeld{Hold: h, Spec: spec})
+			l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30}).
+				add("n1", &events.NodeExpired{Node: "n1", Boot: "b1", Reason: "late"}).
+				submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec}).
+				add("n1", &events.NodeExpired{Node: "n1", Boot: "b2", Reason: "lease"}).
+				submitted("k").add("k", &events.ComputeHeld{Hold: h, Spec: spec})
 		}, "capacity k expired"},
 		{"gpu beyond the node's", func(l *log) {
 			g := h
 			g.GPU = 2
-			l.submitted("j").add("j", events.ComputeHeld{Hold: g, Spec: spec})
+			l.submitted("j").add("j", &events.ComputeHeld{Hold: g, Spec: spec})
 		}, "capacity j 2 of 1 gpu"},
 	}
 	for _, tt := range tests {
@@ -231,8 +232,8 @@ func TestOverlappingHoldsBeyondCapacity(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
 	l.submitted("a").submitted("b")
-	l.add("a", events.ComputeHeld{Hold: hold("n1", 1, 1.5), Spec: spec})
-	l.add("b", events.ComputeHeld{Hold: hold("n1", 1, 1), Spec: spec})
+	l.add("a", &events.ComputeHeld{Hold: holdOf("n1", 1, 1.5), Spec: spec})
+	l.add("b", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Spec: spec})
 	seq := uint64(len(l.raws))
 	rep := l.audit(Options{})
 	if len(rep.Findings) != 1 || rep.Findings[0].Kind != Capacity || rep.Findings[0].Job != "b" || rep.Findings[0].Seq != seq ||
@@ -241,7 +242,7 @@ func TestOverlappingHoldsBeyondCapacity(t *testing.T) {
 	}
 	// One after the other, they fit.
 	l = newLog(t)
-	l.submitted("a").submitted("b").life("a", hold("n1", 1, 1.5), true).life("b", hold("n1", 1, 1), true)
+	l.submitted("a").submitted("b").life("a", holdOf("n1", 1, 1.5), true).life("b", holdOf("n1", 1, 1), true)
 	if rep := l.audit(Options{}); !rep.OK() {
 		t.Errorf("holds one after the other: %+v", rep.Findings)
 	}
@@ -252,12 +253,12 @@ func TestOverlappingHoldsBeyondCapacity(t *testing.T) {
 func TestTamperingWithTheLog(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
-	l.submitted("a").life("a", hold("n1", 1, 1), true).submitted("b").life("b", hold("n1", 1, 1), true)
+	l.submitted("a").life("a", holdOf("n1", 1, 1), true).submitted("b").life("b", holdOf("n1", 1, 1), true)
 	clean := l.audit(Options{})
 	if !clean.OK() {
 		t.Fatalf("clean log: %+v", clean.Findings)
 	}
-	head := api.Head{Seq: 10, Hash: ""}
+	head := chain.Head{Seq: 10, Hash: ""}
 	{
 		var c HashChain
 		for _, r := range l.raws[:10] {
@@ -265,7 +266,7 @@ func TestTamperingWithTheLog(t *testing.T) {
 		}
 		head = c.Head()
 	}
-	audit := func(raws []Raw, heads ...api.Head) *Report {
+	audit := func(raws []Raw, heads ...chain.Head) *Report {
 		a := New(Options{Heads: heads})
 		for _, r := range raws {
 			a.Add(r)
@@ -327,8 +328,8 @@ func TestTamperingWithTheLog(t *testing.T) {
 	has(rep, Chain, 10, "has no message #10")
 }
 
-func recordsOf(r *Report) []*api.HoldRecord {
-	var out []*api.HoldRecord
+func recordsOf(r *Report) []*hold.HoldRecord {
+	var out []*hold.HoldRecord
 	for _, rec := range r.Records {
 		out = append(out, rec)
 	}
@@ -340,9 +341,9 @@ func recordsOf(r *Report) []*api.HoldRecord {
 func TestRepeatedRequestsAreNoFault(t *testing.T) {
 	t.Parallel()
 	l := newLog(t)
-	l.submitted("j").add("j", events.JobRequested{Submitter: "mallory", Spec: spec}).
-		add("j", events.CancelRequested{By: "a"}).add("j", events.CancelRequested{By: "a"}).
-		add("j", events.JobCancelled{Reason: "asked"})
+	l.submitted("j").add("j", &events.JobRequested{Submitter: "mallory", Spec: spec}).
+		add("j", &events.CancelRequested{By: "a"}).add("j", &events.CancelRequested{By: "a"}).
+		add("j", &events.JobCancelled{Reason: "asked"})
 	rep := l.audit(Options{})
 	if !rep.OK() {
 		t.Fatalf("findings: %+v", rep.Findings)
@@ -382,11 +383,11 @@ func TestExportRoundTrip(t *testing.T) {
 // whatever is said later of the boot it replaced.
 func TestExpiryOfAnOldBoot(t *testing.T) {
 	t.Parallel()
-	h := hold("n1", 1, 1)
+	h := holdOf("n1", 1, 1)
 	l := newLog(t)
-	l.add("n1", events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30}).
-		add("n1", events.NodeExpired{Node: "n1", Boot: "b1", Reason: "late"}).
-		submitted("j").add("j", events.ComputeHeld{Hold: h, Spec: spec})
+	l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30}).
+		add("n1", &events.NodeExpired{Node: "n1", Boot: "b1", Reason: "late"}).
+		submitted("j").add("j", &events.ComputeHeld{Hold: h, Spec: spec})
 	if rep := l.audit(Options{}); !rep.OK() {
 		t.Errorf("findings: %+v", rep.Findings)
 	}
@@ -412,9 +413,9 @@ func TestHoldOnAnUnisolatedNodeWithoutLeave(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			l := &log{t: t}
-			l.add("n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30,
+			l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 4 << 30, GPU: 1, DiskBytes: 8 << 30,
 				Isolation: tt.iso, AllowUnisolated: tt.allow})
-			l.submitted("a").life("a", hold("n1", 1, 1), true)
+			l.submitted("a").life("a", holdOf("n1", 1, 1), true)
 			rep := l.audit(Options{})
 			found := len(rep.Findings) == 1 && rep.Findings[0].Kind == Capacity && rep.Findings[0].Job == "a" &&
 				strings.Contains(rep.Findings[0].Detail, "isolation none without allow_unisolated")

@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"sort"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // Compare checks the ledger's records against the rebuilt ones, field by
@@ -15,7 +15,7 @@ import (
 // a different digest at its sequence, with whatever it changed in the
 // record beside it. With all, ledger is every record the ledger has, and a
 // job of the log without one is a finding too.
-func (r *Report) Compare(ledger []*api.HoldRecord, all bool) {
+func (r *Report) Compare(ledger []*hold.HoldRecord, all bool) {
 	seen := map[string]bool{}
 	for _, l := range ledger {
 		seen[l.Job] = true
@@ -53,11 +53,11 @@ type difference struct {
 }
 
 // differences compares two records as their JSON, the public form.
-func differences(ledger, audit *api.HoldRecord) []difference {
+func differences(ledger, audit *hold.HoldRecord) []difference {
 	var out []difference
 	// Events first, by sequence: a changed, removed or added event is named
 	// as such rather than as a shifted list.
-	mine := map[uint64]api.EventRef{}
+	mine := map[uint64]hold.EventRef{}
 	for _, e := range audit.Events {
 		mine[e.Seq] = e
 	}

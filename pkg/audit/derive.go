@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // phase is where a job is in its life, for the order check.
@@ -42,7 +42,7 @@ func (s step) String() string {
 
 // attempt is one attempt being rebuilt.
 type attempt struct {
-	a      api.Attempt
+	a      hold.Attempt
 	step   step
 	hold   events.Hold // as ComputeHeld gave it
 	heldAt uint64      // sequence of the ComputeHeld
@@ -64,13 +64,13 @@ func (at *attempt) meter(releasedAt time.Time) {
 // unreadableAt, when not 0, is where the job's first request is, which
 // could not be read. It returns how many of the job's facts it set aside:
 // requests after the first.
-func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, []Finding, int) {
+func derive(jobID string, facts []fact, unreadableAt uint64) (*hold.HoldRecord, []Finding, int) {
 	var findings []Finding
 	setAside := 0
 	bad := func(f fact, kind, format string, args ...any) {
 		findings = append(findings, Finding{Job: jobID, Seq: f.seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
-	rec := &api.HoldRecord{Job: jobID, State: api.StateSubmitted, Output: api.Output{Missing: []string{}}, Events: make([]api.EventRef, 0, len(facts))}
+	rec := &hold.HoldRecord{Job: jobID, State: hold.StateSubmitted, Output: hold.Output{Missing: []string{}}, Events: make([]hold.EventRef, 0, len(facts))}
 	sum := sha256.New()
 	byNumber := map[int]*attempt{}
 	var attempts []*attempt
@@ -94,7 +94,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 			setAside++
 			continue
 		}
-		rec.Events = append(rec.Events, api.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
+		rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
 		sum.Write(f.digest[:])
 		if f.repeat {
 			continue
@@ -110,7 +110,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 				if f.typ != events.TypeComputeHeld {
 					bad(f, Order, "%s for attempt %d, which was never held", name, h.Attempt)
 				}
-				at = &attempt{a: api.Attempt{Attempt: h.Attempt}}
+				at = &attempt{a: hold.Attempt{Attempt: h.Attempt}}
 				byNumber[h.Attempt] = at
 				attempts = append(attempts, at)
 			} else if at.step >= held && h != at.hold {
@@ -145,24 +145,24 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 				}
 				at.step, at.hold, at.heldAt = held, h, f.seq
 				at.a.Node, at.a.HeldAt = ev.Node, &t
-				at.a.Held = api.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes}
+				at.a.Held = hold.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes}
 				last = max(last, h.Attempt)
 				ph = holding
-				rec.State = api.StateHeld
+				rec.State = hold.StateHeld
 			case *events.RunStarted:
 				may(started, held)
 				at.a.StartedAt = &t
 				rec.Isolation = ev.Isolation // the last start's, in log order
-				rec.State = api.StateRunning
+				rec.State = hold.StateRunning
 			case *events.RunStopped:
 				may(stopped, held, started)
 				at.a.StoppedAt = &t
 				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason, at.a.Logs = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason, ev.Logs
-				rec.State = api.StateStopped
+				rec.State = hold.StateStopped
 			case *events.HoldLost:
 				may(lost, held, started)
 				at.a.Outcome, at.a.Reason = events.NodeLost, ev.Reason
-				rec.State = api.StateStopped
+				rec.State = hold.StateStopped
 			case *events.OutputReturned:
 				may(returned, stopped)
 				at.a.OutputReturnedAt = &t
@@ -174,8 +174,8 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 				if missing == nil {
 					missing = []string{}
 				}
-				rec.Output = api.Output{Files: ev.FileCount(), Bytes: ev.Bytes, Partial: ev.Partial, Missing: missing, List: ev.Files, Manifest: ev.Manifest}
-				rec.State = api.StateReturned
+				rec.Output = hold.Output{Files: ev.FileCount(), Bytes: ev.Bytes, Partial: ev.Partial, Missing: missing, List: ev.Files, Manifest: ev.Manifest}
+				rec.State = hold.StateReturned
 			case *events.ComputeReleased:
 				if at.step == released {
 					bad(f, Order, "attempt %d released again", h.Attempt)
@@ -193,12 +193,12 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 				if at.a.Outcome == "" {
 					at.a.Outcome = ev.Outcome
 				}
-				rec.State = api.StateWaiting
+				rec.State = hold.StateWaiting
 				if ph == holding {
 					ph = waiting
 				}
 				if ev.Final {
-					rec.State, ph, end = api.StateReleased, over, &facts[i]
+					rec.State, ph, end = hold.StateReleased, over, &facts[i]
 				}
 			}
 			continue
@@ -223,12 +223,12 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 				ph = waiting
 			}
 			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
-			rec.SubmittedAt, rec.State = &t, api.StateWaiting
+			rec.SubmittedAt, rec.State = &t, hold.StateWaiting
 		case *events.JobRejected:
 			if ph != requested && ph != waiting {
 				bad(f, Order, "rejected, but the job %s", ph)
 			}
-			rec.State, ph, end = api.StateRejected, over, &facts[i]
+			rec.State, ph, end = hold.StateRejected, over, &facts[i]
 			endOutcome, endReason = events.Rejected, ev.Reason
 		case *events.JobCancelled:
 			if ph != requested && ph != waiting {
@@ -237,7 +237,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 			if !cancelAsked {
 				bad(f, Order, "cancelled, but nobody asked to cancel it")
 			}
-			rec.State, ph, end = api.StateCancelled, over, &facts[i]
+			rec.State, ph, end = hold.StateCancelled, over, &facts[i]
 			endOutcome, endReason = events.Cancelled, ev.Reason
 		case *events.CancelRequested:
 			cancelAsked = true
@@ -252,7 +252,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 	if len(rec.Events) > 0 {
 		rec.EventsDigest = digestText(sum.Sum(nil))
 	}
-	if rec.State == api.StateRejected || rec.State == api.StateCancelled || (len(attempts) == 0 && endOutcome != "") {
+	if rec.State == hold.StateRejected || rec.State == hold.StateCancelled || (len(attempts) == 0 && endOutcome != "") {
 		rec.Outcome, rec.Reason = endOutcome, endReason
 	}
 	for _, at := range attempts {
@@ -271,13 +271,13 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*api.HoldRecord, [
 		rec.Node, rec.HeldAt, rec.StartedAt, rec.StoppedAt = lastA.Node, lastA.HeldAt, lastA.StartedAt, lastA.StoppedAt
 		rec.OutputReturnedAt, rec.ReleasedAt, rec.Usage, rec.ExitCode = lastA.OutputReturnedAt, lastA.ReleasedAt, lastA.Usage, lastA.ExitCode
 		rec.Logs = lastA.Logs
-		if rec.State != api.StateRejected && rec.State != api.StateCancelled {
+		if rec.State != hold.StateRejected && rec.State != hold.StateCancelled {
 			rec.Outcome, rec.Reason = lastA.Outcome, lastA.Reason
 		}
 	}
 	return rec, findings, setAside
 }
 
-func requestOf(s events.JobSpec) api.Request {
-	return api.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
+func requestOf(s events.JobSpec) hold.Request {
+	return hold.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
 }

@@ -4,91 +4,110 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"slices"
+	"io"
+	"sort"
 	"strings"
-	"sync"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 )
 
-// Digest is the event digest of one stored message, as api.DigestVersion
-// defines it. This is the audit's own implementation of the definition,
-// written apart from the ledger's on purpose: two implementations of one
-// written definition that agree are evidence, one shared function would
-// only agree with itself.
+// This file implements pkg/chain/SPEC.md, written from that text and not
+// from the ledger's code (services/ledger/digest.go): the two are tested
+// against the same golden vectors (pkg/chain/testdata), computed from the
+// text alone. Two implementations that agree with a third are evidence that
+// the ledger's record of the log is right; one shared function would only
+// agree with itself.
+
+// Digest is the event digest of one stored message: the SHA-256 of its
+// canonical bytes (SPEC.md, "Event digest"). Everything before the body is
+// laid out in a buffer on the stack, and the body is hashed where it lies.
 func Digest(m Raw) [32]byte {
-	// The kept headers, sorted; a message has a handful.
-	var kept [12]string
-	names := kept[:0]
-	for name := range m.Headers {
-		if isAttribute(name) {
-			names = append(names, name)
-		}
-	}
-	slices.Sort(names)
-	bp := canonicalPool.Get().(*[]byte)
-	b := append((*bp)[:0], api.DigestVersion...)
-	b = append(b, '\n')
-	b = binary.BigEndian.AppendUint64(b, m.Seq)
-	b = lengthPrefixed(b, m.Subject)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
-	for _, name := range names {
-		b = lengthPrefixed(b, name)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(m.Headers[name])))
-		for _, v := range m.Headers[name] {
-			b = lengthPrefixed(b, v)
-		}
-	}
-	b = binary.BigEndian.AppendUint32(b, uint32(len(m.Body)))
-	b = append(b, m.Body...)
-	d := sha256.Sum256(b)
-	*bp = b
-	canonicalPool.Put(bp)
+	var buf [512]byte
+	h := sha256.New()
+	h.Write(head(buf[:0], m))
+	h.Write(m.Body)
+	var d [32]byte
+	h.Sum(d[:0])
 	return d
 }
 
-// canonicalPool keeps the buffers canonical bytes are written into: an
-// audit digests every message of the log.
-var canonicalPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+// writeCanonical writes m's canonical bytes to w, for a test to compare
+// with the golden vectors' canonical_hex.
+func writeCanonical(w io.Writer, m Raw) {
+	_, _ = w.Write(head(nil, m))
+	_, _ = w.Write(m.Body)
+}
 
-// isAttribute reports whether a header is a CloudEvents attribute in binary
-// mode: "ce-" anything, or content-type, in any case.
-func isAttribute(name string) bool {
-	switch {
-	case len(name) >= 3 && (name[0]|0x20) == 'c' && (name[1]|0x20) == 'e' && name[2] == '-':
-		return true
-	case len(name) == len("content-type"):
-		return strings.EqualFold(name, "content-type")
+// head appends to b the canonical bytes of m up to the body's own bytes,
+// in the order SPEC.md lists them: the version line, u64(sequence),
+// str(subject), u32(how many headers are kept) and each of them, and
+// u32(the body's length).
+func head(b []byte, m Raw) []byte {
+	b = append(b, chain.Version+"\n"...)
+	b = binary.BigEndian.AppendUint64(b, m.Seq)
+	b = str(b, m.Subject)
+	var kept [16]string
+	names := attributes(kept[:0], m.Headers)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
+	for _, name := range names {
+		values := m.Headers[name]
+		b = str(b, name)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(values)))
+		for _, v := range values {
+			b = str(b, v)
+		}
 	}
-	return false
+	return binary.BigEndian.AppendUint32(b, uint32(len(m.Body)))
 }
 
-func lengthPrefixed(b []byte, s string) []byte {
-	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
-	return append(b, s...)
+// str appends a string as SPEC.md writes one: u32(its length), its bytes.
+func str(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
 }
 
-// HashChain is the hash chain over a log: H_n = SHA-256(H_{n-1} ‖ digest_n).
+// attributes appends to names the names of the headers the digest keeps,
+// sorted as bytes: the CloudEvents attributes ("ce-" anything, in any
+// case) and content-type, written as stored.
+func attributes(names []string, headers map[string][]string) []string {
+	for name := range headers {
+		// Compared without folding the name into a copy: every message
+		// has a Nats-Msg-Id, and the audit reads every message.
+		ce := len(name) >= len("ce-") && strings.EqualFold(name[:len("ce-")], "ce-")
+		if ce || strings.EqualFold(name, "content-type") {
+			names = append(names, name)
+		}
+	}
+	// Go compares strings bytewise, which is what the spec asks.
+	sort.Strings(names)
+	return names
+}
+
+// HashChain is the hash chain over a log (SPEC.md, "Hash chain"): it
+// starts at 32 zero bytes, and each message links the value before it to
+// its digest.
 type HashChain struct {
-	seq  uint64
-	hash [32]byte
+	seq   uint64
+	value [32]byte
 }
 
-// Add moves the chain past a message with sequence seq and digest d.
+// Add moves the chain past a message with sequence seq and digest d:
+// H_n = SHA-256(H_{n-1} ‖ d).
 func (c *HashChain) Add(seq uint64, d [32]byte) {
-	var link [64]byte
-	copy(link[:32], c.hash[:])
-	copy(link[32:], d[:])
-	c.hash = sha256.Sum256(link[:])
+	link := sha256.New()
+	link.Write(c.value[:])
+	link.Write(d[:])
+	link.Sum(c.value[:0])
 	c.seq = seq
 }
 
-// Head is the chain's value after the last message added.
-func (c *HashChain) Head() api.Head {
+// Head is the chain's value after the last message added, "S:<hex>"; the
+// zero Head before any.
+func (c *HashChain) Head() chain.Head {
 	if c.seq == 0 {
-		return api.Head{}
+		return chain.Head{}
 	}
-	return api.Head{Seq: c.seq, Hash: hex.EncodeToString(c.hash[:])}
+	return chain.Head{Seq: c.seq, Hash: hex.EncodeToString(c.value[:])}
 }
 
+// digestText is how a record writes a digest: "sha256:<hex>".
 func digestText(d []byte) string { return "sha256:" + hex.EncodeToString(d) }

@@ -3,9 +3,11 @@
 // the ledger's.
 //
 // It shares nothing with the ledger's projection but the event types
-// (pkg/events) and the record's shape (pkg/api): it reads raw stored
-// messages with a reader of its own, computes event digests and the hash
-// chain with code of its own from the written definition (api.DigestVersion),
+// (pkg/events), the record's shape (pkg/hold) and the log's direct reads
+// (bus.Stored, not the consumer the ledger follows with): it reads raw
+// stored messages exactly as stored, computes event digests and the hash
+// chain with code of its own from the written definition (pkg/chain/SPEC.md,
+// checked against its golden vectors like the ledger's),
 // groups messages by job, and derives each record from the job's whole
 // history at once, where the ledger folds events one by one as they come.
 // Two independent derivations that agree field by field are the evidence

@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
 )
 
@@ -33,7 +33,7 @@ func (l *log) envelope(subject string, env events.Envelope) *log {
 // are left out before the job's own: who publishes the first request under
 // an id makes the job its own. It returns how many are set aside.
 func (l *log) garbage(job string, requests bool) int {
-	cancel := events.New(job, events.CancelRequested{By: "mallory"}, "mallory", t0)
+	cancel := events.New(job, &events.CancelRequested{By: "mallory"}, "mallory", t0)
 	cancel.ID = "whatever"
 	l.raw("e31.job."+job+".cancel.mallory", []byte("junk"), nats.Header{"ce-type": {events.TypeCancelRequested}}).
 		raw("e31.job."+job+".delete.mallory", nil, nats.Header{"Status": {"100"}}).
@@ -41,10 +41,10 @@ func (l *log) garbage(job string, requests bool) int {
 	if !requests {
 		return 2
 	}
-	second := events.New(job, events.JobRequested{Submitter: "mallory", Spec: spec}, "mallory", t0)
+	second := events.New(job, &events.JobRequested{Submitter: "mallory", Spec: spec}, "mallory", t0)
 	second.ID = job + "/requested/mine"
 	l.raw("e31.job."+job+".requested.mallory", []byte("{not json"), nil).
-		envelope("e31.job."+job+".requested.mallory", events.New(job, events.JobRejected{Reason: "mallory says so"}, "mallory", t0)).
+		envelope("e31.job."+job+".requested.mallory", events.New(job, &events.JobRejected{Reason: "mallory says so"}, "mallory", t0)).
 		envelope("e31.job."+job+".requested.mallory", second)
 	return 5 // four that are no event, and the second request
 }
@@ -52,19 +52,19 @@ func (l *log) garbage(job string, requests bool) int {
 func TestGarbageIsSetAsideAndChangesNoRecord(t *testing.T) {
 	t.Parallel()
 	clean := newLog(t)
-	clean.submitted("victim").life("victim", hold("n1", 1, 1), true)
+	clean.submitted("victim").life("victim", holdOf("n1", 1, 1), true)
 	want := clean.audit(Options{}).Records["victim"]
 
 	l := newLog(t)
 	n := l.garbage("victim", false)
-	l.add("victim", events.JobRequested{Submitter: "alice", Spec: spec})
+	l.add("victim", &events.JobRequested{Submitter: "alice", Spec: spec})
 	n += l.garbage("victim", true)
-	l.add("victim", events.JobSubmitted{Submitter: "alice", Spec: spec})
+	l.add("victim", &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	n += l.garbage("victim", true)
-	l.life("victim", hold("n1", 1, 1), true)
+	l.life("victim", holdOf("n1", 1, 1), true)
 	n += l.garbage("victim", true)
 	// An unreadable first request makes the job its publisher's, refused.
-	l.raw("e31.job.mine.requested.mallory", []byte("{not json"), nil).add("mine", events.JobRejected{Reason: "unreadable"})
+	l.raw("e31.job.mine.requested.mallory", []byte("{not json"), nil).add("mine", &events.JobRejected{Reason: "unreadable"})
 	n++
 	rep := l.audit(Options{})
 	if !rep.OK() {
@@ -78,7 +78,7 @@ func TestGarbageIsSetAsideAndChangesNoRecord(t *testing.T) {
 		t.Errorf("victim's record after garbage: submitter %s, %s, %s, %gs; want alice, %s, %s, %gs",
 			got.Submitter, got.State, got.Outcome, got.HeldSeconds, want.State, want.Outcome, want.HeldSeconds)
 	}
-	if r := rep.Records["mine"]; r == nil || r.State != api.StateRejected {
+	if r := rep.Records["mine"]; r == nil || r.State != hold.StateRejected {
 		t.Errorf("mine: %+v, want rejected", r)
 	}
 }
@@ -94,7 +94,7 @@ func TestReadStreamReadsPastAForgedStatus(t *testing.T) {
 	l.submitted("victim")
 	l.raw("e31.job.victim.delete.mallory", nil, nats.Header{"Status": {"409"}, "Description": {"Consumer Deleted"}}).
 		raw("e31.job.victim.delete.mallory", nil, nats.Header{"Status": {"503"}})
-	l.life("victim", hold("n1", 1, 1), true)
+	l.life("victim", holdOf("n1", 1, 1), true)
 	for _, r := range l.raws {
 		m := nats.NewMsg(r.Subject)
 		m.Data, m.Header = r.Body, r.Headers

@@ -9,15 +9,12 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/bus"
 )
 
 // readBatch is how many messages one worker decodes at a time.
@@ -87,133 +84,36 @@ func (it *item) decode(d *decoded) error {
 }
 
 // ReadStream feeds the Auditor every message of the event log, from the
-// first to the last there was when it started.
+// first to the last there was when it started, exactly as stored. It reads
+// with batched direct gets (bus.Stored), not with the consumer the ledger
+// follows the log with, and not with nats.go's: those take a stored
+// message with an empty body and a Status header for a status of their
+// own and never hand it over, and any tenant can store one.
 func (a *Auditor) ReadStream(ctx context.Context, js jetstream.JetStream) error {
-	st, err := js.Stream(ctx, events.Stream)
+	last, err := bus.LastSeq(ctx, js)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
-	last := st.CachedInfo().State.LastSeq
 	if last == 0 {
 		return nil
 	}
 	return a.pipeline(func(emit func(item)) error {
-		if err := readDirect(ctx, js, events.Stream, last, func(r Raw) { emit(item{raw: r}) }); err != nil {
-			return fmt.Errorf("read the log: %w", err)
+		read := uint64(0)
+		for m, err := range bus.Stored(ctx, js, "", 1) {
+			if err != nil {
+				return fmt.Errorf("read the log after #%d: %w", read, err)
+			}
+			if m.Sequence > last {
+				break
+			}
+			emit(item{raw: Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data}})
+			read = m.Sequence
+		}
+		if read < last {
+			return fmt.Errorf("read the log: it ended at #%d, but held #%d when the audit started", read, last)
 		}
 		return nil
 	})
-}
-
-// The audit reads the log with batched direct gets (ADR-31; the stream
-// allows them), with code of its own. Not with a consumer: nats.go's
-// consumers take a stored message with an empty body and a Status header
-// for a status of their own and never hand it over (an ordered consumer
-// then starts again before it, for ever), and any tenant can store one.
-const (
-	directBatch    = 1024
-	directMaxBytes = 16 << 20
-	directWait     = 10 * time.Second
-)
-
-// serverHeaders are what the server adds to each message of a direct get's
-// answer, after the headers it was stored with.
-var serverHeaders = [...]string{"Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "Nats-Num-Pending", "Nats-Last-Sequence"}
-
-// readDirect hands every stored message of stream from the first to last
-// to fn, in order, exactly as stored.
-func readDirect(ctx context.Context, js jetstream.JetStream, stream string, last uint64, fn func(Raw)) error {
-	nc := js.Conn()
-	// A callback, not NextMsg: NextMsg turns any empty message with a 503
-	// Status header into "no responders" and drops it, stored or not.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	in := make(chan *nats.Msg, directBatch)
-	sub, err := nc.Subscribe(nc.NewInbox(), func(m *nats.Msg) {
-		select {
-		case in <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return err
-	}
-	prefix := jetstream.DefaultAPIPrefix
-	if o := js.Options(); o.APIPrefix != "" {
-		prefix = strings.TrimSuffix(o.APIPrefix, ".") + "."
-	} else if o.Domain != "" {
-		prefix = "$JS." + o.Domain + ".API."
-	}
-	subject := prefix + "DIRECT.GET." + stream
-	next := uint64(1)
-	for next <= last {
-		req, err := json.Marshal(map[string]any{"seq": next, "batch": directBatch, "max_bytes": directMaxBytes})
-		if err != nil {
-			return err
-		}
-		if err := nc.PublishRequest(subject, sub.Subject, req); err != nil {
-			return err
-		}
-		from := next
-	batch:
-		for {
-			var r *nats.Msg
-			select {
-			case r = <-in:
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(directWait):
-				return fmt.Errorf("direct get from #%d: %w", from, nats.ErrTimeout)
-			}
-			// A stored message carries the server's Nats-Sequence; a status
-			// (end of batch, nothing found) never does, whatever Status
-			// header a publisher put in its own message.
-			seqs := r.Header.Values("Nats-Sequence")
-			if len(seqs) == 0 {
-				switch status := r.Header.Get("Status"); status {
-				case "204", "404":
-					break batch
-				default:
-					return fmt.Errorf("direct get from #%d: status %s %s", from, status, r.Header.Get("Description"))
-				}
-			}
-			seq, err := strconv.ParseUint(seqs[len(seqs)-1], 10, 64)
-			if err != nil {
-				return fmt.Errorf("direct get from #%d: bad Nats-Sequence: %w", from, err)
-			}
-			subjects := r.Header.Values("Nats-Subject")
-			if len(subjects) == 0 {
-				return fmt.Errorf("direct get: message #%d without its subject", seq)
-			}
-			h := nats.Header{}
-			for k, vs := range r.Header {
-				h[k] = vs
-			}
-			for _, k := range serverHeaders {
-				if vs := h[k]; len(vs) > 1 {
-					h[k] = vs[:len(vs)-1]
-				} else {
-					delete(h, k)
-				}
-			}
-			if len(h) == 0 {
-				h = nil
-			}
-			if seq > last {
-				return nil
-			}
-			fn(Raw{Seq: seq, Subject: subjects[len(subjects)-1], Headers: h, Body: r.Data})
-			next = seq + 1
-		}
-		if next == from {
-			return fmt.Errorf("direct get from #%d: nothing more, but the log ends at #%d", from, last)
-		}
-	}
-	return nil
 }
 
 // ReadExport feeds the Auditor every line of an export, in the file's

@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -136,17 +136,17 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 	var ev events.Event
 	switch ceType {
 	case events.TypeJobRequested:
-		ev = events.JobRequested{Submitter: tail}
+		ev = &events.JobRequested{Submitter: tail}
 	case events.TypeCancelRequested:
-		ev = events.CancelRequested{By: tail}
+		ev = &events.CancelRequested{By: tail}
 	case events.TypeDeleteRequested:
-		ev = events.DeleteRequested{What: events.WhatData, By: tail}
+		ev = &events.DeleteRequested{What: events.WhatData, By: tail}
 	case events.TypeComputeHeld:
-		ev = events.ComputeHeld{Hold: events.Hold{Node: tail}}
+		ev = &events.ComputeHeld{Hold: events.Hold{Node: tail}}
 	case events.TypeNodeAnnounced:
-		id, ev = node, events.NodeAnnounced{Node: node}
+		id, ev = node, &events.NodeAnnounced{Node: node}
 	case events.TypeNodeExpired:
-		id, ev = node, events.NodeExpired{Node: node}
+		id, ev = node, &events.NodeExpired{Node: node}
 	default:
 		ev = sampleOf(t, ceType)
 	}
@@ -159,9 +159,9 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 
 func sampleOf(t *testing.T, ceType string) events.Event {
 	t.Helper()
-	for _, ev := range []events.Event{events.JobSubmitted{}, events.JobRejected{}, events.RunStarted{}, events.RunStopped{},
-		events.OutputReturned{}, events.ComputeReleased{}, events.JobCancelled{}, events.HoldLost{},
-		events.Deleted{What: events.WhatData}} {
+	for _, ev := range []events.Event{&events.JobSubmitted{}, &events.JobRejected{}, &events.RunStarted{}, &events.RunStopped{},
+		&events.OutputReturned{}, &events.ComputeReleased{}, &events.JobCancelled{}, &events.HoldLost{},
+		&events.Deleted{What: events.WhatData}} {
 		if ev.Type() == ceType {
 			return ev
 		}
@@ -279,10 +279,10 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 		"$JS.API.STREAM.CREATE.OBJ_E31_DATA_mallory",
 		"$JS.API.STREAM.INFO.OBJ_" + events.DataBucketFor("bob"),
 		"$O." + events.DataBucketFor("bob") + ".M.x",
-		api.LedgerSubject("bob", api.EndpointRecord),
-		api.RentWhySubject(api.Auditor),
-		api.LedgerSubject(events.Operator, api.EndpointList),
-		api.OutputStoredSubject("bob"),
+		wire.LedgerSubject("bob", wire.EndpointRecord),
+		wire.RentWhySubject(auth.AuditorName),
+		wire.LedgerSubject(events.Operator, wire.EndpointList),
+		wire.OutputStoredSubject("bob"),
 		"e31.poison.submit",
 		"$KV." + events.LeasesBucket + ".leader.rent",
 	} {
@@ -290,7 +290,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 			t.Errorf("alice may publish on %s", s)
 		}
 	}
-	if refused(t, nc, api.LedgerSubject("alice", api.EndpointRecord)) {
+	if refused(t, nc, wire.LedgerSubject("alice", wire.EndpointRecord)) {
 		t.Error("alice may not ask the ledger as herself")
 	}
 	// Bob's replies are his alone.
@@ -313,7 +313,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 	if got := roundTrip(t, nc, "alice", []byte("hers")); string(got) != "hers" {
 		t.Fatalf("get from her own bucket: %q", got)
 	}
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -329,7 +329,7 @@ func TestTheAuditorReadsTheLogAndChangesNothing(t *testing.T) {
 	tr := startTrusted(t)
 	op := tr.js(t, auth.Identity{Role: auth.Operator, Name: "root"})
 	ctx := ctxFor(t)
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +367,7 @@ func TestTheAuditorReadsTheLogAndChangesNothing(t *testing.T) {
 		"$JS.API.CONSUMER.DURABLE.CREATE." + events.Stream + ".x",
 		"$O." + events.DataBucketFor("alice") + ".M.x",
 		"$KV." + events.LeasesBucket + ".leader.rent",
-		api.LedgerSubject("alice", api.EndpointRecord),
+		wire.LedgerSubject("alice", wire.EndpointRecord),
 		"e31.job.x.requested.auditor",
 		"e31.timer.at.expire.x",
 	} {
@@ -375,7 +375,7 @@ func TestTheAuditorReadsTheLogAndChangesNothing(t *testing.T) {
 			t.Errorf("the auditor may publish on %s", s)
 		}
 	}
-	if refused(t, nc, api.LedgerSubject(api.Auditor, api.EndpointList)) {
+	if refused(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointList)) {
 		t.Error("the auditor may not ask the ledger")
 	}
 }
@@ -634,7 +634,7 @@ func TestTheServerConfigRunsAServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now()).Msg()
+	m, err := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now()).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}

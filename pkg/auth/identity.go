@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -72,7 +71,7 @@ func (id Identity) Validate() error {
 		// These names carry meaning in subjects: a submitter called
 		// "operator" could cancel every job, one called "output" could ask
 		// e31.api.output.stored about everyone's data.
-		if id.Name == events.Operator || id.Name == api.Auditor || slices.Contains(Services, id.Name) {
+		if id.Name == events.Operator || id.Name == AuditorName || slices.Contains(Services, id.Name) {
 			return fmt.Errorf("%w: %q is reserved: no submitter may be called that", ErrIdentity, id.Name)
 		}
 	case Service:
@@ -91,12 +90,12 @@ func (id Identity) Validate() error {
 
 // Principal is who the identity acts as in subjects: a submitter's own
 // name, "auditor" for every auditor and "operator" for every operator (the
-// names the query services and cancels recognize, api.SeesAll and
+// names the query services and cancels recognize, SeesAll and
 // events.MayCancel), a service's name.
 func (id Identity) Principal() string {
 	switch id.Role {
 	case Auditor:
-		return api.Auditor
+		return AuditorName
 	case Operator:
 		return events.Operator
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // AccountName is the name of the account e31 runs in: the event log, the
@@ -281,7 +281,7 @@ func tenantServices() []tenantService {
 		out = append(out, tenantService{subject: subjectOf(t, "*", "*")})
 	}
 	return append(out,
-		tenantService{subject: api.UserSubjects("*")},
+		tenantService{subject: wire.UserSubjects("*")},
 		tenantService{subject: "$O.>"},
 		tenantService{subject: jsAPI + ">", stream: true},
 		tenantService{subject: events.LogSubjects("*"), flow: true},

@@ -8,9 +8,9 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // owned is the event types each service appends: the only events it may
@@ -73,13 +73,13 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 		for _, t := range submitted {
 			g.pub(subjectOf(t, "*", id.Name))
 		}
-		g.pub(api.UserSubjects(id.Name))
+		g.pub(wire.UserSubjects(id.Name))
 		g.pub(DataBucketSubjects(id.Name)...)
 		g.pub(LimitsSubjects(id.Name)...)
 		// What its running jobs write, as nodes publish it (e31 logs --follow).
 		g.sub(events.LogSubjects(id.Name))
 	case Auditor:
-		g.pub(api.UserSubjects(api.Auditor))
+		g.pub(wire.UserSubjects(AuditorName))
 		g.pub(streamInfo(events.Stream))
 		g.pub(readMessages(events.Stream)...)
 		// Ordered consumers: the auditor's reads. It may not delete
@@ -102,7 +102,7 @@ func servicePermissions(g *grant, id Identity) {
 	}
 	g.pub(readMessages(events.Stream)...)
 	g.pub(consume(events.Stream, true)...)
-	g.pub("e31.poison." + id.Service)
+	g.pub(events.PoisonSubject(id.Service))
 	for _, t := range owned[id.Service] {
 		node := "*"
 		if t == events.TypeNodeAnnounced {
@@ -124,7 +124,7 @@ func servicePermissions(g *grant, id Identity) {
 		// which nodes live.
 		g.pub(kvRead(events.LeasesBucket)...)
 		g.pub(kvKey(events.LeasesBucket, "leader."+RentService))
-		g.serve(api.RentWhySubject("*"))
+		g.serve(wire.RentWhySubject("*"))
 	case RunService:
 		// The node's own lease; inputs staged in, output collected out.
 		g.pub(kvRead(events.LeasesBucket)...)
@@ -140,13 +140,13 @@ func servicePermissions(g *grant, id Identity) {
 		// per user on e31.api.<user>.output.stored.
 		g.pub(allDataBuckets(true)...)
 		g.pub(streamPurge("*"))
-		g.pub(strings.TrimSuffix(events.TimerSubjects, ">") + "at.>")
+		g.pub(events.TimerAtSubjects)
 		g.pub(streamInfo(events.TimerStream))
 		g.pub(consume(events.TimerStream, true)...)
-		g.serve(api.OutputStoredService)
+		g.serve(wire.OutputStoredService)
 	case LedgerService:
-		for _, e := range api.LedgerEndpoints {
-			g.serve(api.LedgerSubject("*", e))
+		for _, e := range wire.LedgerEndpoints {
+			g.serve(wire.LedgerSubject("*", e))
 		}
 	}
 }
@@ -248,21 +248,21 @@ const (
 // subject carries an identity or a node, so that events.SubjectOf (the one
 // place that says where an event is stored) gives each type's subject.
 var samples = map[string]events.Event{
-	events.TypeJobRequested:    events.JobRequested{Submitter: tailMark},
-	events.TypeJobSubmitted:    events.JobSubmitted{},
-	events.TypeJobRejected:     events.JobRejected{},
-	events.TypeComputeHeld:     events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
-	events.TypeRunStarted:      events.RunStarted{},
-	events.TypeRunStopped:      events.RunStopped{},
-	events.TypeOutputReturned:  events.OutputReturned{},
-	events.TypeComputeReleased: events.ComputeReleased{},
-	events.TypeCancelRequested: events.CancelRequested{By: tailMark},
-	events.TypeJobCancelled:    events.JobCancelled{},
-	events.TypeNodeAnnounced:   events.NodeAnnounced{Node: idMark},
-	events.TypeNodeExpired:     events.NodeExpired{Node: idMark},
-	events.TypeHoldLost:        events.HoldLost{},
-	events.TypeDeleteRequested: events.DeleteRequested{What: events.WhatData, By: tailMark},
-	events.TypeDeleted:         events.Deleted{What: events.WhatData},
+	events.TypeJobRequested:    &events.JobRequested{Submitter: tailMark},
+	events.TypeJobSubmitted:    &events.JobSubmitted{},
+	events.TypeJobRejected:     &events.JobRejected{},
+	events.TypeComputeHeld:     &events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
+	events.TypeRunStarted:      &events.RunStarted{},
+	events.TypeRunStopped:      &events.RunStopped{},
+	events.TypeOutputReturned:  &events.OutputReturned{},
+	events.TypeComputeReleased: &events.ComputeReleased{},
+	events.TypeCancelRequested: &events.CancelRequested{By: tailMark},
+	events.TypeJobCancelled:    &events.JobCancelled{},
+	events.TypeNodeAnnounced:   &events.NodeAnnounced{Node: idMark},
+	events.TypeNodeExpired:     &events.NodeExpired{Node: idMark},
+	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeDeleteRequested: &events.DeleteRequested{What: events.WhatData, By: tailMark},
+	events.TypeDeleted:         &events.Deleted{What: events.WhatData},
 }
 
 // subjectOf is the subject events of ceType are stored on, with id for the

@@ -17,10 +17,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -86,7 +86,7 @@ func TestASubmitterIsServedThroughTheImports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "test", time.Now())
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "test", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -99,9 +99,9 @@ func TestASubmitterIsServedThroughTheImports(t *testing.T) {
 	// A query service in E31 sees the server's own reply, which
 	// query.ReplyAllowed lets it answer; the answer reaches alice.
 	ledger := tr.conn(t, auth.Identity{Role: auth.Service, Service: auth.LedgerService, Name: "ledger-1"})
-	sub, err := ledger.Subscribe(api.LedgerSubject("*", api.EndpointList), func(m *nats.Msg) {
-		if query.ReplyAllowed(api.UserOf(m.Subject), m.Reply) {
-			_ = m.Respond([]byte("answer for " + api.UserOf(m.Subject)))
+	sub, err := ledger.Subscribe(wire.LedgerSubject("*", wire.EndpointList), func(m *nats.Msg) {
+		if query.ReplyAllowed(wire.UserOf(m.Subject), m.Reply) {
+			_ = m.Respond([]byte("answer for " + wire.UserOf(m.Subject)))
 		}
 	})
 	if err != nil {
@@ -111,7 +111,7 @@ func TestASubmitterIsServedThroughTheImports(t *testing.T) {
 	if err := ledger.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	answer, err := nc.RequestWithContext(ctx, api.LedgerSubject("alice", api.EndpointList), nil)
+	answer, err := nc.RequestWithContext(ctx, wire.LedgerSubject("alice", wire.EndpointList), nil)
 	if err != nil || string(answer.Data) != "answer for alice" {
 		t.Fatalf("alice's query: %v, %v", answer, err)
 	}

@@ -12,8 +12,8 @@ import (
 
 var at = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
-func submitted() events.JobSubmitted {
-	return events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{
+func submitted() *events.JobSubmitted {
+	return &events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{
 		Work:    events.Work{Command: []string{"/bin/true"}},
 		Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, LimitSeconds: 60},
 	}}
@@ -64,11 +64,11 @@ func TestExpectLastRefusesAStaleAppend(t *testing.T) {
 	if _, err := pub.Append(ctx, "other", submitted()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Append(ctx, "job-2", events.CancelRequested{By: "alice"}, bus.ExpectLast(sub.Seq)); err != nil {
+	if _, err := pub.Append(ctx, "job-2", &events.CancelRequested{By: "alice"}, bus.ExpectLast(sub.Seq)); err != nil {
 		t.Fatalf("append after the job's last event: %v", err)
 	}
 	held := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}}
-	_, err = pub.Append(ctx, "job-2", held, bus.ExpectLast(sub.Seq))
+	_, err = pub.Append(ctx, "job-2", &held, bus.ExpectLast(sub.Seq))
 	if !errors.Is(err, bus.ErrConflict) {
 		t.Fatalf("append expecting a stale sequence: err = %v, want ErrConflict", err)
 	}
@@ -98,10 +98,10 @@ func TestReactDecidesAgainAfterAConflict(t *testing.T) {
 				return nil, nil // already held: nothing to do
 			}
 			if _, ok := e.Event.(*events.CancelRequested); ok {
-				return []events.Event{events.JobCancelled{Reason: "cancelled while waiting"}}, nil
+				return []events.Event{&events.JobCancelled{Reason: "cancelled while waiting"}}, nil
 			}
 		}
-		return []events.Event{hold}, nil
+		return []events.Event{&hold}, nil
 	}
 
 	// First delivery: the fast path holds.
@@ -121,7 +121,7 @@ func TestReactDecidesAgainAfterAConflict(t *testing.T) {
 
 	// A different outcome when something else happened in between.
 	trigger4, _ := pub.Append(ctx, "job-4", submitted())
-	if _, err := pub.Append(ctx, "job-4", events.CancelRequested{By: "bob"}); err != nil {
+	if _, err := pub.Append(ctx, "job-4", &events.CancelRequested{By: "bob"}); err != nil {
 		t.Fatal(err)
 	}
 	stored, err = pub.React(ctx, trigger4, decide)
@@ -182,12 +182,12 @@ func TestAppendBatchReportsEachResult(t *testing.T) {
 	ctx := natstest.Context(t, 10*time.Second)
 	pub := bus.NewPublisher(js, "e31/test", nil)
 	first, _ := pub.Append(ctx, "x", submitted())
-	if _, err := pub.Append(ctx, "x", events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := pub.Append(ctx, "x", &events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	hold := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}}
 	envs, errs := pub.AppendBatch(ctx, []bus.Pending{
-		{Subject: "x", Event: hold, Expect: first.Seq, ExpectSet: true},
+		{Subject: "x", Event: &hold, Expect: first.Seq, ExpectSet: true},
 		{Subject: "y", Event: submitted(), ExpectSet: true},
 	})
 	if !errors.Is(errs[0], bus.ErrConflict) {

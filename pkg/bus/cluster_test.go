@@ -93,26 +93,26 @@ func TestRepeatedAppendConflictsInACluster(t *testing.T) {
 	defer cancel()
 	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
 	hold := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 20}, Submitter: "alice", Spec: submitted().Spec}
-	trigger, err := pub.Append(ctx, "job-1", hold)
+	trigger, err := pub.Append(ctx, "job-1", &hold)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := events.RunStarted{Hold: hold.Hold}
-	first, err := pub.Append(ctx, "job-1", start, bus.ExpectLast(trigger.Seq))
+	first, err := pub.Append(ctx, "job-1", &start, bus.ExpectLast(trigger.Seq))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = pub.Append(ctx, "job-1", start, bus.ExpectLast(trigger.Seq))
+	_, err = pub.Append(ctx, "job-1", &start, bus.ExpectLast(trigger.Seq))
 	if !errors.Is(err, bus.ErrConflict) {
 		t.Fatalf("repeated RunStarted after #%d (first stored at #%d): err %v, want ErrConflict", trigger.Seq, first.Seq, err)
 	}
 	// In a batch too (RENT's holds).
-	_, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "job-1", Event: start, Expect: trigger.Seq, ExpectSet: true}})
+	_, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "job-1", Event: &start, Expect: trigger.Seq, ExpectSet: true}})
 	if !errors.Is(errs[0], bus.ErrConflict) {
 		t.Fatalf("repeated RunStarted in a batch: err %v, want ErrConflict", errs[0])
 	}
 	// Without an expectation a repeat is what it always was: stored once.
-	again, err := pub.Append(ctx, "job-1", start)
+	again, err := pub.Append(ctx, "job-1", &start)
 	if err != nil || again.Seq != first.Seq {
 		t.Fatalf("repeat without expectation: #%d, %v; want #%d, nil", again.Seq, err, first.Seq)
 	}

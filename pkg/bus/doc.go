@@ -49,6 +49,18 @@
 //     from the first message it had not settled; if it cannot be, Run ends
 //     with the error.
 //
+// # Following the log
+//
+// A projection (RENT's pool, the LEDGER's records, OUTPUT's retention, the
+// metrics) follows the log with a Tail: it reads every message in order
+// from where the projection is (a Follower: an ephemeral consumer pulled
+// like the Subscriber's, made again where the reading is when it is lost),
+// hands them to the projection's Apply in batches, and says how far the
+// projection is: Applied, WaitFor, Changed for a waiter with a deadline of
+// its own, and CaughtUp once the log as it was at the start is applied.
+// Reading a job's history, or the log up to now, creates nothing on the
+// server: ReadHistory, Replay and Stored use direct gets.
+//
 // # Ordering
 //
 // A Subscriber with Lanes > 0 hands messages with the same key (the job id)

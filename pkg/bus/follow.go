@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // Follower reads the event log in order from a sequence on, for ever: what
@@ -24,6 +25,7 @@ type Follower struct {
 
 	p       *puller
 	started bool
+	fixed   string // the consumer's name, if the caller chose it
 	name    string // of the current consumer
 	next    uint64 // the stream sequence to read next
 	cseq    uint64 // the consumer sequence of the last message read
@@ -37,10 +39,18 @@ const followInactive = time.Minute
 // node event if none) from sequence from (1 or 0: the first), until ctx
 // ends or Stop is called.
 func Follow(ctx context.Context, js jetstream.JetStream, filters []string, from uint64) (*Follower, error) {
+	return FollowAs(ctx, js, "", filters, from)
+}
+
+// FollowAs is Follow on a consumer named name (the server's choice if ""),
+// made again under that name whenever it is lost: a consumer whose
+// figures (what it has left to read) can be asked of the server by name.
+// One left behind by an earlier reader of the same name is replaced.
+func FollowAs(ctx context.Context, js jetstream.JetStream, name string, filters []string, from uint64) (*Follower, error) {
 	if len(filters) == 0 {
 		filters = []string{events.JobSubjects, events.NodeSubjects}
 	}
-	f := &Follower{js: js, ctx: ctx, filters: filters, next: max(from, 1)}
+	f := &Follower{js: js, ctx: ctx, filters: filters, fixed: name, next: max(from, 1)}
 	if err := f.start(); err != nil {
 		return nil, err
 	}
@@ -59,7 +69,14 @@ func (f *Follower) start() error {
 	if f.next > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.next
 	}
+	cfg.Name = f.fixed
 	cons, err := f.js.CreateConsumer(f.ctx, events.Stream, cfg)
+	if f.fixed != "" && (errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse)) {
+		// Left behind, reading from elsewhere: replace it.
+		if derr := f.js.DeleteConsumer(f.ctx, events.Stream, f.fixed); derr == nil || errors.Is(derr, jetstream.ErrConsumerNotFound) {
+			cons, err = f.js.CreateConsumer(f.ctx, events.Stream, cfg)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
 	}
@@ -75,25 +92,20 @@ func (f *Follower) start() error {
 }
 
 // restart drops the current consumer and makes another from where the
-// reading is, trying again while it fails for a reason that passes.
+// reading is, trying again while it fails for a reason that passes, and
+// for a while while the stream is not found (a restarting cluster).
 func (f *Follower) restart() error {
 	f.drop()
-	delay := 100 * time.Millisecond
-	for {
-		err := f.start()
-		if err == nil || f.ctx.Err() != nil {
-			return err
+	var gone time.Time
+	return retry.Do(f.ctx, retry.Consumer, f.start, retry.If(func(err error) bool {
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return retry.Transient(err)
 		}
-		if !events.Transient(err) && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return err
+		if gone.IsZero() {
+			gone = time.Now()
 		}
-		select {
-		case <-f.ctx.Done():
-			return f.ctx.Err()
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
+		return time.Since(gone) < retry.StreamGone
+	}))
 }
 
 // drop stops pulling and deletes the consumer, as far as it can: the

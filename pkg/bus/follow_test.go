@@ -84,3 +84,49 @@ func TestFollowReadsEverythingInOrderAndGoesOn(t *testing.T) {
 		t.Errorf("consumers after Stop: %d (%v), want %d", info.State.Consumers, err, consumers)
 	}
 }
+
+// TestFollowAsKeepsItsNameAndReplacesOneLeftBehind: a named follower's
+// consumer is found under its name, made again under it when deleted, and
+// one an earlier reader left behind (reading from elsewhere) is replaced.
+func TestFollowAsKeepsItsNameAndReplacesOneLeftBehind(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	for range 3 {
+		if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Left behind: the same name, reading from #3.
+	left, err := bus.FollowAs(ctx, js, "reader-1", nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = left // abandoned without Stop, as by a process that died
+	f, err := bus.FollowAs(ctx, js, "reader-1", nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if m, _, err := f.Next(); err != nil || m.Sequence != 1 {
+		t.Fatalf("first read: %v (%v), want #1", m, err)
+	}
+	if _, err := js.Consumer(ctx, events.Stream, "reader-1"); err != nil {
+		t.Fatalf("the consumer under its name: %v", err)
+	}
+	if err := js.DeleteConsumer(ctx, events.Stream, "reader-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	for want := uint64(2); want <= 4; want++ {
+		if m, _, err := f.Next(); err != nil || m.Sequence != want {
+			t.Fatalf("read after its consumer was deleted: %v (%v), want #%d", m, err, want)
+		}
+	}
+	if _, err := js.Consumer(ctx, events.Stream, "reader-1"); err != nil {
+		t.Errorf("the consumer made again under its name: %v", err)
+	}
+}

@@ -45,7 +45,7 @@ func junk(t *testing.T, ctx context.Context, js jetstream.JetStream, job, who st
 	// A well-formed event of a type that does not belong on that subject,
 	// whose Nats-Msg-Id is the id of the hold RENT would append next: the
 	// server's duplicate window would take the real hold for a repeat.
-	held := events.New(job, events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}}, "mallory", at)
+	held := events.New(job, &events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}}, "mallory", at)
 	m, err := held.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestReactExpectsTheJobsTrueLastSequence(t *testing.T) {
 		if len(after) != 0 {
 			return nil, fmt.Errorf("decided from %d events after the trigger; junk is no event", len(after))
 		}
-		return []events.Event{held}, nil
+		return []events.Event{&held}, nil
 	})
 	if err != nil {
 		t.Fatalf("react with junk after the trigger: %v", err)
@@ -190,7 +190,7 @@ func TestReadsLeaveNoConsumerBehind(t *testing.T) {
 					return nil, nil
 				}
 			}
-			return []events.Event{events.JobRejected{Reason: "test"}}, nil
+			return []events.Event{&events.JobRejected{Reason: "test"}}, nil
 		})
 		if err != nil {
 			t.Fatalf("react %d: %v", i, err)
@@ -225,11 +225,11 @@ func TestOwnerIsWhoeverRequestedFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := events.JobRequested{Submitter: "alice", Spec: submitted().Spec}
-	if _, err := pub.Append(ctx, "j", req); err != nil {
+	if _, err := pub.Append(ctx, "j", &req); err != nil {
 		t.Fatal(err)
 	}
 	junk(t, ctx, js, "j", "mallory", true)
-	env := events.New("j", events.JobRequested{Submitter: "mallory", Spec: submitted().Spec}, "mallory", at)
+	env := events.New("j", &events.JobRequested{Submitter: "mallory", Spec: submitted().Spec}, "mallory", at)
 	env.ID = "j/requested/again" // past the duplicate window, or another id
 	if _, err := pub.AppendEnvelope(ctx, env); err != nil {
 		t.Fatal(err)
@@ -262,13 +262,13 @@ func TestAForgedMessageIDKeepsNoEventOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"}
-	stored, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "j", Event: held, Expect: ack.Sequence, ExpectSet: true}})
+	stored, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "j", Event: &held, Expect: ack.Sequence, ExpectSet: true}})
 	if errs[0] != nil || stored[0].Seq <= ack.Sequence {
 		t.Fatalf("hold after a forged id: #%d, %v; want it stored after #%d", stored[0].Seq, errs[0], ack.Sequence)
 	}
 	// Stored once: a repeat is a real duplicate, a conflict with the
 	// expectation it no longer meets.
-	if _, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "j", Event: held, Expect: ack.Sequence, ExpectSet: true}}); !errors.Is(errs[0], bus.ErrConflict) {
+	if _, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "j", Event: &held, Expect: ack.Sequence, ExpectSet: true}}); !errors.Is(errs[0], bus.ErrConflict) {
 		t.Errorf("the hold appended again: err = %v, want ErrConflict", errs[0])
 	}
 	evs, err := bus.ReadJob(ctx, js, "j", sub.Seq)

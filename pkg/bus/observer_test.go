@@ -84,7 +84,7 @@ func TestRunTellsTheObserver(t *testing.T) {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	for _, job := range []string{"flaky", "bad", "fine"} {
-		if _, err := pub.Append(ctx, job, events.CancelRequested{By: "alice"}); err != nil {
+		if _, err := pub.Append(ctx, job, &events.CancelRequested{By: "alice"}); err != nil {
 			t.Fatal(err)
 		}
 	}

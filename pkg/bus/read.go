@@ -161,11 +161,15 @@ func matches(f, subject string) bool {
 // or junk, says nothing about whose job it is. A job with no request (the
 // operator wrote its JobSubmitted) belongs to whom its first event names, ""
 // if that is no JobSubmitted; jetstream.ErrMsgNotFound when the job has no
-// events.
+// events. A first request on a subject that is not e31's (an identity no
+// e31 id could be) makes the job nobody's: "".
 func Owner(ctx context.Context, js jetstream.JetStream, job string) (string, error) {
 	m, err := FirstRequest(ctx, js, job)
 	if err == nil {
-		return m.Subject[strings.LastIndexByte(m.Subject, '.')+1:], nil
+		if s, err := events.ParseSubject(m.Subject); err == nil && s.IsRequest() {
+			return s.Identity, nil
+		}
+		return "", nil
 	}
 	if !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return "", err

@@ -196,7 +196,7 @@ func SetAside() uint64 { return undecodable.Load() }
 // move on: nothing that can never be handled may hold up what comes after
 // it. A failure to move it is returned, so the message is tried again.
 func poisonQueue(pub *Publisher, service string, log *slog.Logger, obs Observer) message.HandlerMiddleware {
-	topic := "e31.poison." + service
+	topic := events.PoisonSubject(service)
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(m *message.Message) ([]*message.Message, error) {
 			out, err := h(m)

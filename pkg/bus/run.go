@@ -24,12 +24,6 @@ type Handler struct {
 	// Message, if set instead of Handle, takes each message as it is: for
 	// streams whose messages are not events (OUTPUT's timers).
 	Message message.NoPublishHandlerFunc
-	// NoSpan handles events outside any span of their own: for a handler
-	// that only takes note of every event (RENT's pool, which sees each
-	// event of every job) and appends nothing, a span per event would be
-	// most of a trace's cost and say nothing. Its decisions, made apart,
-	// are spans of their own in the trace of the event they follow.
-	NoSpan bool
 }
 
 // Run runs handlers on one Router until ctx ends, then stops taking new
@@ -61,11 +55,7 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 		subs = append(subs, sub)
 		fn := h.Message
 		if fn == nil {
-			span := service
-			if h.NoSpan {
-				span = ""
-			}
-			fn = handle(span, h.Handle, h.Undecodable)
+			fn = handle(service, h.Handle, h.Undecodable)
 		}
 		r.AddConsumerHandler(h.Name, h.Topic, sub, fn)
 		if obs != nil {

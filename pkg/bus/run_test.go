@@ -78,7 +78,7 @@ func TestRunMakesADeletedConsumerAgain(t *testing.T) {
 	seen, fn := handled()
 	r := runHandlers(t, js, bus.Handler{Name: "cancel", Topic: topic, Subscriber: bus.SubscriberConfig{Durable: "t", Lanes: 4}, Handle: fn})
 
-	if _, err := pub.Append(ctx, "before", events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := pub.Append(ctx, "before", &events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	await(t, seen, "before")
@@ -86,7 +86,7 @@ func TestRunMakesADeletedConsumerAgain(t *testing.T) {
 	if err := js.DeleteConsumer(ctx, events.Stream, bus.ConsumerName("t", topic)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Append(ctx, "after", events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := pub.Append(ctx, "after", &events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	await(t, seen, "after")
@@ -145,7 +145,7 @@ func TestRunSetsAsideWhatIsNoEvent(t *testing.T) {
 		Subscriber: bus.SubscriberConfig{Durable: "t", Lanes: 1}, Handle: fn})
 
 	n := junk(t, ctx, js, "victim", "mallory", false)
-	if _, err := pub.Append(ctx, "victim", events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := pub.Append(ctx, "victim", &events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	// One lane keeps the stream in order: the event after the junk is
@@ -197,7 +197,7 @@ func TestRunHandlesWhatComesAfterForgedStatuses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pub.Append(ctx, "victim", events.CancelRequested{By: "alice"}); err != nil {
+	if _, err := pub.Append(ctx, "victim", &events.CancelRequested{By: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	await(t, seen, "victim")

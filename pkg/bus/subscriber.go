@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // Metadata keys the Subscriber sets on every message, beside the NATS headers.
@@ -124,12 +125,11 @@ func NewSubscriber(js jetstream.JetStream, cfg SubscriberConfig) (*Subscriber, e
 	return &Subscriber{js: js, cfg: cfg, closing: make(chan struct{}), failed: make(chan error, 1)}, nil
 }
 
-// JobKey is the job id of a job event subject (e31.job.<id>.…), else the subject.
+// JobKey is the job a subject is about (events.JobOf: a job's event, its
+// timer), else the subject itself.
 func JobKey(subject string) string {
-	if rest, ok := strings.CutPrefix(subject, "e31.job."); ok {
-		if i := strings.IndexByte(rest, '.'); i > 0 {
-			return rest[:i]
-		}
+	if job := events.JobOf(subject); job != "" {
+		return job
 	}
 	return subject
 }
@@ -336,53 +336,45 @@ func (s *Subscriber) gone(ctx context.Context, sub *subscription, err error) boo
 func (s *Subscriber) reconsume(ctx context.Context, sub *subscription) (deliveries, error) {
 	cc := sub.cc
 	start := sub.resumeAt()
-	delay := 100 * time.Millisecond
-	for {
-		var cons jetstream.Consumer
-		var err error
+	cons, err := retry.Value(ctx, retry.Consumer, func() (jetstream.Consumer, error) {
 		if start == 0 {
-			cons, err = s.createConsumer(ctx, cc)
-		} else if cons, err = s.js.Consumer(ctx, s.cfg.Stream, cc.Durable); errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return s.createConsumer(ctx, cc)
+		}
+		cons, err := s.js.Consumer(ctx, s.cfg.Stream, cc.Durable)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
-			cons, err = s.js.CreateConsumer(ctx, s.cfg.Stream, cc)
+			return s.js.CreateConsumer(ctx, s.cfg.Stream, cc)
 		}
-		if err == nil {
-			s.cfg.Logger.Warn("bus: the consumer was deleted; it is made again", "durable", cc.Durable, "from", start)
-			return sub.consume(s.js, cons, s.cfg.MaxAckPending)
-		}
-		if !events.Transient(err) && !errors.Is(err, jetstream.ErrConsumerExists) || ctx.Err() != nil {
-			return nil, fmt.Errorf("bus: make the deleted consumer %s again: %w", cc.Durable, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("bus: make the deleted consumer %s again: %w", cc.Durable, errors.Join(err, ctx.Err()))
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
+		return cons, err
+	}, retry.If(func(err error) bool { return retry.Transient(err) || errors.Is(err, jetstream.ErrConsumerExists) }))
+	if err != nil {
+		return nil, fmt.Errorf("bus: make the deleted consumer %s again: %w", cc.Durable, err)
 	}
+	s.cfg.Logger.Warn("bus: the consumer was deleted; it is made again", "durable", cc.Durable, "from", start)
+	return sub.consume(s.js, cons, s.cfg.MaxAckPending)
 }
 
 // consumer creates (or finds, and updates) the durable consumer cc. It
 // tries again while the failure is one that passes: a server that is
 // restarting, or a cluster electing a leader, must not stop a service that
-// is starting, or that subscribes while it happens.
+// is starting, or that subscribes while it happens. Closing the Subscriber
+// ends the trying.
 func (s *Subscriber) consumer(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	delay := 100 * time.Millisecond
-	for {
-		cons, err := s.createConsumer(ctx, cc)
-		if err == nil || !events.Transient(err) || ctx.Err() != nil {
-			return cons, err
-		}
-		s.cfg.Logger.Warn("bus: creating the consumer failed; trying again", "durable", cc.Durable, "in", delay, "err", err)
+	ctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
 		select {
-		case <-ctx.Done():
-			return nil, errors.Join(err, ctx.Err())
 		case <-s.closing:
-			return nil, errors.Join(err, ErrClosed)
-		case <-time.After(delay):
+			cancel(ErrClosed)
+		case <-ctx.Done():
 		}
-		delay = min(2*delay, 2*time.Second)
-	}
+	}()
+	defer func() { cancel(nil); <-watched }()
+	return retry.Value(ctx, retry.Consumer, func() (jetstream.Consumer, error) { return s.createConsumer(ctx, cc) },
+		retry.OnRetry(func(err error, in time.Duration) {
+			s.cfg.Logger.Warn("bus: creating the consumer failed; trying again", "durable", cc.Durable, "in", in, "err", err)
+		}))
 }
 
 func (s *Subscriber) createConsumer(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {

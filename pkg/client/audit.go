@@ -3,8 +3,9 @@ package client
 import (
 	"context"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Audit replays the event log from its first event with pkg/audit,
@@ -13,7 +14,7 @@ import (
 // and compares the rebuilt records with the ledger's. It reads the log
 // itself: only the auditor and the operator may (ErrNotPermitted for
 // others). The report's OK says whether nothing was found.
-func (c *Client) Audit(ctx context.Context, heads []api.Head) (*audit.Report, error) {
+func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, error) {
 	if err := c.NeedLog("an audit"); err != nil {
 		return nil, err
 	}
@@ -28,7 +29,7 @@ func (c *Client) Audit(ctx context.Context, heads []api.Head) (*audit.Report, er
 		return nil, err
 	}
 	rep := au.Finish()
-	recs, err := c.AllRecords(ctx, api.ListRequest{})
+	recs, err := c.AllRecords(ctx, wire.ListRequest{})
 	if err != nil {
 		return nil, err
 	}

@@ -14,12 +14,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // Config says how to reach e31 and as whom.
@@ -310,12 +311,12 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 			Error string `json:"error"`
 			Code  string `json:"code"`
 		}
-		if json.Unmarshal(m.Data, &head) == nil && head.Code == api.CodeBusy {
+		if json.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
 			busy = fmt.Errorf("%w: %s", ErrBusy, head.Error)
 			return nil, busy
 		}
 		return m, nil
-	}, backoff.WithBackOff(busyBackoff()), backoff.WithMaxElapsedTime(0))
+	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject))
@@ -330,26 +331,14 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 	return nil
 }
 
-// busyBackoff is how the client waits between asking a busy service
-// again: soon at first, at most every 2 s, spread out so that many clients
-// turned away together do not come back together.
-func busyBackoff() backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = 2 * time.Second
-	return b
-}
-
 // ledger is the subject of one of the ledger's endpoints for the client's
 // user.
-func (c *Client) ledger(endpoint string) string { return api.LedgerSubject(c.who.User, endpoint) }
+func (c *Client) ledger(endpoint string) string { return wire.LedgerSubject(c.who.User, endpoint) }
 
+// serviceOf names the service a query subject asks, for errors.
 func serviceOf(subject string) string {
-	switch {
-	case strings.HasSuffix(subject, ".rent."+api.EndpointWhy):
-		return "rent"
-	case strings.HasSuffix(subject, ".output.stored"):
-		return "output"
+	if s := wire.ServiceOf(subject); s != "" {
+		return s
 	}
 	return "ledger"
 }

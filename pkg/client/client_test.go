@@ -9,10 +9,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // busyClient is a client, asking as the operator, of a query service
@@ -22,12 +22,12 @@ func busyClient(t *testing.T, busyFor int64) (*Client, *atomic.Int64) {
 	srv := natstest.Start(t)
 	var asked atomic.Int64
 	s := query.New(srv.Conn(t), query.Config{Name: "e31-ledger", Version: "0.0.1"})
-	s.Handle(api.EndpointHead, api.LedgerSubject("*", api.EndpointHead), func(r *query.Request) {
+	s.Handle(wire.EndpointHead, wire.LedgerSubject("*", wire.EndpointHead), func(r *query.Request) {
 		if asked.Add(1) <= busyFor {
 			r.Busy(query.ErrBusy)
 			return
 		}
-		r.Respond(api.LedgerInfo{LastSeq: 7})
+		r.Respond(wire.LedgerInfo{LastSeq: 7})
 	})
 	if err := s.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -46,8 +46,8 @@ func busyClient(t *testing.T, busyFor int64) (*Client, *atomic.Int64) {
 func TestBusyIsAskedAgain(t *testing.T) {
 	t.Parallel()
 	c, asked := busyClient(t, 3)
-	var info api.LedgerInfo
-	if err := c.request(context.Background(), c.ledger(api.EndpointHead), nil, &info, 10*time.Second); err != nil || info.LastSeq != 7 {
+	var info wire.LedgerInfo
+	if err := c.request(context.Background(), c.ledger(wire.EndpointHead), nil, &info, 10*time.Second); err != nil || info.LastSeq != 7 {
 		t.Fatalf("head: %+v, %v", info, err)
 	}
 	if n := asked.Load(); n != 4 {
@@ -60,8 +60,8 @@ func TestBusyIsAskedAgain(t *testing.T) {
 func TestBusyUntilTheDeadlineSaysSo(t *testing.T) {
 	t.Parallel()
 	c, asked := busyClient(t, 1<<40)
-	var info api.LedgerInfo
-	err := c.request(context.Background(), c.ledger(api.EndpointHead), nil, &info, time.Second)
+	var info wire.LedgerInfo
+	err := c.request(context.Background(), c.ledger(wire.EndpointHead), nil, &info, time.Second)
 	if !errors.Is(err, ErrBusy) || asked.Load() < 2 {
 		t.Errorf("after %d busy answers: %v, want the service's busy", asked.Load(), err)
 	}

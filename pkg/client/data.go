@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -17,16 +18,16 @@ import (
 // deletion when it is done.
 
 // Stored asks OUTPUT what jobs keep, as of everything logged so far.
-func (c *Client) Stored(ctx context.Context, q api.StoredRequest) ([]api.Stored, error) {
+func (c *Client) Stored(ctx context.Context, q wire.StoredRequest) ([]wire.Stored, error) {
 	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, err
 	}
 	q.MinSeq, q.Fresh = seq, fresh
-	var all []api.Stored
+	var all []wire.Stored
 	for {
-		var reply api.StoredReply
-		if err := c.request(ctx, api.OutputStoredSubject(c.who.User), q, &reply, 15*time.Second); err != nil {
+		var reply wire.StoredReply
+		if err := c.request(ctx, wire.OutputStoredSubject(c.who.User), q, &reply, 15*time.Second); err != nil {
 			return nil, err
 		}
 		if reply.Error != "" {
@@ -75,7 +76,7 @@ func (c *Client) Delete(ctx context.Context, job, what, reason string, timeout t
 	if err := validJob(job); err != nil {
 		return d, err
 	}
-	found, err := c.Stored(ctx, api.StoredRequest{Job: job, Deleted: true})
+	found, err := c.Stored(ctx, wire.StoredRequest{Job: job, Deleted: true})
 	if err != nil {
 		return d, err
 	}
@@ -111,7 +112,7 @@ func (c *Client) Delete(ctx context.Context, job, what, reason string, timeout t
 	if len(todo) == 1 {
 		ask = todo[0]
 	}
-	if _, err := c.Append(ctx, job, events.DeleteRequested{What: ask, By: c.who.Name, Reason: reason}); err != nil {
+	if _, err := c.Append(ctx, job, &events.DeleteRequested{What: ask, By: c.who.Name, Reason: reason}); err != nil {
 		return d, err
 	}
 	if !st.Over {
@@ -124,7 +125,7 @@ func (c *Client) Delete(ctx context.Context, job, what, reason string, timeout t
 	for _, w := range todo {
 		left[w] = true
 	}
-	err = c.FollowJob(wctx, job, false, func(m api.StoredEvent) bool {
+	err = c.FollowJob(wctx, job, false, func(m wire.StoredEvent) bool {
 		env, err := Decode(m)
 		if err != nil {
 			return true
@@ -143,11 +144,11 @@ func (c *Client) Delete(ctx context.Context, job, what, reason string, timeout t
 
 // HasOutput returns nil if the job has returned output, and an error
 // wrapping ErrNoOutput that says why not otherwise.
-func HasOutput(rec *api.HoldRecord) error {
+func HasOutput(rec *hold.HoldRecord) error {
 	switch rec.State {
-	case api.StateReturned, api.StateReleased:
+	case hold.StateReturned, hold.StateReleased:
 		return nil
-	case api.StateRejected, api.StateCancelled:
+	case hold.StateRejected, hold.StateCancelled:
 		return kind(ErrNoOutput, fmt.Errorf("job %s was %s: it has no output", rec.Job, rec.State))
 	}
 	return kind(ErrNoOutput, fmt.Errorf("job %s is %s: its output is returned when it stops (e31 wait %s)", rec.Job, rec.State, rec.Job))
@@ -157,7 +158,7 @@ func HasOutput(rec *api.HoldRecord) error {
 // against its digest: the folder its manifest names, or, for output
 // returned before manifests, the files its record lists. Output that is
 // not there, or that cannot be written whole, wraps ErrNoOutput.
-func (c *Client) Output(ctx context.Context, rec *api.HoldRecord, dir string, p stage.Progress) error {
+func (c *Client) Output(ctx context.Context, rec *hold.HoldRecord, dir string, p stage.Progress) error {
 	if err := HasOutput(rec); err != nil {
 		return err
 	}

@@ -21,8 +21,10 @@ var (
 	ErrAuthentication = errors.New("client: credentials refused")
 	// ErrUnreachable: no NATS server answered.
 	ErrUnreachable = errors.New("client: NATS unreachable")
-	// ErrFull: staging did not fit the submitter's max-data; nothing
-	// stored before was lost.
+	// ErrFull: staging did not fit the submitter's max-data, or the event
+	// log had no room for the request; nothing stored before was lost. A
+	// log that is only nearly full takes the request and SUBMIT rejects
+	// the job with the reason (events.LogNearlyFull).
 	ErrFull = errors.New("client: data store full")
 	// ErrNoLogs: the job never ran, and has no logs, or they were deleted
 	// with its output.

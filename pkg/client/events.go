@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // JobEvents asks the ledger for a job's events from sequence after on, as
@@ -19,13 +19,13 @@ import (
 // the job's next event; with fresh, the ledger first reads everything
 // logged so far. It is how anyone, a submitter included, reads one job's
 // events: the ledger checks that the job is the asker's.
-func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (api.EventsReply, error) {
-	var reply api.EventsReply
-	q := api.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
-	if err := c.request(ctx, c.ledger(api.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
+func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (wire.EventsReply, error) {
+	var reply wire.EventsReply
+	q := wire.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
+	if err := c.request(ctx, c.ledger(wire.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
 		return reply, err
 	}
-	if reply.Code == api.CodeNoSuchJob {
+	if reply.Code == wire.CodeNoSuchJob {
 		return reply, fmt.Errorf("%w: %s", ErrNoSuchJob, job)
 	}
 	if reply.Error != "" {
@@ -37,7 +37,7 @@ func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait t
 // FollowJob calls fn with each of a job's events, from the first, until fn
 // returns false or ctx ends; with untilOver, also once the job is over and
 // its events are read.
-func (c *Client) FollowJob(ctx context.Context, job string, untilOver bool, fn func(api.StoredEvent) bool) error {
+func (c *Client) FollowJob(ctx context.Context, job string, untilOver bool, fn func(wire.StoredEvent) bool) error {
 	var after uint64
 	fresh := true
 	for {
@@ -64,13 +64,13 @@ func (c *Client) FollowJob(ctx context.Context, job string, untilOver bool, fn f
 // Events calls fn with each of a job's events logged so far, asked of the
 // ledger; with follow, also with those to come, until the job is over. It
 // stops at fn's first error and returns it.
-func (c *Client) Events(ctx context.Context, job string, follow bool, fn func(api.StoredEvent) error) error {
+func (c *Client) Events(ctx context.Context, job string, follow bool, fn func(wire.StoredEvent) error) error {
 	if err := validJob(job); err != nil {
 		return err
 	}
 	var ferr error
 	if follow {
-		err := c.FollowJob(ctx, job, true, func(e api.StoredEvent) bool {
+		err := c.FollowJob(ctx, job, true, func(e wire.StoredEvent) bool {
 			ferr = fn(e)
 			return ferr == nil
 		})
@@ -100,77 +100,60 @@ func (c *Client) Events(ctx context.Context, job string, follow bool, fn func(ap
 // with none), in log order, up to the end of the log as of the call or,
 // with follow, for ever. It reads the log itself: only the auditor and the
 // operator may (ErrNotPermitted for others).
-func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn func(api.StoredEvent) error) error {
+func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn func(wire.StoredEvent) error) error {
 	if err := c.NeedLog("reading the whole log"); err != nil {
 		return err
 	}
-	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: filters})
+	// Not nats.go's ordered consumer: one empty message with a Status
+	// header, which any tenant may store, stops it for ever (see
+	// bus.Follower).
+	f, err := bus.Follow(ctx, c.js, filters, 1)
 	if err != nil {
 		return fmt.Errorf("read the log: %w", err)
 	}
-	pending := cons.CachedInfo().NumPending
-	if pending == 0 && !follow {
+	defer f.Stop()
+	if f.Pending() == 0 && !follow {
 		return nil
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(4096))
-	if err != nil {
-		return fmt.Errorf("read the log: %w", err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	for read := uint64(0); follow || read < pending; read++ {
-		m, err := iter.Next()
+	for {
+		m, pending, err := f.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("read the log: %w", err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
+		if err := fn(wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)); err != nil {
 			return err
 		}
-		if err := fn(api.NewStoredEvent(md.Sequence.Stream, m.Subject(), m.Headers(), m.Data())); err != nil {
-			return err
-		}
-		if !follow && md.NumPending == 0 {
+		if !follow && pending == 0 {
 			return nil
 		}
 	}
-	return nil
 }
 
 // Follow calls fn with each decodable event on filter, from the first,
 // until fn returns false or ctx ends, reading the log itself: for the
 // auditor and the operator.
 func (c *Client) Follow(ctx context.Context, filter string, fn func(events.Envelope) bool) error {
-	cons, err := c.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	f, err := bus.Follow(ctx, c.js, []string{filter}, 1)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", filter, err)
 	}
-	iter, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("follow %s: %w", filter, err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
+	defer f.Stop()
 	for {
-		m, err := iter.Next()
+		m, _, err := f.Next()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			return fmt.Errorf("follow %s: %w", filter, err)
 		}
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil {
 			continue
 		}
-		if md, err := m.Metadata(); err == nil {
-			env.Seq = md.Sequence.Stream
-		}
+		env.Seq = m.Sequence
 		if !fn(env) {
 			return nil
 		}
@@ -178,14 +161,14 @@ func (c *Client) Follow(ctx context.Context, filter string, fn func(events.Envel
 }
 
 // Decode decodes a stored event, with its sequence.
-func Decode(m api.StoredEvent) (events.Envelope, error) {
+func Decode(m wire.StoredEvent) (events.Envelope, error) {
 	env, err := events.Decode(m.Subject, nats.Header(m.Headers), storedBody(m))
 	env.Seq = m.Seq
 	return env, err
 }
 
 // storedBody is the exact body of a stored event.
-func storedBody(m api.StoredEvent) []byte {
+func storedBody(m wire.StoredEvent) []byte {
 	if m.BodyBase64 != "" {
 		if b, err := base64.StdEncoding.DecodeString(m.BodyBase64); err == nil {
 			return b

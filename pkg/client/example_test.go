@@ -11,11 +11,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // startNATS starts what an e31 system's NATS is, in this process: a
@@ -169,7 +170,7 @@ func ExampleClient_Totals() {
 	}
 	defer c.Close()
 	nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-	totals, behind, err := c.Totals(ctx, api.TotalsRequest{Since: nov, Until: nov.AddDate(0, 1, 0)})
+	totals, behind, err := c.Totals(ctx, wire.TotalsRequest{Since: nov, Until: nov.AddDate(0, 1, 0)})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func ExampleClient_Totals() {
 	for _, t := range totals {
 		fmt.Printf("%s: %d jobs, %.0f cpu-core-seconds\n", t.Submitter, t.Jobs, t.CPUCoreSeconds)
 	}
-	recs, err := c.AllRecords(ctx, api.ListRequest{Submitter: "alice"})
+	recs, err := c.AllRecords(ctx, wire.ListRequest{Submitter: "alice"})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -211,10 +212,10 @@ func ExampleHumanBytes() {
 }
 
 func ExampleSummarize() {
-	recs := []*api.HoldRecord{
-		{Job: "s-0", State: api.StateReleased, Outcome: events.Succeeded, HeldSeconds: 1.5},
-		{Job: "s-1", State: api.StateReleased, Outcome: events.Failed, HeldSeconds: 2},
-		{Job: "s-2", State: api.StateWaiting},
+	recs := []*hold.HoldRecord{
+		{Job: "s-0", State: hold.StateReleased, Outcome: events.Succeeded, HeldSeconds: 1.5},
+		{Job: "s-1", State: hold.StateReleased, Outcome: events.Failed, HeldSeconds: 2},
+		{Job: "s-2", State: hold.StateWaiting},
 	}
 	s := client.Summarize("s", recs)
 	fmt.Println(s.Jobs, s.States, s.Outcomes, s.HeldSeconds)

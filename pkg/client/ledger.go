@@ -6,21 +6,23 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Head asks the ledger how far the log goes: its last sequence now, read
 // by the ledger, so that a client needs no access to the log to ask any
 // service for an answer as of now, and its hash chain head. Only the
 // auditor and the operator are told.
-func (c *Client) Head(ctx context.Context) (api.LedgerInfo, error) {
-	var info api.LedgerInfo
-	if err := c.request(ctx, c.ledger(api.EndpointHead), nil, &info, 10*time.Second); err != nil {
+func (c *Client) Head(ctx context.Context) (wire.LedgerInfo, error) {
+	var info wire.LedgerInfo
+	if err := c.request(ctx, c.ledger(wire.EndpointHead), nil, &info, 10*time.Second); err != nil {
 		return info, err
 	}
 	switch {
-	case info.Code == api.CodeNotPermitted:
+	case info.Code == wire.CodeNotPermitted:
 		return info, fmt.Errorf("%w for %s: %s", ErrNotPermitted, c.who, info.Error)
 	case info.Error != "":
 		return info, fmt.Errorf("the ledger's head: %s", info.Error)
@@ -40,7 +42,7 @@ func (c *Client) lastSeq(ctx context.Context) (uint64, error) {
 // nothing of the log beyond its own jobs, Fresh, and the service reads the
 // last sequence itself.
 func (c *Client) asOfNow(ctx context.Context) (minSeq uint64, fresh bool, err error) {
-	if !api.SeesAll(c.who.User) {
+	if !auth.SeesAll(c.who.User) {
 		return 0, true, nil
 	}
 	seq, err := c.lastSeq(ctx)
@@ -48,35 +50,35 @@ func (c *Client) asOfNow(ctx context.Context) (minSeq uint64, fresh bool, err er
 }
 
 // Record reads a job's hold record including everything logged so far.
-func (c *Client) Record(ctx context.Context, job string) (*api.HoldRecord, error) {
+func (c *Client) Record(ctx context.Context, job string) (*hold.HoldRecord, error) {
 	rec, _, err := c.FreshRecord(ctx, job)
 	return rec, err
 }
 
 // FreshRecord reads a job's record including everything logged so far,
 // and how far the ledger had read then.
-func (c *Client) FreshRecord(ctx context.Context, job string) (*api.HoldRecord, uint64, error) {
+func (c *Client) FreshRecord(ctx context.Context, job string) (*hold.HoldRecord, uint64, error) {
 	if err := validJob(job); err != nil {
 		return nil, 0, err
 	}
-	return c.AskRecord(ctx, api.RecordRequest{Job: job, Fresh: true, Wait: 10 * time.Second})
+	return c.AskRecord(ctx, wire.RecordRequest{Job: job, Fresh: true, Wait: 10 * time.Second})
 }
 
 // AskRecord asks the ledger for a record as q says and returns it with how
 // far the ledger had read when it answered.
-func (c *Client) AskRecord(ctx context.Context, q api.RecordRequest) (*api.HoldRecord, uint64, error) {
-	var reply api.RecordReply
-	if err := c.request(ctx, c.ledger(api.EndpointRecord), q, &reply, waitOf(q.Wait)+5*time.Second); err != nil {
+func (c *Client) AskRecord(ctx context.Context, q wire.RecordRequest) (*hold.HoldRecord, uint64, error) {
+	var reply wire.RecordReply
+	if err := c.request(ctx, c.ledger(wire.EndpointRecord), q, &reply, waitOf(q.Wait)+5*time.Second); err != nil {
 		return nil, 0, err
 	}
-	if reply.Code == api.CodeNoSuchJob {
+	if reply.Code == wire.CodeNoSuchJob {
 		return nil, reply.Applied, fmt.Errorf("%w: %s", ErrNoSuchJob, q.Job)
 	}
 	if reply.Error != "" {
 		return nil, reply.Applied, errors.New(reply.Error)
 	}
 	// A submitter is not told how far the ledger has read (see
-	// api.RecordReply); it has read its job's last event, at least.
+	// wire.RecordReply); it has read its job's last event, at least.
 	applied := reply.Applied
 	if r := reply.Record; r != nil && len(r.Events) > 0 {
 		applied = max(applied, r.Events[len(r.Events)-1].Seq)
@@ -87,17 +89,17 @@ func (c *Client) AskRecord(ctx context.Context, q api.RecordRequest) (*api.HoldR
 // RecordSoFar reads a job's record including everything logged so far or,
 // while the ledger is still catching up after a start, as far as it has
 // read, with how far behind that is.
-func (c *Client) RecordSoFar(ctx context.Context, job string) (*api.HoldRecord, Behind, error) {
+func (c *Client) RecordSoFar(ctx context.Context, job string) (*hold.HoldRecord, Behind, error) {
 	rec, err := c.Record(ctx, job)
 	if err == nil {
 		return rec, Behind{}, nil
 	}
-	var reply api.RecordReply
-	if rerr := c.request(ctx, c.ledger(api.EndpointRecord), api.RecordRequest{Job: job}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
+	var reply wire.RecordReply
+	if rerr := c.request(ctx, c.ledger(wire.EndpointRecord), wire.RecordRequest{Job: job}, &reply, 15*time.Second); rerr != nil || reply.Record == nil {
 		return nil, Behind{}, err
 	}
 	b := Behind{CatchingUp: true}
-	if api.SeesAll(c.who.User) {
+	if auth.SeesAll(c.who.User) {
 		seq, lerr := c.lastSeq(ctx)
 		if lerr != nil || reply.Applied >= seq {
 			return nil, Behind{}, err
@@ -108,9 +110,9 @@ func (c *Client) RecordSoFar(ctx context.Context, job string) (*api.HoldRecord, 
 }
 
 // Why asks the scheduler why a job waits, as of at least minSeq.
-func (c *Client) Why(ctx context.Context, job string, minSeq uint64) (api.WhyReply, error) {
-	var reply api.WhyReply
-	if err := c.request(ctx, api.RentWhySubject(c.who.User), api.WhyRequest{Job: job, MinSeq: minSeq}, &reply, 8*time.Second); err != nil {
+func (c *Client) Why(ctx context.Context, job string, minSeq uint64) (wire.WhyReply, error) {
+	var reply wire.WhyReply
+	if err := c.request(ctx, wire.RentWhySubject(c.who.User), wire.WhyRequest{Job: job, MinSeq: minSeq}, &reply, 8*time.Second); err != nil {
 		return reply, err
 	}
 	if reply.Error != "" {
@@ -142,7 +144,7 @@ func (c *Client) Status(ctx context.Context, job string) (Status, error) {
 		return Status{}, err
 	}
 	st := Status{ID: rec.Job, Name: rec.Name, State: rec.State, Outcome: rec.Outcome, Reason: rec.Reason, Node: rec.Node, Over: rec.Over()}
-	if rec.State == api.StateWaiting {
+	if rec.State == hold.StateWaiting {
 		if why, err := c.Why(ctx, rec.Job, seq); err == nil {
 			st.Reason, st.Position = why.Reason, why.Position
 		} else {
@@ -165,7 +167,7 @@ func (b Behind) Partial() bool { return b.Applied < b.Last || b.CatchingUp }
 
 // AllRecords pages through the ledger's records as of now; it fails if the
 // ledger has not read the log that far.
-func (c *Client) AllRecords(ctx context.Context, q api.ListRequest) ([]*api.HoldRecord, error) {
+func (c *Client) AllRecords(ctx context.Context, q wire.ListRequest) ([]*hold.HoldRecord, error) {
 	recs, _, err := c.Records(ctx, q, false)
 	return recs, err
 }
@@ -173,17 +175,17 @@ func (c *Client) AllRecords(ctx context.Context, q api.ListRequest) ([]*api.Hold
 // Records pages through the ledger's records as of now. With partial, a
 // ledger that is still catching up answers with what it has, and Behind
 // says how far behind that is.
-func (c *Client) Records(ctx context.Context, q api.ListRequest, partial bool) ([]*api.HoldRecord, Behind, error) {
+func (c *Client) Records(ctx context.Context, q wire.ListRequest, partial bool) ([]*hold.HoldRecord, Behind, error) {
 	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, Behind{}, err
 	}
 	q.MinSeq, q.Fresh = seq, fresh
 	st := Behind{Applied: seq, Last: seq}
-	all := []*api.HoldRecord{}
+	all := []*hold.HoldRecord{}
 	for {
-		var reply api.ListReply
-		if err := c.request(ctx, c.ledger(api.EndpointList), q, &reply, 30*time.Second); err != nil {
+		var reply wire.ListReply
+		if err := c.request(ctx, c.ledger(wire.EndpointList), q, &reply, 30*time.Second); err != nil {
 			return nil, st, err
 		}
 		if reply.Error != "" {
@@ -210,14 +212,14 @@ func (c *Client) Records(ctx context.Context, q api.ListRequest, partial bool) (
 
 // Totals asks what each submitter would be billed for the period q names
 // (a submitter is told its own bill only), as of now.
-func (c *Client) Totals(ctx context.Context, q api.TotalsRequest) ([]api.Totals, Behind, error) {
+func (c *Client) Totals(ctx context.Context, q wire.TotalsRequest) ([]wire.Totals, Behind, error) {
 	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
 		return nil, Behind{}, err
 	}
 	q.MinSeq, q.Fresh = seq, fresh
-	var reply api.TotalsReply
-	if err := c.request(ctx, c.ledger(api.EndpointTotals), q, &reply, 30*time.Second); err != nil {
+	var reply wire.TotalsReply
+	if err := c.request(ctx, c.ledger(wire.EndpointTotals), q, &reply, 30*time.Second); err != nil {
 		return nil, Behind{}, err
 	}
 	if reply.Error != "" {

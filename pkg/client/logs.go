@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -149,7 +149,7 @@ func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 
 // attemptOver reports whether the attempt's compute is released (or the
 // job is over without it).
-func attemptOver(rec *api.HoldRecord, attempt int) bool {
+func attemptOver(rec *hold.HoldRecord, attempt int) bool {
 	for _, a := range rec.Attempts {
 		if a.Attempt == attempt {
 			return a.ReleasedAt != nil || rec.Over()
@@ -246,7 +246,7 @@ func (f *logFollower) write(p stage.LogPiece, gaps bool) error {
 // StderrTail returns the last n lines the job's last attempt wrote to
 // stderr, or none if it wrote nothing or they cannot be read: what a user
 // asks first about a job that failed.
-func (c *Client) StderrTail(ctx context.Context, rec *api.HoldRecord, n int) []string {
+func (c *Client) StderrTail(ctx context.Context, rec *hold.HoldRecord, n int) []string {
 	if rec.Logs == nil || rec.Logs.StderrBytes == 0 || len(rec.Attempts) == 0 {
 		return nil
 	}

@@ -9,10 +9,10 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/pkg/trace"
@@ -46,9 +46,12 @@ func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 	id = u.String()
 	span.SetAttributes(trace.KeyJob.String(id))
 	req := events.JobRequested{Submitter: c.who.Name, Spec: spec}
-	if _, err := c.Append(ctx, id, req, bus.ExpectLast(0)); err != nil {
+	if _, err := c.Append(ctx, id, &req, bus.ExpectLast(0)); err != nil {
 		if errors.Is(err, bus.ErrConflict) {
 			return "", fmt.Errorf("job id %s is already in use; submit again", id)
+		}
+		if events.IsLogFull(err) {
+			return "", logFull(fmt.Sprintf("submit %s", id), err)
 		}
 		return "", err
 	}
@@ -80,7 +83,7 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
 			point := spec
 			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
-			batch = append(batch, bus.Pending{Subject: ids[i], Event: events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true, Trace: tc})
+			batch = append(batch, bus.Pending{Subject: ids[i], Event: &events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true, Trace: tc})
 		}
 		subjects := make([]string, len(batch))
 		for i, p := range batch {
@@ -90,7 +93,12 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 		_, errs := pub.AppendBatch(gctx, batch)
 		err := errors.Join(errs...)
 		if err != nil {
-			err = c.refused(gctx, fmt.Sprintf("submit sweep %s (%d of %d jobs submitted)", sweep, start, len(ids)), err)
+			what := fmt.Sprintf("submit sweep %s (%d of %d jobs submitted)", sweep, start, len(ids))
+			if events.IsLogFull(err) {
+				err = logFull(what, err)
+			} else {
+				err = c.refused(gctx, what, err)
+			}
 		}
 		done()
 		if err != nil {
@@ -98,6 +106,13 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 		}
 	}
 	return sweep, ids, nil
+}
+
+// logFull is the error for a request the log refused for want of room:
+// nothing was stored, and nothing stored before was lost.
+func logFull(what string, err error) error {
+	return kind(ErrFull, fmt.Errorf("%s: %w: the server refused the request, and every job accepted before keeps its events; "+
+		"the operator must give the log more room (e31 setup --log-max-bytes) before jobs are accepted again (%v)", what, events.ErrLogFull, err))
 }
 
 // Stage uploads the job's local data (job.Paths) into the client's data
@@ -180,7 +195,7 @@ func HumanBytes(n int64) string {
 // Cancel asks for a job to be stopped: its compute is released and its
 // output so far returned. It returns the job's record as it was when
 // asked; a job already over (rec.Over()) is left as it is.
-func (c *Client) Cancel(ctx context.Context, job, reason string) (*api.HoldRecord, error) {
+func (c *Client) Cancel(ctx context.Context, job, reason string) (*hold.HoldRecord, error) {
 	rec, err := c.Record(ctx, job)
 	if err != nil {
 		return nil, err
@@ -188,7 +203,7 @@ func (c *Client) Cancel(ctx context.Context, job, reason string) (*api.HoldRecor
 	if rec.Over() {
 		return rec, nil
 	}
-	if _, err := c.Append(ctx, rec.Job, events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
+	if _, err := c.Append(ctx, rec.Job, &events.CancelRequested{By: c.who.Name, Reason: reason}); err != nil {
 		return rec, err
 	}
 	return rec, nil

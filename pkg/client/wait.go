@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // longPoll is how long one request of a wait may be held by the ledger.
@@ -34,14 +35,14 @@ func withTimeout(ctx context.Context, timeout time.Duration) (context.Context, c
 // records. After timeout (0: no limit) it gives up with an error that says
 // where the job is. An id that is no job wraps ErrNoSuchJob (a sweep's id
 // is not: see WaitSweep).
-func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*api.HoldRecord, error) {
+func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*hold.HoldRecord, error) {
 	if err := validJob(job); err != nil {
 		return nil, err
 	}
 	wctx, cancel := withTimeout(ctx, timeout)
 	defer cancel()
-	q := api.RecordRequest{Job: job, Fresh: true, UntilOver: true}
-	var rec *api.HoldRecord
+	q := wire.RecordRequest{Job: job, Fresh: true, UntilOver: true}
+	var rec *hold.HoldRecord
 	for {
 		q.Wait = pollWait(wctx)
 		r, _, err := c.AskRecord(wctx, q)
@@ -71,14 +72,14 @@ func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*
 // WaitSweep waits until every job of a sweep is over, asking the ledger in
 // long polls, and returns their records. After timeout (0: no limit) it
 // gives up with an error that says how far the sweep got.
-func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Duration) ([]*api.HoldRecord, error) {
+func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Duration) ([]*hold.HoldRecord, error) {
 	wctx, cancel := withTimeout(ctx, timeout)
 	defer cancel()
-	q := api.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Limit: 1}
+	q := wire.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Limit: 1}
 	for {
 		q.Wait = pollWait(wctx)
-		var reply api.ListReply
-		err := c.request(wctx, c.ledger(api.EndpointList), q, &reply, q.Wait+10*time.Second)
+		var reply wire.ListReply
+		err := c.request(wctx, c.ledger(wire.EndpointList), q, &reply, q.Wait+10*time.Second)
 		if err != nil && wctx.Err() == nil {
 			return nil, err
 		}
@@ -109,8 +110,8 @@ func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Durat
 
 // SweepRecords reads every record of a sweep as of now; none if id is no
 // sweep's.
-func (c *Client) SweepRecords(ctx context.Context, sweep string) ([]*api.HoldRecord, error) {
-	return c.AllRecords(ctx, api.ListRequest{Sweep: sweep})
+func (c *Client) SweepRecords(ctx context.Context, sweep string) ([]*hold.HoldRecord, error) {
+	return c.AllRecords(ctx, wire.ListRequest{Sweep: sweep})
 }
 
 // SweepSummary is a sweep's state: the form of `e31 status SWEEP --json`.
@@ -120,12 +121,12 @@ type SweepSummary struct {
 	States   map[string]int `json:"states"`
 	Outcomes map[string]int `json:"outcomes"`
 	// HeldSeconds is the meter's total over every job of the sweep.
-	HeldSeconds float64           `json:"held_seconds"`
-	Records     []*api.HoldRecord `json:"records"`
+	HeldSeconds float64            `json:"held_seconds"`
+	Records     []*hold.HoldRecord `json:"records"`
 }
 
 // Summarize counts a sweep's records by state and outcome.
-func Summarize(sweep string, recs []*api.HoldRecord) SweepSummary {
+func Summarize(sweep string, recs []*hold.HoldRecord) SweepSummary {
 	s := SweepSummary{Sweep: sweep, Jobs: len(recs), States: map[string]int{}, Outcomes: map[string]int{}, Records: recs}
 	for _, r := range recs {
 		s.States[r.State]++

@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/e31net/e31/pkg/connect"
-	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/ops"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/trace"
 )
 
@@ -157,14 +157,14 @@ func run(ctx context.Context, name string, cfg connect.Config, ep endpoints, log
 }
 
 // RunAgain starts a service and runs it until ctx ends. When starting or
-// running it fails for a reason that passes by itself (events.Transient: a
+// running it fails for a reason that passes by itself (retry.Transient: a
 // NATS server restarting, a cluster electing a leader, a request that went
 // unanswered meanwhile), it starts the service again after a pause, as a
 // supervisor would, rather than exit: every service rebuilds what it needs
 // from the log, and must ride out faults of the bus with no operator. Any
 // other error is returned.
 func RunAgain(ctx context.Context, log *slog.Logger, start func(ctx context.Context) (Runner, error)) error {
-	delay := 250 * time.Millisecond
+	pauses := retry.Service.BackOff()
 	for {
 		svc, err := start(ctx)
 		if err == nil {
@@ -172,7 +172,7 @@ func RunAgain(ctx context.Context, log *slog.Logger, start func(ctx context.Cont
 			err = svc.Run(ctx)
 			if time.Since(began) > time.Minute {
 				// It ran for a while: this failure is a new one.
-				delay = 250 * time.Millisecond
+				pauses.Reset()
 			}
 		}
 		switch {
@@ -180,16 +180,26 @@ func RunAgain(ctx context.Context, log *slog.Logger, start func(ctx context.Cont
 			return nil
 		case err == nil:
 			return nil
-		case !events.Transient(err) || ctx.Err() != nil:
+		case !retry.Transient(err) || ctx.Err() != nil:
 			return err
 		}
+		delay := pauses.NextBackOff()
 		log.Warn("the service failed for a reason that passes; starting it again", "in", delay, "err", err)
-		select {
-		case <-ctx.Done():
+		if !sleep(ctx, delay) {
 			return nil
-		case <-time.After(delay):
 		}
-		delay = min(2*delay, 15*time.Second)
+	}
+}
+
+// sleep pauses for d, or until ctx ends: false then.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -17,13 +17,13 @@ func BenchmarkDecode(b *testing.B) {
 	h := events.Hold{Attempt: 1, Node: "node-1", CPU: 1, MemoryBytes: 64 << 20}
 	code := 0
 	life := []events.Event{
-		events.JobRequested{Submitter: "alice", Spec: spec},
-		events.JobSubmitted{Submitter: "alice", Spec: spec},
-		events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec},
-		events.RunStarted{Hold: h},
-		events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: &code},
-		events.OutputReturned{Hold: h, Outcome: events.Succeeded},
-		events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true},
+		&events.JobRequested{Submitter: "alice", Spec: spec},
+		&events.JobSubmitted{Submitter: "alice", Spec: spec},
+		&events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec},
+		&events.RunStarted{Hold: h},
+		&events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: &code},
+		&events.OutputReturned{Hold: h, Outcome: events.Succeeded},
+		&events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true},
 	}
 	var msgs []*nats.Msg
 	for _, ev := range life {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
 	"time"
 
@@ -44,9 +43,9 @@ type Envelope struct {
 	Source  string
 	Time    time.Time
 	Subject string // the job id, or the node id for node events
-	// Event is always a pointer to one of this package's event types, so
-	// that readers need one type switch whether the envelope was decoded
-	// or built locally.
+	// Event is a pointer to one of this package's event types (only
+	// pointers implement Event), so that readers need one type switch
+	// whether the envelope was decoded or built locally.
 	Event Event
 
 	// Trace is the W3C trace context of what caused the event (the
@@ -61,11 +60,6 @@ type Envelope struct {
 
 // New wraps ev about subject (a job or node id) with deterministic attributes.
 func New(subject string, ev Event, source string, at time.Time) Envelope {
-	if v := reflect.ValueOf(ev); v.Kind() != reflect.Pointer {
-		p := reflect.New(v.Type())
-		p.Elem().Set(v)
-		ev = p.Interface().(Event)
-	}
 	return Envelope{
 		ID:      ID(subject, ev),
 		Type:    ev.Type(),

@@ -6,7 +6,9 @@ import (
 )
 
 // Event is one fact in the log. The interface is sealed: only the types of
-// this package implement it, so that every event has a schema.
+// this package implement it, so that every event has a schema. Only their
+// pointers do (*JobSubmitted, not JobSubmitted), so that a type switch has
+// one case per type and cannot miss a value that came another way.
 type Event interface {
 	// Type is the versioned CloudEvents type, such as "e31.job.submitted.v1".
 	Type() string
@@ -275,6 +277,12 @@ type JobCancelled struct {
 	Reason string `json:"reason"`
 }
 
+// LabelContainers is the label (with the value "true") of a node that runs
+// jobs that name an image: RUN announces it, RENT holds such jobs only on
+// nodes that carry it. It lives here because neither service imports the
+// other.
+const LabelContainers = "containers"
+
 // NodeAnnounced records that a run node joined the pool, or joined again
 // after a restart (a new Boot).
 type NodeAnnounced struct {
@@ -343,33 +351,33 @@ const (
 	TypeHoldLost        = "e31.job.hold_lost.v1"
 )
 
-func (JobRequested) Type() string    { return TypeJobRequested }
-func (JobSubmitted) Type() string    { return TypeJobSubmitted }
-func (JobRejected) Type() string     { return TypeJobRejected }
-func (ComputeHeld) Type() string     { return TypeComputeHeld }
-func (RunStarted) Type() string      { return TypeRunStarted }
-func (RunStopped) Type() string      { return TypeRunStopped }
-func (OutputReturned) Type() string  { return TypeOutputReturned }
-func (ComputeReleased) Type() string { return TypeComputeReleased }
-func (CancelRequested) Type() string { return TypeCancelRequested }
-func (JobCancelled) Type() string    { return TypeJobCancelled }
-func (NodeAnnounced) Type() string   { return TypeNodeAnnounced }
-func (NodeExpired) Type() string     { return TypeNodeExpired }
-func (HoldLost) Type() string        { return TypeHoldLost }
+func (*JobRequested) Type() string    { return TypeJobRequested }
+func (*JobSubmitted) Type() string    { return TypeJobSubmitted }
+func (*JobRejected) Type() string     { return TypeJobRejected }
+func (*ComputeHeld) Type() string     { return TypeComputeHeld }
+func (*RunStarted) Type() string      { return TypeRunStarted }
+func (*RunStopped) Type() string      { return TypeRunStopped }
+func (*OutputReturned) Type() string  { return TypeOutputReturned }
+func (*ComputeReleased) Type() string { return TypeComputeReleased }
+func (*CancelRequested) Type() string { return TypeCancelRequested }
+func (*JobCancelled) Type() string    { return TypeJobCancelled }
+func (*NodeAnnounced) Type() string   { return TypeNodeAnnounced }
+func (*NodeExpired) Type() string     { return TypeNodeExpired }
+func (*HoldLost) Type() string        { return TypeHoldLost }
 
-func (JobRequested) sealed()    {}
-func (JobSubmitted) sealed()    {}
-func (JobRejected) sealed()     {}
-func (ComputeHeld) sealed()     {}
-func (RunStarted) sealed()      {}
-func (RunStopped) sealed()      {}
-func (OutputReturned) sealed()  {}
-func (ComputeReleased) sealed() {}
-func (CancelRequested) sealed() {}
-func (JobCancelled) sealed()    {}
-func (NodeAnnounced) sealed()   {}
-func (NodeExpired) sealed()     {}
-func (HoldLost) sealed()        {}
+func (*JobRequested) sealed()    {}
+func (*JobSubmitted) sealed()    {}
+func (*JobRejected) sealed()     {}
+func (*ComputeHeld) sealed()     {}
+func (*RunStarted) sealed()      {}
+func (*RunStopped) sealed()      {}
+func (*OutputReturned) sealed()  {}
+func (*ComputeReleased) sealed() {}
+func (*CancelRequested) sealed() {}
+func (*JobCancelled) sealed()    {}
+func (*NodeAnnounced) sealed()   {}
+func (*NodeExpired) sealed()     {}
+func (*HoldLost) sealed()        {}
 
 // kind describes where an event type lives: its subject token and whether it
 // belongs to an attempt (and so carries a Hold).

@@ -16,11 +16,11 @@ import (
 // accepts again, on the same subject.
 func FuzzDecode(f *testing.F) {
 	for _, ev := range []events.Event{
-		events.JobRequested{Submitter: "alice", Spec: events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, LimitSeconds: 60}}},
-		events.CancelRequested{By: "alice"},
-		events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"},
-		events.RunStopped{Hold: events.Hold{Attempt: 1, Node: "n1"}, Outcome: events.Failed},
-		events.NodeAnnounced{Node: "n1", Boot: "b", CPU: 2},
+		&events.JobRequested{Submitter: "alice", Spec: events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}}, Request: events.Request{CPU: 1, LimitSeconds: 60}}},
+		&events.CancelRequested{By: "alice"},
+		&events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"},
+		&events.RunStopped{Hold: events.Hold{Attempt: 1, Node: "n1"}, Outcome: events.Failed},
+		&events.NodeAnnounced{Node: "n1", Boot: "b", CPU: 2},
 	} {
 		m, err := events.New("job-1", ev, "e31/fuzz", time.Unix(0, 0)).Msg()
 		if err != nil {

@@ -76,11 +76,11 @@ const (
 	TypeDeleted         = "e31.job.deleted.v1"
 )
 
-func (DeleteRequested) Type() string { return TypeDeleteRequested }
-func (Deleted) Type() string         { return TypeDeleted }
+func (*DeleteRequested) Type() string { return TypeDeleteRequested }
+func (*Deleted) Type() string         { return TypeDeleted }
 
-func (DeleteRequested) sealed() {}
-func (Deleted) sealed()         {}
+func (*DeleteRequested) sealed() {}
+func (*Deleted) sealed()         {}
 
 // A deletion's id names what it deletes, so that deleting the output and
 // later the data are two events, and each is stored once.
@@ -92,7 +92,7 @@ func (d Deleted) what() string         { return d.What }
 // (up to its retention later).
 func AfterEnd(ev Event) bool {
 	switch ev.(type) {
-	case *DeleteRequested, DeleteRequested, *Deleted, Deleted:
+	case *DeleteRequested, *Deleted:
 		return true
 	}
 	return false
@@ -162,9 +162,6 @@ func (r OutputReturned) FileCount() int { return max(r.Count, len(r.Files)) }
 const (
 	// TimerStream holds e31's timers.
 	TimerStream = "E31_TIMERS"
-	// TimerSubjects matches every timer: e31.timer.at.<kind>.<job> while it
-	// waits, e31.timer.due.<kind>.<job> once it fired.
-	TimerSubjects = "e31.timer.>"
 	// TimerDueTTL is how long a fired timer is kept. A service that was
 	// down for longer rebuilds what it missed from the log.
 	TimerDueTTL = 30 * 24 * time.Hour

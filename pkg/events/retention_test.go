@@ -11,9 +11,9 @@ import (
 func TestDeletionIDsNameWhatTheyDelete(t *testing.T) {
 	t.Parallel()
 	for ev, want := range map[events.Event]string{
-		events.DeleteRequested{What: events.WhatOutput}: "j1/delete/output",
-		events.DeleteRequested{What: events.WhatAll}:    "j1/delete/all",
-		events.Deleted{What: events.WhatData}:           "j1/deleted/data",
+		&events.DeleteRequested{What: events.WhatOutput}: "j1/delete/output",
+		&events.DeleteRequested{What: events.WhatAll}:    "j1/delete/all",
+		&events.Deleted{What: events.WhatData}:           "j1/deleted/data",
 	} {
 		if got := events.ID("j1", ev); got != want {
 			t.Errorf("ID(%+v) = %q, want %q", ev, got, want)
@@ -22,7 +22,7 @@ func TestDeletionIDsNameWhatTheyDelete(t *testing.T) {
 			t.Errorf("%T may follow the end without ending anything", ev)
 		}
 	}
-	if events.AfterEnd(events.RunStarted{}) {
+	if events.AfterEnd(&events.RunStarted{}) {
 		t.Error("a RunStarted may not follow the end")
 	}
 }
@@ -45,8 +45,8 @@ func TestDeletedReason(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 5, 1, 8, 0, 0, 0, time.UTC)
 	history := []events.Envelope{
-		events.New("j", events.OutputReturned{}, "t", at),
-		events.New("j", events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, By: "ann"}, "t", at),
+		events.New("j", &events.OutputReturned{}, "t", at),
+		events.New("j", &events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, By: "ann"}, "t", at),
 	}
 	e, ok := events.DeletedOf(history, events.WhatOutput)
 	if !ok {

@@ -31,21 +31,21 @@ import (
 // derived, so that a type added to the registry without a schema, a golden
 // body and a line here fails TestEveryTypeHasSchemaAndGolden.
 var goTypes = map[string]events.Event{
-	events.TypeJobRequested:    events.JobRequested{},
-	events.TypeJobSubmitted:    events.JobSubmitted{},
-	events.TypeJobRejected:     events.JobRejected{},
-	events.TypeComputeHeld:     events.ComputeHeld{},
-	events.TypeRunStarted:      events.RunStarted{},
-	events.TypeRunStopped:      events.RunStopped{},
-	events.TypeOutputReturned:  events.OutputReturned{},
-	events.TypeComputeReleased: events.ComputeReleased{},
-	events.TypeCancelRequested: events.CancelRequested{},
-	events.TypeJobCancelled:    events.JobCancelled{},
-	events.TypeNodeAnnounced:   events.NodeAnnounced{},
-	events.TypeNodeExpired:     events.NodeExpired{},
-	events.TypeHoldLost:        events.HoldLost{},
-	events.TypeDeleteRequested: events.DeleteRequested{},
-	events.TypeDeleted:         events.Deleted{},
+	events.TypeJobRequested:    &events.JobRequested{},
+	events.TypeJobSubmitted:    &events.JobSubmitted{},
+	events.TypeJobRejected:     &events.JobRejected{},
+	events.TypeComputeHeld:     &events.ComputeHeld{},
+	events.TypeRunStarted:      &events.RunStarted{},
+	events.TypeRunStopped:      &events.RunStopped{},
+	events.TypeOutputReturned:  &events.OutputReturned{},
+	events.TypeComputeReleased: &events.ComputeReleased{},
+	events.TypeCancelRequested: &events.CancelRequested{},
+	events.TypeJobCancelled:    &events.JobCancelled{},
+	events.TypeNodeAnnounced:   &events.NodeAnnounced{},
+	events.TypeNodeExpired:     &events.NodeExpired{},
+	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeDeleteRequested: &events.DeleteRequested{},
+	events.TypeDeleted:         &events.Deleted{},
 }
 
 // The golden bodies tell the story of one job on one node.
@@ -100,7 +100,7 @@ func goType(t testing.TB, ceType string) reflect.Type {
 	if !ok {
 		t.Fatalf("%s is not in goTypes", ceType)
 	}
-	return reflect.TypeOf(ev)
+	return reflect.TypeOf(ev).Elem()
 }
 
 // goldenSubject is the ce-subject of a golden event: the job, or the node.
@@ -363,7 +363,7 @@ func TestGoTypesMatchSchemas(t *testing.T) {
 				t.Errorf("a %v with every field set is not valid: is a field missing from the schema?\n%s\n%v", rt, body, err)
 			}
 			// The strict decoder reads everything the encoder writes.
-			ev := v.Interface().(events.Event)
+			ev := v.Addr().Interface().(events.Event)
 			subject := goldenSubject(ceType)
 			m, err := events.New(subject, ev, "e31/test", goldenTime).Msg()
 			if err != nil {
@@ -373,8 +373,8 @@ func TestGoTypesMatchSchemas(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(eventValue(env.Event), ev) {
-				t.Errorf("round trip changed the event:\nsent %#v\ngot  %#v", ev, eventValue(env.Event))
+			if !reflect.DeepEqual(eventValue(env.Event), v.Interface()) {
+				t.Errorf("round trip changed the event:\nsent %#v\ngot  %#v", v.Interface(), eventValue(env.Event))
 			}
 
 			checkShape(t, ceType, rt, sch, true)
@@ -390,19 +390,19 @@ func TestEmptyListsAreValid(t *testing.T) {
 	set := loadSchemas(t)
 	hold := events.Hold{Attempt: 1, Node: goldenNode, CPU: 0.5, MemoryBytes: 1 << 20}
 	for _, ev := range []events.Event{
-		events.RunStopped{Hold: hold, Outcome: events.LimitExceeded, Reason: "killed at the limit of 600s"},
-		events.RunStopped{Hold: hold, Outcome: events.Failed, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}}},
-		events.OutputReturned{Hold: hold, Outcome: events.Cancelled, Partial: true},
-		events.OutputReturned{Hold: hold, Outcome: events.Succeeded},
-		events.ComputeReleased{Hold: hold, Outcome: events.NodeLost, Final: false},
-		events.JobRequested{Submitter: "bob", Spec: events.JobSpec{
+		&events.RunStopped{Hold: hold, Outcome: events.LimitExceeded, Reason: "killed at the limit of 600s"},
+		&events.RunStopped{Hold: hold, Outcome: events.Failed, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}}},
+		&events.OutputReturned{Hold: hold, Outcome: events.Cancelled, Partial: true},
+		&events.OutputReturned{Hold: hold, Outcome: events.Succeeded},
+		&events.ComputeReleased{Hold: hold, Outcome: events.NodeLost, Final: false},
+		&events.JobRequested{Submitter: "bob", Spec: events.JobSpec{
 			Work:    events.Work{Command: []string{"/bin/true"}},
 			Request: events.Request{CPU: 0.25, LimitSeconds: 1},
 		}},
-		events.JobRejected{Reason: "request.cpu: must be more than 0"},
-		events.CancelRequested{By: "alice"},
-		events.JobCancelled{},
-		events.NodeAnnounced{Node: goldenNode, Boot: "b1", CPU: 1},
+		&events.JobRejected{Reason: "request.cpu: must be more than 0"},
+		&events.CancelRequested{By: "alice"},
+		&events.JobCancelled{},
+		&events.NodeAnnounced{Node: goldenNode, Boot: "b1", CPU: 1},
 	} {
 		body, err := json.Marshal(ev)
 		if err != nil {
@@ -985,7 +985,7 @@ func TestEnvelope(t *testing.T) {
 			if err := json.Unmarshal(readGolden(t, ceType), ptr.Interface()); err != nil {
 				t.Fatal(err)
 			}
-			ev := ptr.Elem().Interface().(events.Event)
+			ev := ptr.Interface().(events.Event)
 			subject := goldenSubject(ceType)
 			env := events.New(subject, ev, "e31/test", goldenTime)
 			m, err := env.Msg()
@@ -1047,8 +1047,8 @@ func TestEnvelope(t *testing.T) {
 				!got.Time.Equal(goldenTime) || got.NATSSubject != m.Subject || got.Seq != 0 {
 				t.Errorf("Decode gave\n%+v\nexpected\n%+v", got, env)
 			}
-			if !reflect.DeepEqual(eventValue(got.Event), ev) {
-				t.Errorf("Decode gave the event %#v, expected %#v", eventValue(got.Event), ev)
+			if !reflect.DeepEqual(got.Event, ev) {
+				t.Errorf("Decode gave the event %#v, expected %#v", got.Event, ev)
 			}
 		})
 	}

@@ -4,27 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // The one place that says where things are stored.
 const (
 	// Stream is the log of every job and node event: the source of truth.
 	Stream = "E31"
-	// JobSubjects matches every job event: e31.job.<job>.<kind>[.<node>].
-	JobSubjects = "e31.job.>"
-	// NodeSubjects matches every node event: e31.node.<node>.<kind>.
-	NodeSubjects = "e31.node.>"
-
 	// PoisonStream keeps events a service could never handle, with the reason,
 	// so that nothing is dropped silently.
 	PoisonStream = "E31_POISON"
-	// PoisonSubjects matches e31.poison.<service>.
-	PoisonSubjects = "e31.poison.>"
-
 	// DataBucket names the object stores of staged data and returned output,
 	// content addressed by digest: each submitter has its own,
 	// DataBucketFor(submitter). The bucket of that name alone is for tests
@@ -60,92 +54,17 @@ func ValidID(id string) bool {
 	return true
 }
 
-// JobSubject is the subject of every event of one job: the filter for reading
-// its history and the scope of its optimistic concurrency.
-func JobSubject(job string) string { return "e31.job." + job + ".>" }
-
-// HeldSubject is what a node's consumer filters on to see its own holds.
-func HeldSubject(node string) string { return "e31.job.*.held." + node }
-
-// KindSubject matches one kind of job event for every job, e.g.
-// "e31.job.*.submitted", or "e31.job.*.requested.*" for the kinds that end
-// with a node or an identity.
-func KindSubject(ceType string) string {
-	switch ceType {
-	case TypeComputeHeld, TypeJobRequested, TypeCancelRequested, TypeDeleteRequested:
-		return "e31.job.*." + kinds[ceType].token + ".*"
-	}
-	return "e31.job.*." + kinds[ceType].token
-}
-
-// RequestSubject is where a submitter publishes a request for job: only
-// there may it, with the permissions e31 gives submitters.
-func RequestSubject(job, submitter string) string {
-	return "e31.job." + job + ".requested." + submitter
-}
-
-// LogSubject is where a run node publishes, as it comes, what attempt of
-// job writes, for its submitter's `e31 logs --follow`: plain NATS, stored
-// nowhere, so that no one following costs nothing. Only the submitter (and
-// the operator) may subscribe to LogSubjects(submitter).
-func LogSubject(submitter, job string, attempt int) string {
-	return fmt.Sprintf("e31.logs.%s.%s.%d", submitter, job, attempt)
-}
-
-// LogSubjects matches every LogSubject of submitter's jobs; "*" for every
-// submitter's.
-func LogSubjects(submitter string) string { return "e31.logs." + submitter + ".>" }
-
-// SubjectOf is where an event about subject (a job or node id) is stored.
-func SubjectOf(subject string, ev Event) (string, error) {
-	if !ValidID(subject) {
-		return "", fmt.Errorf("events: %q is not a valid id (letters, digits, '-' and '_', at most 64)", subject)
-	}
-	k, ok := kinds[ev.Type()]
-	if !ok {
-		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
-	}
-	if _, ok := ev.(interface{ boot() string }); ok {
-		return "e31.node." + subject + "." + k.token, nil
-	}
-	s := "e31.job." + subject + "." + k.token
-	// Some kinds end with one more token: the node a hold is for, so that
-	// each node's consumer sees its own holds; the submitter of a request
-	// and the sender of a cancel, so that the server's permissions (alice
-	// may publish only ...requested.alice) bind the identity to the event.
-	var tail, what string
-	switch e := ev.(type) {
-	case *ComputeHeld:
-		tail, what = e.Node, "node"
-	case ComputeHeld:
-		tail, what = e.Node, "node"
-	case *JobRequested:
-		tail, what = e.Submitter, "submitter"
-	case JobRequested:
-		tail, what = e.Submitter, "submitter"
-	case *CancelRequested:
-		tail, what = e.By, "by"
-	case CancelRequested:
-		tail, what = e.By, "by"
-	case *DeleteRequested:
-		tail, what = e.By, "by"
-	case DeleteRequested:
-		tail, what = e.By, "by"
-	default:
-		return s, nil
-	}
-	if !ValidID(tail) {
-		return "", fmt.Errorf("events: %s %q is not a valid id (letters, digits, '-' and '_', at most 64)", what, tail)
-	}
-	return s + "." + tail, nil
-}
-
 // StreamOptions are the deployment choices for the streams.
 type StreamOptions struct {
 	// Replicas is 1 on one machine and 3 in a cluster.
 	Replicas int
 	// LeaseTTL is the lease time of the leases bucket; default DefaultLeaseTTL.
 	LeaseTTL time.Duration
+	// LogMaxBytes bounds the log (the stream's MaxBytes); 0: bounded only by
+	// the server's JetStream store. Either way, a full log refuses what
+	// comes and drops nothing (see StreamConfig), and SUBMIT stops
+	// accepting jobs LogReserve short of the bound (see LogNearlyFull).
+	LogMaxBytes int64
 }
 
 // LeasesBucketConfig is the configuration of the leases bucket. Its TTL is
@@ -167,7 +86,16 @@ func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 }
 
 // StreamConfig is the configuration of the event log.
+//
+// Full, the log refuses new events (DiscardNew) and never drops old ones:
+// an event is a fact, and the oldest are the submissions of jobs that may
+// still be running. The bound is o.LogMaxBytes, or without one the server's
+// store (max_file_store, or the disk), which refuses the same way.
 func StreamConfig(o StreamOptions) jetstream.StreamConfig {
+	maxBytes := o.LogMaxBytes
+	if maxBytes <= 0 {
+		maxBytes = -1
+	}
 	return jetstream.StreamConfig{
 		Name:        Stream,
 		Description: "e31 job and node events: the source of truth",
@@ -178,7 +106,7 @@ func StreamConfig(o StreamOptions) jetstream.StreamConfig {
 		// Hold records are kept for ever, so the log is too.
 		MaxAge:      0,
 		MaxMsgs:     -1,
-		MaxBytes:    -1,
+		MaxBytes:    maxBytes,
 		Discard:     jetstream.DiscardNew,
 		MaxMsgSize:  MaxBodyBytes + 4096,
 		Duplicates:  DuplicateWindow,
@@ -187,6 +115,56 @@ func StreamConfig(o StreamOptions) jetstream.StreamConfig {
 		DenyDelete: true,
 		DenyPurge:  true,
 	}
+}
+
+// LogReserve is the part of a bounded log kept for the jobs already
+// accepted: SUBMIT refuses new jobs once the log holds its MaxBytes less
+// this, so that the events that take accepted jobs to their end (holds,
+// starts, releases, outputs) still have room. An eighth of the bound, and
+// at least 4 KiB (a few events) in a tiny one.
+func LogReserve(maxBytes int64) int64 { return max(maxBytes/8, 4<<10) }
+
+// LogNearlyFull tells whether a log holding bytes, bounded by maxBytes
+// (<= 0: unbounded), has reached its reserve, and says so for a person.
+func LogNearlyFull(bytes, maxBytes int64) (string, bool) {
+	if maxBytes <= 0 || bytes < maxBytes-LogReserve(maxBytes) {
+		return "", false
+	}
+	return fmt.Sprintf("the event log is nearly full (it holds %d of its %d bytes): new jobs are refused so that the jobs already accepted can finish; "+
+		"the operator must give the log more room (e31 setup --log-max-bytes) before jobs are accepted again", bytes, maxBytes), true
+}
+
+// JetStream's error codes for a stream that refused a message for want of
+// room: its own limits (DiscardNew), or the server's store.
+const (
+	jsStoreFailed           = 10077 // JSStreamStoreFailedF: "maximum bytes exceeded", ...
+	jsInsufficientResources = 10023 // JSInsufficientResourcesErr: the server's store is full
+	jsStorageResources      = 10047 // JSStorageResourcesExceededErr: the account's store is full
+)
+
+// ErrLogFull is wrapped by the errors e31 makes of a refusal for want of
+// room in the log; IsLogFull recognizes it as well as JetStream's own.
+var ErrLogFull = errors.New("the event log is full")
+
+// IsLogFull reports whether a publish to the log was refused because the
+// log, or the store under it, is full: nothing was stored, and nothing
+// stored before was dropped.
+func IsLogFull(err error) bool {
+	if errors.Is(err, ErrLogFull) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch uint16(apiErr.ErrorCode) {
+	case jsInsufficientResources, jsStorageResources:
+		return true
+	case jsStoreFailed:
+		d := apiErr.Description
+		return strings.Contains(d, "maximum bytes exceeded") || strings.Contains(d, "maximum messages exceeded")
+	}
+	return false
 }
 
 // PoisonStreamConfig is the configuration of the poison stream.
@@ -251,41 +229,20 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 	return nil
 }
 
-// Transient reports whether a JetStream request failed for a reason that
-// passes by itself: no answer in time (the server is restarting, or the
-// connection is being made again), nobody answering JetStream requests yet,
-// no answer from a stream whose leader has just gone, or the server saying
-// it is unavailable for now (a cluster without a leader). Anything else, such as a configuration the server refuses, is
-// not helped by asking again.
-func Transient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
-
 // WaitReady retries a first JetStream call until the server answers: a fresh
 // cluster has no meta leader yet when it starts accepting connections.
 func WaitReady(ctx context.Context, js jetstream.JetStream) error {
-	var last error
-	for {
+	err := retry.Do(ctx, retry.Ready, func() error {
 		// Each try has its own short deadline: a request sent while the
 		// cluster forms can go unanswered, and waiting for it until ctx's
 		// own deadline would spend every later chance on it.
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		_, err := js.AccountInfo(tctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return errors.Join(fmt.Errorf("jetstream not ready: %w", ctx.Err()), last)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	}, retry.If(retry.Always))
+	if err != nil {
+		return fmt.Errorf("jetstream not ready: %w", err)
 	}
+	return nil
 }

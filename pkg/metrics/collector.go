@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -72,111 +73,55 @@ func NewRegistry(cs ...prometheus.Collector) (*prometheus.Registry, error) {
 // collector of its figures. Collect and Ready may be called concurrently
 // with Run and with each other.
 type LogCollector struct {
-	js  jetstream.JetStream
-	log *slog.Logger
+	js   jetstream.JetStream
+	log  *slog.Logger
+	tail *bus.Tail
 
-	mu       sync.Mutex
-	p        *Projection
-	caughtUp bool
-	pending  uint64 // messages not yet read, as of the last one read
-	err      error  // why the last attempt to follow stopped
+	mu sync.Mutex
+	p  *Projection
 }
 
 // NewLogCollector returns a collector of the log that js reads; Run follows it.
 func NewLogCollector(js jetstream.JetStream, log *slog.Logger) *LogCollector {
-	return &LogCollector{js: js, log: log.With("component", "metrics"), p: NewProjection()}
+	log = log.With("component", "metrics")
+	c := &LogCollector{js: js, log: log, p: NewProjection()}
+	// No filter: the stream holds job and node events only, and the
+	// figures need both. A failure to read is retried: the figures stand
+	// still meanwhile, and Ready says why.
+	c.tail = bus.NewTail(js, bus.TailOptions{Again: true, Logger: log, CaughtUp: func(context.Context) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.log.Info("metrics caught up with the log", "seq", c.p.Applied(), "live_jobs", c.p.Live())
+	}})
+	return c
 }
 
 // ErrNotCaughtUp is why a collector is not ready: it has not yet folded in
 // the log as it was when it started to read.
 var ErrNotCaughtUp = errors.New("metrics: not caught up with the log")
 
-// retryAfter is how long Run waits before it reads the log again after the
-// reading stopped (the server restarting, a lost connection).
-const retryAfter = time.Second
-
-// Run follows the log from its first event, or from after the last one
-// folded in, until ctx ends. A failure to read is logged and retried: the
-// figures stand still meanwhile, and Ready says why.
+// Run follows the log from its first event until ctx ends.
 func (c *LogCollector) Run(ctx context.Context) error {
-	for {
-		err := c.follow(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
-		c.log.Warn("reading the log stopped; reading it again", "err", err, "after", retryAfter)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(retryAfter):
-		}
-	}
+	return c.tail.Run(ctx, c.apply)
 }
 
-// follow reads the log with an ordered consumer from after the last
-// sequence applied, until ctx ends or the reading fails.
-func (c *LogCollector) follow(ctx context.Context) error {
+// apply folds read messages in; those that are not events are counted.
+func (c *LogCollector) apply(_ context.Context, msgs []*jetstream.RawStreamMsg) error {
 	c.mu.Lock()
-	from := c.p.Applied() + 1
-	c.mu.Unlock()
-	// No filter: the stream holds job and node events only, and the
-	// figures need both.
-	cfg := jetstream.OrderedConsumerConfig{}
-	if from > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = from
-	}
-	cons, err := c.js.OrderedConsumer(ctx, events.Stream, cfg)
-	if err != nil {
-		return fmt.Errorf("read the log from #%d: %w", from, err)
-	}
-	c.mu.Lock()
-	c.err = nil
-	c.pending = cons.CachedInfo().NumPending
-	if c.pending == 0 {
-		c.caughtUp = true
-	}
-	c.mu.Unlock()
-	iter, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return fmt.Errorf("read the log from #%d: %w", from, err)
-	}
-	defer iter.Stop()
-	stop := context.AfterFunc(ctx, iter.Stop)
-	defer stop()
-	for {
-		msg, err := iter.Next()
+	defer c.mu.Unlock()
+	for _, m := range msgs {
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			c.p.Skip(m.Sequence, events.IsUnknownType(err))
+			if !events.IsUnknownType(err) {
+				c.log.Debug("skipped a message that is not an event", "seq", m.Sequence, "err", err)
 			}
-			return fmt.Errorf("read the log: %w", err)
+			continue
 		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("read the log: %w", err)
-		}
-		env, derr := events.Decode(msg.Subject(), msg.Headers(), msg.Data())
-		c.mu.Lock()
-		if derr != nil {
-			c.p.Skip(meta.Sequence.Stream, events.IsUnknownType(derr))
-		} else {
-			env.Seq = meta.Sequence.Stream
-			c.p.Apply(env)
-		}
-		c.pending = meta.NumPending
-		if meta.NumPending == 0 && !c.caughtUp {
-			c.caughtUp = true
-			c.log.Info("metrics caught up with the log", "seq", meta.Sequence.Stream, "live_jobs", c.p.Live())
-		}
-		c.mu.Unlock()
-		if derr != nil && !events.IsUnknownType(derr) {
-			c.log.Debug("skipped a message that is not an event", "seq", meta.Sequence.Stream, "err", derr)
-		}
+		env.Seq = m.Sequence
+		c.p.Apply(env)
 	}
+	return nil
 }
 
 // Ready says nil once the collector has folded in the log as it was when it
@@ -186,13 +131,12 @@ func (c *LogCollector) Ready(context.Context) error {
 	if st := c.js.Conn().Status(); st != nats.CONNECTED {
 		return fmt.Errorf("metrics: not connected to NATS (%s)", st)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return fmt.Errorf("metrics: cannot read the log: %w", c.err)
+	applied, pending, err := c.tail.Status()
+	if err != nil {
+		return fmt.Errorf("metrics: cannot read the log: %w", err)
 	}
-	if !c.caughtUp {
-		return fmt.Errorf("%w: at #%d, %d messages to go", ErrNotCaughtUp, c.p.Applied(), c.pending)
+	if !c.tail.Live() {
+		return fmt.Errorf("%w: at #%d, %d messages to go", ErrNotCaughtUp, applied, pending)
 	}
 	return nil
 }

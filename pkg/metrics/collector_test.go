@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/ops"
@@ -35,13 +35,13 @@ func appendLife(t *testing.T, ctx context.Context, js jetstream.JetStream, prefi
 		job := fmt.Sprintf("%s-%d", prefix, i)
 		h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
 		for k, ev := range []events.Event{
-			events.JobRequested{Submitter: submitter, Spec: spec},
-			events.JobSubmitted{Submitter: submitter, Spec: spec},
-			events.ComputeHeld{Hold: h, Submitter: submitter, Spec: spec},
-			events.RunStarted{Hold: h},
-			events.RunStopped{Hold: h, Outcome: outcome},
-			events.OutputReturned{Hold: h, Outcome: outcome},
-			events.ComputeReleased{Hold: h, Outcome: outcome, Final: true},
+			&events.JobRequested{Submitter: submitter, Spec: spec},
+			&events.JobSubmitted{Submitter: submitter, Spec: spec},
+			&events.ComputeHeld{Hold: h, Submitter: submitter, Spec: spec},
+			&events.RunStarted{Hold: h},
+			&events.RunStopped{Hold: h, Outcome: outcome},
+			&events.OutputReturned{Hold: h, Outcome: outcome},
+			&events.ComputeReleased{Hold: h, Outcome: outcome, Final: true},
 		} {
 			secs := []float64{0, 1, 2, 3, 11, 11.5, 12}[k]
 			msg, err := events.New(job, ev, "test", t0.Add(time.Duration(secs*float64(time.Second)))).Msg()
@@ -135,7 +135,7 @@ func TestCollectorFollowsTheLog(t *testing.T) {
 	took := time.Since(began)
 	t.Logf("caught up with %d events in %s: %.0f events/s", last, took.Round(time.Millisecond), float64(last)/took.Seconds())
 	f := c.Figures()
-	if f.Jobs[api.StateReleased] != 3000 || f.Finished[events.Succeeded] != 3000 {
+	if f.Jobs[hold.StateReleased] != 3000 || f.Finished[events.Succeeded] != 3000 {
 		t.Errorf("jobs %v finished %v; want 3000 released and succeeded", f.Jobs, f.Finished)
 	}
 
@@ -159,7 +159,7 @@ func TestCollectorExposition(t *testing.T) {
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)
-	msg, err := events.New("n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox}, "test", t0).Msg()
+	msg, err := events.New("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox}, "test", t0).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}

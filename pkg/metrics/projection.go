@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // gib is the meter's unit of memory, as in the ledger: memory_gib_seconds.
@@ -25,8 +25,8 @@ const IsolationUnknown = "unknown"
 
 // States are the job states e31_jobs reports, always all of them, in the
 // order of a job's life. The last three are over.
-var States = []string{api.StateSubmitted, api.StateWaiting, api.StateHeld, api.StateRunning, api.StateStopped,
-	api.StateReturned, api.StateReleased, api.StateRejected, api.StateCancelled}
+var States = []string{hold.StateSubmitted, hold.StateWaiting, hold.StateHeld, hold.StateRunning, hold.StateStopped,
+	hold.StateReturned, hold.StateReleased, hold.StateRejected, hold.StateCancelled}
 
 // Outcomes are the final outcomes e31_jobs_finished_total always reports,
 // so that a rate over them exists before the first job ends so; any other
@@ -261,11 +261,11 @@ func (p *Projection) Apply(env events.Envelope) {
 			return
 		}
 		j.submitted, j.submitter, j.waitingSince = true, e.Submitter, at
-		p.setState(j, api.StateWaiting)
+		p.setState(j, hold.StateWaiting)
 	case *events.JobRejected:
-		p.end(env.Subject, api.StateRejected, events.Rejected)
+		p.end(env.Subject, hold.StateRejected, events.Rejected)
 	case *events.JobCancelled:
-		p.end(env.Subject, api.StateCancelled, events.Cancelled)
+		p.end(env.Subject, hold.StateCancelled, events.Cancelled)
 	case *events.ComputeHeld:
 		j, a := p.attempt(env.Subject, e.Attempt, kindHeld)
 		if a == nil {
@@ -283,7 +283,7 @@ func (p *Projection) Apply(env events.Envelope) {
 		}
 		n := p.node(e.Node)
 		n.Held = n.Held.add(a.held, 1)
-		p.setState(j, api.StateHeld)
+		p.setState(j, hold.StateHeld)
 	case *events.RunStarted:
 		j, a := p.attempt(env.Subject, e.Attempt, kindStarted)
 		if a == nil {
@@ -292,14 +292,14 @@ func (p *Projection) Apply(env events.Envelope) {
 		if !a.heldAt.IsZero() {
 			p.start.observe(at.Sub(a.heldAt))
 		}
-		p.setState(j, api.StateRunning)
+		p.setState(j, hold.StateRunning)
 	case *events.RunStopped:
 		j, a := p.attempt(env.Subject, e.Attempt, kindStopped)
 		if a == nil {
 			return
 		}
 		a.stoppedAt, a.outcome = at, e.Outcome
-		p.setState(j, api.StateStopped)
+		p.setState(j, hold.StateStopped)
 	case *events.HoldLost:
 		j, a := p.attempt(env.Subject, e.Attempt, kindLost)
 		if a == nil {
@@ -309,14 +309,14 @@ func (p *Projection) Apply(env events.Envelope) {
 			a.stoppedAt = at
 		}
 		a.outcome = events.NodeLost
-		p.setState(j, api.StateStopped)
+		p.setState(j, hold.StateStopped)
 	case *events.OutputReturned:
 		j, a := p.attempt(env.Subject, e.Attempt, kindReturned)
 		if a == nil {
 			return
 		}
 		a.outcome = e.Outcome
-		p.setState(j, api.StateReturned)
+		p.setState(j, hold.StateReturned)
 	case *events.ComputeReleased:
 		p.released(env.Subject, e, at)
 	}
@@ -350,7 +350,7 @@ func (p *Projection) node(name string) *Node {
 }
 
 func (p *Projection) newJob(id, submitter string) *job {
-	j := &job{state: api.StateSubmitted, submitter: strings.Clone(submitter)}
+	j := &job{state: hold.StateSubmitted, submitter: strings.Clone(submitter)}
 	p.jobs[strings.Clone(id)] = j
 	p.states[j.state]++
 	return j
@@ -439,7 +439,7 @@ func (p *Projection) released(id string, e *events.ComputeReleased, at time.Time
 	}
 	if !e.Final {
 		j.waitingSince = at
-		p.setState(j, api.StateWaiting)
+		p.setState(j, hold.StateWaiting)
 		return
 	}
 	outcome := a.outcome
@@ -447,7 +447,7 @@ func (p *Projection) released(id string, e *events.ComputeReleased, at time.Time
 		outcome = e.Outcome
 	}
 	j.attempts = nil
-	p.end(id, api.StateReleased, outcome)
+	p.end(id, hold.StateReleased, outcome)
 }
 
 // Overrun is the longest any hold still open at now has outlived its

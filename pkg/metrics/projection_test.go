@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // t0 is when every test log starts.
@@ -38,13 +38,13 @@ var (
 // stopped at 13 s, released at 14 s (held 11 s).
 func life(job, submitter string, outcome events.Outcome) []events.Envelope {
 	return []events.Envelope{
-		at(0, job, events.JobRequested{Submitter: submitter, Spec: spec}),
-		at(1, job, events.JobSubmitted{Submitter: submitter, Spec: spec}),
-		at(3, job, events.ComputeHeld{Hold: hold1, Submitter: submitter, Spec: spec}),
-		at(3.5, job, events.RunStarted{Hold: hold1}),
-		at(13, job, events.RunStopped{Hold: hold1, Outcome: outcome}),
-		at(13.5, job, events.OutputReturned{Hold: hold1, Outcome: outcome}),
-		at(14, job, events.ComputeReleased{Hold: hold1, Outcome: outcome, Final: true}),
+		at(0, job, &events.JobRequested{Submitter: submitter, Spec: spec}),
+		at(1, job, &events.JobSubmitted{Submitter: submitter, Spec: spec}),
+		at(3, job, &events.ComputeHeld{Hold: hold1, Submitter: submitter, Spec: spec}),
+		at(3.5, job, &events.RunStarted{Hold: hold1}),
+		at(13, job, &events.RunStopped{Hold: hold1, Outcome: outcome}),
+		at(13.5, job, &events.OutputReturned{Hold: hold1, Outcome: outcome}),
+		at(14, job, &events.ComputeReleased{Hold: hold1, Outcome: outcome, Final: true}),
 	}
 }
 
@@ -63,7 +63,7 @@ func TestProjection(t *testing.T) {
 		{
 			name:         "a job just requested is submitted",
 			log:          logOf(full[:1]...),
-			wantJobs:     map[string]int{api.StateSubmitted: 1},
+			wantJobs:     map[string]int{hold.StateSubmitted: 1},
 			wantFinished: map[events.Outcome]int{},
 			wantMeter:    map[string]Meter{},
 			wantLive:     1,
@@ -71,7 +71,7 @@ func TestProjection(t *testing.T) {
 		{
 			name:         "a held job holds its node's resources and has waited",
 			log:          logOf(full[:3]...),
-			wantJobs:     map[string]int{api.StateHeld: 1},
+			wantJobs:     map[string]int{hold.StateHeld: 1},
 			wantFinished: map[events.Outcome]int{},
 			wantMeter:    map[string]Meter{},
 			wantLive:     1,
@@ -90,7 +90,7 @@ func TestProjection(t *testing.T) {
 		{
 			name:         "a job's whole life is metered from hold to release",
 			log:          logOf(full...),
-			wantJobs:     map[string]int{api.StateReleased: 1},
+			wantJobs:     map[string]int{hold.StateReleased: 1},
 			wantFinished: map[events.Outcome]int{events.Succeeded: 1},
 			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 11, CPUCoreSeconds: 22, MemoryGiBSeconds: 11, GPUSeconds: 11}},
 			check: func(t *testing.T, f Figures) {
@@ -113,40 +113,40 @@ func TestProjection(t *testing.T) {
 		{
 			name: "the outcome is the returned output's, not the stop's",
 			log: logOf(append(life("j1", "alice", events.Succeeded)[:5],
-				at(13.5, "j1", events.OutputReturned{Hold: hold1, Outcome: events.Failed}),
-				at(14, "j1", events.ComputeReleased{Hold: hold1, Outcome: events.Failed, Final: true}))...),
-			wantJobs:     map[string]int{api.StateReleased: 1},
+				at(13.5, "j1", &events.OutputReturned{Hold: hold1, Outcome: events.Failed}),
+				at(14, "j1", &events.ComputeReleased{Hold: hold1, Outcome: events.Failed, Final: true}))...),
+			wantJobs:     map[string]int{hold.StateReleased: 1},
 			wantFinished: map[events.Outcome]int{events.Failed: 1},
 		},
 		{
 			name: "a rejected job was never held",
-			log: logOf(at(0, "j1", events.JobRequested{Submitter: "alice", Spec: spec}),
-				at(1, "j1", events.JobRejected{Reason: "request.limit: required"})),
-			wantJobs:     map[string]int{api.StateRejected: 1},
+			log: logOf(at(0, "j1", &events.JobRequested{Submitter: "alice", Spec: spec}),
+				at(1, "j1", &events.JobRejected{Reason: "request.limit: required"})),
+			wantJobs:     map[string]int{hold.StateRejected: 1},
 			wantFinished: map[events.Outcome]int{events.Rejected: 1},
 			wantMeter:    map[string]Meter{},
 		},
 		{
 			name:         "a rejection of a request that did not decode counts",
-			log:          logOf(at(1, "j1", events.JobRejected{Reason: "not a valid event"})),
-			wantJobs:     map[string]int{api.StateRejected: 1},
+			log:          logOf(at(1, "j1", &events.JobRejected{Reason: "not a valid event"})),
+			wantJobs:     map[string]int{hold.StateRejected: 1},
 			wantFinished: map[events.Outcome]int{events.Rejected: 1},
 		},
 		{
 			name: "a job cancelled while it waits",
 			log: logOf(full[0], full[1],
-				at(2, "j1", events.CancelRequested{By: "alice"}),
-				at(2.5, "j1", events.JobCancelled{Reason: "cancelled by alice"})),
-			wantJobs:     map[string]int{api.StateCancelled: 1},
+				at(2, "j1", &events.CancelRequested{By: "alice"}),
+				at(2.5, "j1", &events.JobCancelled{Reason: "cancelled by alice"})),
+			wantJobs:     map[string]int{hold.StateCancelled: 1},
 			wantFinished: map[events.Outcome]int{events.Cancelled: 1},
 			wantMeter:    map[string]Meter{},
 		},
 		{
 			name: "a lost node's attempt is metered and the job waits again",
 			log: logOf(full[0], full[1], full[2], full[3],
-				at(5, "j1", events.HoldLost{Hold: hold1, Reason: "node n1 lost"}),
-				at(6, "j1", events.ComputeReleased{Hold: hold1, Outcome: events.NodeLost})),
-			wantJobs:     map[string]int{api.StateWaiting: 1},
+				at(5, "j1", &events.HoldLost{Hold: hold1, Reason: "node n1 lost"}),
+				at(6, "j1", &events.ComputeReleased{Hold: hold1, Outcome: events.NodeLost})),
+			wantJobs:     map[string]int{hold.StateWaiting: 1},
 			wantFinished: map[events.Outcome]int{},
 			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 3, CPUCoreSeconds: 6, MemoryGiBSeconds: 3, GPUSeconds: 3}},
 			wantLive:     1,
@@ -159,16 +159,16 @@ func TestProjection(t *testing.T) {
 		{
 			name: "a job held again after a lost node ends with its last attempt",
 			log: logOf(full[0], full[1], full[2],
-				at(5, "j1", events.HoldLost{Hold: hold1, Reason: "node n1 lost"}),
-				at(6, "j1", events.ComputeReleased{Hold: hold1, Outcome: events.NodeLost}),
+				at(5, "j1", &events.HoldLost{Hold: hold1, Reason: "node n1 lost"}),
+				at(6, "j1", &events.ComputeReleased{Hold: hold1, Outcome: events.NodeLost}),
 				// The lost node's late report changes nothing.
-				at(6.5, "j1", events.OutputReturned{Hold: hold1, Outcome: events.Succeeded}),
-				at(10, "j1", events.ComputeHeld{Hold: hold2, Submitter: "alice", Spec: spec}),
-				at(11, "j1", events.RunStarted{Hold: hold2}),
-				at(20, "j1", events.RunStopped{Hold: hold2, Outcome: events.LimitExceeded}),
-				at(21, "j1", events.OutputReturned{Hold: hold2, Outcome: events.LimitExceeded}),
-				at(22, "j1", events.ComputeReleased{Hold: hold2, Outcome: events.LimitExceeded, Final: true})),
-			wantJobs:     map[string]int{api.StateReleased: 1},
+				at(6.5, "j1", &events.OutputReturned{Hold: hold1, Outcome: events.Succeeded}),
+				at(10, "j1", &events.ComputeHeld{Hold: hold2, Submitter: "alice", Spec: spec}),
+				at(11, "j1", &events.RunStarted{Hold: hold2}),
+				at(20, "j1", &events.RunStopped{Hold: hold2, Outcome: events.LimitExceeded}),
+				at(21, "j1", &events.OutputReturned{Hold: hold2, Outcome: events.LimitExceeded}),
+				at(22, "j1", &events.ComputeReleased{Hold: hold2, Outcome: events.LimitExceeded, Final: true})),
+			wantJobs:     map[string]int{hold.StateReleased: 1},
 			wantFinished: map[events.Outcome]int{events.LimitExceeded: 1},
 			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 15, CPUCoreSeconds: 30, MemoryGiBSeconds: 15, GPUSeconds: 15}},
 			check: func(t *testing.T, f Figures) {
@@ -183,15 +183,15 @@ func TestProjection(t *testing.T) {
 		{
 			name:         "the same sequence applied twice changes nothing",
 			log:          append(logOf(full...), logOf(full...)...),
-			wantJobs:     map[string]int{api.StateReleased: 1},
+			wantJobs:     map[string]int{hold.StateReleased: 1},
 			wantFinished: map[events.Outcome]int{events.Succeeded: 1},
 			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 11, CPUCoreSeconds: 22, MemoryGiBSeconds: 11, GPUSeconds: 11}},
 		},
 		{
 			name: "an event stored again past the duplicate window changes nothing",
 			log: logOf(full[0], full[1], full[2], full[1], full[2], full[3], full[3], full[4], full[5], full[5],
-				full[6], at(100, "j1", events.Deleted{What: events.WhatOutput, Cause: "expired"})),
-			wantJobs:     map[string]int{api.StateReleased: 1},
+				full[6], at(100, "j1", &events.Deleted{What: events.WhatOutput, Cause: "expired"})),
+			wantJobs:     map[string]int{hold.StateReleased: 1},
 			wantFinished: map[events.Outcome]int{events.Succeeded: 1},
 			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 11, CPUCoreSeconds: 22, MemoryGiBSeconds: 11, GPUSeconds: 11}},
 			check: func(t *testing.T, f Figures) {
@@ -207,7 +207,7 @@ func TestProjection(t *testing.T) {
 			name: "jobs of several submitters",
 			log: logOf(append(append(life("j1", "alice", events.Succeeded), life("j2", "bob", events.Failed)...),
 				life("j3", "alice", events.OutOfMemory)...)...),
-			wantJobs:     map[string]int{api.StateReleased: 3},
+			wantJobs:     map[string]int{hold.StateReleased: 3},
 			wantFinished: map[events.Outcome]int{events.Succeeded: 1, events.Failed: 1, events.OutOfMemory: 1},
 			wantMeter: map[string]Meter{
 				"alice": {HeldSeconds: 22, CPUCoreSeconds: 44, MemoryGiBSeconds: 22, GPUSeconds: 22},
@@ -217,12 +217,12 @@ func TestProjection(t *testing.T) {
 		{
 			name: "nodes join, are lost and come back",
 			log: logOf(
-				at(0, "n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 * gib, DiskBytes: 20 * gib, Isolation: events.IsolationSandbox}),
-				at(0, "n2", events.NodeAnnounced{Node: "n2", Boot: "b1", CPU: 2, MemoryBytes: gib}),
-				at(1, "n1", events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 4, MemoryBytes: 8 * gib, DiskBytes: 20 * gib, Isolation: events.IsolationSandbox}),
+				at(0, "n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 * gib, DiskBytes: 20 * gib, Isolation: events.IsolationSandbox}),
+				at(0, "n2", &events.NodeAnnounced{Node: "n2", Boot: "b1", CPU: 2, MemoryBytes: gib}),
+				at(1, "n1", &events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 4, MemoryBytes: 8 * gib, DiskBytes: 20 * gib, Isolation: events.IsolationSandbox}),
 				// The expiry of a boot the node has left behind changes nothing.
-				at(2, "n1", events.NodeExpired{Node: "n1", Boot: "b1", Reason: "lease expired"}),
-				at(3, "n2", events.NodeExpired{Node: "n2", Boot: "b1", Reason: "lease expired"})),
+				at(2, "n1", &events.NodeExpired{Node: "n1", Boot: "b1", Reason: "lease expired"}),
+				at(3, "n2", &events.NodeExpired{Node: "n2", Boot: "b1", Reason: "lease expired"})),
 			wantJobs: map[string]int{},
 			check: func(t *testing.T, f Figures) {
 				want := map[string]Node{
@@ -287,7 +287,7 @@ func TestProjectionForgetsJobsOnceOver(t *testing.T) {
 	if p.Live() != 0 {
 		t.Errorf("%d jobs kept after all were released", p.Live())
 	}
-	if got := p.Figures().Jobs[api.StateReleased]; got != 1000 {
+	if got := p.Figures().Jobs[hold.StateReleased]; got != 1000 {
 		t.Errorf("%d released, want 1000", got)
 	}
 }

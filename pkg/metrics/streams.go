@@ -71,9 +71,9 @@ func (c *StreamCollector) consumers(ctx context.Context, ch chan<- prometheus.Me
 	}
 	list := stream.ListConsumers(ctx)
 	for info := range list.Info() {
-		// Ordered consumers (the ledger's, the audit's, these metrics')
-		// are a reader's own, nameless and short-lived: not a service's
-		// backlog.
+		// A projection's follower (RENT's, the LEDGER's, OUTPUT's, these
+		// metrics': bus.Tail) is a reader's own, nameless and short-lived:
+		// not a service's backlog. Each says how far it has read itself.
 		if info.Config.Durable == "" {
 			continue
 		}
@@ -97,8 +97,10 @@ func (c *StreamCollector) poison(ctx context.Context, ch chan<- prometheus.Metri
 		return fmt.Errorf("metrics: %s: %w", events.PoisonStream, err)
 	}
 	for subject, n := range info.State.Subjects {
-		// e31.poison.<service>: the service is the subject's last token.
-		service := subject[strings.LastIndexByte(subject, '.')+1:]
+		service := subject
+		if s, err := events.ParseSubject(subject); err == nil {
+			service = s.Service
+		}
 		ch <- prometheus.MustNewConstMetric(descPoison, prometheus.GaugeValue, float64(n), service)
 	}
 	return nil

@@ -40,7 +40,7 @@
 // for, and bounds what any one user can take (Limits): requests in flight
 // per user and in all, and long polls — requests that wait — per user, each
 // waiting at most MaxWait. A request beyond a limit is answered at once
-// with {"error": "busy: …, retry", "code": "busy"} (api.CodeBusy); the CLI
+// with {"error": "busy: …, retry", "code": "busy"} (wire.CodeBusy); the CLI
 // retries it with backoff until its own deadline. A request counts as a
 // long poll from the moment its handler first waits (Request.Await) until
 // it is answered, so a question answered at once never takes a long poll.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
 )
@@ -58,7 +58,7 @@ func TestReplyAllowed(t *testing.T) {
 			t.Errorf("ReplyAllowed(%q, %q) = %v, want %v", c.user, c.reply, got, c.want)
 		}
 	}
-	for _, user := range []string{"alice", api.Auditor, "operator"} {
+	for _, user := range []string{"alice", auth.AuditorName, "operator"} {
 		if reply := query.InboxPrefix(user) + ".x"; !query.ReplyAllowed(user, reply) {
 			t.Errorf("%s may not be answered on its own InboxPrefix: %s", user, reply)
 		}

@@ -7,9 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // roleOf is the role of the identities that ask as user: the auditor and
@@ -17,7 +17,7 @@ import (
 // other user is a submitter asking under its own name.
 func roleOf(user string) auth.Role {
 	switch user {
-	case api.Auditor:
+	case auth.AuditorName:
 		return auth.Auditor
 	case events.Operator:
 		return auth.Operator
@@ -104,7 +104,7 @@ func InboxPrefix(user string) string {
 // nc subscribe there. Like nc.Request, it fails with nats.ErrNoResponders
 // at once when nothing serves subject.
 func Ask(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
-	inbox := InboxPrefix(api.UserOf(subject)) + "." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)
+	inbox := InboxPrefix(wire.UserOf(subject)) + "." + strings.TrimPrefix(nats.NewInbox(), nats.InboxPrefix)
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, fmt.Errorf("ask %s: %w", subject, err)

@@ -13,7 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Defaults of Limits: what one asker may hold of a query service at once.
@@ -138,7 +139,7 @@ func New(nc *nats.Conn, cfg Config) *Server {
 }
 
 // Handle serves the endpoint name on subject (a wildcard in the user token,
-// e.g. api.LedgerSubject("*", api.EndpointRecord)) with h. Call it before
+// e.g. wire.LedgerSubject("*", wire.EndpointRecord)) with h. Call it before
 // Start.
 func (s *Server) Handle(name, subject string, h Handler) {
 	s.endpoints = append(s.endpoints, endpoint{name, subject, h})
@@ -201,7 +202,7 @@ func (s *Server) Limits() Limits { return s.limits }
 // it does nothing that waits.
 func (s *Server) dispatch(h Handler) micro.HandlerFunc {
 	return func(m micro.Request) {
-		user := api.UserOf(m.Subject())
+		user := wire.UserOf(m.Subject())
 		if !ReplyAllowed(user, m.Reply()) {
 			s.refuse(user, m.Subject(), m.Reply())
 			return
@@ -297,7 +298,7 @@ func (s *Server) done(r *Request) {
 // answered only on the asker's inbox. A Request is used by its handler's
 // goroutine alone.
 type Request struct {
-	// User is who asks: the user token of the subject (api.UserOf).
+	// User is who asks: the user token of the subject (wire.UserOf).
 	User string
 
 	srv     *Server
@@ -313,8 +314,8 @@ func (r *Request) Context() context.Context { return r.ctx }
 // Data is the request's body.
 func (r *Request) Data() []byte { return r.msg.Data() }
 
-// SeesAll reports whether User is answered about every job (api.SeesAll).
-func (r *Request) SeesAll() bool { return api.SeesAll(r.User) }
+// SeesAll reports whether User is answered about every job (auth.SeesAll).
+func (r *Request) SeesAll() bool { return auth.SeesAll(r.User) }
 
 // Respond answers with v as JSON.
 func (r *Request) Respond(v any) {
@@ -328,7 +329,7 @@ func (r *Request) Respond(v any) {
 	}
 }
 
-// reply is the part every reply type of pkg/api shares.
+// reply is the part every reply type of pkg/query/wire shares.
 type reply struct {
 	Error string `json:"error"`
 	Code  string `json:"code,omitempty"`
@@ -338,7 +339,7 @@ type reply struct {
 // {"error": "busy: …, retry", "code": "busy"}.
 func (r *Request) Busy(err error) {
 	r.srv.busy.Add(1)
-	r.Respond(reply{Error: err.Error() + ", retry", Code: api.CodeBusy})
+	r.Respond(reply{Error: err.Error() + ", retry", Code: wire.CodeBusy})
 }
 
 // Deadline is when a request that may wait for wait must answer: at most

@@ -20,7 +20,7 @@ func TestTheContextRidesInTheEventsHeaders(t *testing.T) {
 	if tc.Parent != parent || tc.State != "e31=1" {
 		t.Fatalf("Of(FromEnvironment) = %+v, want %s with its state", tc, parent)
 	}
-	env := events.New("job-1", events.JobRequested{Submitter: "alice"}, "e31/test", time.Unix(0, 0))
+	env := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "e31/test", time.Unix(0, 0))
 	env.Trace = tc
 	m, err := env.Msg()
 	if err != nil {
@@ -36,7 +36,7 @@ func TestTheContextRidesInTheEventsHeaders(t *testing.T) {
 	if back.Trace != tc {
 		t.Errorf("decoded trace %+v, want %+v", back.Trace, tc)
 	}
-	untraced, err := events.New("job-1", events.JobRequested{Submitter: "alice"}, "e31/test", time.Unix(0, 0)).Msg()
+	untraced, err := events.New("job-1", &events.JobRequested{Submitter: "alice"}, "e31/test", time.Unix(0, 0)).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}

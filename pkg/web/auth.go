@@ -7,7 +7,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -24,7 +24,7 @@ type viewer struct {
 }
 
 // All reports whether the viewer sees every submitter's jobs.
-func (v viewer) All() bool { return v.Open || api.SeesAll(v.Name) }
+func (v viewer) All() bool { return v.Open || auth.SeesAll(v.Name) }
 
 // Operator reports whether the viewer may act as the operator or auditor
 // (run the audit, see the pool's leases).

@@ -27,7 +27,7 @@
 // the log's subjects, not with a consumer: a tenant can store a message
 // that a consumer takes for a status of its own and stalls on (see
 // bus.Replay). What the services know better is asked of them through the
-// query endpoints (pkg/api): the hold record, the totals and the chain head
+// query endpoints (pkg/query/wire): the hold record, the totals and the chain head
 // of the ledger, the scheduler's why. Memory is bounded: past keepOver jobs
 // that are over, the oldest are forgotten (their page then shows the
 // ledger's record without the event times).

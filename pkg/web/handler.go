@@ -12,8 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 //go:embed assets
@@ -192,7 +193,7 @@ type count struct {
 }
 
 // filterStates are the statuses the list can be narrowed to.
-var filterStates = []string{api.StateSubmitted, api.StateWaiting, api.StateHeld, api.StateRunning, api.StateStopped, api.StateReturned,
+var filterStates = []string{hold.StateSubmitted, hold.StateWaiting, hold.StateHeld, hold.StateRunning, hold.StateStopped, hold.StateReturned,
 	string(events.Succeeded), string(events.Failed), string(events.LimitExceeded), string(events.OutOfMemory), string(events.DiskExceeded),
 	string(events.Cancelled), string(events.Rejected), string(events.NodeLost)}
 
@@ -283,7 +284,7 @@ func poolChart(series []minute) template.HTML {
 // isOver reports whether a status is one a job ends in.
 func isOver(status string) bool {
 	switch status {
-	case api.StateSubmitted, api.StateWaiting, api.StateHeld, api.StateRunning, api.StateStopped, api.StateReturned:
+	case hold.StateSubmitted, hold.StateWaiting, hold.StateHeld, hold.StateRunning, hold.StateStopped, hold.StateReturned:
 		return false
 	}
 	return true
@@ -303,9 +304,9 @@ type jobData struct {
 	ID      string
 	Found   bool
 	Job     job
-	Record  *api.HoldRecord
+	Record  *hold.HoldRecord
 	RecErr  string
-	Why     *api.WhyReply
+	Why     *wire.WhyReply
 	WhyErr  string
 	Logs    *logTail
 	Over    bool
@@ -350,9 +351,9 @@ func (p *Page) job(w http.ResponseWriter, r *http.Request, v viewer) {
 	if !d.Found {
 		status = d.Record.State
 	}
-	d.Over = isOver(status) || status == api.StateReleased
-	d.Running = status == api.StateRunning
-	if status == api.StateWaiting || status == api.StateSubmitted {
+	d.Over = isOver(status) || status == hold.StateReleased
+	d.Running = status == hold.StateRunning
+	if status == hold.StateWaiting || status == hold.StateSubmitted {
 		why, err := p.why(ctx, id)
 		if err != nil {
 			d.WhyErr = err.Error()
@@ -427,7 +428,7 @@ type ledgerData struct {
 	Period       string
 	Periods      []string
 	Since, Until time.Time
-	Totals       []api.Totals
+	Totals       []wire.Totals
 	Err          string
 	// Ask says the ledger was asked (the period was understood).
 	Ask bool
@@ -490,7 +491,7 @@ func (p *Page) ledger(w http.ResponseWriter, r *http.Request, v viewer) {
 // auditData is the audit's view.
 type auditData struct {
 	Allowed bool
-	Info    *api.LedgerInfo
+	Info    *wire.LedgerInfo
 	InfoErr string
 	Last    *auditResult
 	Running bool

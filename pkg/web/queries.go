@@ -12,10 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -64,9 +65,9 @@ func cmpOr(s, d string) string {
 
 // record asks the ledger for a job's hold record, as of what the page has
 // read of the log (so that it agrees with the timeline beside it).
-func (p *Page) record(ctx context.Context, job string, seq uint64) (*api.HoldRecord, error) {
-	var reply api.RecordReply
-	err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointRecord), api.RecordRequest{Job: job, MinSeq: seq, Wait: 2 * time.Second}, &reply)
+func (p *Page) record(ctx context.Context, job string, seq uint64) (*hold.HoldRecord, error) {
+	var reply wire.RecordReply
+	err := p.ask(ctx, wire.LedgerSubject(p.user(), wire.EndpointRecord), wire.RecordRequest{Job: job, MinSeq: seq, Wait: 2 * time.Second}, &reply)
 	if err != nil {
 		return nil, err
 	}
@@ -77,23 +78,23 @@ func (p *Page) record(ctx context.Context, job string, seq uint64) (*api.HoldRec
 }
 
 // why asks the scheduler why a job waits.
-func (p *Page) why(ctx context.Context, job string) (api.WhyReply, error) {
-	var reply api.WhyReply
-	err := p.ask(ctx, api.RentWhySubject(p.user()), api.WhyRequest{Job: job}, &reply)
+func (p *Page) why(ctx context.Context, job string) (wire.WhyReply, error) {
+	var reply wire.WhyReply
+	err := p.ask(ctx, wire.RentWhySubject(p.user()), wire.WhyRequest{Job: job}, &reply)
 	return reply, err
 }
 
 // totals asks the ledger for each submitter's bill for a period.
-func (p *Page) totals(ctx context.Context, since, until time.Time, submitter string) (api.TotalsReply, error) {
-	var reply api.TotalsReply
-	err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointTotals), api.TotalsRequest{Since: since, Until: until, Submitter: submitter}, &reply)
+func (p *Page) totals(ctx context.Context, since, until time.Time, submitter string) (wire.TotalsReply, error) {
+	var reply wire.TotalsReply
+	err := p.ask(ctx, wire.LedgerSubject(p.user(), wire.EndpointTotals), wire.TotalsRequest{Since: since, Until: until, Submitter: submitter}, &reply)
 	return reply, err
 }
 
 // head asks the ledger how far it has read and its chain head.
-func (p *Page) head(ctx context.Context) (api.LedgerInfo, error) {
-	var info api.LedgerInfo
-	err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointHead), struct{}{}, &info)
+func (p *Page) head(ctx context.Context) (wire.LedgerInfo, error) {
+	var info wire.LedgerInfo
+	err := p.ask(ctx, wire.LedgerSubject(p.user(), wire.EndpointHead), struct{}{}, &info)
 	return info, err
 }
 
@@ -109,7 +110,7 @@ type logTail struct {
 
 // logsTail reads the tail of the job's last attempt's logs from its
 // submitter's store.
-func (p *Page) logsTail(ctx context.Context, rec *api.HoldRecord) *logTail {
+func (p *Page) logsTail(ctx context.Context, rec *hold.HoldRecord) *logTail {
 	if len(rec.Attempts) == 0 {
 		return nil
 	}
@@ -216,11 +217,11 @@ func (p *Page) runAudit(ctx context.Context, by string) {
 		return
 	}
 	res.Report = au.Finish()
-	var all []*api.HoldRecord
-	q := api.ListRequest{MinSeq: info.Applied}
+	var all []*hold.HoldRecord
+	q := wire.ListRequest{MinSeq: info.Applied}
 	for {
-		var reply api.ListReply
-		if err := p.ask(ctx, api.LedgerSubject(p.user(), api.EndpointList), q, &reply); err != nil {
+		var reply wire.ListReply
+		if err := p.ask(ctx, wire.LedgerSubject(p.user(), wire.EndpointList), q, &reply); err != nil {
 			res.Err = "the log was replayed, but the ledger's records could not be read to compare: " + err.Error()
 			return
 		}

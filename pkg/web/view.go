@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
 )
 
@@ -78,7 +78,7 @@ type entry struct {
 // Status is the job's state, or for a job that is over, how it ended: what
 // a person scanning the list wants to read.
 func (j job) Status() string {
-	if j.Outcome != "" && (j.State == api.StateReleased || j.State == api.StateRejected || j.State == api.StateCancelled) {
+	if j.Outcome != "" && (j.State == hold.StateReleased || j.State == hold.StateRejected || j.State == hold.StateCancelled) {
 		return string(j.Outcome)
 	}
 	return j.State
@@ -87,7 +87,7 @@ func (j job) Status() string {
 // Over reports whether the job has ended.
 func (j job) Over() bool {
 	switch j.State {
-	case api.StateReleased, api.StateRejected, api.StateCancelled:
+	case hold.StateReleased, hold.StateRejected, hold.StateCancelled:
 		return true
 	}
 	return false
@@ -119,10 +119,10 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 	case *events.NodeAnnounced, *events.NodeExpired:
 		return
 	case *events.JobRequested:
-		v.add(env.Subject, e.Submitter, e.Spec, api.StateSubmitted, at, m)
+		v.add(env.Subject, e.Submitter, e.Spec, hold.StateSubmitted, at, m)
 	case *events.JobSubmitted:
-		if j := v.add(env.Subject, e.Submitter, e.Spec, api.StateWaiting, at, m); j.State == api.StateSubmitted {
-			j.State = api.StateWaiting
+		if j := v.add(env.Subject, e.Submitter, e.Spec, hold.StateWaiting, at, m); j.State == hold.StateSubmitted {
+			j.State = hold.StateWaiting
 		}
 	}
 	j := v.jobs[env.Subject]
@@ -137,20 +137,20 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 	detail := ""
 	switch e := env.Event.(type) {
 	case *events.JobRejected:
-		j.State, j.Outcome, j.Reason, detail = api.StateRejected, events.Rejected, e.Reason, e.Reason
+		j.State, j.Outcome, j.Reason, detail = hold.StateRejected, events.Rejected, e.Reason, e.Reason
 	case *events.JobCancelled:
-		j.State, j.Outcome, j.Reason, detail = api.StateCancelled, events.Cancelled, e.Reason, e.Reason
+		j.State, j.Outcome, j.Reason, detail = hold.StateCancelled, events.Cancelled, e.Reason, e.Reason
 	case *events.ComputeHeld:
-		j.State, j.Attempt, j.Node = api.StateHeld, e.Attempt, e.Node
+		j.State, j.Attempt, j.Node = hold.StateHeld, e.Attempt, e.Node
 		detail = holdText(e.Hold)
 	case *events.RunStarted:
-		j.State = api.StateRunning
+		j.State = hold.StateRunning
 		detail = "on " + e.Node
 		if e.Isolation != "" {
 			detail += ", isolation " + string(e.Isolation)
 		}
 	case *events.RunStopped:
-		j.State, j.Outcome, j.Reason = api.StateStopped, e.Outcome, e.Reason
+		j.State, j.Outcome, j.Reason = hold.StateStopped, e.Outcome, e.Reason
 		detail = string(e.Outcome)
 		if e.ExitCode != nil {
 			detail += ", exit " + itoa(*e.ExitCode)
@@ -159,18 +159,18 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 			detail += ": " + e.Reason
 		}
 	case *events.HoldLost:
-		j.State, j.Outcome, detail = api.StateStopped, events.NodeLost, e.Reason
+		j.State, j.Outcome, detail = hold.StateStopped, events.NodeLost, e.Reason
 	case *events.OutputReturned:
-		j.State, j.Outcome = api.StateReturned, e.Outcome
+		j.State, j.Outcome = hold.StateReturned, e.Outcome
 		detail = itoa(len(e.Files)) + " files, " + bytesText(e.Bytes)
 		if e.Partial {
 			detail += ", partial"
 		}
 	case *events.ComputeReleased:
 		j.Outcome = e.Outcome
-		j.State = api.StateWaiting
+		j.State = hold.StateWaiting
 		if e.Final {
-			j.State = api.StateReleased
+			j.State = hold.StateReleased
 		}
 		detail = string(e.Outcome)
 		if !e.Final {
@@ -199,7 +199,7 @@ func (v *view) sample() {
 	}
 	f := v.fig.Figures()
 	m := &v.minutes[len(v.minutes)-1]
-	m.Waiting = max(m.Waiting, f.Jobs[api.StateWaiting])
+	m.Waiting = max(m.Waiting, f.Jobs[hold.StateWaiting])
 	v.poolOf(m, f)
 }
 
@@ -245,7 +245,7 @@ func (v *view) minute(at time.Time) *minute {
 		v.sample()
 		last := v.minutes[n-1]
 		m.CPUHeld, m.CPUHeldEnd, m.CPU = last.CPUHeldEnd, last.CPUHeldEnd, last.CPU
-		m.Waiting = v.fig.Figures().Jobs[api.StateWaiting]
+		m.Waiting = v.fig.Figures().Jobs[hold.StateWaiting]
 	}
 	v.minutes = append(v.minutes, m)
 	if len(v.minutes) > keepMinutes {

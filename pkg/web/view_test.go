@@ -21,7 +21,7 @@ func TestHistoryForTheCharts(t *testing.T) {
 		v.apply(env, "")
 	}
 	evs := life("alice")
-	at(0, "n1", events.NodeAnnounced{Node: "n1", Boot: "b", CPU: 2, MemoryBytes: 1 << 30})
+	at(0, "n1", &events.NodeAnnounced{Node: "n1", Boot: "b", CPU: 2, MemoryBytes: 1 << 30})
 	at(time.Second, "j", evs[0])
 	at(time.Second, "j", evs[1])
 	v.sample()

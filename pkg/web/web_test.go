@@ -25,13 +25,13 @@ func life(submitter string) []events.Event {
 	zero := 0
 	spec := events.JobSpec{Name: "j-" + submitter, Work: events.Work{Command: []string{"true"}}, Request: events.Request{CPU: 1, MemoryBytes: 64 << 20, LimitSeconds: 60}}
 	return []events.Event{
-		events.JobRequested{Submitter: submitter, Spec: spec},
-		events.JobSubmitted{Submitter: submitter, Spec: spec},
-		events.ComputeHeld{Hold: hold, Submitter: submitter, Spec: spec},
-		events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox},
-		events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero},
-		events.OutputReturned{Hold: hold, Outcome: events.Succeeded},
-		events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true},
+		&events.JobRequested{Submitter: submitter, Spec: spec},
+		&events.JobSubmitted{Submitter: submitter, Spec: spec},
+		&events.ComputeHeld{Hold: hold, Submitter: submitter, Spec: spec},
+		&events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox},
+		&events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero},
+		&events.OutputReturned{Hold: hold, Outcome: events.Succeeded},
+		&events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true},
 	}
 }
 
@@ -131,7 +131,7 @@ func TestThePageFollowsAJobsLife(t *testing.T) {
 	t.Parallel()
 	js := natstest.Start(t).JetStream(t)
 	p := start(t, js, Config{TraceURL: "http://tracing.example/trace/{trace}"})
-	publish(t, js, "n1", events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, Isolation: events.IsolationSandbox})
+	publish(t, js, "n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 2, MemoryBytes: 1 << 30, Isolation: events.IsolationSandbox})
 	evs := life("alice")
 	publish(t, js, "job-1", evs[:3]...)
 	waitFor(t, p, "job-1 held", func(v *view) bool { return v.jobs["job-1"] != nil && v.jobs["job-1"].State == "held" })

@@ -11,13 +11,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/querytest"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -38,7 +38,7 @@ func startHostile(t *testing.T) *hostile {
 	ctx := natstest.Context(t, 60*time.Second)
 	pub := bus.NewPublisher(qs.JetStream(t, querytest.Operator), "e31/test", nil)
 	for job, who := range map[string]string{"alices": "alice", "bobs": "bob"} {
-		for _, ev := range []events.Event{events.JobRequested{Submitter: who, Spec: specOf(job)}, events.JobSubmitted{Submitter: who, Spec: specOf(job)}} {
+		for _, ev := range []events.Event{&events.JobRequested{Submitter: who, Spec: specOf(job)}, &events.JobSubmitted{Submitter: who, Spec: specOf(job)}} {
 			if _, err := pub.Append(ctx, job, ev); err != nil {
 				t.Fatal(err)
 			}
@@ -78,15 +78,15 @@ func TestNoAnswerLandsAnywhereButTheAskersInbox(t *testing.T) {
 	t.Parallel()
 	h := startHostile(t)
 	bodies := map[string]any{
-		api.EndpointRecord: api.RecordRequest{Job: "alices"},
-		api.EndpointList:   api.ListRequest{},
-		api.EndpointTotals: api.TotalsRequest{},
-		api.EndpointEvents: api.EventsRequest{Job: "alices"},
-		api.EndpointHead:   nil,
+		wire.EndpointRecord: wire.RecordRequest{Job: "alices"},
+		wire.EndpointList:   wire.ListRequest{},
+		wire.EndpointTotals: wire.TotalsRequest{},
+		wire.EndpointEvents: wire.EventsRequest{Job: "alices"},
+		wire.EndpointHead:   nil,
 	}
-	for _, ep := range api.LedgerEndpoints {
+	for _, ep := range wire.LedgerEndpoints {
 		b, _ := json.Marshal(bodies[ep])
-		h.qs.AssertNothingLands(t, h.alice, api.LedgerSubject("alice", ep), b, func() uint64 { return h.svc.QueryStats().Refused })
+		h.qs.AssertNothingLands(t, h.alice, wire.LedgerSubject("alice", ep), b, func() uint64 { return h.svc.QueryStats().Refused })
 	}
 }
 
@@ -100,9 +100,9 @@ func TestLongPollsOfOneTenantDelayNoOtherAndAreCapped(t *testing.T) {
 	pollCtx, stopPolls := context.WithCancel(h.ctx)
 	var polls sync.WaitGroup
 	defer func() { stopPolls(); polls.Wait() }()
-	poll, _ := json.Marshal(api.RecordRequest{Job: "bobs", UntilOver: true, Wait: 30 * time.Second})
+	poll, _ := json.Marshal(wire.RecordRequest{Job: "bobs", UntilOver: true, Wait: 30 * time.Second})
 	for range query.DefaultLongPollsPerUser {
-		polls.Go(func() { _, _ = h.bob.RequestWithContext(pollCtx, api.LedgerSubject("bob", api.EndpointRecord), poll) })
+		polls.Go(func() { _, _ = h.bob.RequestWithContext(pollCtx, wire.LedgerSubject("bob", wire.EndpointRecord), poll) })
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for h.svc.QueryStats().LongPolls < query.DefaultLongPollsPerUser {
@@ -115,8 +115,8 @@ func TestLongPollsOfOneTenantDelayNoOtherAndAreCapped(t *testing.T) {
 	const n = 200
 	took := make([]time.Duration, 0, n)
 	for range n {
-		var rep api.RecordReply
-		took = append(took, h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointRecord), api.RecordRequest{Job: "alices", Fresh: true, Wait: 10 * time.Second}, &rep))
+		var rep wire.RecordReply
+		took = append(took, h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointRecord), wire.RecordRequest{Job: "alices", Fresh: true, Wait: 10 * time.Second}, &rep))
 		if rep.Record == nil || rep.Record.Job != "alices" {
 			t.Fatalf("alice's record: %+v", rep)
 		}
@@ -130,20 +130,20 @@ func TestLongPollsOfOneTenantDelayNoOtherAndAreCapped(t *testing.T) {
 	}
 
 	for range 5 {
-		var rep api.RecordReply
-		h.ask(t, h.bob, api.LedgerSubject("bob", api.EndpointRecord), api.RecordRequest{Job: "bobs", UntilOver: true, Wait: 30 * time.Second}, &rep)
-		if rep.Code != api.CodeBusy || !strings.HasPrefix(rep.Error, "busy: ") || !strings.HasSuffix(rep.Error, ", retry") || rep.Record != nil {
+		var rep wire.RecordReply
+		h.ask(t, h.bob, wire.LedgerSubject("bob", wire.EndpointRecord), wire.RecordRequest{Job: "bobs", UntilOver: true, Wait: 30 * time.Second}, &rep)
+		if rep.Code != wire.CodeBusy || !strings.HasPrefix(rep.Error, "busy: ") || !strings.HasSuffix(rep.Error, ", retry") || rep.Record != nil {
 			t.Errorf("bob's long poll beyond %d: %+v, want busy", query.DefaultLongPollsPerUser, rep)
 		}
 	}
-	var evs api.EventsReply
-	h.ask(t, h.bob, api.LedgerSubject("bob", api.EndpointEvents), api.EventsRequest{Job: "bobs", After: 1 << 40, Wait: 30 * time.Second}, &evs)
-	if evs.Code != api.CodeBusy {
+	var evs wire.EventsReply
+	h.ask(t, h.bob, wire.LedgerSubject("bob", wire.EndpointEvents), wire.EventsRequest{Job: "bobs", After: 1 << 40, Wait: 30 * time.Second}, &evs)
+	if evs.Code != wire.CodeBusy {
 		t.Errorf("bob's events long poll beyond the cap: %+v, want busy", evs)
 	}
 	// A question that does not wait is still answered.
-	var rep api.RecordReply
-	h.ask(t, h.bob, api.LedgerSubject("bob", api.EndpointRecord), api.RecordRequest{Job: "bobs"}, &rep)
+	var rep wire.RecordReply
+	h.ask(t, h.bob, wire.LedgerSubject("bob", wire.EndpointRecord), wire.RecordRequest{Job: "bobs"}, &rep)
 	if rep.Record == nil {
 		t.Errorf("bob's plain question beside his long polls: %+v", rep)
 	}
@@ -158,32 +158,32 @@ func TestLongPollsOfOneTenantDelayNoOtherAndAreCapped(t *testing.T) {
 func TestASubmitterLearnsNothingOfOtherTenants(t *testing.T) {
 	t.Parallel()
 	h := startHostile(t)
-	var head api.LedgerInfo
-	h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointHead), nil, &head)
-	if head.Code != api.CodeNotPermitted || head != (api.LedgerInfo{Error: head.Error, Code: head.Code}) {
+	var head wire.LedgerInfo
+	h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointHead), nil, &head)
+	if head.Code != wire.CodeNotPermitted || head != (wire.LedgerInfo{Error: head.Error, Code: head.Code}) {
 		t.Errorf("alice's head: %+v, want refused with no figure", head)
 	}
-	var rec api.RecordReply
-	h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointRecord), api.RecordRequest{Job: "alices", Fresh: true}, &rec)
-	var list api.ListReply
-	h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointList), api.ListRequest{Fresh: true}, &list)
-	var totals api.TotalsReply
-	h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointTotals), api.TotalsRequest{Fresh: true}, &totals)
-	var evs api.EventsReply
-	h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointEvents), api.EventsRequest{Job: "alices", Fresh: true}, &evs)
+	var rec wire.RecordReply
+	h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointRecord), wire.RecordRequest{Job: "alices", Fresh: true}, &rec)
+	var list wire.ListReply
+	h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointList), wire.ListRequest{Fresh: true}, &list)
+	var totals wire.TotalsReply
+	h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointTotals), wire.TotalsRequest{Fresh: true}, &totals)
+	var evs wire.EventsReply
+	h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointEvents), wire.EventsRequest{Job: "alices", Fresh: true}, &evs)
 	if rec.Record == nil || rec.Applied != 0 || len(list.Records) != 1 || list.Applied != 0 || list.CatchingUp ||
 		totals.Applied != 0 || len(evs.Events) != 2 || evs.Applied != 0 {
 		t.Errorf("alice's answers tell the log's sequence or miss her job: record %+v, list %+v, totals %+v, events %+v", rec, list, totals, evs)
 	}
 	// Asked as of a sequence she knows, she is told no more than it.
-	h.ask(t, h.alice, api.LedgerSubject("alice", api.EndpointRecord), api.RecordRequest{Job: "alices", MinSeq: 1}, &rec)
+	h.ask(t, h.alice, wire.LedgerSubject("alice", wire.EndpointRecord), wire.RecordRequest{Job: "alices", MinSeq: 1}, &rec)
 	if rec.Applied != 1 {
 		t.Errorf("alice's record as of #1: applied %d, want 1", rec.Applied)
 	}
 
 	for _, id := range []auth.Identity{querytest.Auditor, querytest.Operator} {
-		var info api.LedgerInfo
-		h.ask(t, h.qs.Conn(t, id), api.LedgerSubject(id.Principal(), api.EndpointHead), nil, &info)
+		var info wire.LedgerInfo
+		h.ask(t, h.qs.Conn(t, id), wire.LedgerSubject(id.Principal(), wire.EndpointHead), nil, &info)
 		if info.Error != "" || info.Records != 2 || info.LastSeq != 4 || info.Applied != 4 || info.Head.Seq != 4 {
 			t.Errorf("the %s's head: %+v, want every figure", id.Role, info)
 		}

@@ -12,15 +12,16 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
-// vector is the worked example of pkg/api's DigestVersion: one stored
+// vector is the worked example of pkg/chain/SPEC.md: one stored
 // message and the digest, chain value and events digest the written
 // definition gives (computed apart from this code, with Python's hashlib).
 // The audit's tests check their own implementation against the same.
@@ -131,11 +132,11 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 	spec := specOf("gpu")
 	big := events.Hold{Attempt: 1, Node: "n1", CPU: 2, MemoryBytes: 3 << 30, GPU: 1, DiskBytes: 1 << 30}
 	small := events.Hold{Attempt: 2, Node: "n2", CPU: 0.5, MemoryBytes: 1 << 29, GPU: 0, DiskBytes: 1 << 30}
-	h.add("gpu-1", at("0s"), events.JobSubmitted{Submitter: "erin", Spec: spec})
-	h.add("gpu-1", at("1s"), events.ComputeHeld{Hold: big, Submitter: "erin", Spec: spec})
-	h.add("gpu-1", at("2s"), events.HoldLost{Hold: big, Reason: "lease expired"})
-	h.add("gpu-1", at("11s"), events.ComputeReleased{Hold: big, Outcome: events.NodeLost})
-	h.add("gpu-1", at("20s"), events.ComputeHeld{Hold: small, Submitter: "erin", Spec: spec})
+	h.add("gpu-1", at("0s"), &events.JobSubmitted{Submitter: "erin", Spec: spec})
+	h.add("gpu-1", at("1s"), &events.ComputeHeld{Hold: big, Submitter: "erin", Spec: spec})
+	h.add("gpu-1", at("2s"), &events.HoldLost{Hold: big, Reason: "lease expired"})
+	h.add("gpu-1", at("11s"), &events.ComputeReleased{Hold: big, Outcome: events.NodeLost})
+	h.add("gpu-1", at("20s"), &events.ComputeHeld{Hold: small, Submitter: "erin", Spec: spec})
 	r := project(h.envs).Record("gpu-1")
 	a1 := r.Attempts[0]
 	if a1.HeldSeconds != 10 || a1.CPUCoreSeconds != 20 || a1.MemoryGiBSeconds != 30 || a1.GPUSeconds != 10 {
@@ -146,7 +147,7 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 		t.Errorf("while attempt 2 is held: its meter %v, total %v; want 0 and 20 (the meter stops at release)",
 			r.Attempts[1].CPUCoreSeconds, r.CPUCoreSeconds)
 	}
-	h.add("gpu-1", at("24s"), events.ComputeReleased{Hold: small, Outcome: events.Succeeded, Final: true})
+	h.add("gpu-1", at("24s"), &events.ComputeReleased{Hold: small, Outcome: events.Succeeded, Final: true})
 	r = project(h.envs).Record("gpu-1")
 	want := []float64{14, 22, 32, 10} // held, cpu, memory, gpu
 	got := []float64{r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds}
@@ -186,10 +187,10 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		return events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: 2 << 30, GPU: gpu}
 	}
 	life := func(job, who string, hd events.Hold, from, to string) {
-		h.add(job, at(from), events.JobSubmitted{Submitter: who, Spec: specOf(job)})
-		h.add(job, at(from), events.ComputeHeld{Hold: hd, Submitter: who, Spec: specOf(job)})
+		h.add(job, at(from), &events.JobSubmitted{Submitter: who, Spec: specOf(job)})
+		h.add(job, at(from), &events.ComputeHeld{Hold: hd, Submitter: who, Spec: specOf(job)})
 		if to != "" {
-			h.add(job, at(to), events.ComputeReleased{Hold: hd, Outcome: events.Succeeded, Final: true})
+			h.add(job, at(to), &events.ComputeReleased{Hold: hd, Outcome: events.Succeeded, Final: true})
 		}
 	}
 	life("a1", "alice", hold("n1", 1, 2, 0), "0s", "100s")   // across the start of the period
@@ -199,8 +200,8 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 	life("c1", "carol", hold("n3", 1, 1, 0), "120s", "")     // still held
 	p := project(h.envs)
 
-	got := p.Totals(api.TotalsRequest{Since: at("60s"), Until: at("200s")})
-	want := []api.Totals{
+	got := p.Totals(wire.TotalsRequest{Since: at("60s"), Until: at("200s")})
+	want := []wire.Totals{
 		{Submitter: "alice", Jobs: 2, Attempts: 2, HeldSeconds: 50, CPUCoreSeconds: 90, MemoryGiBSeconds: 100, GPUSeconds: 10},
 		{Submitter: "bob", Jobs: 1, Attempts: 1, HeldSeconds: 10, CPUCoreSeconds: 40, MemoryGiBSeconds: 20},
 		{Submitter: "carol", Open: 1},
@@ -209,7 +210,7 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		t.Errorf("totals for [60s, 200s):\n%s\nwant\n%s", g, w)
 	}
 	// Periods that split the time add up to the whole.
-	bob := func(ts []api.Totals) float64 {
+	bob := func(ts []wire.Totals) float64 {
 		for _, t := range ts {
 			if t.Submitter == "bob" {
 				return t.CPUCoreSeconds
@@ -217,13 +218,13 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		}
 		return 0
 	}
-	all := bob(p.Totals(api.TotalsRequest{}))
-	first := bob(p.Totals(api.TotalsRequest{Until: at("200s")}))
-	rest := bob(p.Totals(api.TotalsRequest{Since: at("200s")}))
+	all := bob(p.Totals(wire.TotalsRequest{}))
+	first := bob(p.Totals(wire.TotalsRequest{Until: at("200s")}))
+	rest := bob(p.Totals(wire.TotalsRequest{Since: at("200s")}))
 	if first != 40 || rest != 240 || all != 280 {
 		t.Errorf("bob: %v + %v core-seconds, in all %v; want 40 + 240 = 280", first, rest, all)
 	}
-	if only := p.Totals(api.TotalsRequest{Submitter: "bob"}); len(only) != 1 || only[0].Jobs != 2 {
+	if only := p.Totals(wire.TotalsRequest{Submitter: "bob"}); len(only) != 1 || only[0].Jobs != 2 {
 		t.Errorf("bob alone: %+v", only)
 	}
 }
@@ -255,13 +256,13 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the ledger never caught up")
 		}
-		var info api.LedgerInfo
-		ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointHead), nil, &info)
+		var info wire.LedgerInfo
+		ask(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointHead), nil, &info)
 		if info.Head != want.Head() || !info.CaughtUp || info.Behind != 0 || info.Applied != 12 || info.Records != 1 {
 			t.Errorf("round %d: info = %+v, want caught up at 12 with head %v", round, info, want.Head())
 		}
-		var totals api.TotalsReply
-		ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointTotals), api.TotalsRequest{}, &totals)
+		var totals wire.TotalsReply
+		ask(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointTotals), wire.TotalsRequest{}, &totals)
 		if len(totals.Submitters) != 1 || totals.Submitters[0].Submitter != "bob" || totals.Submitters[0].Attempts != 2 {
 			t.Errorf("round %d: totals = %+v, want bob's two attempts", round, totals)
 		}
@@ -270,7 +271,7 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 	// A live event moves the head as it would have from scratch.
 	svc := runLedger(t, ctx, nc, js)
 	<-svc.CaughtUp()
-	later, err := pub.Append(ctx, "other-1", events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
+	later, err := pub.Append(ctx, "other-1", &events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,8 +279,8 @@ func TestServiceKeepsTheChainOverTheWholeLog(t *testing.T) {
 	if rep.Record == nil {
 		t.Fatal("no record for the live event")
 	}
-	var info api.LedgerInfo
-	ask(t, nc, api.LedgerSubject(api.Auditor, api.EndpointHead), nil, &info)
+	var info wire.LedgerInfo
+	ask(t, nc, wire.LedgerSubject(auth.AuditorName, wire.EndpointHead), nil, &info)
 	if want := projectStored(t, js).Head(); info.Head != want {
 		t.Errorf("head after a live event = %v, want %v", info.Head, want)
 	}

@@ -10,17 +10,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 )
 
-// digestPrefix opens the canonical bytes of an event (api.DigestVersion).
-const digestPrefix = api.DigestVersion + "\n"
+// digestPrefix opens the canonical bytes of an event (chain.Version).
+const digestPrefix = chain.Version + "\n"
 
 // eventDigest is the SHA-256 of a stored message's canonical bytes, as
-// pkg/api defines them. The audit computes the same with code of its own:
-// two implementations of one written definition that agree are what an
-// auditor can trust, where one shared function would only agree with
-// itself.
+// pkg/chain/SPEC.md defines them. The audit computes the same with code of
+// its own, written from the same text; both are tested against its golden
+// vectors: two implementations of one written definition that agree are
+// what an auditor can trust, where one shared function would only agree
+// with itself.
 func eventDigest(seq uint64, subject string, h nats.Header, body []byte) [32]byte {
 	var kept [12]string
 	names := kept[:0]
@@ -68,14 +69,14 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// chain is the running hash over every message of the log.
-type chain struct {
+// hashChain is the running hash over every message of the log.
+type hashChain struct {
 	seq  uint64
 	hash [32]byte
 }
 
 // add moves the chain past one message: H_n = SHA-256(H_{n-1} ‖ digest_n).
-func (c *chain) add(seq uint64, digest [32]byte) {
+func (c *hashChain) add(seq uint64, digest [32]byte) {
 	var buf [64]byte
 	copy(buf[:32], c.hash[:])
 	copy(buf[32:], digest[:])
@@ -83,12 +84,12 @@ func (c *chain) add(seq uint64, digest [32]byte) {
 	c.seq = seq
 }
 
-// head is the chain as pkg/api shows it.
-func (c *chain) head() api.Head {
+// head is the chain as pkg/chain shows it.
+func (c *hashChain) head() chain.Head {
 	if c.seq == 0 {
-		return api.Head{}
+		return chain.Head{}
 	}
-	return api.Head{Seq: c.seq, Hash: hex.EncodeToString(c.hash[:])}
+	return chain.Head{Seq: c.seq, Hash: hex.EncodeToString(c.hash[:])}
 }
 
 func sha256Text(d []byte) string { return "sha256:" + hex.EncodeToString(d) }

@@ -4,8 +4,8 @@
 // # What a record says
 //
 // A record lists every event of its job, each with the digest of the
-// message as stored, and carries events_digest over them (pkg/api,
-// DigestVersion), so that anyone holding a record can tell whether a copy
+// message as stored, and carries events_digest over them (pkg/chain,
+// SPEC.md), so that anyone holding a record can tell whether a copy
 // of the log still has the exact events it was built from. The meter is
 // held time, from ComputeHeld's ce-time to ComputeReleased's, and
 // resource-time, the resources held times that time (cpu-core-seconds,

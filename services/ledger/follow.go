@@ -2,117 +2,68 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/e31net/e31/pkg/bus"
 )
 
-// batchSize is how many messages are prepared together: enough that handing
-// a batch to a worker costs little next to preparing it, few enough that a
-// query waits for no more than a fraction of a millisecond of folding.
-const batchSize = 256
+// batchSize is how many messages are prepared together: enough that
+// splitting a batch over the cores costs little next to preparing it, few
+// enough that a query waits for no more than a millisecond or two of
+// folding. A live event is handed over at once, alone.
+const batchSize = 1024
 
-// batch is a run of consecutive messages, prepared by one worker and folded
-// in by the one goroutine that applies, in the order the batches were read.
-type batch struct {
-	in   []Stored
-	out  []Prepared
-	last bool // the last message was the last in the stream when read
-	done chan struct{}
+// newTail is how the ledger follows the log: every message from the first.
+func (s *Service) newTail() *bus.Tail {
+	return bus.NewTail(s.js, bus.TailOptions{Batch: batchSize, Logger: s.log, CaughtUp: s.rebuilt})
 }
 
 // follow reads every message of the stream from the first, for ever, and
-// applies them in order. Reading, preparing (digest and decode, the costly
-// part, on every core) and folding (in order, under the lock) overlap.
+// applies them in order: each batch is prepared (digest and decode, the
+// costly part) on every core, then folded in under the lock. Reading goes
+// on meanwhile: the follower pulls ahead.
 func (s *Service) follow(ctx context.Context) error {
-	start := time.Now()
-	// Not nats.go's ordered consumer: one empty message with a Status
-	// header, which any tenant may store, stops it for ever (see
-	// bus.Follower).
-	iter, err := bus.Follow(ctx, s.js, nil, 1)
-	if err != nil {
-		return fmt.Errorf("read the log: %w", err)
-	}
-	defer iter.Stop()
-	if iter.Pending() == 0 {
-		s.applyBatch(nil, true)
-		s.log.Info("the log is empty: nothing to rebuild")
-	}
-
+	s.start = time.Now()
 	workers := s.cfg.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	work := make(chan *batch, 2*workers)
-	ordered := make(chan *batch, 4*workers)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := range work {
-				b.out = make([]Prepared, len(b.in))
-				for i, m := range b.in {
-					b.out[i] = Prepare(m)
-				}
-				close(b.done)
-			}
-		}()
-	}
-	applied := make(chan struct{})
-	go func() {
-		defer close(applied)
-		for b := range ordered {
-			<-b.done
-			if s.applyBatch(b.out, b.last) {
-				info := s.info(0)
-				took := time.Since(start)
-				s.log.Info("records rebuilt from the log", "records", info.Records, "seq", info.Applied,
-					"took", took.Round(time.Millisecond), "events_per_s", int(float64(info.Applied)/max(took.Seconds(), 1e-9)))
+	return s.tail.Run(ctx, func(_ context.Context, msgs []*jetstream.RawStreamMsg) error {
+		out := make([]Prepared, len(msgs))
+		prepare := func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				m := msgs[i]
+				out[i] = Prepare(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data})
 			}
 		}
-	}()
-
-	err = s.read(ctx, iter, work, ordered)
-	close(work)
-	close(ordered)
-	wg.Wait()
-	<-applied
-	return err
+		chunk := (len(msgs) + workers - 1) / workers
+		if workers == 1 || chunk < 16 {
+			prepare(0, len(msgs))
+		} else {
+			var wg sync.WaitGroup
+			for lo := 0; lo < len(msgs); lo += chunk {
+				wg.Go(func() { prepare(lo, min(lo+chunk, len(msgs))) })
+			}
+			wg.Wait()
+		}
+		s.applyBatch(out)
+		return nil
+	})
 }
 
-// read hands the stream to the workers in batches, in order. A batch is
-// handed over when it is full or when it holds the last message the stream
-// had when it was read, so that a live event is folded in at once.
-func (s *Service) read(ctx context.Context, iter *bus.Follower, work, ordered chan<- *batch) error {
-	b := &batch{in: make([]Stored, 0, batchSize), done: make(chan struct{})}
-	for {
-		m, pending, err := iter.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("read the log: %w", err)
-		}
-		b.in = append(b.in, Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data})
-		if len(b.in) < batchSize && pending > 0 {
-			continue
-		}
-		b.last = pending == 0
-		select {
-		case ordered <- b:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		select {
-		case work <- b:
-		case <-ctx.Done():
-			close(b.done)
-			return ctx.Err()
-		}
-		b = &batch{in: make([]Stored, 0, batchSize), done: make(chan struct{})}
+// rebuilt logs the end of the rebuild: the log as it was when the ledger
+// started is folded in.
+func (s *Service) rebuilt(context.Context) {
+	info := s.info(0)
+	if info.Applied == 0 {
+		s.log.Info("the log is empty: nothing to rebuild")
+		return
 	}
+	took := time.Since(s.start)
+	s.log.Info("records rebuilt from the log", "records", info.Records, "seq", info.Applied,
+		"took", took.Round(time.Millisecond), "events_per_s", int(float64(info.Applied)/max(took.Seconds(), 1e-9)))
 }

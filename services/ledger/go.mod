@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/nats-io/nats.go v1.56.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

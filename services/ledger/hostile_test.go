@@ -38,7 +38,7 @@ func TestTheLedgerReadsPastWhatATenantStored(t *testing.T) {
 		}
 	}
 	forge()
-	before, err := pub.Append(ctx, "before", events.JobSubmitted{Submitter: "dan", Spec: specOf("before")})
+	before, err := pub.Append(ctx, "before", &events.JobSubmitted{Submitter: "dan", Spec: specOf("before")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestTheLedgerReadsPastWhatATenantStored(t *testing.T) {
 		t.Fatalf("the job logged after the forged statuses, in the rebuild: %+v", rep)
 	}
 	forge()
-	after, err := pub.Append(ctx, "after", events.JobSubmitted{Submitter: "dan", Spec: specOf("after")})
+	after, err := pub.Append(ctx, "after", &events.JobSubmitted{Submitter: "dan", Spec: specOf("after")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Config configures the service. It is the one way the service is built,
@@ -45,11 +46,14 @@ type Service struct {
 
 	queries *query.Server
 
-	mu       sync.Mutex
-	proj     *Projection
-	changed  chan struct{} // closed and replaced whenever proj moves on
-	caughtUp bool
-	ready    chan struct{} // closed once the log read at start is applied
+	// tail reads the log into proj and says how far proj is: a waiter
+	// takes its Changed channel before it reads proj, so that a fold it
+	// did not see wakes it.
+	tail  *bus.Tail
+	start time.Time // of the rebuild
+
+	mu   sync.Mutex
+	proj *Projection
 }
 
 // New returns a Service.
@@ -61,26 +65,27 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Source = events.DefaultSource("ledger")
 	}
 	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
-		proj: NewProjection(), changed: make(chan struct{}), ready: make(chan struct{})}
+		proj: NewProjection()}
+	s.tail = s.newTail()
 	s.queries = query.New(nc, query.Config{Name: "e31-ledger", Version: "0.4.0", Description: "hold records",
 		Metadata: map[string]string{"source": cfg.Source}, Limits: cfg.Queries, Logger: s.log})
 	// Every endpoint is served for every user, e31.api.*.ledger.<endpoint>:
 	// the user is read from the subject each request came on.
 	for endpoint, h := range map[string]query.Handler{
-		api.EndpointRecord: s.serveRecord,
-		api.EndpointList:   s.serveList,
-		api.EndpointTotals: s.serveTotals,
-		api.EndpointEvents: s.serveEvents,
-		api.EndpointHead:   s.serveHead,
+		wire.EndpointRecord: s.serveRecord,
+		wire.EndpointList:   s.serveList,
+		wire.EndpointTotals: s.serveTotals,
+		wire.EndpointEvents: s.serveEvents,
+		wire.EndpointHead:   s.serveHead,
 	} {
-		s.queries.Handle(endpoint, api.LedgerSubject("*", endpoint), h)
+		s.queries.Handle(endpoint, wire.LedgerSubject("*", endpoint), h)
 	}
 	return s, nil
 }
 
 // CaughtUp is closed once the ledger has applied the whole log as it was
 // when it started reading: the end of the rebuild.
-func (s *Service) CaughtUp() <-chan struct{} { return s.ready }
+func (s *Service) CaughtUp() <-chan struct{} { return s.tail.CaughtUp() }
 
 // Run serves queries at once, rebuilds the records from the log, then
 // follows it until ctx ends. The queries being answered end with it.
@@ -103,7 +108,7 @@ func (s *Service) Run(ctx context.Context) error {
 // and follows it: until then its answers would be behind.
 func (s *Service) Ready(context.Context) error {
 	select {
-	case <-s.ready:
+	case <-s.tail.CaughtUp():
 		return nil
 	default:
 		return errors.New("ledger: rebuilding the hold records from the log")
@@ -124,10 +129,11 @@ func (s *Service) dropOldConsumer(ctx context.Context) {
 	}
 }
 
-// applyBatch folds prepared messages in and wakes queries waiting for them.
-// It reports whether this batch ended the rebuild.
-func (s *Service) applyBatch(xs []Prepared, last bool) bool {
+// applyBatch folds prepared messages in; the tail wakes the queries
+// waiting for them once it returns.
+func (s *Service) applyBatch(xs []Prepared) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	gaps := s.proj.gaps
 	for _, x := range xs {
 		s.proj.ApplyPrepared(x)
@@ -135,17 +141,6 @@ func (s *Service) applyBatch(xs []Prepared, last bool) bool {
 	if s.proj.gaps != gaps {
 		s.log.Warn("the log has a gap: a message's sequence does not follow the one before", "seq", s.proj.Applied())
 	}
-	close(s.changed)
-	s.changed = make(chan struct{})
-	first := last && !s.caughtUp
-	if first {
-		s.caughtUp = true
-	}
-	s.mu.Unlock()
-	if first {
-		close(s.ready)
-	}
-	return first
 }
 
 // waitFor waits until the projection has applied seq, or until deadline,
@@ -153,9 +148,7 @@ func (s *Service) applyBatch(xs []Prepared, last bool) bool {
 // holding every long poll it may.
 func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uint64, error) {
 	for {
-		s.mu.Lock()
-		applied, ch := s.proj.Applied(), s.changed
-		s.mu.Unlock()
+		applied, ch := s.tail.Changed()
 		if applied >= seq {
 			return applied, nil
 		}
@@ -164,9 +157,7 @@ func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uin
 			return applied, err
 		}
 		if !changed {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return s.proj.Applied(), nil
+			return s.tail.Applied(), nil
 		}
 	}
 }
@@ -245,16 +236,16 @@ func noSuchJob(job string) string { return "no such job: " + job }
 
 // mayRead reports whether user may be told about job. Call with mu held.
 func (s *Service) mayRead(user, job string) bool {
-	if api.SeesAll(user) {
+	if auth.SeesAll(user) {
 		return s.proj.Known(job) || s.proj.Record(job) != nil
 	}
 	return user != "" && s.proj.Owner(job) == user
 }
 
 func (s *Service) serveRecord(r *query.Request) {
-	var q api.RecordRequest
+	var q wire.RecordRequest
 	if err := json.Unmarshal(r.Data(), &q); err != nil || q.Job == "" {
-		r.Respond(api.RecordReply{Error: "expected {\"job\": ID}"})
+		r.Respond(wire.RecordReply{Error: "expected {\"job\": ID}"})
 		return
 	}
 	// A long poll answers once the job is over, or when its time is up;
@@ -262,27 +253,27 @@ func (s *Service) serveRecord(r *query.Request) {
 	deadline := r.Deadline(waitOf(q.Wait))
 	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, deadline)
 	if err != nil {
-		failed(r, err, func(msg string) api.RecordReply { return api.RecordReply{Error: msg} })
+		failed(r, err, func(msg string) wire.RecordReply { return wire.RecordReply{Error: msg} })
 		return
 	}
 	if applied < want {
-		r.Respond(api.RecordReply{Applied: shown(r, applied, q.MinSeq), Error: behindError(r, applied, want)})
+		r.Respond(wire.RecordReply{Applied: shown(r, applied, q.MinSeq), Error: behindError(r, applied, want)})
 		return
 	}
 	for {
+		_, ch := s.tail.Changed()
 		s.mu.Lock()
-		reply := api.RecordReply{Applied: shown(r, s.proj.Applied(), q.MinSeq)}
+		reply := wire.RecordReply{Applied: shown(r, s.proj.Applied(), q.MinSeq)}
 		rec := s.proj.Record(q.Job)
 		switch {
 		case !s.mayRead(r.User, q.Job):
-			reply.Error, reply.Code = noSuchJob(q.Job), api.CodeNoSuchJob
+			reply.Error, reply.Code = noSuchJob(q.Job), wire.CodeNoSuchJob
 		case rec == nil && !q.UntilOver:
 			reply.Error = "job " + q.Job + " has no record yet: its request could not be read"
 		case rec != nil && (rec.Over() || !q.UntilOver):
 			reply.Record = rec
 		default:
 			// Not over yet (or its unreadable request not yet rejected).
-			ch := s.changed
 			s.mu.Unlock()
 			changed, err := r.Await(ch, deadline)
 			if err != nil {
@@ -305,31 +296,32 @@ func (s *Service) serveRecord(r *query.Request) {
 }
 
 func (s *Service) serveList(r *query.Request) {
-	var q api.ListRequest
+	var q wire.ListRequest
 	if len(r.Data()) > 0 {
 		if err := json.Unmarshal(r.Data(), &q); err != nil {
-			r.Respond(api.ListReply{Error: "bad list request: " + err.Error()})
+			r.Respond(wire.ListReply{Error: "bad list request: " + err.Error()})
 			return
 		}
 	}
 	if !r.SeesAll() {
 		if q.Submitter != "" && q.Submitter != r.User {
-			r.Respond(api.ListReply{Error: "you may list your own records only (you are " + r.User + ")"})
+			r.Respond(wire.ListReply{Error: "you may list your own records only (you are " + r.User + ")"})
 			return
 		}
 		q.Submitter = r.User
 	}
 	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
 	if err != nil {
-		failed(r, err, func(msg string) api.ListReply { return api.ListReply{Error: msg} })
+		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
 		return
 	}
 	if q.UntilOver {
 		// Re-count at most four times a second: a count reads every record.
 		deadline := r.Deadline(waitOf(q.Wait))
 		for {
+			_, ch := s.tail.Changed()
 			s.mu.Lock()
-			pending, ch := s.proj.Pending(q), s.changed
+			pending := s.proj.Pending(q)
 			s.mu.Unlock()
 			if pending == 0 {
 				break
@@ -351,7 +343,7 @@ func (s *Service) serveList(r *query.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs, more := s.proj.List(q)
-	reply := api.ListReply{Records: recs, More: more, Applied: s.proj.Applied()}
+	reply := wire.ListReply{Records: recs, More: more, Applied: s.proj.Applied()}
 	if applied < want {
 		reply.Applied, reply.CatchingUp = applied, true
 	}
@@ -360,28 +352,28 @@ func (s *Service) serveList(r *query.Request) {
 }
 
 func (s *Service) serveTotals(r *query.Request) {
-	var q api.TotalsRequest
+	var q wire.TotalsRequest
 	if len(r.Data()) > 0 {
 		if err := json.Unmarshal(r.Data(), &q); err != nil {
-			r.Respond(api.TotalsReply{Error: "bad totals request: " + err.Error()})
+			r.Respond(wire.TotalsReply{Error: "bad totals request: " + err.Error()})
 			return
 		}
 	}
 	if !r.SeesAll() {
 		if q.Submitter != "" && q.Submitter != r.User {
-			r.Respond(api.TotalsReply{Error: "you may see your own totals only (you are " + r.User + ")"})
+			r.Respond(wire.TotalsReply{Error: "you may see your own totals only (you are " + r.User + ")"})
 			return
 		}
 		q.Submitter = r.User
 	}
 	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
 	if err != nil {
-		failed(r, err, func(msg string) api.TotalsReply { return api.TotalsReply{Error: msg} })
+		failed(r, err, func(msg string) wire.TotalsReply { return wire.TotalsReply{Error: msg} })
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r.Respond(api.TotalsReply{Submitters: s.proj.Totals(q), Applied: shown(r, applied, q.MinSeq), CatchingUp: applied < want})
+	r.Respond(wire.TotalsReply{Submitters: s.proj.Totals(q), Applied: shown(r, applied, q.MinSeq), CatchingUp: applied < want})
 }
 
 // serveHead says how far the ledger has read, how many records it has and
@@ -389,13 +381,13 @@ func (s *Service) serveTotals(r *query.Request) {
 // the auditor and the operator only.
 func (s *Service) serveHead(r *query.Request) {
 	if !r.SeesAll() {
-		r.Respond(api.LedgerInfo{Error: "the ledger's head (how far it has read the log, its records, its hash chain) is told to the auditor and the operator only",
-			Code: api.CodeNotPermitted})
+		r.Respond(wire.LedgerInfo{Error: "the ledger's head (how far it has read the log, its records, its hash chain) is told to the auditor and the operator only",
+			Code: wire.CodeNotPermitted})
 		return
 	}
 	last, err := s.lastSeq()
 	if err != nil {
-		r.Respond(api.LedgerInfo{Error: err.Error()})
+		r.Respond(wire.LedgerInfo{Error: err.Error()})
 		return
 	}
 	r.Respond(s.info(last))
@@ -409,36 +401,36 @@ const maxEventsReply = 512 << 10
 // after the ownership check: how a submitter sees its job's events without
 // being allowed to read the log.
 func (s *Service) serveEvents(r *query.Request) {
-	var q api.EventsRequest
+	var q wire.EventsRequest
 	if err := json.Unmarshal(r.Data(), &q); err != nil || !events.ValidID(q.Job) {
-		r.Respond(api.EventsReply{Error: "expected {\"job\": ID}"})
+		r.Respond(wire.EventsReply{Error: "expected {\"job\": ID}"})
 		return
 	}
 	deadline := r.Deadline(waitOf(q.Wait))
 	applied, want, err := s.catchUp(r, 0, q.Fresh, deadline)
 	if err != nil {
-		failed(r, err, func(msg string) api.EventsReply { return api.EventsReply{Error: msg} })
+		failed(r, err, func(msg string) wire.EventsReply { return wire.EventsReply{Error: msg} })
 		return
 	}
 	if applied < want {
-		r.Respond(api.EventsReply{Applied: shown(r, applied, q.After), Error: behindError(r, applied, want)})
+		r.Respond(wire.EventsReply{Applied: shown(r, applied, q.After), Error: behindError(r, applied, want)})
 		return
 	}
 	// With Wait, hold the request until the job has an event after After:
 	// also after its end, when deletions come.
 	var over bool
 	for {
+		_, ch := s.tail.Changed()
 		s.mu.Lock()
 		if !s.mayRead(r.User, q.Job) {
 			s.mu.Unlock()
-			r.Respond(api.EventsReply{Applied: shown(r, applied, q.After), Error: noSuchJob(q.Job), Code: api.CodeNoSuchJob})
+			r.Respond(wire.EventsReply{Applied: shown(r, applied, q.After), Error: noSuchJob(q.Job), Code: wire.CodeNoSuchJob})
 			return
 		}
 		rec := s.proj.Record(q.Job)
 		over = rec != nil && rec.Over()
 		newer := rec == nil || len(rec.Events) == 0 || rec.Events[len(rec.Events)-1].Seq > q.After
 		applied = s.proj.Applied()
-		ch := s.changed
 		s.mu.Unlock()
 		if q.Wait <= 0 || newer {
 			break
@@ -456,18 +448,18 @@ func (s *Service) serveEvents(r *query.Request) {
 	defer cancel()
 	evs, more, err := s.readJob(ctx, q.Job, q.After, applied)
 	if err != nil {
-		r.Respond(api.EventsReply{Applied: shown(r, applied, q.After), Error: err.Error()})
+		r.Respond(wire.EventsReply{Applied: shown(r, applied, q.After), Error: err.Error()})
 		return
 	}
-	r.Respond(api.EventsReply{Events: evs, More: more, Over: over && !more, Applied: shown(r, applied, q.After)})
+	r.Respond(wire.EventsReply{Events: evs, More: more, Over: over && !more, Applied: shown(r, applied, q.After)})
 }
 
 // readJob reads a job's stored messages after sequence after, up to upTo,
 // as many as fit in one reply. It reads with direct gets: a consumer per
 // request, which any submitter can ask for as often as it likes, would
 // fill the stream's consumer limit.
-func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) ([]api.StoredEvent, bool, error) {
-	out := []api.StoredEvent{}
+func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) ([]wire.StoredEvent, bool, error) {
+	out := []wire.StoredEvent{}
 	size := 0
 	for m, err := range bus.Stored(ctx, s.js, events.JobSubject(job), after+1) {
 		if err != nil {
@@ -477,7 +469,7 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 			// Logged after the ownership check: the next request sees it.
 			return out, true, nil
 		}
-		e := api.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)
+		e := wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)
 		if len(out) > 0 && size+e.Size() > maxEventsReply {
 			return out, true, nil
 		}
@@ -488,9 +480,9 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 }
 
 // info says how far the ledger has read, against the log's last sequence.
-func (s *Service) info(last uint64) api.LedgerInfo {
+func (s *Service) info(last uint64) wire.LedgerInfo {
 	s.mu.Lock()
-	info := api.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.caughtUp, Head: s.proj.Head()}
+	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.tail.Live(), Head: s.proj.Head()}
 	s.mu.Unlock()
 	if last > info.Applied {
 		info.Behind = last - info.Applied

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -61,7 +61,7 @@ func TestServiceRecordIsUnchangedWhenTheLogIsDeliveredAgain(t *testing.T) {
 	if rep := record(t, nc, "retried-1", last.Seq); rep.Record == nil {
 		t.Fatalf("after the rebuild: %+v", rep)
 	}
-	later, err := pub.Append(ctx, "other-1", events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
+	later, err := pub.Append(ctx, "other-1", &events.JobSubmitted{Submitter: "dan", Spec: specOf("other")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +75,9 @@ func TestServiceRecordIsUnchangedWhenTheLogIsDeliveredAgain(t *testing.T) {
 }
 
 // record asks the ledger for a job's record as of seq, waiting for it.
-func record(t *testing.T, nc *nats.Conn, job string, seq uint64) api.RecordReply {
+func record(t *testing.T, nc *nats.Conn, job string, seq uint64) wire.RecordReply {
 	t.Helper()
-	q, _ := json.Marshal(api.RecordRequest{Job: job, MinSeq: seq, Wait: 10 * time.Second})
+	q, _ := json.Marshal(wire.RecordRequest{Job: job, MinSeq: seq, Wait: 10 * time.Second})
 	// The service answers once Run has registered it: until then, retry.
 	deadline := time.Now().Add(12 * time.Second)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -85,7 +85,7 @@ func record(t *testing.T, nc *nats.Conn, job string, seq uint64) api.RecordReply
 	var m *nats.Msg
 	var err error
 	for {
-		m, err = query.Ask(ctx, nc, api.LedgerSubject(events.Operator, api.EndpointRecord), q)
+		m, err = query.Ask(ctx, nc, wire.LedgerSubject(events.Operator, wire.EndpointRecord), q)
 		if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
 			break
 		}
@@ -94,7 +94,7 @@ func record(t *testing.T, nc *nats.Conn, job string, seq uint64) api.RecordReply
 	if err != nil {
 		t.Fatalf("ask for %s as of #%d: %v", job, seq, err)
 	}
-	var rep api.RecordReply
+	var rep wire.RecordReply
 	if err := json.Unmarshal(m.Data, &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // gib is the unit of memory in the meter: memory_gib_seconds.
@@ -23,7 +25,7 @@ const gib = 1 << 30
 // chain over the log and the digests of the events behind every record; fed
 // decoded events (Apply), it builds the same records without them.
 type Projection struct {
-	records map[string]*api.HoldRecord
+	records map[string]*hold.HoldRecord
 	jobs    map[string]*jobState
 	order   []string       // jobs by their first event, for listing
 	pos     map[string]int // each job's place in order, for paging
@@ -35,7 +37,7 @@ type Projection struct {
 	// body cannot be read, and nothing logged later changes it.
 	owners map[string]string
 
-	chain   chain
+	chain   hashChain
 	read    uint64 // messages hashed into the chain
 	skipped uint64 // messages that are not events this version knows
 	gaps    uint64 // times a message's sequence did not follow the last one
@@ -49,14 +51,14 @@ type jobState struct {
 
 // NewProjection returns an empty projection.
 func NewProjection() *Projection {
-	return &Projection{records: map[string]*api.HoldRecord{}, jobs: map[string]*jobState{}, pos: map[string]int{}, owners: map[string]string{}}
+	return &Projection{records: map[string]*hold.HoldRecord{}, jobs: map[string]*jobState{}, pos: map[string]int{}, owners: map[string]string{}}
 }
 
 // Applied is the last sequence applied.
 func (p *Projection) Applied() uint64 { return p.applied }
 
 // Record returns the record of a job, or nil.
-func (p *Projection) Record(job string) *api.HoldRecord { return p.records[job] }
+func (p *Projection) Record(job string) *hold.HoldRecord { return p.records[job] }
 
 // Owner is the submitter whose job this is, "" if the log says of no one:
 // see Projection.owners. A job whose first message is no request (written
@@ -81,23 +83,18 @@ func (p *Projection) Known(job string) bool {
 // job's first message. It runs for every message of a rebuild: past the
 // first of a job it costs one map lookup and allocates nothing.
 func (p *Projection) noteOwner(subject string) {
-	rest, ok := strings.CutPrefix(subject, "e31.job.")
-	if !ok {
+	s, err := events.ParseSubject(subject)
+	if err != nil || s.Space != events.SpaceJob {
 		return
 	}
-	i := strings.IndexByte(rest, '.')
-	if i <= 0 {
-		return
-	}
-	job := rest[:i]
-	if _, seen := p.owners[job]; seen || !events.ValidID(job) {
+	if _, seen := p.owners[s.Job]; seen {
 		return
 	}
 	owner := ""
-	if who, ok := strings.CutPrefix(rest[i:], ".requested."); ok && events.ValidID(who) {
-		owner = strings.Clone(who)
+	if s.IsRequest() {
+		owner = strings.Clone(s.Identity)
 	}
-	p.owners[strings.Clone(job)] = owner
+	p.owners[strings.Clone(s.Job)] = owner
 }
 
 // Len is the number of records.
@@ -105,7 +102,7 @@ func (p *Projection) Len() int { return len(p.records) }
 
 // Head is the hash chain over every stored message applied so far; empty
 // for a projection fed only decoded events.
-func (p *Projection) Head() api.Head { return p.chain.head() }
+func (p *Projection) Head() chain.Head { return p.chain.head() }
 
 // Stored is one message exactly as the stream holds it.
 type Stored struct {
@@ -192,7 +189,7 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 		// Strings decoded from headers share the message's header block:
 		// what the projection keeps is copied, so that it keeps no message.
 		job = strings.Clone(job)
-		r = &api.HoldRecord{Job: job, State: api.StateSubmitted, Output: api.Output{Missing: []string{}}, Events: []api.EventRef{}}
+		r = &hold.HoldRecord{Job: job, State: hold.StateSubmitted, Output: hold.Output{Missing: []string{}}, Events: []hold.EventRef{}}
 		js = &jobState{}
 		p.records[job], p.jobs[job] = r, js
 		p.pos[job] = len(p.order)
@@ -206,7 +203,7 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 		return
 	}
 	js.ids = append(js.ids, strings.Clone(env.ID))
-	ref := api.EventRef{Seq: env.Seq, Type: events.Name(env.Type)}
+	ref := hold.EventRef{Seq: env.Seq, Type: events.Name(env.Type)}
 	if digest != nil {
 		if js.digest == nil {
 			js.digest = sha256.New()
@@ -231,11 +228,11 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 	case *events.JobSubmitted:
 		r.Submitter, r.Name, r.Request, r.Sweep = e.Submitter, e.Spec.Name, requestOf(e.Spec), e.Spec.Sweep
 		r.SubmittedAt = &at
-		r.State = api.StateWaiting
+		r.State = hold.StateWaiting
 	case *events.JobRejected:
-		r.State, r.Outcome, r.Reason = api.StateRejected, events.Rejected, e.Reason
+		r.State, r.Outcome, r.Reason = hold.StateRejected, events.Rejected, e.Reason
 	case *events.JobCancelled:
-		r.State, r.Outcome, r.Reason = api.StateCancelled, events.Cancelled, e.Reason
+		r.State, r.Outcome, r.Reason = hold.StateCancelled, events.Cancelled, e.Reason
 	case *events.Deleted:
 		if e.What == events.WhatOutput {
 			r.Output.DeletedAt = &at
@@ -245,20 +242,20 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 	case *events.ComputeHeld:
 		a := p.attempt(r, e.Attempt)
 		a.Node, a.HeldAt = e.Node, &at
-		a.Held = api.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes}
-		r.State = api.StateHeld
+		a.Held = hold.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes}
+		r.State = hold.StateHeld
 	case *events.RunStarted:
 		p.attempt(r, e.Attempt).StartedAt = &at
-		r.Isolation = e.Isolation // the last start's: see api.HoldRecord
-		r.State = api.StateRunning
+		r.Isolation = e.Isolation // the last start's: see hold.HoldRecord
+		r.State = hold.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
-		r.State = api.StateStopped
+		r.State = hold.StateStopped
 	case *events.HoldLost:
 		a := p.attempt(r, e.Attempt)
 		a.Outcome, a.Reason = events.NodeLost, e.Reason
-		r.State = api.StateStopped
+		r.State = hold.StateStopped
 	case *events.OutputReturned:
 		a := p.attempt(r, e.Attempt)
 		a.OutputReturnedAt, a.Outcome = &at, e.Outcome
@@ -269,8 +266,8 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 		if missing == nil {
 			missing = []string{}
 		}
-		r.Output = api.Output{Files: e.FileCount(), Bytes: e.Bytes, Partial: e.Partial, Missing: missing, List: e.Files, Manifest: e.Manifest}
-		r.State = api.StateReturned
+		r.Output = hold.Output{Files: e.FileCount(), Bytes: e.Bytes, Partial: e.Partial, Missing: missing, List: e.Files, Manifest: e.Manifest}
+		r.State = hold.StateReturned
 	case *events.ComputeReleased:
 		a := p.attempt(r, e.Attempt)
 		a.ReleasedAt = &at
@@ -280,9 +277,9 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 		if a.Outcome == "" {
 			a.Outcome = e.Outcome
 		}
-		r.State = api.StateReleased
+		r.State = hold.StateReleased
 		if !e.Final {
-			r.State = api.StateWaiting
+			r.State = hold.StateWaiting
 		}
 	}
 	p.summarize(r)
@@ -290,7 +287,7 @@ func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
 
 // meter sets an attempt's meter for held seconds: the resources it held
 // times the time it held them.
-func meter(a *api.Attempt, held float64) {
+func meter(a *hold.Attempt, held float64) {
 	a.HeldSeconds = held
 	a.CPUCoreSeconds = a.Held.CPU * held
 	a.MemoryGiBSeconds = float64(a.Held.MemoryBytes) / gib * held
@@ -303,24 +300,25 @@ func isNodeEvent(env events.Envelope) bool {
 	if subject == "" {
 		subject, _ = events.SubjectOf(env.Subject, env.Event)
 	}
-	return strings.HasPrefix(subject, "e31.node.")
+	s, err := events.ParseSubject(subject)
+	return err == nil && s.Space == events.SpaceNode
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.
-func (p *Projection) attempt(r *api.HoldRecord, n int) *api.Attempt {
+func (p *Projection) attempt(r *hold.HoldRecord, n int) *hold.Attempt {
 	for i := range r.Attempts {
 		if r.Attempts[i].Attempt == n {
 			return &r.Attempts[i]
 		}
 	}
-	r.Attempts = append(r.Attempts, api.Attempt{Attempt: n})
+	r.Attempts = append(r.Attempts, hold.Attempt{Attempt: n})
 	return &r.Attempts[len(r.Attempts)-1]
 }
 
 // summarize copies the last attempt to the top of the record and totals the
 // meter. The outcome is the last attempt's, even when it has none yet: a
 // job held again after a lost node is not node_lost while it runs.
-func (p *Projection) summarize(r *api.HoldRecord) {
+func (p *Projection) summarize(r *hold.HoldRecord) {
 	if len(r.Attempts) == 0 {
 		return
 	}
@@ -329,7 +327,7 @@ func (p *Projection) summarize(r *api.HoldRecord) {
 	r.HeldAt, r.StartedAt, r.StoppedAt = last.HeldAt, last.StartedAt, last.StoppedAt
 	r.OutputReturnedAt, r.ReleasedAt = last.OutputReturnedAt, last.ReleasedAt
 	r.Usage, r.ExitCode, r.Logs = last.Usage, last.ExitCode, last.Logs
-	if r.State != api.StateCancelled && r.State != api.StateRejected {
+	if r.State != hold.StateCancelled && r.State != hold.StateRejected {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
 	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
@@ -341,14 +339,14 @@ func (p *Projection) summarize(r *api.HoldRecord) {
 	}
 }
 
-func requestOf(s events.JobSpec) api.Request {
-	return api.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU,
+func requestOf(s events.JobSpec) hold.Request {
+	return hold.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU,
 		DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
 }
 
 // List returns records matching q in the order their jobs first appeared,
 // and whether more follow.
-func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
+func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool) {
 	limit := q.Limit
 	// A page must fit in one NATS message (1 MiB): records run to a few KiB.
 	if limit <= 0 || limit > 200 {
@@ -358,7 +356,7 @@ func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
 	if i, ok := p.pos[q.After]; ok && q.After != "" {
 		start = i + 1
 	}
-	var out []*api.HoldRecord
+	var out []*hold.HoldRecord
 	for i := start; i < len(p.order); i++ {
 		r := p.records[p.order[i]]
 		if !p.matches(r, q) {
@@ -373,7 +371,7 @@ func (p *Projection) List(q api.ListRequest) ([]*api.HoldRecord, bool) {
 }
 
 // Pending counts the records matching q (every page) that are not over.
-func (p *Projection) Pending(q api.ListRequest) int {
+func (p *Projection) Pending(q wire.ListRequest) int {
 	n := 0
 	for _, job := range p.order {
 		if r := p.records[job]; p.matches(r, q) && !r.Over() {
@@ -383,7 +381,7 @@ func (p *Projection) Pending(q api.ListRequest) int {
 	return n
 }
 
-func (p *Projection) matches(r *api.HoldRecord, q api.ListRequest) bool {
+func (p *Projection) matches(r *hold.HoldRecord, q wire.ListRequest) bool {
 	if q.Submitter != "" && p.Owner(r.Job) != q.Submitter {
 		return false
 	}
@@ -408,7 +406,7 @@ func (p *Projection) matches(r *api.HoldRecord, q api.ListRequest) bool {
 	return true
 }
 
-func firstTime(r *api.HoldRecord) *time.Time {
+func firstTime(r *hold.HoldRecord) *time.Time {
 	if r.SubmittedAt != nil {
 		return r.SubmittedAt
 	}

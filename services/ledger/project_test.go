@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
 )
 
@@ -63,18 +64,18 @@ func fullLife() *history {
 	zero := 0
 	spec := specOf("count-clips")
 	hold := holdOn("n1", 1)
-	h.add("count-clips-1", at("0s"), events.JobRequested{Submitter: "alice", Spec: spec})
-	h.add("count-clips-1", at("100ms"), events.JobSubmitted{Submitter: "alice", Spec: spec})
-	h.add("n1", at("500ms"), events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox})
-	h.add("count-clips-1", at("1s"), events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
-	h.add("count-clips-1", at("1.25s"), events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox})
-	h.add("count-clips-1", at("2s"), events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero,
+	h.add("count-clips-1", at("0s"), &events.JobRequested{Submitter: "alice", Spec: spec})
+	h.add("count-clips-1", at("100ms"), &events.JobSubmitted{Submitter: "alice", Spec: spec})
+	h.add("n1", at("500ms"), &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: 8 << 30, Isolation: events.IsolationSandbox})
+	h.add("count-clips-1", at("1s"), &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	h.add("count-clips-1", at("1.25s"), &events.RunStarted{Hold: hold, Isolation: events.IsolationSandbox})
+	h.add("count-clips-1", at("2s"), &events.RunStopped{Hold: hold, Outcome: events.Succeeded, ExitCode: &zero,
 		Logs:   &events.Logs{StdoutBytes: 120},
 		Usage:  events.Usage{CPUSeconds: 0.01, MaxRSSBytes: 1 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2, Declared: spec.Output}})
-	h.add("count-clips-1", at("2.125s"), events.OutputReturned{Hold: hold, Outcome: events.Succeeded,
+	h.add("count-clips-1", at("2.125s"), &events.OutputReturned{Hold: hold, Outcome: events.Succeeded,
 		Files: []events.OutputFile{countTxt}, Bytes: 2, Missing: []string{}})
-	h.add("count-clips-1", at("2.25s"), events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true})
+	h.add("count-clips-1", at("2.25s"), &events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true})
 	return &h
 }
 
@@ -85,22 +86,22 @@ func twoAttempts() *history {
 	zero := 0
 	spec := specOf("retried")
 	first, second := holdOn("n1", 1), holdOn("n2", 2)
-	h.add("retried-1", at("0s"), events.JobSubmitted{Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("1s"), events.ComputeHeld{Hold: first, Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("2s"), events.RunStarted{Hold: first, Isolation: events.IsolationSandbox})
-	h.add("retried-1", at("4s"), events.RunStopped{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
+	h.add("retried-1", at("0s"), &events.JobSubmitted{Submitter: "bob", Spec: spec})
+	h.add("retried-1", at("1s"), &events.ComputeHeld{Hold: first, Submitter: "bob", Spec: spec})
+	h.add("retried-1", at("2s"), &events.RunStarted{Hold: first, Isolation: events.IsolationSandbox})
+	h.add("retried-1", at("4s"), &events.RunStopped{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
 		Usage: events.Usage{CPUSeconds: 1.5}, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{"count.txt"}}})
-	h.add("retried-1", at("4.5s"), events.OutputReturned{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
+	h.add("retried-1", at("4.5s"), &events.OutputReturned{Hold: first, Outcome: events.NodeLost, Reason: "the node shut down while the job ran",
 		Files: []events.OutputFile{}, Partial: true, Missing: []string{"count.txt"}})
-	h.add("retried-1", at("5s"), events.ComputeReleased{Hold: first, Outcome: events.NodeLost, Final: false})
-	h.add("retried-1", at("10s"), events.ComputeHeld{Hold: second, Submitter: "bob", Spec: spec})
-	h.add("retried-1", at("10.5s"), events.RunStarted{Hold: second, Isolation: events.IsolationContainer})
-	h.add("retried-1", at("12s"), events.RunStopped{Hold: second, Outcome: events.Succeeded, ExitCode: &zero,
+	h.add("retried-1", at("5s"), &events.ComputeReleased{Hold: first, Outcome: events.NodeLost, Final: false})
+	h.add("retried-1", at("10s"), &events.ComputeHeld{Hold: second, Submitter: "bob", Spec: spec})
+	h.add("retried-1", at("10.5s"), &events.RunStarted{Hold: second, Isolation: events.IsolationContainer})
+	h.add("retried-1", at("12s"), &events.RunStopped{Hold: second, Outcome: events.Succeeded, ExitCode: &zero,
 		Usage:  events.Usage{CPUSeconds: 0.75, MaxRSSBytes: 2 << 20},
 		Output: events.Collected{Files: []events.OutputFile{countTxt}, Missing: []string{}, Bytes: 2}})
-	h.add("retried-1", at("12.5s"), events.OutputReturned{Hold: second, Outcome: events.Succeeded,
+	h.add("retried-1", at("12.5s"), &events.OutputReturned{Hold: second, Outcome: events.Succeeded,
 		Files: []events.OutputFile{countTxt}, Bytes: 2, Missing: []string{}})
-	h.add("retried-1", at("13s"), events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true})
+	h.add("retried-1", at("13s"), &events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true})
 	return &h
 }
 
@@ -108,8 +109,8 @@ func rejectedLife() *history {
 	var h history
 	spec := specOf("bad")
 	spec.Request.CPU = 0
-	h.add("bad-1", at("0s"), events.JobRequested{Submitter: "carol", Spec: spec})
-	h.add("bad-1", at("50ms"), events.JobRejected{Reason: "request.cpu: must be at least 0.01 (a hundredth of a core), got 0"})
+	h.add("bad-1", at("0s"), &events.JobRequested{Submitter: "carol", Spec: spec})
+	h.add("bad-1", at("50ms"), &events.JobRejected{Reason: "request.cpu: must be at least 0.01 (a hundredth of a core), got 0"})
 	return &h
 }
 
@@ -158,7 +159,7 @@ func TestProjectionOfTwoAttempts(t *testing.T) {
 		t.Errorf("attempt 2 = %+v, want succeeded on n2, held 3s", a2)
 	}
 	// The top level is the last attempt's, except the meter, which is the total.
-	if r.State != api.StateReleased || r.Outcome != events.Succeeded || r.Reason != "" || r.Node != "n2" || r.Isolation != events.IsolationContainer {
+	if r.State != hold.StateReleased || r.Outcome != events.Succeeded || r.Reason != "" || r.Node != "n2" || r.Isolation != events.IsolationContainer {
 		t.Errorf("record is %s, %s (%q) on %s in %q; want released, succeeded, no reason, on n2 in a container", r.State, r.Outcome, r.Reason, r.Node, r.Isolation)
 	}
 	if !r.HeldAt.Equal(at("10s")) || !r.ReleasedAt.Equal(at("13s")) || r.ExitCode == nil || *r.ExitCode != 0 || r.Usage.CPUSeconds != 0.75 {
@@ -178,17 +179,17 @@ func TestProjectionBetweenAttempts(t *testing.T) {
 	t.Parallel()
 	envs := twoAttempts().envs
 	waiting := project(envs[:6]).Record("retried-1") // released for a new attempt
-	if waiting.State != api.StateWaiting || waiting.HeldSeconds != 4 {
+	if waiting.State != hold.StateWaiting || waiting.HeldSeconds != 4 {
 		t.Errorf("after a non-final release: state %s, held %vs; want waiting, 4s", waiting.State, waiting.HeldSeconds)
 	}
 	running := project(envs[:8]).Record("retried-1") // attempt 2 started
-	if running.State != api.StateRunning || running.Node != "n2" || !running.HeldAt.Equal(at("10s")) || running.ReleasedAt != nil {
+	if running.State != hold.StateRunning || running.Node != "n2" || !running.HeldAt.Equal(at("10s")) || running.ReleasedAt != nil {
 		t.Errorf("while attempt 2 runs: state %s on %s, held at %v, released at %v; want running on n2, held at 10s, not released",
 			running.State, running.Node, running.HeldAt, running.ReleasedAt)
 	}
 	if running.Outcome != "" || running.Reason != "" {
 		t.Skipf("BUG: while attempt 2 runs, the record's top level still shows attempt 1's outcome %q (%q); "+
-			"api.HoldRecord says the top level is the last attempt's (project.go summarize copies Outcome only when set)",
+			"hold.HoldRecord says the top level is the last attempt's (project.go summarize copies Outcome only when set)",
 			running.Outcome, running.Reason)
 	}
 }
@@ -199,7 +200,7 @@ func TestProjectionOfARejectedJob(t *testing.T) {
 	if r == nil {
 		t.Fatal("no record")
 	}
-	if r.State != api.StateRejected || r.Outcome != events.Rejected || r.Reason == "" || r.Submitter != "carol" {
+	if r.State != hold.StateRejected || r.Outcome != events.Rejected || r.Reason == "" || r.Submitter != "carol" {
 		t.Errorf("record = %s, %s (%q) for %q; want rejected with the reason, for carol", r.State, r.Outcome, r.Reason, r.Submitter)
 	}
 	if !r.Over() {
@@ -255,10 +256,10 @@ func TestProjectionList(t *testing.T) {
 	var h history
 	hour := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Hour) }
 	submitted := func(job, who string, when time.Time) {
-		h.add(job, when, events.JobSubmitted{Submitter: who, Spec: specOf(job)})
+		h.add(job, when, &events.JobSubmitted{Submitter: who, Spec: specOf(job)})
 	}
 	held := func(job, node string, attempt int, when time.Time) {
-		h.add(job, when, events.ComputeHeld{Hold: holdOn(node, attempt), Submitter: "x", Spec: specOf(job)})
+		h.add(job, when, &events.ComputeHeld{Hold: holdOn(node, attempt), Submitter: "x", Spec: specOf(job)})
 	}
 	submitted("j1", "alice", hour(0))
 	held("j1", "n1", 1, hour(0))
@@ -266,33 +267,33 @@ func TestProjectionList(t *testing.T) {
 	held("j2", "n2", 1, hour(1))
 	submitted("j3", "alice", hour(2))
 	held("j3", "n1", 1, hour(2))
-	h.add("j3", hour(2), events.ComputeReleased{Hold: holdOn("n1", 1), Outcome: events.NodeLost})
+	h.add("j3", hour(2), &events.ComputeReleased{Hold: holdOn("n1", 1), Outcome: events.NodeLost})
 	held("j3", "n2", 2, hour(2))
-	h.add("j4", hour(3), events.JobRequested{Submitter: "carol", Spec: specOf("j4")})
-	h.add("j4", hour(3), events.JobRejected{Reason: "no"})
+	h.add("j4", hour(3), &events.JobRequested{Submitter: "carol", Spec: specOf("j4")})
+	h.add("j4", hour(3), &events.JobRejected{Reason: "no"})
 	submitted("j5", "alice", hour(3))
 	p := project(h.envs)
 
 	tests := []struct {
 		name string
-		q    api.ListRequest
+		q    wire.ListRequest
 		want []string
 		more bool
 	}{
-		{"everything, in the order jobs appeared", api.ListRequest{}, []string{"j1", "j2", "j3", "j4", "j5"}, false},
-		{"by submitter", api.ListRequest{Submitter: "alice"}, []string{"j1", "j3", "j5"}, false},
-		{"by node, any attempt", api.ListRequest{Node: "n2"}, []string{"j2", "j3"}, false},
-		{"by node, a first attempt", api.ListRequest{Node: "n1"}, []string{"j1", "j3"}, false},
-		{"since, inclusive", api.ListRequest{Since: hour(1)}, []string{"j2", "j3", "j5"}, false},
-		{"until, exclusive", api.ListRequest{Until: hour(2)}, []string{"j1", "j2"}, false},
-		{"a range", api.ListRequest{Since: hour(1), Until: hour(3)}, []string{"j2", "j3"}, false},
-		{"submitter and node", api.ListRequest{Submitter: "alice", Node: "n2"}, []string{"j3"}, false},
-		{"nobody", api.ListRequest{Submitter: "mallory"}, nil, false},
-		{"a first page", api.ListRequest{Limit: 2}, []string{"j1", "j2"}, true},
-		{"the page after j2", api.ListRequest{After: "j2", Limit: 2}, []string{"j3", "j4"}, true},
-		{"the last page", api.ListRequest{After: "j4", Limit: 2}, []string{"j5"}, false},
-		{"a filtered page with more", api.ListRequest{Submitter: "alice", Limit: 2}, []string{"j1", "j3"}, true},
-		{"a filtered page that is exactly the rest", api.ListRequest{Submitter: "alice", Limit: 3}, []string{"j1", "j3", "j5"}, false},
+		{"everything, in the order jobs appeared", wire.ListRequest{}, []string{"j1", "j2", "j3", "j4", "j5"}, false},
+		{"by submitter", wire.ListRequest{Submitter: "alice"}, []string{"j1", "j3", "j5"}, false},
+		{"by node, any attempt", wire.ListRequest{Node: "n2"}, []string{"j2", "j3"}, false},
+		{"by node, a first attempt", wire.ListRequest{Node: "n1"}, []string{"j1", "j3"}, false},
+		{"since, inclusive", wire.ListRequest{Since: hour(1)}, []string{"j2", "j3", "j5"}, false},
+		{"until, exclusive", wire.ListRequest{Until: hour(2)}, []string{"j1", "j2"}, false},
+		{"a range", wire.ListRequest{Since: hour(1), Until: hour(3)}, []string{"j2", "j3"}, false},
+		{"submitter and node", wire.ListRequest{Submitter: "alice", Node: "n2"}, []string{"j3"}, false},
+		{"nobody", wire.ListRequest{Submitter: "mallory"}, nil, false},
+		{"a first page", wire.ListRequest{Limit: 2}, []string{"j1", "j2"}, true},
+		{"the page after j2", wire.ListRequest{After: "j2", Limit: 2}, []string{"j3", "j4"}, true},
+		{"the last page", wire.ListRequest{After: "j4", Limit: 2}, []string{"j5"}, false},
+		{"a filtered page with more", wire.ListRequest{Submitter: "alice", Limit: 2}, []string{"j1", "j3"}, true},
+		{"a filtered page that is exactly the rest", wire.ListRequest{Submitter: "alice", Limit: 3}, []string{"j1", "j3", "j5"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -311,7 +312,7 @@ func TestProjectionList(t *testing.T) {
 	t.Run("paging through visits every record once", func(t *testing.T) {
 		t.Parallel()
 		var got []string
-		q := api.ListRequest{Limit: 2}
+		q := wire.ListRequest{Limit: 2}
 		for range 10 {
 			recs, more := p.List(q)
 			for _, r := range recs {

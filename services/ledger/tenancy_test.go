@@ -10,11 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // tenants is a ledger over a log with one job of alice's and one of bob's.
@@ -36,8 +38,8 @@ func startTenants(t *testing.T) *tenants {
 	ctx := natstest.Context(t, 30*time.Second)
 	tn := &tenants{nc: nc, js: js, pub: bus.NewPublisher(js, "e31/test", nil), ctx: ctx}
 	for job, who := range map[string]string{"alices": "alice", "bobs": "bob"} {
-		tn.append(t, job, events.JobRequested{Submitter: who, Spec: specOf(job)})
-		tn.append(t, job, events.JobSubmitted{Submitter: who, Spec: specOf(job)})
+		tn.append(t, job, &events.JobRequested{Submitter: who, Spec: specOf(job)})
+		tn.append(t, job, &events.JobSubmitted{Submitter: who, Spec: specOf(job)})
 	}
 	svc := runLedger(t, ctx, nc, js)
 	<-svc.CaughtUp()
@@ -56,17 +58,17 @@ func (tn *tenants) append(t *testing.T, job string, ev events.Event) events.Enve
 // ask asks the ledger's endpoint as user.
 func (tn *tenants) ask(t *testing.T, user, endpoint string, q, reply any) {
 	t.Helper()
-	ask(t, tn.nc, api.LedgerSubject(user, endpoint), q, reply)
+	ask(t, tn.nc, wire.LedgerSubject(user, endpoint), q, reply)
 }
 
 func TestASubmitterIsToldAboutItsOwnJobsOnly(t *testing.T) {
 	t.Parallel()
 	tn := startTenants(t)
 
-	var mine, bobs, none api.RecordReply
-	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "alices", Fresh: true}, &mine)
-	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "bobs", Fresh: true}, &bobs)
-	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "nope", Fresh: true}, &none)
+	var mine, bobs, none wire.RecordReply
+	tn.ask(t, "alice", wire.EndpointRecord, wire.RecordRequest{Job: "alices", Fresh: true}, &mine)
+	tn.ask(t, "alice", wire.EndpointRecord, wire.RecordRequest{Job: "bobs", Fresh: true}, &bobs)
+	tn.ask(t, "alice", wire.EndpointRecord, wire.RecordRequest{Job: "nope", Fresh: true}, &none)
 	if mine.Record == nil || mine.Record.Submitter != "alice" {
 		t.Errorf("alice's own record: %+v", mine)
 	}
@@ -75,36 +77,36 @@ func TestASubmitterIsToldAboutItsOwnJobsOnly(t *testing.T) {
 		t.Errorf("alice asking for bob's job: %+v; for no job: %+v", bobs, none)
 	}
 
-	var list api.ListReply
-	tn.ask(t, "alice", api.EndpointList, api.ListRequest{Fresh: true}, &list)
+	var list wire.ListReply
+	tn.ask(t, "alice", wire.EndpointList, wire.ListRequest{Fresh: true}, &list)
 	if len(list.Records) != 1 || list.Records[0].Job != "alices" {
 		t.Errorf("alice's list: %+v, want her job alone", list.Records)
 	}
-	tn.ask(t, "alice", api.EndpointList, api.ListRequest{Submitter: "bob"}, &list)
+	tn.ask(t, "alice", wire.EndpointList, wire.ListRequest{Submitter: "bob"}, &list)
 	if list.Error == "" || len(list.Records) != 0 {
 		t.Errorf("alice listing bob's records: %+v, want refused", list)
 	}
-	var totals api.TotalsReply
-	tn.ask(t, "alice", api.EndpointTotals, api.TotalsRequest{Fresh: true}, &totals)
+	var totals wire.TotalsReply
+	tn.ask(t, "alice", wire.EndpointTotals, wire.TotalsRequest{Fresh: true}, &totals)
 	for _, s := range totals.Submitters {
 		if s.Submitter != "alice" {
 			t.Errorf("alice's totals show %s", s.Submitter)
 		}
 	}
-	var evs api.EventsReply
-	tn.ask(t, "alice", api.EndpointEvents, api.EventsRequest{Job: "bobs", Fresh: true}, &evs)
+	var evs wire.EventsReply
+	tn.ask(t, "alice", wire.EndpointEvents, wire.EventsRequest{Job: "bobs", Fresh: true}, &evs)
 	if len(evs.Events) != 0 || evs.Error != "no such job: bobs" {
 		t.Errorf("alice asking for bob's events: %+v", evs)
 	}
-	tn.ask(t, "alice", api.EndpointEvents, api.EventsRequest{Job: "alices", Fresh: true}, &evs)
+	tn.ask(t, "alice", wire.EndpointEvents, wire.EventsRequest{Job: "alices", Fresh: true}, &evs)
 	if len(evs.Events) != 2 || evs.Events[0].Subject != events.RequestSubject("alices", "alice") || evs.Over {
 		t.Errorf("alice's events: %+v", evs)
 	}
 
 	// The auditor and the operator see everything.
-	for _, user := range []string{api.Auditor, events.Operator} {
-		tn.ask(t, user, api.EndpointRecord, api.RecordRequest{Job: "bobs", Fresh: true}, &bobs)
-		tn.ask(t, user, api.EndpointList, api.ListRequest{Fresh: true}, &list)
+	for _, user := range []string{auth.AuditorName, events.Operator} {
+		tn.ask(t, user, wire.EndpointRecord, wire.RecordRequest{Job: "bobs", Fresh: true}, &bobs)
+		tn.ask(t, user, wire.EndpointList, wire.ListRequest{Fresh: true}, &list)
 		if bobs.Record == nil || len(list.Records) != 2 {
 			t.Errorf("%s: bob's record %+v, %d records; want everything", user, bobs, len(list.Records))
 		}
@@ -117,7 +119,7 @@ func TestASubmitterIsToldAboutItsOwnJobsOnly(t *testing.T) {
 func TestALaterRequestOnSomeoneElsesJobChangesNothing(t *testing.T) {
 	t.Parallel()
 	tn := startTenants(t)
-	forged := events.New("alices", events.JobRequested{Submitter: "bob", Spec: specOf("forged")}, "bob", time.Now())
+	forged := events.New("alices", &events.JobRequested{Submitter: "bob", Spec: specOf("forged")}, "bob", time.Now())
 	forged.ID = "alices/requested-again" // not a repeat: another id
 	m, err := forged.Msg()
 	if err != nil {
@@ -126,12 +128,12 @@ func TestALaterRequestOnSomeoneElsesJobChangesNothing(t *testing.T) {
 	if _, err := tn.js.PublishMsg(tn.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	var rep api.RecordReply
-	tn.ask(t, "bob", api.EndpointRecord, api.RecordRequest{Job: "alices", Fresh: true}, &rep)
+	var rep wire.RecordReply
+	tn.ask(t, "bob", wire.EndpointRecord, wire.RecordRequest{Job: "alices", Fresh: true}, &rep)
 	if rep.Record != nil {
 		t.Errorf("bob reads alice's job after requesting it again: %+v", rep.Record)
 	}
-	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "alices", Fresh: true}, &rep)
+	tn.ask(t, "alice", wire.EndpointRecord, wire.RecordRequest{Job: "alices", Fresh: true}, &rep)
 	if rep.Record == nil || rep.Record.Submitter != "alice" || rep.Record.Name != "alices" {
 		t.Errorf("alice's record after bob's request: %+v", rep)
 	}
@@ -142,7 +144,7 @@ func TestALaterRequestOnSomeoneElsesJobChangesNothing(t *testing.T) {
 func TestAnUnreadableRequestIsStillItsSubmitters(t *testing.T) {
 	t.Parallel()
 	tn := startTenants(t)
-	env := events.New("garbled", events.JobRequested{Submitter: "alice"}, "alice", time.Now())
+	env := events.New("garbled", &events.JobRequested{Submitter: "alice"}, "alice", time.Now())
 	m, err := env.Msg()
 	if err != nil {
 		t.Fatal(err)
@@ -151,17 +153,17 @@ func TestAnUnreadableRequestIsStillItsSubmitters(t *testing.T) {
 	if _, err := tn.js.PublishMsg(tn.ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	var rep api.RecordReply
-	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "garbled", Fresh: true}, &rep)
+	var rep wire.RecordReply
+	tn.ask(t, "alice", wire.EndpointRecord, wire.RecordRequest{Job: "garbled", Fresh: true}, &rep)
 	if !strings.Contains(rep.Error, "no record yet") {
 		t.Errorf("alice's unreadable request: %+v, want no record yet", rep)
 	}
-	tn.append(t, "garbled", events.JobRejected{Reason: "unknown field colour"})
-	tn.ask(t, "alice", api.EndpointRecord, api.RecordRequest{Job: "garbled", Fresh: true}, &rep)
-	if rep.Record == nil || rep.Record.State != api.StateRejected {
+	tn.append(t, "garbled", &events.JobRejected{Reason: "unknown field colour"})
+	tn.ask(t, "alice", wire.EndpointRecord, wire.RecordRequest{Job: "garbled", Fresh: true}, &rep)
+	if rep.Record == nil || rep.Record.State != hold.StateRejected {
 		t.Errorf("alice's rejected job: %+v", rep)
 	}
-	tn.ask(t, "bob", api.EndpointRecord, api.RecordRequest{Job: "garbled", Fresh: true}, &rep)
+	tn.ask(t, "bob", wire.EndpointRecord, wire.RecordRequest{Job: "garbled", Fresh: true}, &rep)
 	if rep.Error != "no such job: garbled" {
 		t.Errorf("bob asking for alice's rejected job: %+v", rep)
 	}
@@ -172,38 +174,38 @@ func TestAnUnreadableRequestIsStillItsSubmitters(t *testing.T) {
 func TestWaitingIsALongPoll(t *testing.T) {
 	t.Parallel()
 	tn := startTenants(t)
-	got := make(chan api.RecordReply, 1)
+	got := make(chan wire.RecordReply, 1)
 	go func() {
-		var rep api.RecordReply
-		b, _ := json.Marshal(api.RecordRequest{Job: "alices", Fresh: true, UntilOver: true, Wait: 20 * time.Second})
+		var rep wire.RecordReply
+		b, _ := json.Marshal(wire.RecordRequest{Job: "alices", Fresh: true, UntilOver: true, Wait: 20 * time.Second})
 		ctx, cancel := context.WithTimeout(tn.ctx, 25*time.Second)
 		defer cancel()
-		m, err := query.Ask(ctx, tn.nc, api.LedgerSubject("alice", api.EndpointRecord), b)
+		m, err := query.Ask(ctx, tn.nc, wire.LedgerSubject("alice", wire.EndpointRecord), b)
 		if err == nil {
 			_ = json.Unmarshal(m.Data, &rep)
 		}
 		got <- rep
 	}()
-	var evs api.EventsReply
-	tn.ask(t, "alice", api.EndpointEvents, api.EventsRequest{Job: "alices", Fresh: true}, &evs)
+	var evs wire.EventsReply
+	tn.ask(t, "alice", wire.EndpointEvents, wire.EventsRequest{Job: "alices", Fresh: true}, &evs)
 	after := evs.Events[len(evs.Events)-1].Seq
 	select {
 	case rep := <-got:
 		t.Fatalf("answered before the job ended: %+v", rep)
 	case <-time.After(200 * time.Millisecond):
 	}
-	follow := make(chan api.EventsReply, 1)
+	follow := make(chan wire.EventsReply, 1)
 	go func() {
-		var rep api.EventsReply
-		b, _ := json.Marshal(api.EventsRequest{Job: "alices", After: after, Wait: 20 * time.Second})
+		var rep wire.EventsReply
+		b, _ := json.Marshal(wire.EventsRequest{Job: "alices", After: after, Wait: 20 * time.Second})
 		ctx, cancel := context.WithTimeout(tn.ctx, 25*time.Second)
 		defer cancel()
-		if m, err := query.Ask(ctx, tn.nc, api.LedgerSubject("alice", api.EndpointEvents), b); err == nil {
+		if m, err := query.Ask(ctx, tn.nc, wire.LedgerSubject("alice", wire.EndpointEvents), b); err == nil {
 			_ = json.Unmarshal(m.Data, &rep)
 		}
 		follow <- rep
 	}()
-	ended := tn.append(t, "alices", events.JobCancelled{Reason: "test"})
+	ended := tn.append(t, "alices", &events.JobCancelled{Reason: "test"})
 	select {
 	case rep := <-got:
 		// A submitter is not told how far the ledger has read: its

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Totals is what each submitter would be billed for a period: for every
@@ -13,8 +13,8 @@ import (
 // whole attempts by when they started or ended is what makes the bills of
 // consecutive months add up to the bill of the year, whatever ran across
 // midnight. An attempt still held has no figure yet: it is counted as open.
-func (p *Projection) Totals(q api.TotalsRequest) []api.Totals {
-	by := map[string]*api.Totals{}
+func (p *Projection) Totals(q wire.TotalsRequest) []wire.Totals {
+	by := map[string]*wire.Totals{}
 	for _, job := range p.order {
 		r := p.records[job]
 		if q.Submitter != "" && r.Submitter != q.Submitter {
@@ -28,7 +28,7 @@ func (p *Projection) Totals(q api.TotalsRequest) []api.Totals {
 			}
 			t := by[r.Submitter]
 			if t == nil {
-				t = &api.Totals{Submitter: r.Submitter}
+				t = &wire.Totals{Submitter: r.Submitter}
 				by[r.Submitter] = t
 			}
 			if a.ReleasedAt == nil {
@@ -52,7 +52,7 @@ func (p *Projection) Totals(q api.TotalsRequest) []api.Totals {
 			by[r.Submitter].Jobs++
 		}
 	}
-	out := make([]api.Totals, 0, len(by))
+	out := make([]wire.Totals, 0, len(by))
 	for _, t := range by {
 		if t.Attempts > 0 || t.Open > 0 {
 			out = append(out, *t)

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/query/querytest"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/output"
 )
@@ -45,9 +45,9 @@ func TestStoredAnswersTheAskersInboxOnly(t *testing.T) {
 	})
 
 	alice := qs.Conn(t, querytest.Submitter("alice"))
-	body, _ := json.Marshal(api.StoredRequest{Fresh: true})
-	subject := api.OutputStoredSubject("alice")
-	var reply api.StoredReply
+	body, _ := json.Marshal(wire.StoredRequest{Fresh: true})
+	subject := wire.OutputStoredSubject("alice")
+	var reply wire.StoredReply
 	if err := json.Unmarshal(querytest.WaitServed(t, alice, subject, body).Data, &reply); err != nil || reply.Error != "" || reply.Applied != 0 {
 		t.Fatalf("alice's fresh stored: %+v (%v)", reply, err)
 	}

@@ -6,6 +6,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/e31net/e31/pkg v0.0.0
 	github.com/nats-io/nats.go v1.56.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 )
 

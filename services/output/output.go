@@ -401,7 +401,7 @@ func decide(stopped events.RunStopped, c checked, after []events.Envelope) []eve
 			ret.Reason = strings.Join(problems, "; ")
 		}
 	}
-	return []events.Event{ret}
+	return []events.Event{&ret}
 }
 
 func listedPath(files []events.OutputFile, p string) bool {

@@ -104,9 +104,9 @@ func (f *fixture) stop(t *testing.T, job string, outcome events.Outcome, files .
 	}
 	var last events.Envelope
 	for _, ev := range []events.Event{
-		events.ComputeHeld{Hold: h, Submitter: "alice"},
-		events.RunStarted{Hold: h},
-		events.RunStopped{Hold: h, Outcome: outcome, Output: events.Collected{Files: files, Missing: []string{}, Bytes: bytes, Declared: decl}},
+		&events.ComputeHeld{Hold: h, Submitter: "alice"},
+		&events.RunStarted{Hold: h},
+		&events.RunStopped{Hold: h, Outcome: outcome, Output: events.Collected{Files: files, Missing: []string{}, Bytes: bytes, Declared: decl}},
 	} {
 		env, err := f.pub.Append(f.ctx, job, ev)
 		if err != nil {

@@ -18,11 +18,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/output"
 )
@@ -99,10 +99,10 @@ func writeLocal(t *testing.T, p, content string) {
 func (w *world) runJob(t *testing.T, job string, retention time.Duration, data []events.DataRef, out map[string]string) {
 	t.Helper()
 	spec := events.JobSpec{Data: data, RetentionSeconds: retention.Seconds(), Output: []events.OutputDecl{{Path: "**", Required: true}}}
-	w.append(t, job, events.JobSubmitted{Submitter: "alice", Spec: spec})
+	w.append(t, job, &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
-	w.append(t, job, events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec})
-	w.append(t, job, events.RunStarted{Hold: h})
+	w.append(t, job, &events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec})
+	w.append(t, job, &events.RunStarted{Hold: h})
 	dir := t.TempDir()
 	for p, content := range out {
 		writeLocal(t, filepath.Join(dir, p), content)
@@ -112,9 +112,9 @@ func (w *world) runJob(t *testing.T, job string, retention time.Duration, data [
 		t.Fatal(err)
 	}
 	c.Declared = spec.Output
-	w.append(t, job, events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
+	w.append(t, job, &events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
 	w.waitEvent(t, job, func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })
-	w.append(t, job, events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true})
+	w.append(t, job, &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true})
 }
 
 func (w *world) append(t *testing.T, job string, ev events.Event) {
@@ -290,7 +290,7 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	ret := w.waitEvent(t, "job-c", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok }).Event.(*events.OutputReturned)
 
 	for range 2 {
-		w.append(t, "job-c", events.DeleteRequested{What: events.WhatOutput, By: "alice"})
+		w.append(t, "job-c", &events.DeleteRequested{What: events.WhatOutput, By: "alice"})
 	}
 	w.waitEvent(t, "job-c", isDeleted(events.WhatOutput))
 	w.waitGone(t, w.objectsOf(t, stage.KindDir, ret.Manifest))
@@ -301,7 +301,7 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	}
 
 	w.stop()
-	w.append(t, "job-c", events.DeleteRequested{What: events.WhatData, By: "alice", Reason: "done with it"})
+	w.append(t, "job-c", &events.DeleteRequested{What: events.WhatData, By: "alice", Reason: "done with it"})
 	w.run(t)
 	w.waitEvent(t, "job-c", isDeleted(events.WhatData))
 	w.waitGone(t, w.objectsOf(t, stage.KindDir, data.Digest))
@@ -314,10 +314,10 @@ func TestDeleteOnRequestAndAfterARestart(t *testing.T) {
 	}
 
 	// What OUTPUT says it keeps agrees.
-	var reply api.StoredReply
+	var reply wire.StoredReply
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msg, err := query.Ask(ctx, w.js.Conn(), api.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`))
+	msg, err := query.Ask(ctx, w.js.Conn(), wire.OutputStoredSubject("operator"), []byte(`{"job":"job-c","deleted":true}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestReturnsManyFilesThroughTheManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1}
-	env, err := f.pub.Append(f.ctx, "job-m", events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
+	env, err := f.pub.Append(f.ctx, "job-m", &events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestRetentionDeletesTheLogsWithTheOutput(t *testing.T) {
 	w.runJob(t, "job-q", 2*time.Second, nil, nil)
 	doomed["job-r"] = w.writeLog(t, "job-r")
 	w.runJob(t, "job-r", 24*time.Hour, nil, map[string]string{"r.txt": "r's output\n"})
-	w.append(t, "job-r", events.DeleteRequested{What: events.WhatOutput, By: "alice"})
+	w.append(t, "job-r", &events.DeleteRequested{What: events.WhatOutput, By: "alice"})
 
 	for job, names := range doomed {
 		w.waitEvent(t, job, isDeleted(events.WhatOutput))

@@ -26,9 +26,9 @@ func TestRunReleasesAJobDespiteJunkOnItsSubjects(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	f.log(t,
-		events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
-		events.RunStarted{Hold: hold(1)},
-		events.RunStopped{Hold: hold(1), Outcome: events.Succeeded},
+		&events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
+		&events.RunStarted{Hold: hold(1)},
+		&events.RunStopped{Hold: hold(1), Outcome: events.Succeeded},
 		returned(1, events.Succeeded))
 	for _, subject := range []string{"e31.job.job-1.requested.mallory", "e31.job.job-1.cancel.mallory", "e31.job.job-1.delete.mallory"} {
 		if _, err := f.js.Publish(f.ctx, subject, []byte("junk")); err != nil {

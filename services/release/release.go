@@ -97,5 +97,5 @@ func Decide(hold events.Hold, outcome events.Outcome, after []events.Envelope) [
 		}
 	}
 	final := !(outcome == events.NodeLost && hold.Attempt < events.MaxAttempts)
-	return []events.Event{events.ComputeReleased{Hold: hold, Outcome: outcome, Final: final}}
+	return []events.Event{&events.ComputeReleased{Hold: hold, Outcome: outcome, Final: final}}
 }

@@ -20,18 +20,18 @@ func hold(attempt int) events.Hold {
 	return events.Hold{Attempt: attempt, Node: "n1", CPU: 1, MemoryBytes: 1 << 30, DiskBytes: 1 << 20}
 }
 
-func returned(attempt int, outcome events.Outcome) events.OutputReturned {
-	return events.OutputReturned{Hold: hold(attempt), Outcome: outcome, Files: []events.OutputFile{}, Missing: []string{}}
+func returned(attempt int, outcome events.Outcome) *events.OutputReturned {
+	return &events.OutputReturned{Hold: hold(attempt), Outcome: outcome, Files: []events.OutputFile{}, Missing: []string{}}
 }
 
-func lost(attempt int) events.HoldLost {
-	return events.HoldLost{Hold: hold(attempt), Reason: "node n1 stopped renewing its lease"}
+func lost(attempt int) *events.HoldLost {
+	return &events.HoldLost{Hold: hold(attempt), Reason: "node n1 stopped renewing its lease"}
 }
 
 func TestDecide(t *testing.T) {
 	t.Parallel()
 	released := func(attempt int, outcome events.Outcome, final bool) []events.Event {
-		return []events.Event{events.ComputeReleased{Hold: hold(attempt), Outcome: outcome, Final: final}}
+		return []events.Event{&events.ComputeReleased{Hold: hold(attempt), Outcome: outcome, Final: final}}
 	}
 	type test struct {
 		name    string
@@ -130,9 +130,9 @@ func TestHandleReleasesOnceWhenAReturnIsDeliveredTwice(t *testing.T) {
 	t.Parallel()
 	f := start(t)
 	trigger := f.log(t,
-		events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
-		events.RunStarted{Hold: hold(1)},
-		events.RunStopped{Hold: hold(1), Outcome: events.NodeLost},
+		&events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
+		&events.RunStarted{Hold: hold(1)},
+		&events.RunStopped{Hold: hold(1), Outcome: events.NodeLost},
 		returned(1, events.NodeLost))
 
 	rel := f.deliverTwice(t, trigger)
@@ -148,8 +148,8 @@ func TestHandleReleasesALostHoldOnce(t *testing.T) {
 	t.Parallel()
 	f := start(t)
 	trigger := f.log(t,
-		events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
-		events.RunStarted{Hold: hold(1)},
+		&events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
+		&events.RunStarted{Hold: hold(1)},
 		lost(1))
 
 	rel := f.deliverTwice(t, trigger)

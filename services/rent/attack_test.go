@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query/querytest"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/rent"
 )
 
@@ -30,7 +31,7 @@ func TestWhyAnswersTheAskersInboxOnly(t *testing.T) {
 	for job, who := range map[string]string{"alices": "alice", "bobs": "bob"} {
 		spec := events.JobSpec{Name: job, Work: events.Work{Command: []string{"true"}},
 			Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, LimitSeconds: 60}}
-		for _, ev := range []events.Event{events.JobRequested{Submitter: who, Spec: spec}, events.JobSubmitted{Submitter: who, Spec: spec}} {
+		for _, ev := range []events.Event{&events.JobRequested{Submitter: who, Spec: spec}, &events.JobSubmitted{Submitter: who, Spec: spec}} {
 			if _, err := pub.Append(ctx, job, ev); err != nil {
 				t.Fatal(err)
 			}
@@ -51,19 +52,19 @@ func TestWhyAnswersTheAskersInboxOnly(t *testing.T) {
 	})
 
 	alice := qs.Conn(t, querytest.Submitter("alice"))
-	body, _ := json.Marshal(api.WhyRequest{Job: "alices"})
-	subject := api.RentWhySubject("alice")
-	var why api.WhyReply
+	body, _ := json.Marshal(wire.WhyRequest{Job: "alices"})
+	subject := wire.RentWhySubject("alice")
+	var why wire.WhyReply
 	if err := json.Unmarshal(querytest.WaitServed(t, alice, subject, body).Data, &why); err != nil {
 		t.Fatal(err)
 	}
-	if why.Job != "alices" || why.State != api.StateWaiting || why.Queued != 0 {
+	if why.Job != "alices" || why.State != hold.StateWaiting || why.Queued != 0 {
 		t.Errorf("alice's why: %+v, want her job waiting and no count of the queue", why)
 	}
 	qs.AssertNothingLands(t, alice, subject, body, func() uint64 { return svc.QueryStats().Refused })
 
 	// The operator is told how many wait.
-	m, err := qs.Conn(t, querytest.Operator).RequestWithContext(ctx, api.RentWhySubject(events.Operator), body)
+	m, err := qs.Conn(t, querytest.Operator).RequestWithContext(ctx, wire.RentWhySubject(events.Operator), body)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,19 +16,19 @@ import (
 
 // expire is RENT's record that a node's lease (of its first boot) lapsed.
 func expire(node string) step {
-	return step{node, events.NodeExpired{Node: node, Boot: "boot-1", Reason: "its lease was not renewed in time"}}
+	return step{node, &events.NodeExpired{Node: node, Boot: "boot-1", Reason: "its lease was not renewed in time"}}
 }
 
-// lost is the HoldLost of an attempt held with hold().
+// lost is the HoldLost of an attempt held with holdOf().
 func lost(job string, attempt int, node string, cpu float64) step {
-	return step{job, events.HoldLost{
+	return step{job, &events.HoldLost{
 		Hold:   events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Reason: "node stopped renewing its lease"}}
 }
 
 // announceNode announces a node with the disk and isolation given.
 func announceNode(node string, cpu float64, disk int64, iso events.Isolation, allow bool) step {
-	return step{node, events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: disk,
+	return step{node, &events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: disk,
 		Isolation: iso, AllowUnisolated: allow}}
 }
 
@@ -48,9 +48,9 @@ func fromJob(job string) opt {
 	}
 }
 
-// returned is the OutputReturned of an attempt held with hold().
+// returned is the OutputReturned of an attempt held with holdOf().
 func returned(job string, attempt int, node string, cpu float64, bytes int64) step {
-	return step{job, events.OutputReturned{
+	return step{job, &events.OutputReturned{
 		Hold:    events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Outcome: events.Succeeded, Bytes: bytes, Files: []events.OutputFile{}, Missing: []string{}}}
 }
@@ -66,19 +66,19 @@ func TestPoolDecideLostNodesInputsAndIsolation(t *testing.T) {
 	}{
 		{
 			name: "a job held once waits when its node is lost, though no live node can hold it",
-			log: append(slices.Clone(pool), submit("a", 4), hold("a", 1, "big", 4), expire("big"),
+			log: append(slices.Clone(pool), submit("a", 4), holdOf("a", 1, "big", 4), expire("big"),
 				lost("a", 1, "big", 4), release("a", 1, "big", 4, false)),
 			want: []string{},
 		},
 		{
 			name: "a job held once and lost with its node is held again when the node returns",
-			log: append(slices.Clone(pool), submit("a", 4), hold("a", 1, "big", 4), expire("big"),
+			log: append(slices.Clone(pool), submit("a", 4), holdOf("a", 1, "big", 4), expire("big"),
 				lost("a", 1, "big", 4), release("a", 1, "big", 4, false), reannounce("big", 8)),
 			want: []string{"hold a#2 on big"},
 		},
 		{
 			name: "a held job on an expired node is lost, and only once its release comes is it queued",
-			log:  append(slices.Clone(pool), submit("a", 4), hold("a", 1, "big", 4), expire("big")),
+			log:  append(slices.Clone(pool), submit("a", 4), holdOf("a", 1, "big", 4), expire("big")),
 			want: []string{"lose a#1 on big"},
 		},
 		{
@@ -88,7 +88,7 @@ func TestPoolDecideLostNodesInputsAndIsolation(t *testing.T) {
 		},
 		{
 			name: "a job waiting (never held) is not rejected when the only node that can hold it is lost",
-			log: append(slices.Clone(pool), submit("x", 8), hold("x", 1, "big", 8), submit("a", 4),
+			log: append(slices.Clone(pool), submit("x", 8), holdOf("x", 1, "big", 8), submit("a", 4),
 				expire("big"), lost("x", 1, "big", 8), release("x", 1, "big", 8, false)),
 			want: []string{},
 		},
@@ -126,13 +126,13 @@ func TestPoolDecideLostNodesInputsAndIsolation(t *testing.T) {
 		{
 			name: "an input from a job unfinished at submission counts once that job returned it",
 			log: []step{announce("n1", 8), submit("first", 1), submit("then", 1, fromJob("first")),
-				hold("first", 1, "n1", 1), returned("first", 1, "n1", 1, 200*gib), release("first", 1, "n1", 1, true)},
+				holdOf("first", 1, "n1", 1), returned("first", 1, "n1", 1, 200*gib), release("first", 1, "n1", 1, true)},
 			want: []string{"reject then"},
 		},
 		{
 			name: "an input from a job unfinished at submission that fits is held",
 			log: []step{announce("n1", 8), submit("first", 1), submit("then", 1, fromJob("first")),
-				hold("first", 1, "n1", 1), returned("first", 1, "n1", 1, 10*gib), release("first", 1, "n1", 1, true)},
+				holdOf("first", 1, "n1", 1), returned("first", 1, "n1", 1, 10*gib), release("first", 1, "n1", 1, true)},
 			want: []string{"hold then#1 on n1"},
 		},
 		{
@@ -158,8 +158,8 @@ func TestPoolDecideLostNodesInputsAndIsolation(t *testing.T) {
 		},
 		{
 			name: "a node that announces itself again with isolation none and no leave holds nothing more",
-			log: []step{announce("n1", 8), submit("a", 1), hold("a", 1, "n1", 1),
-				step{"n1", events.NodeAnnounced{Node: "n1", Boot: "boot-2", CPU: 8, MemoryBytes: 16 * gib, DiskBytes: 100 * gib, Isolation: events.IsolationNone}},
+			log: []step{announce("n1", 8), submit("a", 1), holdOf("a", 1, "n1", 1),
+				step{"n1", &events.NodeAnnounced{Node: "n1", Boot: "boot-2", CPU: 8, MemoryBytes: 16 * gib, DiskBytes: 100 * gib, Isolation: events.IsolationNone}},
 				submit("b", 1)},
 			want: []string{},
 		},
@@ -199,7 +199,7 @@ func TestPoolRemembersALostNodeForAWhile(t *testing.T) {
 	log := []events.Envelope{
 		at(0, announce("big", 8)), at(0, announce("small", 2)),
 		// big is busy, so a waits for it.
-		at(0, submit("x", 8)), at(0, hold("x", 1, "big", 8)), at(0, submit("a", 4)),
+		at(0, submit("x", 8)), at(0, holdOf("x", 1, "big", 8)), at(0, submit("a", 4)),
 		at(time.Minute, expire("big")), at(time.Minute, lost("x", 1, "big", 8)), at(time.Minute, release("x", 1, "big", 8, false)),
 		at(time.Minute+rent.DefaultRememberLost-time.Second, submit("b", 4)),
 		at(time.Minute+rent.DefaultRememberLost, submit("c", 4)),
@@ -244,7 +244,7 @@ func TestPoolHoldsInputsOnTheNodesDisk(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("Decide = %q, want one hold", describe(ds))
 	}
-	held := ds[0].Event.(events.ComputeHeld)
+	held := ds[0].Event.(*events.ComputeHeld)
 	if want := int64(5*gib + 1<<20); held.DiskBytes != want || held.Spec.Request.DiskBytes != 1<<20 {
 		t.Fatalf("held %d bytes of disk for request.disk %d, want %d: request.disk and the inputs", held.DiskBytes, held.Spec.Request.DiskBytes, want)
 	}
@@ -254,7 +254,7 @@ func TestPoolHoldsInputsOnTheNodesDisk(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("after the node expired, Decide = %q, want the hold lost", describe(ds))
 	}
-	if hl, ok := ds[0].Event.(events.HoldLost); !ok || hl.Hold != held.Hold {
+	if hl, ok := ds[0].Event.(*events.HoldLost); !ok || hl.Hold != held.Hold {
 		t.Errorf("decided %+v, want HoldLost of the hold %+v", ds[0].Event, held.Hold)
 	}
 }
@@ -269,7 +269,7 @@ func TestPoolWhyLostNodesInputsAndIsolation(t *testing.T) {
 	}{
 		{
 			name: "held once, its node lost",
-			log: []step{announce("big", 8), announce("small", 2), submit("a", 4), hold("a", 1, "big", 4), expire("big"),
+			log: []step{announce("big", 8), announce("small", 2), submit("a", 4), holdOf("a", 1, "big", 4), expire("big"),
 				lost("a", 1, "big", 4), release("a", 1, "big", 4, false)},
 			job:    "a",
 			reason: []string{"no node in the pool can hold it now", "waits for big", "attempt 1", "never the job's fault"},

@@ -33,7 +33,7 @@ func (w *world) apply(subject string, ev events.Event) {
 }
 
 func (w *world) node(name string, cpu float64) {
-	w.apply(name, events.NodeAnnounced{Node: name, Boot: "b1", CPU: cpu, MemoryBytes: 64 << 30, DiskBytes: 1 << 40})
+	w.apply(name, &events.NodeAnnounced{Node: name, Boot: "b1", CPU: cpu, MemoryBytes: 64 << 30, DiskBytes: 1 << 40})
 }
 
 type jobOpt func(*events.JobSpec)
@@ -49,7 +49,7 @@ func (w *world) submit(id, submitter string, cpu float64, opts ...jobOpt) {
 	for _, o := range opts {
 		o(&spec)
 	}
-	w.apply(id, events.JobSubmitted{Submitter: submitter, Spec: spec})
+	w.apply(id, &events.JobSubmitted{Submitter: submitter, Spec: spec})
 }
 
 // decide applies every decision, as the service does once it is stored,
@@ -58,9 +58,9 @@ func (w *world) decide() []string {
 	var holds []string
 	for _, d := range w.p.Decide(1000) {
 		w.apply(d.Job, d.Event)
-		if h, ok := d.Event.(events.ComputeHeld); ok {
+		if h, ok := d.Event.(*events.ComputeHeld); ok {
 			holds = append(holds, d.Job+"@"+h.Node)
-			w.held[d.Job] = h
+			w.held[d.Job] = *h
 		}
 	}
 	return holds
@@ -68,7 +68,7 @@ func (w *world) decide() []string {
 
 func (w *world) release(id string) {
 	h := w.held[id]
-	w.apply(id, events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
+	w.apply(id, &events.ComputeReleased{Hold: h.Hold, Outcome: events.Succeeded, Final: true})
 }
 
 func TestHigherPriorityIsHeldFirst(t *testing.T) {
@@ -188,7 +188,7 @@ func TestWhySaysWhatAJobWaitsFor(t *testing.T) {
 	if r := w.p.Why("later"); r.Position != 2 || !strings.Contains(r.Reason, "position 2") {
 		t.Errorf("later: position %d, %q", r.Position, r.Reason)
 	}
-	w.apply("dep-child", events.JobSubmitted{Submitter: "a", Spec: events.JobSpec{After: []string{"next"},
+	w.apply("dep-child", &events.JobSubmitted{Submitter: "a", Spec: events.JobSpec{After: []string{"next"},
 		Request: events.Request{CPU: 1, MemoryBytes: 1 << 20, LimitSeconds: 60}}})
 	if r := w.p.Why("dep-child"); !strings.Contains(r.Reason, "next (waiting)") {
 		t.Errorf("dependent: %q", r.Reason)
@@ -202,11 +202,11 @@ func TestALostNodesHoldsAreLostOnce(t *testing.T) {
 	w.submit("b", "s", 1)
 	w.decide()
 	// b stopped before the node was lost: its own events finish it.
-	w.apply("b", events.RunStopped{Hold: w.held["b"].Hold, Outcome: events.Succeeded})
-	w.apply("n1", events.NodeExpired{Node: "n1", Boot: "b1"})
+	w.apply("b", &events.RunStopped{Hold: w.held["b"].Hold, Outcome: events.Succeeded})
+	w.apply("n1", &events.NodeExpired{Node: "n1", Boot: "b1"})
 	var lost []string
 	for _, d := range w.p.Decide(10) {
-		if _, ok := d.Event.(events.HoldLost); ok {
+		if _, ok := d.Event.(*events.HoldLost); ok {
 			lost = append(lost, d.Job)
 			w.apply(d.Job, d.Event)
 		}
@@ -215,13 +215,13 @@ func TestALostNodesHoldsAreLostOnce(t *testing.T) {
 		t.Fatalf("lost %v, want only a (b had stopped)", lost)
 	}
 	for _, d := range w.p.Decide(10) {
-		if _, ok := d.Event.(events.HoldLost); ok {
+		if _, ok := d.Event.(*events.HoldLost); ok {
 			t.Fatalf("HoldLost for %s decided twice", d.Job)
 		}
 	}
 	// Released as not final: held again, as attempt 2, once a node is back.
-	w.apply("a", events.ComputeReleased{Hold: w.held["a"].Hold, Outcome: events.NodeLost, Final: false})
-	w.apply("n1", events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 64 << 30, DiskBytes: 1 << 40})
+	w.apply("a", &events.ComputeReleased{Hold: w.held["a"].Hold, Outcome: events.NodeLost, Final: false})
+	w.apply("n1", &events.NodeAnnounced{Node: "n1", Boot: "b2", CPU: 2, MemoryBytes: 64 << 30, DiskBytes: 1 << 40})
 	w.decide()
 	if h := w.held["a"]; h.Attempt != 2 {
 		t.Errorf("a's next hold is attempt %d, want 2", h.Attempt)

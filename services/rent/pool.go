@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // res is an amount of compute. CPU is in thousandths of a core so that
@@ -175,6 +176,11 @@ type Pool struct {
 	// that reads it and was submitted before it was there to be sized.
 	outBytes map[string]int64
 	applied  uint64
+	// freeBuf and usageBuf are holds' scratch, kept between calls: a
+	// pass over a thousand nodes would otherwise allocate 32 KiB of them,
+	// which the collector then pays for with every queued job's heap.
+	freeBuf  []res
+	usageBuf map[string]int64
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -259,7 +265,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		// through their own events.
 		n.boot, n.expired, n.lostAt = e.Boot, false, time.Time{}
 		n.cap = resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
-		n.containers = e.Labels[LabelContainers] == "true"
+		n.containers = e.Labels[events.LabelContainers] == "true"
 		// An announcement without isolation (a node older than it, or a
 		// synthetic one) is taken as before: the node may hold jobs.
 		n.unisolated = e.Isolation == events.IsolationNone && !e.AllowUnisolated
@@ -567,14 +573,14 @@ func (p *Pool) Decide(max int) []Decision {
 		case j.state == held:
 			delete(p.attention, j.id)
 		case j.cancel:
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobCancelled{Reason: "cancelled before compute was held"}})
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.JobCancelled{Reason: "cancelled before compute was held"}})
 		case j.rejection != "":
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.JobRejected{Reason: j.rejection}})
 		default:
 			// Queued while no node was live: judged now that one is.
 			delete(p.attention, j.id)
 			if p.judge(j, now); j.rejection != "" {
-				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.JobRejected{Reason: j.rejection}})
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.JobRejected{Reason: j.rejection}})
 			}
 		}
 	}
@@ -582,7 +588,7 @@ func (p *Pool) Decide(max int) []Decision {
 		n := p.nodes[name]
 		for _, j := range p.sorted(n.holds) {
 			if !j.lost && !j.stopped {
-				out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.HoldLost{
+				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.HoldLost{
 					Hold:   p.holdOf(j),
 					Reason: fmt.Sprintf("node %s stopped renewing its lease (boot %s): the attempt is lost with it", n.name, n.boot)}})
 			}
@@ -632,14 +638,21 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 	if len(live) == 0 || p.nWait == 0 {
 		return nil
 	}
-	free := make([]res, len(live))
+	if cap(p.freeBuf) < len(live) {
+		p.freeBuf = make([]res, len(live))
+	}
+	free := p.freeBuf[:len(live)]
 	var capBound res
 	for i, n := range live {
 		free[i] = n.cap.minus(n.used)
 		capBound = upper(capBound, n.cap)
 	}
 	freeBound := bound(free)
-	usage := make(map[string]int64, len(p.usage))
+	if p.usageBuf == nil {
+		p.usageBuf = make(map[string]int64, len(p.usage))
+	}
+	usage := p.usageBuf
+	clear(usage)
 	for s, u := range p.usage {
 		usage[s] = u
 	}
@@ -693,7 +706,7 @@ func (p *Pool) holds(now time.Time, max int) []Decision {
 			}
 			usage[j.submitter] += j.need.milliCPU
 			h.fix(j.submitter)
-			out = append(out, Decision{Job: j.id, Expect: j.last, Event: events.ComputeHeld{
+			out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.ComputeHeld{
 				// The disk held is request.disk and the staged inputs: both
 				// are written to the node's disk.
 				Hold: events.Hold{Attempt: j.attempt + 1, Node: n.name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
@@ -813,10 +826,6 @@ func (p *Pool) liveNodes() []*node {
 	return out
 }
 
-// LabelContainers is the node label of nodes that run jobs naming an image
-// (run.LabelContainers; RENT does not import RUN).
-const LabelContainers = "containers"
-
 // runs reports whether n can run j at all: a job that names an image needs
 // a node with a container engine.
 func (p *Pool) runs(n *node, j *job) bool { return j.spec.Work.Image == "" || n.containers }
@@ -916,13 +925,13 @@ func (h *subHeap) Pop() any {
 
 // Why explains where a job is, in words a person understands, to someone
 // who may see the whole pool (the operator, the auditor).
-func (p *Pool) Why(id string) api.WhyReply { return p.why(id, false) }
+func (p *Pool) Why(id string) wire.WhyReply { return p.why(id, false) }
 
 // WhyFor is Why as user may be told it. A submitter is answered about its
 // own jobs only (any other is "unknown", as a job that does not exist), and
 // without the figures that count other tenants' work: its place in the
 // queue, how many wait, what the busiest node has free.
-func (p *Pool) WhyFor(id, user string, seesAll bool) api.WhyReply {
+func (p *Pool) WhyFor(id, user string, seesAll bool) wire.WhyReply {
 	if seesAll {
 		return p.Why(id)
 	}
@@ -936,8 +945,8 @@ func (p *Pool) WhyFor(id, user string, seesAll bool) api.WhyReply {
 	return p.why(id, true)
 }
 
-func (p *Pool) why(id string, redact bool) api.WhyReply {
-	r := api.WhyReply{Job: id, Queued: p.nWait}
+func (p *Pool) why(id string, redact bool) wire.WhyReply {
+	r := wire.WhyReply{Job: id, Queued: p.nWait}
 	if redact {
 		r.Queued = 0
 	}
@@ -954,11 +963,11 @@ func (p *Pool) why(id string, redact bool) api.WhyReply {
 	}
 	switch j.state {
 	case held:
-		r.State = api.StateHeld
+		r.State = hold.StateHeld
 		r.Reason = "compute is held on " + j.node
 		return r
 	case blocked:
-		r.State = api.StateWaiting
+		r.State = hold.StateWaiting
 		var deps []string
 		for _, dep := range j.spec.After {
 			if _, ended := p.over[dep]; ended {
@@ -976,7 +985,7 @@ func (p *Pool) why(id string, redact bool) api.WhyReply {
 		}
 		return r
 	}
-	r.State = api.StateWaiting
+	r.State = hold.StateWaiting
 	r.Position = p.position(j)
 	switch {
 	case j.cancel:

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/services/rent"
 )
 
@@ -24,14 +24,14 @@ type step struct {
 }
 
 func announce(node string, cpu float64) step {
-	return step{node, events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: 100 * gib}}
+	return step{node, &events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: 100 * gib}}
 }
 
 func reannounce(node string, cpu float64) step {
 	s := announce(node, cpu)
-	a := s.ev.(events.NodeAnnounced)
+	a := *s.ev.(*events.NodeAnnounced)
 	a.Boot = "boot-2"
-	s.ev = a
+	s.ev = &a
 	return s
 }
 
@@ -65,11 +65,11 @@ func submit(job string, cpu float64, opts ...opt) step {
 }
 
 func submitBy(submitter, job string, cpu float64, opts ...opt) step {
-	return step{job, events.JobSubmitted{Submitter: submitter, Spec: spec(cpu, opts...)}}
+	return step{job, &events.JobSubmitted{Submitter: submitter, Spec: spec(cpu, opts...)}}
 }
 
-func hold(job string, attempt int, node string, cpu float64) step {
-	return step{job, events.ComputeHeld{
+func holdOf(job string, attempt int, node string, cpu float64) step {
+	return step{job, &events.ComputeHeld{
 		Hold:      events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Submitter: "alice", Spec: spec(cpu),
 	}}
@@ -84,18 +84,18 @@ func release(job string, attempt int, node string, cpu float64, final bool) step
 }
 
 func ended(job string, attempt int, node string, cpu float64, outcome events.Outcome, final bool) step {
-	return step{job, events.ComputeReleased{
+	return step{job, &events.ComputeReleased{
 		Hold:    events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
 		Outcome: outcome, Final: final,
 	}}
 }
 
-func cancel(job string) step { return step{job, events.CancelRequested{By: "alice"}} }
+func cancel(job string) step { return step{job, &events.CancelRequested{By: "alice"}} }
 func cancelled(job string) step {
-	return step{job, events.JobCancelled{Reason: "cancelled while waiting for compute"}}
+	return step{job, &events.JobCancelled{Reason: "cancelled while waiting for compute"}}
 }
 func reject(job string) step {
-	return step{job, events.JobRejected{Reason: "request.cpu: must be at least 0.01"}}
+	return step{job, &events.JobRejected{Reason: "request.cpu: must be at least 0.01"}}
 }
 
 // history stores events the way the stream would: each gets the next
@@ -141,13 +141,13 @@ func describe(ds []rent.Decision) []string {
 	out := []string{}
 	for _, d := range ds {
 		switch e := d.Event.(type) {
-		case events.ComputeHeld:
+		case *events.ComputeHeld:
 			out = append(out, fmt.Sprintf("hold %s#%d on %s", d.Job, e.Attempt, e.Node))
-		case events.JobCancelled:
+		case *events.JobCancelled:
 			out = append(out, "cancel "+d.Job)
-		case events.JobRejected:
+		case *events.JobRejected:
 			out = append(out, "reject "+d.Job)
-		case events.HoldLost:
+		case *events.HoldLost:
 			out = append(out, fmt.Sprintf("lose %s#%d on %s", d.Job, e.Attempt, e.Node))
 		default:
 			out = append(out, fmt.Sprintf("%T for %s", d.Event, d.Job))
@@ -186,13 +186,13 @@ func TestPoolDecide(t *testing.T) {
 			// b can start once a is gone (its limit plus grace); c would
 			// still be running then.
 			name: "a job that fits a node but not now makes later jobs that would delay it wait",
-			log: []step{announce("n1", 2), submit("a", 1), hold("a", 1, "n1", 1),
+			log: []step{announce("n1", 2), submit("a", 1), holdOf("a", 1, "n1", 1),
 				submit("b", 2), submit("c", 1, limit(time.Hour))},
 			want: []string{},
 		},
 		{
 			name: "a later job that is gone before the waiting one can start goes ahead (backfill)",
-			log: []step{announce("n1", 2), submit("a", 1, limit(time.Hour)), hold("a", 1, "n1", 1),
+			log: []step{announce("n1", 2), submit("a", 1, limit(time.Hour)), holdOf("a", 1, "n1", 1),
 				submit("b", 2), submit("c", 1, limit(time.Minute))},
 			want: []string{"hold c#1 on n1"},
 		},
@@ -224,25 +224,25 @@ func TestPoolDecide(t *testing.T) {
 		{
 			name: "a job that runs after another is held once that one succeeded",
 			log: []step{announce("n1", 8), submit("first", 1), submit("then", 1, after("first")),
-				hold("first", 1, "n1", 1), ended("first", 1, "n1", 1, events.Succeeded, true)},
+				holdOf("first", 1, "n1", 1), ended("first", 1, "n1", 1, events.Succeeded, true)},
 			want: []string{"hold then#1 on n1"},
 		},
 		{
 			name: "a job that runs after another is rejected when that one failed",
 			log: []step{announce("n1", 8), submit("first", 1), submit("then", 1, after("first")),
-				hold("first", 1, "n1", 1), ended("first", 1, "n1", 1, events.Failed, true)},
+				holdOf("first", 1, "n1", 1), ended("first", 1, "n1", 1, events.Failed, true)},
 			want: []string{"reject then"},
 		},
 		{
 			name: "a job submitted after the one it runs after failed is rejected",
-			log: []step{announce("n1", 8), submit("first", 1), hold("first", 1, "n1", 1),
+			log: []step{announce("n1", 8), submit("first", 1), holdOf("first", 1, "n1", 1),
 				ended("first", 1, "n1", 1, events.Failed, true), submit("then", 1, after("first"))},
 			want: []string{"reject then"},
 		},
 		{
 			name: "a job that runs after another keeps waiting while that one is held again",
 			log: []step{announce("n1", 8), submit("first", 1), submit("then", 1, after("first")),
-				hold("first", 1, "n1", 1), release("first", 1, "n1", 1, false)},
+				holdOf("first", 1, "n1", 1), release("first", 1, "n1", 1, false)},
 			want: []string{"hold first#2 on n1"},
 		},
 		{
@@ -254,7 +254,7 @@ func TestPoolDecide(t *testing.T) {
 			// alice holds a cpu; bob holds none, so his job goes first
 			// although alice's second was submitted earlier.
 			name: "the submitter holding least goes first (fair share)",
-			log: []step{announce("n1", 2), submitBy("alice", "a1", 1), hold("a1", 1, "n1", 1),
+			log: []step{announce("n1", 2), submitBy("alice", "a1", 1), holdOf("a1", 1, "n1", 1),
 				submitBy("alice", "a2", 1), submitBy("bob", "b1", 1)},
 			want: []string{"hold b1#1 on n1"},
 		},
@@ -298,24 +298,24 @@ func TestPoolDecide(t *testing.T) {
 		},
 		{
 			name: "a held job's cancel is left to its node",
-			log:  []step{announce("n1", 2), submit("a", 1), hold("a", 1, "n1", 1), cancel("a")},
+			log:  []step{announce("n1", 2), submit("a", 1), holdOf("a", 1, "n1", 1), cancel("a")},
 			want: []string{},
 		},
 		{
 			name: "a job released for a new attempt goes back to its place, ahead of later jobs",
-			log: []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1), submit("b", 1),
+			log: []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1), submit("b", 1),
 				release("a", 1, "n1", 1, false)},
 			want: []string{"hold a#2 on n1"},
 		},
 		{
 			name: "a final release frees the node for the next job",
-			log: []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1), submit("b", 1),
+			log: []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1), submit("b", 1),
 				release("a", 1, "n1", 1, true)},
 			want: []string{"hold b#1 on n1"},
 		},
 		{
 			name: "a job cancelled while held and then released for a new attempt is cancelled",
-			log: []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1), cancel("a"),
+			log: []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1), cancel("a"),
 				release("a", 1, "n1", 1, false)},
 			want: []string{"cancel a"},
 		},
@@ -326,23 +326,23 @@ func TestPoolDecide(t *testing.T) {
 		},
 		{
 			name: "a release of an attempt that is not the held one frees nothing",
-			log: []step{announce("n1", 1), submit("a", 1), hold("a", 2, "n1", 1), submit("b", 1),
+			log: []step{announce("n1", 1), submit("a", 1), holdOf("a", 2, "n1", 1), submit("b", 1),
 				release("a", 1, "n1", 1, true)},
 			want: []string{},
 		},
 		{
 			name: "a hold on a node not yet announced counts once the node appears",
-			log:  []step{submit("x", 1), hold("x", 1, "n1", 1), announce("n1", 1), submit("a", 1)},
+			log:  []step{submit("x", 1), holdOf("x", 1, "n1", 1), announce("n1", 1), submit("a", 1)},
 			want: []string{},
 		},
 		{
 			name: "a node that joins again keeps what is held on it",
-			log:  []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1), reannounce("n1", 1), submit("b", 1)},
+			log:  []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1), reannounce("n1", 1), submit("b", 1)},
 			want: []string{},
 		},
 		{
 			name: "a node that joins again with more cpu offers only the difference",
-			log:  []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1), reannounce("n1", 2), submit("b", 1), submit("c", 1)},
+			log:  []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1), reannounce("n1", 2), submit("b", 1), submit("c", 1)},
 			want: []string{"hold b#1 on n1"},
 		},
 	}
@@ -410,7 +410,7 @@ func TestPoolHeldDecisionCarriesTheJob(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("Decide = %q, want one hold", describe(ds))
 	}
-	held, ok := ds[0].Event.(events.ComputeHeld)
+	held, ok := ds[0].Event.(*events.ComputeHeld)
 	if !ok {
 		t.Fatalf("decision is a %T, want ComputeHeld", ds[0].Event)
 	}
@@ -460,7 +460,7 @@ func TestPoolFractionalCPUNeverDrifts(t *testing.T) {
 	if got, want := describe(p.Decide(100)), []string{"hold j10#1 on n1"}; !slices.Equal(got, want) {
 		t.Fatalf("after the final releases, Decide = %q, want %q", got, want)
 	}
-	applyAll(p, h.log(hold("j10", 1, "n1", 0.1), release("j10", 1, "n1", 0.1, true)))
+	applyAll(p, h.log(holdOf("j10", 1, "n1", 0.1), release("j10", 1, "n1", 0.1, true)))
 	if got, want := describe(p.Decide(100)), []string{"hold whole#1 on n1"}; !slices.Equal(got, want) {
 		t.Errorf("on the empty node, Decide = %q, want %q: capacity drifted", got, want)
 	}
@@ -507,43 +507,43 @@ func TestPoolWhy(t *testing.T) {
 	}{
 		{
 			name: "no nodes yet", log: []step{submit("a", 1)}, job: "a",
-			state: api.StateWaiting, position: 1, reason: []string{"no compute node has joined the pool yet"},
+			state: hold.StateWaiting, position: 1, reason: []string{"no compute node has joined the pool yet"},
 		},
 		{
 			name: "can never fit, naming the largest node",
 			log:  []step{announce("n1", 2), announce("n2", 4), submit("a", 8, waitForNode)}, job: "a",
-			state: api.StateWaiting, position: 1,
+			state: hold.StateWaiting, position: 1,
 			reason: []string{"needs 8 cpu, 1 GiB memory", "the largest node has 4 cpu, 16 GiB memory", "no node in the pool can hold it"},
 		},
 		{
 			name: "next in line",
-			log:  []step{announce("n1", 1), submit("x", 1), hold("x", 1, "n1", 1), submit("a", 1)}, job: "a",
-			state: api.StateWaiting, position: 1,
+			log:  []step{announce("n1", 1), submit("x", 1), holdOf("x", 1, "n1", 1), submit("a", 1)}, job: "a",
+			state: hold.StateWaiting, position: 1,
 			reason: []string{"next in line", "needs 1 cpu, 1 GiB memory", "the node with the most free has 0 cpu, 15 GiB memory"},
 		},
 		{
 			name: "position N",
-			log: []step{announce("n1", 1), submit("x", 1), hold("x", 1, "n1", 1),
+			log: []step{announce("n1", 1), submit("x", 1), holdOf("x", 1, "n1", 1),
 				submit("a", 1), submit("b", 1), submit("c", 0.5)}, job: "c",
-			state: api.StateWaiting, position: 3,
+			state: hold.StateWaiting, position: 3,
 			reason: []string{"position 3 of 3 in the queue", "needs 0.5 cpu"},
 		},
 		{
-			name: "held", log: []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1)}, job: "a",
-			state: api.StateHeld, reason: []string{"compute is held on n1"},
+			name: "held", log: []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1)}, job: "a",
+			state: hold.StateHeld, reason: []string{"compute is held on n1"},
 		},
 		{
 			name: "cancel requested", log: []step{submit("a", 1), cancel("a")}, job: "a",
-			state: api.StateWaiting, position: 1, reason: []string{"cancel requested"},
+			state: hold.StateWaiting, position: 1, reason: []string{"cancel requested"},
 		},
 		{
-			name: "over", log: []step{announce("n1", 1), submit("a", 1), hold("a", 1, "n1", 1), release("a", 1, "n1", 1, true)}, job: "a",
+			name: "over", log: []step{announce("n1", 1), submit("a", 1), holdOf("a", 1, "n1", 1), release("a", 1, "n1", 1, true)}, job: "a",
 			state: "over", reason: []string{"it ended: succeeded"},
 		},
 		{
 			name: "waiting for the jobs it runs after",
 			log:  []step{submit("first", 1), submit("a", 1, after("first", "later"))}, job: "a",
-			state: api.StateWaiting, reason: []string{"first (waiting)", "later (not yet accepted)"},
+			state: hold.StateWaiting, reason: []string{"first (waiting)", "later (not yet accepted)"},
 		},
 		{
 			name: "never seen", log: []step{announce("n1", 1)}, job: "a",

@@ -3,8 +3,9 @@
 // ComputeHeld, which starts the meter. Jobs that do not fit wait; nothing is
 // dropped. The order, fair share and backfill are in Pool.
 //
-// RENT is a projection of the log: on start it replays every event into a
-// Pool, then follows the log in order on its own durable consumer. Every
+// RENT is a projection of the log: on start it reads every event into a
+// Pool, and decides only once it has caught up; then it follows the log in
+// order (bus.Tail), from where it is, on every instance. Every
 // decision is appended only while the job's last event is the one the pool
 // decided from, so a hold can never be made twice or after a cancel.
 //
@@ -35,11 +36,12 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/trace"
 )
 
@@ -98,10 +100,12 @@ type Service struct {
 	instance string
 	now      func() time.Time
 
+	// tail reads the log into pool and says how far it has read: a
+	// waiter takes its Changed channel before it reads the pool.
+	tail *bus.Tail
+
 	mu       sync.Mutex
 	pool     *Pool
-	replayed uint64
-	changed  chan struct{}     // closed and replaced whenever the pool reads on
 	leader   *lease.Lease      // non-nil while this instance leads
 	expiring map[string]string // nodes whose lease lapsed: node → boot, to record
 	// traces is the trace context of the last event of each live job that
@@ -137,10 +141,14 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
+	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
-		pool: NewPool(cfg.Pool, cfg.Now), changed: make(chan struct{}), expiring: map[string]string{},
-		traces: map[string]events.Trace{}, kick: make(chan struct{}, 1), queryLimits: cfg.Queries}, nil
+		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{},
+		kick: make(chan struct{}, 1), queryLimits: cfg.Queries}
+	// Named after the instance, so that its backlog is watched like a
+	// durable consumer's (e31_consumer_pending{service="rent"}).
+	s.tail = bus.NewTail(js, bus.TailOptions{Name: "rent-" + instance, Service: "rent", Logger: s.log})
+	return s, nil
 }
 
 // sanitize makes s usable in a consumer name.
@@ -158,98 +166,129 @@ func sanitize(s string) string {
 }
 
 // Run rebuilds the pool from the log, then follows it and, while it leads,
-// schedules, until ctx ends.
+// schedules, until ctx ends. Everything Run starts ends with it: the first
+// to fail ends the rest and Run returns its error, and the leader lease is
+// given up on the way out, so that a standby decides at once rather than
+// after the lease lapses.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
-	start := time.Now()
-	last, err := bus.Replay(ctx, s.js, bus.ReplayOptions{Logger: s.log}, func(env events.Envelope) error {
-		s.pool.Apply(env)
-		s.remember(env, env.Trace)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("rent: rebuild from the log: %w", err)
-	}
-	s.replayed = last
-	s.obs.Leading(false)
-	s.rebuilt.Store(true)
-	defer s.rebuilt.Store(false)
-	s.log.Info("pool rebuilt from the log", "seq", last, "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
-
-	// Served for every user, e31.api.*.rent.why: the user is read from the
-	// subject each request came on.
-	queries := query.New(s.nc, query.Config{Name: "e31-rent", Version: "0.2.0", Description: "why a job waits", Limits: s.queryLimits, Logger: s.log})
-	queries.Handle(api.EndpointWhy, api.RentWhySubject("*"), s.why)
-	if err := queries.Start(ctx); err != nil {
-		return fmt.Errorf("rent: %w", err)
-	}
-	s.queries.Store(queries)
-	defer queries.Stop()
 	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
 	if err != nil {
 		return fmt.Errorf("rent: leases: %w", err)
 	}
-	// Everything Run starts ends with it: the first to fail ends the rest,
-	// and the leader lease is given up on the way out, so that a standby
-	// decides at once rather than after the lease lapses.
+	s.dropOldConsumer(ctx)
+	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { s.watchNodes(ctx, g, kv); return nil })
+	g.Go(func() error {
+		// Not Again: a pool that stopped following the log must not go on
+		// deciding from it. Run ends instead, and a standby takes over.
+		err := s.tail.Run(ctx, bus.Decoded(s.log, s.observed(bus.ObserverFrom(ctx))))
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("the reading of the log stopped")
+		}
+		if err != nil {
+			return fmt.Errorf("rent: follow the log: %w", err)
+		}
+		return nil
+	})
+	select {
+	case <-s.tail.CaughtUp():
+	case <-ctx.Done():
+		return g.Wait()
+	}
+	s.obs.Leading(false)
+	s.rebuilt.Store(true)
+	defer s.rebuilt.Store(false)
+	s.mu.Lock()
+	s.log.Info("pool rebuilt from the log", "seq", s.tail.Applied(), "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
+	s.mu.Unlock()
+
+	// Served for every user, e31.api.*.rent.why: the user is read from the
+	// subject each request came on.
+	queries := query.New(s.nc, query.Config{Name: "e31-rent", Version: "0.2.0", Description: "why a job waits", Limits: s.queryLimits, Logger: s.log})
+	queries.Handle(wire.EndpointWhy, wire.RentWhySubject("*"), s.why)
+	if err := queries.Start(ctx); err != nil {
+		cancel()
+		return errors.Join(fmt.Errorf("rent: %w", err), g.Wait())
+	}
+	s.queries.Store(queries)
+	defer queries.Stop()
+	// The scheduler's first pass waits for the node leases as they are:
+	// a node the log knows whose lease is gone (it stopped while RENT
+	// was down) is counted lost before anything is held on it.
+	leasesRead := make(chan struct{})
+	g.Go(func() error { s.watchNodes(ctx, g, kv, leasesRead); return nil })
 	g.Go(func() error { s.sweepNodes(ctx, kv); return nil })
 	g.Go(func() error { s.lead(ctx, kv); return nil })
-	g.Go(func() error { s.scheduler(ctx); return nil })
-	s.wake()
 	g.Go(func() error {
-		err := bus.Run(ctx, s.js, s.pub, "rent", s.log, bus.Handler{
-			Name:  "rent",
-			Topic: events.JobSubjects + " " + events.NodeSubjects,
-			// One lane: the pool must see the log in order. Each instance reads
-			// the whole log on a consumer of its own.
-			Subscriber: bus.SubscriberConfig{Durable: "rent-" + s.instance, Lanes: 1, MaxAckPending: 4096, InactiveThreshold: 24 * time.Hour,
-				StartSeq: s.replayed + 1},
-			Handle: s.Handle,
-			// The pool takes note of every event; its decisions are the
-			// spans (decisionSpans).
-			NoSpan: true,
-		})
-		if err == nil && ctx.Err() == nil {
-			err = errors.New("rent: the log's handler stopped")
+		select {
+		case <-leasesRead:
+		case <-ctx.Done():
+			return nil
+		}
+		s.scheduler(ctx)
+		return nil
+	})
+	s.wake()
+	return g.Wait()
+}
+
+// observed is Handle, timed for o (when there is one) as the handler
+// "rent" once the pool is rebuilt: what comes after the rebuild is what
+// RENT handles, as a step's handler does.
+func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope) error {
+	if o == nil {
+		return s.Handle
+	}
+	return func(ctx context.Context, env events.Envelope) error {
+		start := time.Now()
+		err := s.Handle(ctx, env)
+		if s.tail.Live() {
+			o.Handled("rent", "rent", time.Since(start), err)
 		}
 		return err
-	})
-	return g.Wait()
+	}
+}
+
+// dropOldConsumer deletes the durable consumer earlier versions followed
+// the log with: nothing reads it any more, and left alone it would keep
+// its state on the server for a day.
+func (s *Service) dropOldConsumer(ctx context.Context) {
+	name := bus.ConsumerName("rent-"+s.instance, events.JobSubjects+" "+events.NodeSubjects)
+	if err := s.js.DeleteConsumer(ctx, events.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.Warn("could not delete the old durable consumer", "consumer", name, "err", err)
+	}
 }
 
 // Handle applies one event and wakes the scheduler.
 //
-// Events the rebuild already read are skipped. Any other event is applied,
-// even one older than an event already applied: the pool applies its own
-// decisions as soon as they are stored, ahead of events logged before them
-// that this handler has yet to see. Apply is idempotent by state, so an
-// event seen twice changes nothing.
+// Any event is applied, even one older than an event already applied: the
+// pool applies its own decisions as soon as they are stored, ahead of
+// events logged before them that the tail has yet to read. Apply is
+// idempotent by state, so an event seen twice changes nothing.
 //
 // Deciding is not done here: the scheduler decides for everything applied
 // so far in one pass and one round trip, so a burst of submissions is held
 // in batches rather than one durable write at a time. Nothing is lost if
 // RENT dies in between: on start it rebuilds the pool and decides again.
 func (s *Service) Handle(_ context.Context, env events.Envelope) error {
-	if env.Seq <= s.replayed {
-		return nil
-	}
 	s.mu.Lock()
 	s.pool.Apply(env)
-	s.remember(env, env.Trace)
-	close(s.changed)
-	s.changed = make(chan struct{})
+	s.remember(env)
 	s.mu.Unlock()
 	s.wake()
 	return nil
 }
 
-// remember keeps tc as the trace of env's job until the job ends. Called
-// with s.mu held.
-func (s *Service) remember(env events.Envelope, tc events.Trace) {
+// remember keeps the trace context env carries as its job's until the job
+// ends. The pool takes note of every event of every job without a span of
+// its own (one each would be most of a trace's cost and say nothing); its
+// decisions are the spans (decisionSpans). Called with s.mu held.
+func (s *Service) remember(env events.Envelope) {
 	switch e := env.Event.(type) {
 	case *events.NodeAnnounced, *events.NodeExpired:
 		return
@@ -262,8 +301,8 @@ func (s *Service) remember(env events.Envelope, tc events.Trace) {
 			return
 		}
 	}
-	if tc.Parent != "" {
-		s.traces[env.Subject] = tc
+	if env.Trace.Parent != "" {
+		s.traces[env.Subject] = env.Trace
 	}
 }
 
@@ -364,25 +403,26 @@ func (s *Service) leading() bool {
 // watchNodes follows the node leases. A lease that disappears means its
 // node is lost; a node the log knows that holds no lease when this instance
 // starts is lost too, unless it renews within a lease time.
-func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstream.KeyValue) {
+//
+// It closes read once it has seen every lease there was when it started.
+func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstream.KeyValue, read chan<- struct{}) {
+	var once sync.Once
 	ttl, err := lease.TTL(ctx, kv)
 	if err != nil {
 		ttl = events.DefaultLeaseTTL
 	}
 	for ctx.Err() == nil {
-		w, err := kv.Watch(ctx, "node.*")
+		w, err := retry.Value(ctx, retry.Watch, func() (jetstream.KeyWatcher, error) { return kv.Watch(ctx, "node.*") },
+			retry.If(retry.Always), retry.OnRetry(func(err error, in time.Duration) {
+				s.log.Warn("watching node leases failed; trying again", "in", in, "err", err)
+			}))
 		if err != nil {
-			s.log.Warn("watching node leases", "err", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-			continue
+			return
 		}
 		live := map[string]bool{}
 		for e := range w.Updates() {
 			if e == nil {
+				once.Do(func() { close(read) })
 				// The current leases are all in: nodes without one get a lease
 				// time to show up.
 				s.mu.Lock()
@@ -467,15 +507,15 @@ func (s *Service) nodeGone(name string) {
 // scheduler appends the pool's decisions whenever it is woken, until ctx
 // ends. A failed append is tried again after a pause.
 func (s *Service) scheduler(ctx context.Context) {
-	retry := time.NewTimer(time.Hour)
-	retry.Stop()
-	backoff := 50 * time.Millisecond
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	pauses := retry.Schedule.BackOff()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.kick:
-		case <-retry.C:
+		case <-again.C:
 		}
 		err := s.schedule(ctx)
 		s.mu.Lock()
@@ -486,12 +526,12 @@ func (s *Service) scheduler(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("scheduling failed; trying again", "in", backoff, "err", err)
-			retry.Reset(backoff)
-			backoff = min(2*backoff, 5*time.Second)
+			pause := pauses.NextBackOff()
+			s.log.Warn("scheduling failed; trying again", "in", pause, "err", err)
+			again.Reset(pause)
 			continue
 		}
-		backoff = 50 * time.Millisecond
+		pauses.Reset()
 	}
 }
 
@@ -523,10 +563,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 		stored, errs := s.pub.AppendBatch(ctx, batch)
 		for i, sp := range spans {
-			if errs[i] != nil {
-				sp.RecordError(errs[i])
-			}
-			sp.End()
+			trace.End(sp, errs[i])
 		}
 		var failed []error
 		applied, holds := 0, 0
@@ -537,7 +574,7 @@ func (s *Service) schedule(ctx context.Context) error {
 				s.pool.Apply(stored[i])
 				applied++
 				s.logDecision(decisions[i], stored[i])
-				if _, ok := decisions[i].Event.(events.ComputeHeld); ok {
+				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {
 					holds++
 				}
 			case errors.Is(err, bus.ErrConflict):
@@ -566,8 +603,29 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		pending[n] = b
 	}
 	s.mu.Unlock()
+	if len(pending) == 0 {
+		return nil
+	}
+	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		return fmt.Errorf("rent: leases: %w", err)
+	}
 	for name, boot := range pending {
-		env, err := s.pub.Append(ctx, name, events.NodeExpired{Node: name, Boot: boot,
+		// The boot marked is the pool's when the lease was seen gone: a
+		// node that joined again meanwhile (its lease claimed, then its
+		// announcement read) may be marked for the lease of its former
+		// boot. A lease held under the boot says the node lives.
+		if e, err := kv.Get(ctx, "node."+name); err == nil && string(e.Value()) == boot {
+			s.mu.Lock()
+			if s.expiring[name] == boot {
+				delete(s.expiring, name)
+			}
+			s.mu.Unlock()
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
+			return fmt.Errorf("rent: lease of node %s: %w", name, err)
+		}
+		env, err := s.pub.Append(ctx, name, &events.NodeExpired{Node: name, Boot: boot,
 			Reason: "its lease was not renewed in time: the node is counted lost until it announces itself again"})
 		if err != nil {
 			return fmt.Errorf("rent: record node %s expired: %w", name, err)
@@ -583,7 +641,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 	return nil
 }
 
-// decisionSpans sets the trace each decision carries, the job's, and when
+// decisionSpans sets the trace each decision carries, its job's, and when
 // spans are exported starts a span for each decision (ended by the caller
 // once appended), so that what the pool decided shows in the job's trace
 // as RENT's work.
@@ -610,13 +668,13 @@ func (s *Service) decisionSpans(ctx context.Context, decisions []Decision, batch
 
 func (s *Service) logDecision(d Decision, stored events.Envelope) {
 	switch e := d.Event.(type) {
-	case events.ComputeHeld:
+	case *events.ComputeHeld:
 		s.log.Info("compute held", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
-	case events.JobCancelled:
+	case *events.JobCancelled:
 		s.log.Info("job cancelled before it was held", "job", d.Job, "seq", stored.Seq)
-	case events.JobRejected:
+	case *events.JobRejected:
 		s.log.Info("job rejected", "job", d.Job, "reason", e.Reason, "seq", stored.Seq)
-	case events.HoldLost:
+	case *events.HoldLost:
 		s.log.Warn("attempt lost with its node", "job", d.Job, "node", e.Node, "attempt", e.Attempt, "seq", stored.Seq)
 	}
 }
@@ -626,29 +684,28 @@ func (s *Service) logDecision(d Decision, stored events.Envelope) {
 // be told about one the scheduler has never seen; and never how many jobs
 // wait in all.
 func (s *Service) why(r *query.Request) {
-	var q api.WhyRequest
+	var q wire.WhyRequest
 	if err := json.Unmarshal(r.Data(), &q); err != nil || q.Job == "" {
-		r.Respond(api.WhyReply{Error: "expected {\"job\": ID}"})
+		r.Respond(wire.WhyReply{Error: "expected {\"job\": ID}"})
 		return
 	}
 	deadline := r.Deadline(5 * time.Second)
 	for {
-		s.mu.Lock()
-		if s.pool.Applied() >= q.MinSeq {
+		applied, ch := s.tail.Changed()
+		if applied >= q.MinSeq {
+			s.mu.Lock()
 			reply := s.pool.WhyFor(q.Job, r.User, r.SeesAll())
 			s.mu.Unlock()
 			r.Respond(reply)
 			return
 		}
-		ch := s.changed
-		s.mu.Unlock()
 		changed, err := r.Await(ch, deadline)
 		if err != nil {
 			r.Busy(err)
 			return
 		}
 		if !changed {
-			r.Respond(api.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
+			r.Respond(wire.WhyReply{Job: q.Job, Error: fmt.Sprintf("the scheduler has not read the log up to #%d yet", q.MinSeq)})
 			return
 		}
 	}

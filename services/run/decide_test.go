@@ -51,63 +51,63 @@ func TestDecideStart(t *testing.T) {
 	}{
 		{
 			name: "nothing happened since the hold: start",
-			want: []events.Event{events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
+			want: []events.Event{&events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
 		},
 		{
 			name:  "the attempt already stopped: nothing",
-			after: logged(events.RunStarted{Hold: held.Hold}, result),
+			after: logged(&events.RunStarted{Hold: held.Hold}, &result),
 			want:  nil,
 		},
 		{
 			name:   "the attempt already stopped, even with a result here: nothing",
-			after:  logged(events.RunStarted{Hold: held.Hold}, result),
+			after:  logged(&events.RunStarted{Hold: held.Hold}, &result),
 			result: result, hasResult: true,
 			want: nil,
 		},
 		{
 			name:   "this node holds the result of a run it could not record: that result",
-			after:  logged(events.RunStarted{Hold: held.Hold}),
+			after:  logged(&events.RunStarted{Hold: held.Hold}),
 			result: result, hasResult: true,
-			want: []events.Event{result},
+			want: []events.Event{&result},
 		},
 		{
 			name:  "started but never stopped: lost with its node, never run twice",
-			after: logged(events.RunStarted{Hold: held.Hold}),
-			want: []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
+			after: logged(&events.RunStarted{Hold: held.Hold}),
+			want: []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
 				Reason: "the run node restarted while the job ran; e31 does not run an attempt twice"}},
 		},
 		{
 			name:  "started, then a cancel: still lost with its node",
-			after: logged(events.RunStarted{Hold: held.Hold}, cancel),
-			want: []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
+			after: logged(&events.RunStarted{Hold: held.Hold}, &cancel),
+			want: []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
 				Reason: "the run node restarted while the job ran; e31 does not run an attempt twice"}},
 		},
 		{
 			name:  "a cancel came first: stopped as cancelled, never started",
-			after: logged(cancel),
-			want: []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
+			after: logged(&cancel),
+			want: []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
 				Reason: "cancelled before it started"}},
 		},
 		{
 			name:  "the attempt was given up as lost with its node: nothing",
-			after: logged(events.HoldLost{Hold: held.Hold, Reason: "lease lapsed"}),
+			after: logged(&events.HoldLost{Hold: held.Hold, Reason: "lease lapsed"}),
 			want:  nil,
 		},
 		{
 			name:   "the attempt was given up as lost, even with a result here: nothing",
-			after:  logged(events.RunStarted{Hold: held.Hold}, events.HoldLost{Hold: held.Hold, Reason: "lease lapsed"}),
+			after:  logged(&events.RunStarted{Hold: held.Hold}, &events.HoldLost{Hold: held.Hold, Reason: "lease lapsed"}),
 			result: result, hasResult: true,
 			want: nil,
 		},
 		{
 			name:  "the attempt was already released: nothing",
-			after: logged(events.HoldLost{Hold: held.Hold}, events.ComputeReleased{Hold: held.Hold, Outcome: events.NodeLost}),
+			after: logged(&events.HoldLost{Hold: held.Hold}, &events.ComputeReleased{Hold: held.Hold, Outcome: events.NodeLost}),
 			want:  nil,
 		},
 		{
 			name:  "a start and a stop of an earlier attempt do not count",
-			after: logged(events.RunStarted{Hold: attempt(1)}, events.RunStopped{Hold: attempt(1), Outcome: events.NodeLost}),
-			want:  []events.Event{events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
+			after: logged(&events.RunStarted{Hold: attempt(1)}, &events.RunStopped{Hold: attempt(1), Outcome: events.NodeLost}),
+			want:  []events.Event{&events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
 		},
 	}
 	for _, tt := range tests {
@@ -133,12 +133,12 @@ func TestDecideStop(t *testing.T) {
 		after []events.Event
 		want  []events.Event
 	}{
-		{"nothing happened since the start: the stop", nil, []events.Event{stopped}},
-		{"a cancel came meanwhile: the stop", []events.Event{events.CancelRequested{By: "alice"}}, []events.Event{stopped}},
-		{"already recorded: nothing", []events.Event{stopped}, nil},
-		{"given up as lost with its node: nothing, a late result must not land", []events.Event{events.HoldLost{Hold: h2}}, nil},
-		{"already released: nothing", []events.Event{events.HoldLost{Hold: h2}, events.ComputeReleased{Hold: h2, Outcome: events.NodeLost}}, nil},
-		{"another attempt's end does not count", []events.Event{events.HoldLost{Hold: h1}, events.RunStopped{Hold: h1}}, []events.Event{stopped}},
+		{"nothing happened since the start: the stop", nil, []events.Event{&stopped}},
+		{"a cancel came meanwhile: the stop", []events.Event{&events.CancelRequested{By: "alice"}}, []events.Event{&stopped}},
+		{"already recorded: nothing", []events.Event{&stopped}, nil},
+		{"given up as lost with its node: nothing, a late result must not land", []events.Event{&events.HoldLost{Hold: h2}}, nil},
+		{"already released: nothing", []events.Event{&events.HoldLost{Hold: h2}, &events.ComputeReleased{Hold: h2, Outcome: events.NodeLost}}, nil},
+		{"another attempt's end does not count", []events.Event{&events.HoldLost{Hold: h1}, &events.RunStopped{Hold: h1}}, []events.Event{&stopped}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

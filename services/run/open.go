@@ -72,10 +72,6 @@ func OpenExecutorWith(kind, root string, diskBytes int64, log *slog.Logger, imag
 	return openIsolated(root, diskBytes, log, images)
 }
 
-// LabelContainers is the node label that says the node runs jobs that name
-// an image; RENT holds such jobs only on nodes that carry it.
-const LabelContainers = "containers"
-
 // openIsolated returns the sandbox executor, with the container executor for
 // jobs that name an image when a Docker engine answers. A host that cannot
 // sandbox gets an error wrapping ErrNoIsolation: never jobs unisolated.

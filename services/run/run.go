@@ -37,6 +37,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/run/executor"
@@ -274,14 +275,14 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 		labels[k] = v
 	}
 	if c, ok := s.cfg.Executor.(interface{ Containers() bool }); ok && c.Containers() {
-		labels[LabelContainers] = "true"
+		labels[events.LabelContainers] = "true"
 	}
 	ann := events.NodeAnnounced{
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
 	}
-	if _, err := s.pub.Append(ctx, s.cfg.Node, ann); err != nil {
+	if _, err := s.pub.Append(ctx, s.cfg.Node, &ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
 	}
 	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes,
@@ -311,22 +312,15 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 			r.cancel(errFenced)
 		}
 		s.mu.Unlock()
-		for {
-			if l, err = s.announce(ctx, kv); err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if !events.Transient(err) {
-				return fmt.Errorf("run: join the pool again: %w", err)
-			}
-			s.log.Warn("joining the pool again failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(time.Second):
-			}
+		l, err = retry.Value(ctx, retry.Rejoin, func() (*lease.Lease, error) { return s.announce(ctx, kv) },
+			retry.OnRetry(func(err error, in time.Duration) {
+				s.log.Warn("joining the pool again failed; retrying", "in", in, "err", err)
+			}))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("run: join the pool again: %w", err)
 		}
 	}
 }
@@ -423,28 +417,23 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 // a while, because the result is only on this node until it is in the log,
 // and reports whether it recorded it.
 func (s *Service) record(ctx context.Context, started events.Envelope, stopped events.RunStopped) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, retry.Record.For)
 	defer cancel()
-	delay := 50 * time.Millisecond
-	for {
+	stored, err := retry.Value(ctx, retry.Record, func() ([]events.Envelope, error) {
 		// Each try has its own deadline: a request that went to a server
 		// which then died must not use up the whole two minutes.
 		try, cancelTry := context.WithTimeout(ctx, 15*time.Second)
-		stored, err := s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
+		defer cancelTry()
+		return s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
 			return DecideStop(stopped, after), nil
 		})
-		cancelTry()
-		if err == nil {
-			return len(stored) > 0, nil
-		}
-		s.log.Warn("recording the stop failed; retrying", "job", started.Subject, "attempt", stopped.Attempt, "err", err)
-		select {
-		case <-ctx.Done():
-			return false, fmt.Errorf("record stop of %s attempt %d: %w", started.Subject, stopped.Attempt, err)
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
+	}, retry.If(retry.Always), retry.OnRetry(func(err error, in time.Duration) {
+		s.log.Warn("recording the stop failed; retrying", "job", started.Subject, "attempt", stopped.Attempt, "in", in, "err", err)
+	}))
+	if err != nil {
+		return false, fmt.Errorf("record stop of %s attempt %d: %w", started.Subject, stopped.Attempt, err)
 	}
+	return len(stored) > 0, nil
 }
 
 // DecideStop is what RUN appends when a job it ran stops, given what
@@ -459,7 +448,7 @@ func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Eve
 			}
 		}
 	}
-	return []events.Event{stopped}
+	return []events.Event{&stopped}
 }
 
 // outputOf is the output an earlier, succeeded job returned, as data.
@@ -519,15 +508,15 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 	none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: held.Spec.Output}
 	switch {
 	case hasResult:
-		return []events.Event{result}
+		return []events.Event{&result}
 	case started:
-		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
+		return []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.NodeLost, Output: none,
 			Reason: "the run node restarted while the job ran; e31 does not run an attempt twice"}}
 	case cancelled:
-		return []events.Event{events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
+		return []events.Event{&events.RunStopped{Hold: held.Hold, Outcome: events.Cancelled, Output: none,
 			Reason: "cancelled before it started"}}
 	}
-	return []events.Event{events.RunStarted{Hold: held.Hold, Isolation: isolation}}
+	return []events.Event{&events.RunStarted{Hold: held.Hold, Isolation: isolation}}
 }
 
 // isolationOf is the isolation the executor runs the held job under: what
@@ -768,25 +757,13 @@ func Deadline(heldAt time.Time, limit time.Duration, now time.Time) time.Time {
 }
 
 // again calls op until it succeeds, fails for a reason that does not pass
-// by itself, or has failed for two minutes: a NATS server restarting, or a
-// cluster electing a leader (events.Transient), is no fault of the job and must
-// not end it as failed.
+// by itself, or has failed for a while (retry.Step): a NATS server
+// restarting, or a cluster electing a leader (retry.Transient), is no
+// fault of the job and must not end it as failed.
 func again(ctx context.Context, log *slog.Logger, what string, op func() error) error {
-	giveUp := time.Now().Add(2 * time.Minute)
-	delay := 100 * time.Millisecond
-	for {
-		err := op()
-		if err == nil || !events.Transient(err) || ctx.Err() != nil || time.Now().After(giveUp) {
-			return err
-		}
-		log.Warn(what+" failed; trying again", "in", delay, "err", err)
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
+	return retry.Do(ctx, retry.Step, op, retry.OnRetry(func(err error, in time.Duration) {
+		log.Warn(what+" failed; trying again", "in", in, "err", err)
+	}))
 }
 
 // HandleCancel stops the job if it runs on this node. A cancel for a job

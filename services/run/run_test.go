@@ -75,9 +75,9 @@ func job(script string, env map[string]string, outputs ...events.OutputDecl) eve
 // the hold as RUN's consumer would deliver it.
 func (n *node) hold(t *testing.T, id string, spec events.JobSpec) events.Envelope {
 	t.Helper()
-	n.append(t, id, events.JobSubmitted{Submitter: "alice", Spec: spec})
+	n.append(t, id, &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	r := spec.Request
-	return n.append(t, id, events.ComputeHeld{
+	return n.append(t, id, &events.ComputeHeld{
 		Hold:      events.Hold{Attempt: 1, Node: "n1", CPU: r.CPU, MemoryBytes: r.MemoryBytes, DiskBytes: r.DiskBytes},
 		Submitter: "alice", Spec: spec,
 	})
@@ -193,7 +193,7 @@ func TestHandleHeldAfterACancelStopsWithoutStarting(t *testing.T) {
 	marker := filepath.Join(n.dir, "runs")
 	held := n.hold(t, "job-1", job(`echo ran >> "$MARKER"`, map[string]string{"MARKER": marker},
 		events.OutputDecl{Path: "result.csv", Required: true}))
-	n.append(t, "job-1", events.CancelRequested{By: "alice"})
+	n.append(t, "job-1", &events.CancelRequested{By: "alice"})
 
 	n.handleHeld(t, held)
 	n.handleHeld(t, held)
@@ -222,7 +222,7 @@ func TestHandleHeldAfterTheNodeRestartedRecordsTheAttemptLost(t *testing.T) {
 	n := startNode(t, nil)
 	marker := filepath.Join(n.dir, "runs")
 	held := n.hold(t, "job-1", job(`echo ran >> "$MARKER"`, map[string]string{"MARKER": marker}))
-	n.append(t, "job-1", events.RunStarted{Hold: held.Event.(*events.ComputeHeld).Hold})
+	n.append(t, "job-1", &events.RunStarted{Hold: held.Event.(*events.ComputeHeld).Hold})
 
 	n.handleHeld(t, held)
 
@@ -247,7 +247,7 @@ func TestHandleHeldOfAHoldGivenUpAsLostDoesNotRun(t *testing.T) {
 	n := startNode(t, nil)
 	marker := filepath.Join(n.dir, "runs")
 	held := n.hold(t, "job-1", job(`echo ran >> "$MARKER"`, map[string]string{"MARKER": marker}))
-	n.append(t, "job-1", events.HoldLost{Hold: held.Event.(*events.ComputeHeld).Hold, Reason: "lease lapsed"})
+	n.append(t, "job-1", &events.HoldLost{Hold: held.Event.(*events.ComputeHeld).Hold, Reason: "lease lapsed"})
 
 	n.handleHeld(t, held)
 
@@ -271,8 +271,8 @@ func TestHandleHeldDoesNotRecordAResultAfterTheHoldWasLost(t *testing.T) {
 
 	done := n.handleHeldAsync(held)
 	ready.wait(t, n.ctx)
-	n.append(t, "job-1", events.HoldLost{Hold: held.Event.(*events.ComputeHeld).Hold, Reason: "lease lapsed"})
-	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", events.CancelRequested{By: "alice"})); err != nil {
+	n.append(t, "job-1", &events.HoldLost{Hold: held.Event.(*events.ComputeHeld).Hold, Reason: "lease lapsed"})
+	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", &events.CancelRequested{By: "alice"})); err != nil {
 		t.Fatal(err)
 	}
 	n.returned(t, done, "after the cancel")
@@ -301,9 +301,9 @@ if [ "$E31_ATTEMPT" = 1 ]; then echo > "$READY"; read x < "$PROCEED"; fi`,
 
 	firstDone := n.handleHeldAsync(first)
 	ready.wait(t, n.ctx)
-	n.append(t, "job-1", events.HoldLost{Hold: hold, Reason: "lease lapsed"})
+	n.append(t, "job-1", &events.HoldLost{Hold: hold, Reason: "lease lapsed"})
 	hold.Attempt = 2
-	second := n.append(t, "job-1", events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
+	second := n.append(t, "job-1", &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: spec})
 	secondDone := n.handleHeldAsync(second)
 	if err := os.WriteFile(proceed.path, []byte("go\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -328,8 +328,8 @@ func TestHandleHeldIgnoresAHoldOnAnotherNode(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
 	spec := job(`true`, nil)
-	n.append(t, "job-1", events.JobSubmitted{Submitter: "alice", Spec: spec})
-	held := n.append(t, "job-1", events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n2", CPU: 1, MemoryBytes: 256 << 20}, Submitter: "alice", Spec: spec})
+	n.append(t, "job-1", &events.JobSubmitted{Submitter: "alice", Spec: spec})
+	held := n.append(t, "job-1", &events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n2", CPU: 1, MemoryBytes: 256 << 20}, Submitter: "alice", Spec: spec})
 
 	n.handleHeld(t, held)
 
@@ -427,7 +427,7 @@ func TestHandleCancelStopsARunningJobAndKeepsItsOutputSoFar(t *testing.T) {
 
 	done := n.handleHeldAsync(held)
 	ready.wait(t, n.ctx)
-	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", events.CancelRequested{By: "alice"})); err != nil {
+	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", &events.CancelRequested{By: "alice"})); err != nil {
 		t.Fatal(err)
 	}
 	n.returned(t, done, "after the cancel")
@@ -470,7 +470,7 @@ func TestHandleCancelWhileStagingRecordsCancelled(t *testing.T) {
 	case <-n.ctx.Done():
 		t.Fatal("the node never started downloading the job's data")
 	}
-	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", events.CancelRequested{By: "alice"})); err != nil {
+	if err := n.run.HandleCancel(n.ctx, n.append(t, "job-1", &events.CancelRequested{By: "alice"})); err != nil {
 		t.Fatal(err)
 	}
 	n.returned(t, done, "after the cancel")

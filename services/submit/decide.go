@@ -18,7 +18,11 @@ import (
 // the store) only for one within its quota, so that a flood of requests
 // over a quota costs no reads of the store.
 type State struct {
-	Limits limits.Limits
+	// LogFull, if set, says why the log has no room for another job: it
+	// has reached its reserve (events.LogNearlyFull), kept for the jobs
+	// already accepted. Every request is then refused with it.
+	LogFull string
+	Limits  limits.Limits
 	// Usage is what the submitter had before the request.
 	Usage *limits.Usage
 	// Refs is what the jobs and staged data the request names are.
@@ -52,6 +56,11 @@ type Output struct {
 // nil while st lacks what deciding needs (see State). It is a pure function
 // of its input.
 func Decide(job string, req *events.JobRequested, st State) events.Event {
+	if st.LogFull != "" {
+		// Refused first: a job accepted now would take the room that
+		// the jobs accepted before need to finish.
+		return &events.JobRejected{Reason: st.LogFull}
+	}
 	var problems []string
 	if strings.TrimSpace(req.Submitter) == "" {
 		problems = append(problems, "submitter: required")
@@ -69,7 +78,7 @@ func Decide(job string, req *events.JobRequested, st State) events.Event {
 		return nil
 	}
 	if reason := limits.Admit(st.Limits, *st.Usage); reason != "" {
-		return events.JobRejected{Reason: reason}
+		return &events.JobRejected{Reason: reason}
 	}
 	if st.Refs == nil {
 		return nil
@@ -116,7 +125,7 @@ func Decide(job string, req *events.JobRequested, st State) events.Event {
 	if len(problems) > 0 {
 		return rejection(problems)
 	}
-	return events.JobSubmitted{Submitter: req.Submitter, Spec: spec}
+	return &events.JobSubmitted{Submitter: req.Submitter, Spec: spec}
 }
 
 // Once decides a request at most once: ev, unless the job's log already
@@ -138,8 +147,8 @@ const maxReasonProblems = 8
 
 // rejection names every problem in the reason, which is what the hold
 // record and `e31 status` show.
-func rejection(problems []string) events.JobRejected {
-	r := events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
+func rejection(problems []string) *events.JobRejected {
+	r := &events.JobRejected{Reason: strings.Join(problems[:min(len(problems), maxReasonProblems)], "; ")}
 	if len(problems) > maxReasonProblems {
 		r.Reason += fmt.Sprintf("; and %d more", len(problems)-maxReasonProblems)
 	}

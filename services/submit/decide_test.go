@@ -86,7 +86,7 @@ func TestDecide(t *testing.T) {
 				if c.want != "nil" {
 					t.Fatalf("no decision, want %q", c.want)
 				}
-			case events.JobSubmitted:
+			case *events.JobSubmitted:
 				if c.want != "submitted" {
 					t.Fatalf("submitted, want %q", c.want)
 				}
@@ -96,7 +96,7 @@ func TestDecide(t *testing.T) {
 				if c.data != nil && !reflect.DeepEqual(got.Spec.Data, c.data) {
 					t.Errorf("data %+v, want %+v", got.Spec.Data, c.data)
 				}
-			case events.JobRejected:
+			case *events.JobRejected:
 				if c.want == "nil" || c.want == "submitted" || !strings.Contains(got.Reason, c.want) {
 					t.Fatalf("rejected: %s; want %q", got.Reason, c.want)
 				}
@@ -126,7 +126,7 @@ func TestOnceDecidesARequestOnce(t *testing.T) {
 		{"rejected since", []events.Envelope{{Event: &events.JobRejected{}}}, 0},
 		{"cancelled since", []events.Envelope{{Event: &events.JobCancelled{}}}, 0},
 	} {
-		if got := submit.Once(c.after, decision); len(got) != c.want {
+		if got := submit.Once(c.after, &decision); len(got) != c.want {
 			t.Errorf("%s: %d events, want %d", c.name, len(got), c.want)
 		}
 	}

@@ -3,11 +3,11 @@ package submit_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -32,12 +32,12 @@ func garbage(t *testing.T, f *fixture, job, who string) {
 	publish("e31.job."+job+".requested."+who, []byte("{not json"), nil)
 	publish("e31.job."+job+".cancel."+who, []byte("junk"), nil)
 	publish("e31.job."+job+".delete."+who, []byte(`{"what":"all"}`), nats.Header{"ce-type": {events.TypeDeleteRequested}})
-	rej, err := events.New(job, events.JobRejected{Reason: "mallory says so"}, who, time.Now()).Msg()
+	rej, err := events.New(job, &events.JobRejected{Reason: "mallory says so"}, who, time.Now()).Msg()
 	if err != nil {
 		t.Fatal(err)
 	}
 	publish("e31.job."+job+".requested."+who, rej.Data, rej.Header)
-	second := events.New(job, events.JobRequested{Submitter: who, Spec: validSpec()}, who, time.Now())
+	second := events.New(job, &events.JobRequested{Submitter: who, Spec: validSpec()}, who, time.Now())
 	second.ID += "-mine"
 	if _, err := f.pub.AppendEnvelope(f.ctx, second); err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	if _, err := f.js.Publish(f.ctx, "e31.job.early.cancel.mallory", []byte("junk")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pub.Append(f.ctx, "early", events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
+	if _, err := f.pub.Append(f.ctx, "early", &events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
 		t.Fatal(err)
 	}
 	victim := f.request(t, "victim", "alice", validSpec())
@@ -76,7 +76,11 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 	for range want {
 		select {
 		case m := <-decided:
-			job, kind := bus.JobKey(m.Subject), m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+			s, err := events.ParseSubject(m.Subject())
+			if err != nil {
+				t.Fatal(err)
+			}
+			job, kind := s.Job, s.Kind
 			if want[job] != kind {
 				t.Errorf("%s: %s, want %s", job, kind, want[job])
 			}
@@ -107,18 +111,27 @@ func TestAnotherTenantsGarbageChangesNothing(t *testing.T) {
 }
 
 // decisions delivers every JobSubmitted and JobRejected stored from now on.
-func (f *fixture) decisions(t *testing.T) <-chan *nats.Msg {
+func (f *fixture) decisions(t *testing.T) <-chan jetstream.Msg {
 	t.Helper()
-	ch := make(chan *nats.Msg, 64)
-	for _, subject := range []string{events.KindSubject(events.TypeJobSubmitted), events.KindSubject(events.TypeJobRejected)} {
-		sub, err := f.js.Conn().ChanSubscribe(subject, ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = sub.Unsubscribe() })
-	}
-	if err := f.js.Conn().Flush(); err != nil {
+	// Read from the stream, not the subjects: a core subscriber also sees
+	// an append the stream refused (another event came first), which
+	// SUBMIT then makes again.
+	stream, err := f.js.Stream(f.ctx, events.Stream)
+	if err != nil {
 		t.Fatal(err)
 	}
+	c, err := stream.OrderedConsumer(f.ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.KindSubject(events.TypeJobSubmitted), events.KindSubject(events.TypeJobRejected)},
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan jetstream.Msg, 64)
+	cc, err := c.Consume(func(m jetstream.Msg) { ch <- m })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Stop)
 	return ch
 }

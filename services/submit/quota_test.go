@@ -98,7 +98,7 @@ func TestAJobBeyondMaxQueuedIsRejectedNamingTheLimit(t *testing.T) {
 	// Another submitter's queue is its own.
 	theOne[events.JobSubmitted](t, f.decided(t, f.request(t, "b1", "bob", validSpec())))
 	// Once one of alice's jobs is over, she has room again.
-	if _, err := f.pub.Append(f.ctx, "a1", events.JobCancelled{}); err != nil {
+	if _, err := f.pub.Append(f.ctx, "a1", &events.JobCancelled{}); err != nil {
 		t.Fatal(err)
 	}
 	theOne[events.JobSubmitted](t, f.decided(t, f.request(t, "a5", "alice", validSpec())))

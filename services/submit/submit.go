@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -48,6 +47,12 @@ type Config struct {
 	// Run watches the limits bucket (and a Service that is not Run uses
 	// the built-in defaults).
 	Limits *limits.Book
+	// LogCheckEvery is how often SUBMIT reads how full the log is while it
+	// has room (a full one is read for every request); default
+	// 250 ms: a burst of requests costs one read of the stream's state per
+	// interval, and the log's reserve (events.LogReserve) absorbs the jobs
+	// accepted within one.
+	LogCheckEvery time.Duration
 }
 
 // Service is the SUBMIT step; any number may run.
@@ -63,6 +68,31 @@ type Service struct {
 	// (catchUp).
 	mu    sync.Mutex
 	queue *Queue
+
+	// fillMu guards fill: how full the log was, read at fillAt.
+	fillMu    sync.Mutex
+	fill      string
+	fillAt    time.Time
+	fillEvery time.Duration
+}
+
+// logFull returns why the log has no room for another job (empty: it has),
+// read at most every Config.LogCheckEvery while it has room.
+func (s *Service) logFull(ctx context.Context) (string, error) {
+	s.fillMu.Lock()
+	defer s.fillMu.Unlock()
+	// A full log is read again for every request: the moment the operator
+	// gives it room, jobs are accepted again.
+	if now := time.Now(); s.fill != "" || s.fillAt.IsZero() || now.Sub(s.fillAt) >= s.fillEvery {
+		str, err := s.js.Stream(ctx, events.Stream)
+		if err != nil {
+			return "", fmt.Errorf("read how full the log is: %w", err)
+		}
+		info := str.CachedInfo()
+		s.fill, _ = events.LogNearlyFull(int64(info.State.Bytes), info.Config.MaxBytes)
+		s.fillAt = now
+	}
+	return s.fill, nil
 }
 
 // New returns a Service.
@@ -82,7 +112,10 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Service{js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores,
+	if cfg.LogCheckEvery <= 0 {
+		cfg.LogCheckEvery = 250 * time.Millisecond
+	}
+	return &Service{fillEvery: cfg.LogCheckEvery, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), log: cfg.Logger.With("service", "submit"), stores: cfg.Stores,
 		now: cfg.Now, limits: cfg.Limits, queue: NewQueue()}, nil
 }
 
@@ -157,11 +190,11 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 // under an id already in use goes to the poison stream, and the job it
 // names goes on as if it were not there.
 func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, problem error) error {
-	parts := strings.Split(subject, ".")
-	if len(parts) != 5 || parts[3] != "requested" || !events.ValidID(parts[2]) || seq == 0 {
+	subj, err := events.ParseSubject(subject)
+	if err != nil || !subj.IsRequest() || seq == 0 {
 		return bus.Permanent(problem)
 	}
-	job := parts[2]
+	job := subj.Job
 	first, err := s.firstSeq(ctx, job)
 	if err != nil {
 		return err
@@ -169,10 +202,17 @@ func (s *Service) Unreadable(ctx context.Context, subject string, seq uint64, pr
 	if first != seq {
 		return bus.Permanent(fmt.Errorf("%w: %s, and the request cannot be read: %v", ErrIDInUse, job, problem))
 	}
-	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + strings.TrimPrefix(problem.Error(), "decode event on "+subject+": ")
+	// The reason says what is wrong with the body; the subject is the
+	// submitter's own and needs no repeating.
+	what := problem
+	var de *events.DecodeError
+	if errors.As(problem, &de) {
+		what = de.Err
+	}
+	reason := "the request is not a valid " + events.TypeJobRequested + " event: " + what.Error()
 	trigger := events.Envelope{Subject: job, Seq: seq}
 	stored, err := s.pub.React(ctx, trigger, func(after []events.Envelope) ([]events.Event, error) {
-		return Once(after, events.JobRejected{Reason: reason}), nil
+		return Once(after, &events.JobRejected{Reason: reason}), nil
 	})
 	if err != nil {
 		return fmt.Errorf("reject unreadable request %s: %w", job, err)
@@ -199,7 +239,11 @@ func (s *Service) firstSeq(ctx context.Context, job string) (uint64, error) {
 // what it asks to be read, in the order it asks. An error means it could
 // not tell (the store did not answer) and the request is retried.
 func (s *Service) check(ctx context.Context, job string, seq uint64, req *events.JobRequested) (events.Event, error) {
-	st := State{Limits: s.limitsOf(req.Submitter)}
+	full, err := s.logFull(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := State{LogFull: full, Limits: s.limitsOf(req.Submitter)}
 	if ev := Decide(job, req, st); ev != nil {
 		return ev, nil
 	}

@@ -58,7 +58,7 @@ func validSpec() events.JobSpec {
 // request logs a JobRequested as a client would.
 func (f *fixture) request(t *testing.T, job, submitter string, spec events.JobSpec) events.Envelope {
 	t.Helper()
-	env, err := f.pub.Append(f.ctx, job, events.JobRequested{Submitter: submitter, Spec: spec}, bus.ExpectLast(0))
+	env, err := f.pub.Append(f.ctx, job, &events.JobRequested{Submitter: submitter, Spec: spec}, bus.ExpectLast(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestHandleRejectsAnInvalidRequestOnceWithEveryReason(t *testing.T) {
 // authenticated, so a request without one has no subject to go to.
 func TestARequestWithoutASubmitterCannotBePublished(t *testing.T) {
 	t.Parallel()
-	if _, err := events.SubjectOf("job-1", events.JobRequested{Submitter: " ", Spec: validSpec()}); err == nil {
+	if _, err := events.SubjectOf("job-1", &events.JobRequested{Submitter: " ", Spec: validSpec()}); err == nil {
 		t.Fatal("a request with a blank submitter has a subject")
 	}
 }
@@ -139,7 +139,7 @@ func TestHandleRefusesASecondRequestUnderAUsedID(t *testing.T) {
 	f := start(t)
 	theOne[events.JobSubmitted](t, f.decided(t, f.request(t, "job-1", "alice", validSpec())))
 
-	other := events.New("job-1", events.JobRequested{Submitter: "mallory", Spec: validSpec()}, "e31/cli", time.Now())
+	other := events.New("job-1", &events.JobRequested{Submitter: "mallory", Spec: validSpec()}, "e31/cli", time.Now())
 	other.ID += "-again" // another client's id: JetStream does not take it for a retry
 	second, err := f.pub.AppendEnvelope(f.ctx, other)
 	if err != nil {
@@ -203,12 +203,12 @@ func TestHandleResolvesAnEarlierJobsOutput(t *testing.T) {
 	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 512 << 20}
 	life := func(job string, outcome events.Outcome, final bool) {
 		for _, ev := range []events.Event{
-			events.JobSubmitted{Submitter: "alice", Spec: validSpec()},
-			events.ComputeHeld{Hold: h, Submitter: "alice", Spec: validSpec()},
-			events.RunStarted{Hold: h},
-			events.RunStopped{Hold: h, Outcome: outcome},
-			events.OutputReturned{Hold: h, Outcome: outcome, Files: []events.OutputFile{file}, Bytes: file.Bytes, Missing: []string{}},
-			events.ComputeReleased{Hold: h, Outcome: outcome, Final: final},
+			&events.JobSubmitted{Submitter: "alice", Spec: validSpec()},
+			&events.ComputeHeld{Hold: h, Submitter: "alice", Spec: validSpec()},
+			&events.RunStarted{Hold: h},
+			&events.RunStopped{Hold: h, Outcome: outcome},
+			&events.OutputReturned{Hold: h, Outcome: outcome, Files: []events.OutputFile{file}, Bytes: file.Bytes, Missing: []string{}},
+			&events.ComputeReleased{Hold: h, Outcome: outcome, Final: final},
 		} {
 			if _, err := f.pub.Append(f.ctx, job, ev); err != nil {
 				t.Fatal(err)
@@ -218,14 +218,14 @@ func TestHandleResolvesAnEarlierJobsOutput(t *testing.T) {
 	life("trained", events.Succeeded, true)
 	life("crashed", events.Failed, true)
 	life("retrying", events.NodeLost, false)
-	if _, err := f.pub.Append(f.ctx, "refused", events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
+	if _, err := f.pub.Append(f.ctx, "refused", &events.JobRequested{Submitter: "alice", Spec: validSpec()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.pub.Append(f.ctx, "refused", events.JobRejected{Reason: "request.cpu: required"}); err != nil {
+	if _, err := f.pub.Append(f.ctx, "refused", &events.JobRejected{Reason: "request.cpu: required"}); err != nil {
 		t.Fatal(err)
 	}
 	// Bob's job, as alice sees it: no job at all.
-	if _, err := f.pub.Append(f.ctx, "bobs", events.JobRequested{Submitter: "bob", Spec: validSpec()}); err != nil {
+	if _, err := f.pub.Append(f.ctx, "bobs", &events.JobRequested{Submitter: "bob", Spec: validSpec()}); err != nil {
 		t.Fatal(err)
 	}
 

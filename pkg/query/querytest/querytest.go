@@ -22,10 +22,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -130,7 +130,7 @@ const VictimJob = "victim-job"
 // layer refuses it as well: see query.ReplyAllowed's tests.)
 func HostileReplies(tb testing.TB) []string {
 	tb.Helper()
-	submitted, err := events.SubjectOf(VictimJob, events.JobSubmitted{})
+	submitted, err := events.SubjectOf(VictimJob, &events.JobSubmitted{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func (s *Server) AssertNothingLands(tb testing.TB, asker *nats.Conn, subject str
 	// service. Every other one must, and be counted.
 	most := uint64(len(targets) + 1)
 	least := most - uint64(len(slices.DeleteFunc(slices.Clone(targets), func(s string) bool { return !strings.HasPrefix(s, "$JS.") })))
-	if user := api.UserOf(subject); user != api.Auditor && user != events.Operator {
+	if user := wire.UserOf(subject); user != auth.AuditorName && user != events.Operator {
 		// A submitter asks through the TENANTS account's import: the
 		// service sees the server's own reply (_R_.…) and may answer it,
 		// and the answer goes back to the named reply inside TENANTS,

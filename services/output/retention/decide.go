@@ -35,7 +35,7 @@ func DecideDelete(history []events.Envelope, now time.Time) []events.Event {
 		default:
 			continue
 		}
-		out = append(out, d)
+		out = append(out, &d)
 	}
 	return out
 }

@@ -3,7 +3,6 @@ package retention
 import (
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -239,7 +238,8 @@ func isNodeEvent(env events.Envelope) bool {
 	case *events.NodeAnnounced, *events.NodeExpired:
 		return true
 	}
-	return strings.HasPrefix(env.NATSSubject, "e31.node.")
+	s, err := events.ParseSubject(env.NATSSubject)
+	return err == nil && s.Space == events.SpaceNode
 }
 
 // whats is what a request names: WhatAll is both.

@@ -37,10 +37,10 @@ var (
 // left is its attempt's log. It ends at t0+3s.
 func printed(job string, seq uint64) []events.Envelope {
 	return history(job, seq,
-		events.JobSubmitted{Submitter: "alice"},
-		events.RunStarted{Hold: outHold},
-		events.RunStopped{Hold: outHold, Outcome: events.Failed, Logs: &events.Logs{StderrBytes: 12}},
-		events.ComputeReleased{Hold: outHold, Outcome: events.Failed, Final: true})
+		&events.JobSubmitted{Submitter: "alice"},
+		&events.RunStarted{Hold: outHold},
+		&events.RunStopped{Hold: outHold, Outcome: events.Failed, Logs: &events.Logs{StderrBytes: 12}},
+		&events.ComputeReleased{Hold: outHold, Outcome: events.Failed, Final: true})
 }
 
 // life is a whole job that stored data and returned output, with a day of
@@ -48,10 +48,10 @@ func printed(job string, seq uint64) []events.Envelope {
 func life(job string, seq uint64, extra ...events.Event) []events.Envelope {
 	spec := events.JobSpec{Data: []events.DataRef{folder, oneFile}, RetentionSeconds: 86400}
 	evs := []events.Event{
-		events.JobSubmitted{Submitter: "alice", Spec: spec},
-		events.RunStopped{Hold: outHold, Outcome: events.Succeeded, Output: events.Collected{Files: returned.Files, Bytes: 7, Manifest: digest('d')}},
-		returned,
-		events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true},
+		&events.JobSubmitted{Submitter: "alice", Spec: spec},
+		&events.RunStopped{Hold: outHold, Outcome: events.Succeeded, Output: events.Collected{Files: returned.Files, Bytes: 7, Manifest: digest('d')}},
+		&returned,
+		&events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true},
 	}
 	return history(job, seq, append(evs, extra...)...)
 }
@@ -80,7 +80,7 @@ func TestRefsCountsWhatJobsHold(t *testing.T) {
 	}
 
 	// a's output goes: b still holds it all. Applying it twice is once.
-	del := history("a", 20, events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, Files: 1, Bytes: 7})[0]
+	del := history("a", 20, &events.Deleted{What: events.WhatOutput, Cause: events.CauseRequested, Files: 1, Bytes: 7})[0]
 	r.Apply(del)
 	r.Apply(del)
 	if n := r.Count(retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('d')}); n != 1 {
@@ -107,20 +107,20 @@ func TestRefsSetsTimers(t *testing.T) {
 		want []retention.Timer
 	}{
 		{"a request after the end: at once",
-			life("j", 1, ask),
+			life("j", 1, &ask),
 			[]retention.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(4 * time.Second)}}},
 		{"a request before the end: at the end",
-			history("j", 1, events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, ask,
-				events.JobCancelled{Reason: "x"}),
+			history("j", 1, &events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, &ask,
+				&events.JobCancelled{Reason: "x"}),
 			[]retention.Timer{{"expire", "j", t0.Add(2*time.Second + events.DefaultRetention)}, {"delete", "j", t0.Add(2 * time.Second)}}},
 		{"a job that only printed: the retention of its logs",
 			printed("j", 1),
 			[]retention.Timer{{"expire", "j", t0.Add(3*time.Second + events.DefaultRetention)}}},
 		{"a job that stored nothing: no timer",
-			history("j", 1, events.JobRequested{}, events.JobRejected{Reason: "no"}),
+			history("j", 1, &events.JobRequested{}, &events.JobRejected{Reason: "no"}),
 			nil},
 		{"from_job not resolved and rejected: nothing held",
-			history("j", 1, events.JobRequested{Spec: events.JobSpec{Data: []events.DataRef{{Name: "m", FromJob: "x"}}}}, events.JobRejected{Reason: "no"}),
+			history("j", 1, &events.JobRequested{Spec: events.JobSpec{Data: []events.DataRef{{Name: "m", FromJob: "x"}}}}, &events.JobRejected{Reason: "no"}),
 			nil},
 	}
 	for _, tt := range tests {
@@ -141,29 +141,29 @@ func TestDecideDelete(t *testing.T) {
 	expires := end.Add(24 * time.Hour)
 	data := events.Deleted{What: events.WhatData, Cause: events.CauseExpired, Files: 4, Bytes: 310}
 	out := events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}
-	asked := func(what string) events.Event { return events.DeleteRequested{What: what, By: "alice"} }
-	requested := func(d events.Deleted) events.Deleted { d.Cause, d.By = events.CauseRequested, "alice"; return d }
+	asked := func(what string) events.Event { return &events.DeleteRequested{What: what, By: "alice"} }
+	requested := func(d events.Deleted) *events.Deleted { d.Cause, d.By = events.CauseRequested, "alice"; return &d }
 	tests := []struct {
 		name    string
 		history []events.Envelope
 		now     time.Time
 		want    []events.Event
 	}{
-		{"running: nothing, even when asked", history("j", 1, events.JobSubmitted{Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, asked(events.WhatAll)), expires, nil},
+		{"running: nothing, even when asked", history("j", 1, &events.JobSubmitted{Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, asked(events.WhatAll)), expires, nil},
 		{"over, retention not passed: nothing", life("j", 1), expires.Add(-time.Second), nil},
-		{"retention passed: both", life("j", 1), expires, []events.Event{data, out}},
+		{"retention passed: both", life("j", 1), expires, []events.Event{&data, &out}},
 		{"asked for the output: only it", life("j", 1, asked(events.WhatOutput)), end, []events.Event{requested(out)}},
 		{"asked for all", life("j", 1, asked(events.WhatAll)), end, []events.Event{requested(data), requested(out)}},
-		{"asked for the output, then retention passed: the data expires", life("j", 1, asked(events.WhatOutput), requested(out)), expires, []events.Event{data}},
-		{"already deleted: nothing again", life("j", 1, data, out), expires.Add(time.Hour), nil},
+		{"asked for the output, then retention passed: the data expires", life("j", 1, asked(events.WhatOutput), requested(out)), expires, []events.Event{&data}},
+		{"already deleted: nothing again", life("j", 1, &data, &out), expires.Add(time.Hour), nil},
 		{"asked twice: once", life("j", 1, asked(events.WhatData), requested(data), asked(events.WhatData)), end, nil},
 		{"no data staged: output only", history("j", 1,
-			events.JobSubmitted{},
-			returned,
-			events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true}), t0.Add(2*time.Second + events.DefaultRetention),
-			[]events.Event{events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}}},
+			&events.JobSubmitted{},
+			&returned,
+			&events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true}), t0.Add(2*time.Second + events.DefaultRetention),
+			[]events.Event{&events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}}},
 		{"only printed: its output, its logs, expires", printed("j", 1), t0.Add(3*time.Second + events.DefaultRetention),
-			[]events.Event{events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired}}},
+			[]events.Event{&events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired}}},
 		{"only printed, retention not passed: nothing", printed("j", 1), t0.Add(2*time.Second + events.DefaultRetention), nil},
 	}
 	for _, tt := range tests {
@@ -176,11 +176,11 @@ func TestDecideDelete(t *testing.T) {
 // TestOnlyTheSubmitterDeletes: a deletion asked by anyone but the job's
 // submitter (or the operator) is in the log and deletes nothing.
 func TestOnlyTheSubmitterDeletes(t *testing.T) {
-	h := life("j", 1, events.DeleteRequested{What: events.WhatAll, By: "mallory"})
+	h := life("j", 1, &events.DeleteRequested{What: events.WhatAll, By: "mallory"})
 	if got := retention.DecideDelete(h, t0.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("mallory's request deleted %+v", got)
 	}
-	h = life("j", 1, events.DeleteRequested{What: events.WhatOutput, By: events.Operator})
+	h = life("j", 1, &events.DeleteRequested{What: events.WhatOutput, By: events.Operator})
 	if got := retention.DecideDelete(h, t0.Add(time.Minute)); len(got) != 1 {
 		t.Errorf("the operator's request deleted %+v, want the output", got)
 	}
@@ -194,8 +194,8 @@ func TestALaterRequestDoesNotMakeAJobAnotherTenants(t *testing.T) {
 	r := retention.NewRefs()
 	evs := life("v", 1)
 	evs = append(evs, history("v", 10,
-		events.JobRequested{Submitter: "mallory", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
-		events.DeleteRequested{By: "mallory", What: events.WhatAll})...)
+		&events.JobRequested{Submitter: "mallory", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
+		&events.DeleteRequested{By: "mallory", What: events.WhatAll})...)
 	var timers []retention.Timer
 	for _, e := range evs {
 		timers = append(timers, r.Apply(e)...)
@@ -218,12 +218,12 @@ func TestTheLogsGoWithTheOutput(t *testing.T) {
 	r := retention.NewRefs()
 	second := events.Hold{Attempt: 2, Node: "n2", CPU: 1}
 	evs := history("j", 1,
-		events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
-		events.RunStarted{Hold: outHold},
-		events.RunStarted{Hold: second},
-		events.RunStopped{Hold: second, Outcome: events.Succeeded},
-		events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true},
-		events.Deleted{What: events.WhatData, Cause: events.CauseExpired})
+		&events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
+		&events.RunStarted{Hold: outHold},
+		&events.RunStarted{Hold: second},
+		&events.RunStopped{Hold: second, Outcome: events.Succeeded},
+		&events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true},
+		&events.Deleted{What: events.WhatData, Cause: events.CauseExpired})
 	for _, e := range evs {
 		r.Apply(e)
 	}
@@ -231,7 +231,7 @@ func TestTheLogsGoWithTheOutput(t *testing.T) {
 	if !reflect.DeepEqual(h.Logs, map[int]bool{1: true, 2: true}) || len(h.DroppedLogs) != 0 {
 		t.Fatalf("after the data went: logs %v, dropped %v; want both attempts' logs held", h.Logs, h.DroppedLogs)
 	}
-	r.Apply(history("j", 7, events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired})[0])
+	r.Apply(history("j", 7, &events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired})[0])
 	if len(h.Logs) != 0 || !reflect.DeepEqual(h.DroppedLogs, map[int]bool{1: true, 2: true}) {
 		t.Errorf("after the output went: logs %v, dropped %v; want both attempts' logs dropped", h.Logs, h.DroppedLogs)
 	}

@@ -53,12 +53,14 @@ type Service struct {
 	grace  time.Duration
 	now    func() time.Time
 
-	// mu guards refs, applied and caughtUp; changed is closed and replaced
-	// whenever refs moves on.
-	mu       sync.Mutex
-	refs     *Refs
-	changed  chan struct{}
-	caughtUp bool
+	// tail reads the log into refs and says how far refs is: a waiter
+	// takes its Changed channel before it reads refs.
+	tail  *bus.Tail
+	start time.Time // of the rebuild
+
+	// mu guards refs.
+	mu   sync.Mutex
+	refs *Refs
 
 	// sweepMu serializes sweeps, which share the object indexes, one per
 	// store.
@@ -83,11 +85,13 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.DeleteGrace <= 0 {
 		cfg.DeleteGrace = DefaultDeleteGrace
 	}
-	return &Service{
+	s := &Service{
 		js: js, pub: cfg.Publisher, log: cfg.Logger, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
-		refs: NewRefs(), changed: make(chan struct{}), index: map[stage.Store]*objectIndex{},
+		refs: NewRefs(), index: map[stage.Store]*objectIndex{},
 		queryLimits: cfg.Queries,
-	}, nil
+	}
+	s.tail = s.newTail()
+	return s, nil
 }
 
 // Run serves the stored endpoint, follows the log into the projection and

@@ -8,21 +8,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/api"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // maxStoredPage bounds one reply: it must fit in one NATS message.
 const maxStoredPage = 500
 
-// serveAPI answers api.OutputStoredService from the projection until the
+// serveAPI answers wire.OutputStoredService from the projection until the
 // returned function is called, which waits for the requests being
 // answered.
 func (s *Service) serveAPI() (func(), error) {
 	queries := query.New(s.js.Conn(), query.Config{Name: "e31-output", Version: "0.2.0", Description: "stored data and output, and their retention",
 		Limits: s.queryLimits, Logger: s.log})
-	queries.Handle("stored", api.OutputStoredService, s.serveStored)
+	queries.Handle("stored", wire.OutputStoredService, s.serveStored)
 	if err := queries.Start(context.Background()); err != nil {
 		return nil, err
 	}
@@ -44,10 +44,10 @@ func (s *Service) QueryStats() query.Stats {
 const storedWait = 10 * time.Second
 
 func (s *Service) serveStored(r *query.Request) {
-	var q api.StoredRequest
+	var q wire.StoredRequest
 	if len(r.Data()) > 0 {
 		if err := json.Unmarshal(r.Data(), &q); err != nil {
-			r.Respond(api.StoredReply{Error: "bad request: " + err.Error()})
+			r.Respond(wire.StoredReply{Error: "bad request: " + err.Error()})
 			return
 		}
 	}
@@ -62,16 +62,14 @@ func (s *Service) serveStored(r *query.Request) {
 		st, err := s.js.Stream(ctx, events.Stream)
 		cancel()
 		if err != nil {
-			r.Respond(api.StoredReply{Error: fmt.Sprintf("the log's last sequence: %v", err)})
+			r.Respond(wire.StoredReply{Error: fmt.Sprintf("the log's last sequence: %v", err)})
 			return
 		}
 		want = max(want, st.CachedInfo().State.LastSeq)
 	}
 	deadline := r.Deadline(storedWait)
 	for {
-		s.mu.Lock()
-		applied, ch := s.refs.Applied(), s.changed
-		s.mu.Unlock()
+		applied, ch := s.tail.Changed()
 		if applied >= want {
 			break
 		}
@@ -87,12 +85,12 @@ func (s *Service) serveStored(r *query.Request) {
 			if r.SeesAll() {
 				msg = fmt.Sprintf("OUTPUT is catching up: it has read the log up to #%d, not yet #%d", applied, want)
 			}
-			r.Respond(api.StoredReply{Error: msg})
+			r.Respond(wire.StoredReply{Error: msg})
 			return
 		}
 	}
 	s.mu.Lock()
-	reply := api.StoredReply{Applied: s.refs.Applied(), Jobs: []api.Stored{}}
+	reply := wire.StoredReply{Applied: s.refs.Applied(), Jobs: []wire.Stored{}}
 	if !r.SeesAll() {
 		reply.Applied = min(reply.Applied, q.MinSeq)
 	}
@@ -117,15 +115,15 @@ func (s *Service) serveStored(r *query.Request) {
 }
 
 // storedOf is what a job keeps, as the API shows it.
-func storedOf(h *Held) api.Stored {
-	st := api.Stored{Job: h.Job, Name: h.Name, Submitter: h.Submitter, Over: h.Over, RetentionSeconds: h.Retention.Seconds(),
-		Data:   api.StoredPart{Files: h.DataFiles, Bytes: h.DataBytes},
-		Output: api.StoredPart{Files: h.OutputFiles, Bytes: h.OutputBytes}}
+func storedOf(h *Held) wire.Stored {
+	st := wire.Stored{Job: h.Job, Name: h.Name, Submitter: h.Submitter, Over: h.Over, RetentionSeconds: h.Retention.Seconds(),
+		Data:   wire.StoredPart{Files: h.DataFiles, Bytes: h.DataBytes},
+		Output: wire.StoredPart{Files: h.OutputFiles, Bytes: h.OutputBytes}}
 	if h.Over {
 		t := h.Expires()
 		st.Expires = &t
 	}
-	for what, part := range map[string]*api.StoredPart{events.WhatData: &st.Data, events.WhatOutput: &st.Output} {
+	for what, part := range map[string]*wire.StoredPart{events.WhatData: &st.Data, events.WhatOutput: &st.Output} {
 		if at, ok := h.Deleted[what]; ok {
 			part.DeletedAt = &at
 		}

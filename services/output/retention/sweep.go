@@ -93,7 +93,7 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 	}
 	s.sweepMu.Lock()
 	defer s.sweepMu.Unlock()
-	if err := s.waitCurrent(ctx); err != nil {
+	if err := s.tail.WaitCurrent(ctx); err != nil {
 		return fmt.Errorf("sweep %s: %w", job, err)
 	}
 	s.mu.Lock()

@@ -16,21 +16,18 @@ import (
 )
 
 // Timers are scheduled messages in events.TimerStream (ADR-51): stored
-// under e31.timer.at.<kind>.<job>, the server publishes each at its time on
-// e31.timer.due.<kind>.<job>, where a durable consumer shared by every
-// OUTPUT instance takes it. A new timer of the same kind for the same job
-// replaces the old one, so setting a timer twice changes nothing. Nothing
-// polls: between timers OUTPUT does no retention work at all.
-const (
-	timerAtPrefix  = "e31.timer.at."
-	timerDuePrefix = "e31.timer.due."
-)
+// under events.TimerSubject(kind, job, false), the server publishes each at
+// its time on events.TimerSubject(kind, job, true), where a durable
+// consumer shared by every OUTPUT instance takes it. A new timer of the
+// same kind for the same job replaces the old one, so setting a timer twice
+// changes nothing. Nothing polls: between timers OUTPUT does no retention
+// work at all.
 
 // timerTopic is what OUTPUT's timer consumer takes.
 var timerTopic = strings.Join([]string{
-	timerDuePrefix + timerExpire + ".*",
-	timerDuePrefix + timerDelete + ".*",
-	timerDuePrefix + timerSweep + ".*",
+	events.TimerSubject(timerExpire, "*", true),
+	events.TimerSubject(timerDelete, "*", true),
+	events.TimerSubject(timerSweep, "*", true),
 }, " ")
 
 // timerBody is the body of a timer, for people reading the stream; the
@@ -54,21 +51,15 @@ func (s *Service) schedule(ctx context.Context, timers []Timer) error {
 		if err != nil {
 			return err
 		}
-		_, err = s.js.Publish(ctx, timerAtPrefix+t.Kind+"."+t.Job, body,
+		_, err = s.js.Publish(ctx, events.TimerSubject(t.Kind, t.Job, false), body,
 			jetstream.WithScheduleAt(when),
-			jetstream.WithScheduleTarget(timerDuePrefix+t.Kind+"."+t.Job),
+			jetstream.WithScheduleTarget(events.TimerSubject(t.Kind, t.Job, true)),
 			jetstream.WithScheduleTTL(events.TimerDueTTL))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when.Format(time.RFC3339), err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// timerKey is the job a timer subject is about, so that one job's timers
-// are handled one at a time.
-func timerKey(subject string) string {
-	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 
 // runTimers handles the timers that fire until ctx ends, or until it
@@ -79,7 +70,7 @@ func (s *Service) runTimers(ctx context.Context) error {
 		Name:  "timers",
 		Topic: timerTopic,
 		Subscriber: bus.SubscriberConfig{
-			Stream: events.TimerStream, Durable: "output-timers", Lanes: 16, Key: timerKey,
+			Stream: events.TimerStream, Durable: "output-timers", Lanes: 16,
 			// A sweep of a job with many files may take a while; the
 			// subscriber keeps it alive meanwhile.
 			AckWait: 30 * time.Second,
@@ -91,10 +82,11 @@ func (s *Service) runTimers(ctx context.Context) error {
 // handleTimer does what a timer that fired is for.
 func (s *Service) handleTimer(m *message.Message) error {
 	subject := m.Metadata.Get(bus.MetaSubject)
-	kind, job, ok := strings.Cut(strings.TrimPrefix(subject, timerDuePrefix), ".")
-	if !ok || !events.ValidID(job) {
+	timer, err := events.ParseSubject(subject)
+	if err != nil || timer.Space != events.SpaceTimer || !timer.Due {
 		return bus.Permanent(fmt.Errorf("output: %q is not a timer of a job", subject))
 	}
+	kind, job := timer.Kind, timer.Job
 	ctx := m.Context()
 	switch kind {
 	case timerExpire, timerDelete:

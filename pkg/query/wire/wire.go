@@ -1,14 +1,16 @@
-// Package api is the query side of e31: the hold record of DESIGN.md and the
-// request/reply endpoints through which the CLI asks the ledger and the
-// scheduler about jobs. Commands never go this way: everything that changes
-// a job is an event on the log.
-package api
+// Package wire is the query side of e31 on the wire: the subjects of the
+// request/reply endpoints through which clients ask the ledger, the
+// scheduler and OUTPUT about jobs, and their requests and replies (JSON).
+// Commands never go this way: everything that changes a job is an event on
+// the log. pkg/query serves these endpoints; pkg/client asks them.
+package wire
 
 import (
 	"strings"
 	"time"
 
-	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // Subjects of the query endpoints (NATS request/reply, served with nats.go's
@@ -53,15 +55,33 @@ func UserSubjects(user string) string { return apiPrefix + user + ".>" }
 // UserOf is the user a query subject names, e31.api.<user>.…, or "" if the
 // subject is not one.
 func UserOf(subject string) string {
+	user, _ := parseQuery(subject)
+	return user
+}
+
+// ServiceOf is the service a query subject asks, e31.api.<user>.<service>.…
+// ("ledger", "rent", "output"), or "" if the subject is not one.
+func ServiceOf(subject string) string {
+	_, service := parseQuery(subject)
+	return service
+}
+
+// parseQuery reads the user and the service of a query subject: this
+// package's subjects are read here alone, as the log's are in pkg/events.
+func parseQuery(subject string) (user, service string) {
 	rest, ok := strings.CutPrefix(subject, apiPrefix)
 	if !ok {
-		return ""
+		return "", ""
 	}
-	user, _, ok := strings.Cut(rest, ".")
+	user, rest, ok = strings.Cut(rest, ".")
 	if !ok {
-		return ""
+		return "", ""
 	}
-	return user
+	service, _, ok = strings.Cut(rest, ".")
+	if !ok {
+		return user, ""
+	}
+	return user, service
 }
 
 // CodeNoSuchJob is the Code of an answer about a job that does not exist or
@@ -78,158 +98,6 @@ const CodeBusy = "busy"
 // not ask: the ledger's head (counts, sequences, the hash chain) is for the
 // auditor and the operator only.
 const CodeNotPermitted = "not_permitted"
-
-// Auditor is the user every auditor asks as: auditors read everything and
-// change nothing, so they need not be told apart here.
-const Auditor = "auditor"
-
-// SeesAll reports whether the query services answer user about every job,
-// not only its own: the auditor and the operator.
-func SeesAll(user string) bool { return user == Auditor || user == events.Operator }
-
-// States of a job, as `e31 status` shows them.
-const (
-	StateSubmitted = "submitted" // requested, not yet accepted
-	StateWaiting   = "waiting"   // accepted, waiting for compute
-	StateHeld      = "held"      // compute held, not yet started
-	StateRunning   = "running"
-	StateStopped   = "stopped"  // stopped, output not yet returned
-	StateReturned  = "returned" // output returned, compute not yet released
-	StateReleased  = "released" // over: compute released
-	StateRejected  = "rejected" // over: never held
-	StateCancelled = "cancelled"
-)
-
-// HoldRecord is one job's record of what was held for it. Fields may be
-// added, never renamed: programs outside the project read it.
-//
-// Top-level times and results are those of the job's last attempt, except
-// HeldSeconds, which is the meter's total over every attempt.
-type HoldRecord struct {
-	Job       string `json:"job"`
-	Name      string `json:"name"`
-	Submitter string `json:"submitter"`
-	Node      string `json:"node"`
-	State     string `json:"state"`
-	// Isolation is how the last attempt that started was isolated
-	// (RunStarted's isolation): sandbox, container or none.
-	Isolation events.Isolation `json:"isolation,omitempty"`
-
-	Outcome  events.Outcome `json:"outcome,omitempty"`
-	ExitCode *int           `json:"exit_code,omitempty"`
-	Reason   string         `json:"reason,omitempty"`
-
-	Request Request `json:"request"`
-	// Sweep is set on the jobs of a sweep: which point of it this job is.
-	Sweep *events.SweepPoint `json:"sweep,omitempty"`
-
-	SubmittedAt      *time.Time `json:"submitted_at,omitempty"`
-	HeldAt           *time.Time `json:"held_at,omitempty"`
-	StartedAt        *time.Time `json:"started_at,omitempty"`
-	StoppedAt        *time.Time `json:"stopped_at,omitempty"`
-	OutputReturnedAt *time.Time `json:"output_returned_at,omitempty"`
-	ReleasedAt       *time.Time `json:"released_at,omitempty"`
-
-	HeldSeconds float64 `json:"held_seconds"`
-	// CPUCoreSeconds, MemoryGiBSeconds and GPUSeconds are the meter: for
-	// each attempt the resources held times the time they were held (from
-	// ComputeHeld's ce-time to ComputeReleased's), summed over every
-	// attempt. They are what a submitter is billed for; Usage, what the job
-	// measurably used, sits beside them and never replaces them.
-	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
-	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
-	GPUSeconds       float64      `json:"gpu_seconds"`
-	Usage            events.Usage `json:"usage"`
-	Output           Output       `json:"output"`
-	// Logs is how much the last attempt that ran wrote to stdout and
-	// stderr (RunStopped's logs): `e31 logs` shows what was kept.
-	Logs *events.Logs `json:"logs,omitempty"`
-	// DataDeletedAt is when the job's staged data was deleted: the ce-time
-	// of Deleted.
-	DataDeletedAt *time.Time `json:"data_deleted_at,omitempty"`
-
-	Attempts []Attempt  `json:"attempts,omitempty"`
-	Events   []EventRef `json:"events"`
-	// EventsDigest commits to the exact stored events the record was built
-	// from: "sha256:" and the hex SHA-256 of their event digests (see
-	// DigestVersion), in the order of Events. Absent from a record built
-	// from decoded events alone.
-	EventsDigest string `json:"events_digest,omitempty"`
-}
-
-// Request is what the job asked for, as the hold record shows it.
-type Request struct {
-	CPU          float64 `json:"cpu"`
-	MemoryBytes  int64   `json:"memory_bytes"`
-	GPU          int     `json:"gpu"`
-	DiskBytes    int64   `json:"disk_bytes"`
-	LimitSeconds float64 `json:"limit_seconds"`
-}
-
-// Output summarizes what was returned.
-type Output struct {
-	Files   int                 `json:"files"`
-	Bytes   int64               `json:"bytes"`
-	Partial bool                `json:"partial"`
-	Missing []string            `json:"missing"`
-	List    []events.OutputFile `json:"list,omitempty"`
-	// Manifest is the digest of the manifest of every returned file: List
-	// has only the first of them when there are many.
-	Manifest string `json:"manifest,omitempty"`
-	// DeletedAt is when the output was deleted (its retention passed, or
-	// its submitter asked): the ce-time of Deleted. The record stays.
-	DeletedAt *time.Time `json:"deleted_at,omitempty"`
-}
-
-// Resources are what was held for an attempt, as ComputeHeld says.
-type Resources struct {
-	CPU         float64 `json:"cpu"`
-	MemoryBytes int64   `json:"memory_bytes"`
-	GPU         int     `json:"gpu"`
-	DiskBytes   int64   `json:"disk_bytes"`
-}
-
-// Attempt is one hold of the job on one node.
-type Attempt struct {
-	Attempt          int            `json:"attempt"`
-	Node             string         `json:"node"`
-	Held             Resources      `json:"held"`
-	Outcome          events.Outcome `json:"outcome,omitempty"`
-	ExitCode         *int           `json:"exit_code,omitempty"`
-	Reason           string         `json:"reason,omitempty"`
-	HeldAt           *time.Time     `json:"held_at,omitempty"`
-	StartedAt        *time.Time     `json:"started_at,omitempty"`
-	StoppedAt        *time.Time     `json:"stopped_at,omitempty"`
-	OutputReturnedAt *time.Time     `json:"output_returned_at,omitempty"`
-	ReleasedAt       *time.Time     `json:"released_at,omitempty"`
-	HeldSeconds      float64        `json:"held_seconds"`
-	// The meter of this attempt: Held times HeldSeconds, zero until the
-	// compute is released (memory in GiB, 2^30 bytes).
-	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
-	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
-	GPUSeconds       float64      `json:"gpu_seconds"`
-	Usage            events.Usage `json:"usage"`
-	Logs             *events.Logs `json:"logs,omitempty"`
-}
-
-// EventRef names one event a record was built from.
-type EventRef struct {
-	Seq  uint64 `json:"seq"`
-	Type string `json:"type"`
-	// Digest is "sha256:" and the hex event digest of the stored message
-	// (see DigestVersion): an auditor holding the record can tell whether
-	// the event in a copy of the log is the one the record was built from.
-	Digest string `json:"digest,omitempty"`
-}
-
-// Over reports whether the job has ended.
-func (r *HoldRecord) Over() bool {
-	switch r.State {
-	case StateReleased, StateRejected, StateCancelled:
-		return true
-	}
-	return false
-}
 
 // RecordRequest asks for one job's record. With MinSeq the ledger answers
 // only once it has applied the log up to that sequence (or after Wait), so a
@@ -252,8 +120,8 @@ type RecordRequest struct {
 // RecordReply is the answer to a RecordRequest. A long poll that ends
 // before the job has a record answers with neither Record nor Error.
 type RecordReply struct {
-	Record *HoldRecord `json:"record,omitempty"`
-	Error  string      `json:"error,omitempty"`
+	Record *hold.HoldRecord `json:"record,omitempty"`
+	Error  string           `json:"error,omitempty"`
 	// Code says what Error is, for a program: CodeNoSuchJob.
 	Code string `json:"code,omitempty"`
 	// Applied is the last log sequence the ledger has applied. A
@@ -288,9 +156,9 @@ type ListRequest struct {
 
 // ListReply is one page of records.
 type ListReply struct {
-	Records []*HoldRecord `json:"records"`
-	More    bool          `json:"more"`
-	Applied uint64        `json:"applied"`
+	Records []*hold.HoldRecord `json:"records"`
+	More    bool               `json:"more"`
+	Applied uint64             `json:"applied"`
 	// CatchingUp says the ledger had not read the log as far as asked
 	// (MinSeq, or with Fresh the log's end) when it answered: the records
 	// may not show everything yet. A submitter is told this rather than
@@ -311,9 +179,9 @@ type LedgerInfo struct {
 	Records  int    `json:"records"`
 	CaughtUp bool   `json:"caught_up"`
 	// Head is the hash chain over every message the ledger has read, as of
-	// Head.Seq (which is Applied): see DigestVersion.
-	Head  Head   `json:"head"`
-	Error string `json:"error,omitempty"`
+	// Head.Seq (which is Applied): see pkg/chain.
+	Head  chain.Head `json:"head"`
+	Error string     `json:"error,omitempty"`
 	// Code says what Error is, for a program: CodeNotPermitted, CodeBusy.
 	Code string `json:"code,omitempty"`
 }

@@ -1,0 +1,309 @@
+package events
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The subject grammar. This file is the only place that knows how e31's
+// NATS subjects are spelled: everything else builds them with the functions
+// below and reads them with ParseSubject, never with strings.Split. A
+// subject is "e31." and then one of
+//
+//	job.<job>.<kind>                 an event of a job (kind: submitted, started, …)
+//	job.<job>.held.<node>            ComputeHeld, on the node it holds
+//	job.<job>.requested.<identity>   JobRequested, under its submitter
+//	job.<job>.cancel.<identity>      CancelRequested, under its sender
+//	job.<job>.delete.<identity>      DeleteRequested, under its sender
+//	node.<node>.<kind>               an event of a node (announced, expired)
+//	logs.<submitter>.<job>.<attempt> what an attempt writes, as it comes
+//	timer.at.<kind>.<job>            a timer while it waits
+//	timer.due.<kind>.<job>           a timer once it fired
+//	poison.<service>                 what a service could never handle
+//
+// Every <…> is one token that ValidID accepts, except <attempt>, a decimal
+// number from 1 without leading zeros. The identity on a client's kinds is
+// the last token so that the server's permissions (alice may publish only
+// ….requested.alice) bind it to whoever published.
+
+// Space is what a subject is about: the token after "e31.".
+type Space string
+
+// The spaces of e31's subjects.
+const (
+	SpaceJob    Space = "job"
+	SpaceNode   Space = "node"
+	SpaceLogs   Space = "logs"
+	SpaceTimer  Space = "timer"
+	SpacePoison Space = "poison"
+)
+
+// Subject is one subject of e31, read into its parts. The zero value of a
+// field is "absent": which fields a Space uses is said on each.
+type Subject struct {
+	Space Space
+	// Job is the job of SpaceJob, SpaceLogs and SpaceTimer.
+	Job string
+	// Node is the node of SpaceNode, and the node a hold is for (Kind
+	// "held").
+	Node string
+	// Kind is the kind token of a job or node event ("submitted", "held",
+	// "announced"), or a timer's kind ("expire").
+	Kind string
+	// Identity is who published a client's kinds (Kind "requested",
+	// "cancel", "delete"), and the submitter of SpaceLogs.
+	Identity string
+	// Attempt is the attempt of SpaceLogs.
+	Attempt int
+	// Due says a timer fired (timer.due), rather than waits (timer.at).
+	Due bool
+	// Service is the service of SpacePoison.
+	Service string
+}
+
+// The kind tokens whose subject carries one more token, and what it is.
+const (
+	kindHeld      = "held"
+	kindRequested = "requested"
+	kindCancel    = "cancel"
+	kindDelete    = "delete"
+)
+
+// ClientKind reports whether the subject is one a client publishes on its
+// own tail (a request, a cancel, a deletion request): such an event is the
+// client's word, checked by no service before it is stored.
+func (s Subject) ClientKind() bool {
+	return s.Space == SpaceJob && (s.Kind == kindRequested || s.Kind == kindCancel || s.Kind == kindDelete)
+}
+
+// IsRequest reports whether the subject is a job's JobRequested.
+func (s Subject) IsRequest() bool { return s.Space == SpaceJob && s.Kind == kindRequested }
+
+// ErrSubject is returned by ParseSubject for a subject that is not e31's.
+var ErrSubject = fmt.Errorf("events: not a subject of e31")
+
+// ParseSubject reads a subject into its parts. It is strict: what it
+// accepts, String gives back byte for byte, and what it refuses no e31
+// service publishes.
+func ParseSubject(subject string) (Subject, error) {
+	s, ok := parseSubject(subject)
+	if !ok {
+		return Subject{}, fmt.Errorf("%w: %q", ErrSubject, subject)
+	}
+	return s, nil
+}
+
+// parseSubject is ParseSubject without the error, which would allocate:
+// the ledger reads every subject of the log on every start.
+func parseSubject(subject string) (Subject, bool) {
+	rest, ok := strings.CutPrefix(subject, "e31.")
+	if !ok {
+		return Subject{}, false
+	}
+	space, rest, _ := strings.Cut(rest, ".")
+	var t [4]string
+	n := tokens(rest, t[:])
+	if n < 0 {
+		return Subject{}, false
+	}
+	switch Space(space) {
+	case SpaceJob:
+		s := Subject{Space: SpaceJob, Job: t[0], Kind: t[1]}
+		switch {
+		case n == 2 && !tailed(t[1]):
+		case n == 3 && t[1] == kindHeld:
+			s.Node = t[2]
+		case n == 3 && tailed(t[1]):
+			s.Identity = t[2]
+		default:
+			return Subject{}, false
+		}
+		return s, true
+	case SpaceNode:
+		if n != 2 {
+			return Subject{}, false
+		}
+		return Subject{Space: SpaceNode, Node: t[0], Kind: t[1]}, true
+	case SpaceLogs:
+		if n != 3 {
+			return Subject{}, false
+		}
+		a, err := strconv.Atoi(t[2])
+		if err != nil || a < 1 || strconv.Itoa(a) != t[2] {
+			return Subject{}, false
+		}
+		return Subject{Space: SpaceLogs, Identity: t[0], Job: t[1], Attempt: a}, true
+	case SpaceTimer:
+		if n != 3 || (t[0] != "at" && t[0] != "due") {
+			return Subject{}, false
+		}
+		return Subject{Space: SpaceTimer, Due: t[0] == "due", Kind: t[1], Job: t[2]}, true
+	case SpacePoison:
+		if n != 1 {
+			return Subject{}, false
+		}
+		return Subject{Space: SpacePoison, Service: t[0]}, true
+	}
+	return Subject{}, false
+}
+
+// tokens splits s at its dots into t, each a ValidID. It returns how
+// many, or -1 for too many or one that is not valid.
+func tokens(s string, t []string) int {
+	n := 0
+	for {
+		tok, rest, more := strings.Cut(s, ".")
+		if n == len(t) || !ValidID(tok) {
+			return -1
+		}
+		t[n] = tok
+		n++
+		if !more {
+			return n
+		}
+		s = rest
+	}
+}
+
+// tailed reports whether a job event of kind carries one more token.
+func tailed(kind string) bool {
+	switch kind {
+	case kindHeld, kindRequested, kindCancel, kindDelete:
+		return true
+	}
+	return false
+}
+
+// String is the subject the parts make: the inverse of ParseSubject. It
+// does not check the parts: build with SubjectOf, RequestSubject and the
+// like, which do, or from a parsed Subject.
+func (s Subject) String() string {
+	switch s.Space {
+	case SpaceJob:
+		switch {
+		case s.Kind == kindHeld:
+			return "e31.job." + s.Job + "." + s.Kind + "." + s.Node
+		case tailed(s.Kind):
+			return "e31.job." + s.Job + "." + s.Kind + "." + s.Identity
+		}
+		return "e31.job." + s.Job + "." + s.Kind
+	case SpaceNode:
+		return "e31.node." + s.Node + "." + s.Kind
+	case SpaceLogs:
+		return "e31.logs." + s.Identity + "." + s.Job + "." + strconv.Itoa(s.Attempt)
+	case SpaceTimer:
+		when := "at"
+		if s.Due {
+			when = "due"
+		}
+		return "e31.timer." + when + "." + s.Kind + "." + s.Job
+	case SpacePoison:
+		return "e31.poison." + s.Service
+	}
+	return ""
+}
+
+// JobOf is the job a subject is about (a job event's, a job's logs, a
+// timer of a job), or "" if it names none.
+func JobOf(subject string) string {
+	s, _ := parseSubject(subject)
+	return s.Job
+}
+
+// The filters: subjects with wildcards, for consumers and permissions.
+const (
+	// JobSubjects matches every job event: e31.job.<job>.<kind>[.<tail>].
+	JobSubjects = "e31.job.>"
+	// NodeSubjects matches every node event: e31.node.<node>.<kind>.
+	NodeSubjects = "e31.node.>"
+	// PoisonSubjects matches e31.poison.<service>.
+	PoisonSubjects = "e31.poison.>"
+	// TimerSubjects matches every timer: e31.timer.at.<kind>.<job> while it
+	// waits, e31.timer.due.<kind>.<job> once it fired.
+	TimerSubjects = "e31.timer.>"
+	// TimerAtSubjects matches every waiting timer: what a service that sets
+	// timers publishes on.
+	TimerAtSubjects = "e31.timer.at.>"
+)
+
+// JobSubject is the subject of every event of one job: the filter for reading
+// its history and the scope of its optimistic concurrency.
+func JobSubject(job string) string { return "e31.job." + job + ".>" }
+
+// HeldSubject is what a node's consumer filters on to see its own holds.
+func HeldSubject(node string) string {
+	return Subject{Space: SpaceJob, Job: "*", Kind: kindHeld, Node: node}.String()
+}
+
+// KindSubject matches one kind of job event for every job, e.g.
+// "e31.job.*.submitted", or "e31.job.*.requested.*" for the kinds that end
+// with a node or an identity.
+func KindSubject(ceType string) string {
+	return Subject{Space: SpaceJob, Job: "*", Kind: kinds[ceType].token, Node: "*", Identity: "*"}.String()
+}
+
+// RequestSubject is where a submitter publishes a request for job: only
+// there may it, with the permissions e31 gives submitters.
+func RequestSubject(job, submitter string) string {
+	return Subject{Space: SpaceJob, Job: job, Kind: kindRequested, Identity: submitter}.String()
+}
+
+// LogSubject is where a run node publishes, as it comes, what attempt of
+// job writes, for its submitter's `e31 logs --follow`: plain NATS, stored
+// nowhere, so that no one following costs nothing. Only the submitter (and
+// the operator) may subscribe to LogSubjects(submitter).
+func LogSubject(submitter, job string, attempt int) string {
+	return Subject{Space: SpaceLogs, Identity: submitter, Job: job, Attempt: attempt}.String()
+}
+
+// LogSubjects matches every LogSubject of submitter's jobs; "*" for every
+// submitter's.
+func LogSubjects(submitter string) string { return "e31.logs." + submitter + ".>" }
+
+// TimerSubject is where a timer of kind for job waits (due false) or is
+// published once it fires (due true).
+func TimerSubject(kind, job string, due bool) string {
+	return Subject{Space: SpaceTimer, Kind: kind, Job: job, Due: due}.String()
+}
+
+// PoisonSubject is where service puts what it could never handle.
+func PoisonSubject(service string) string {
+	return Subject{Space: SpacePoison, Service: service}.String()
+}
+
+// SubjectOf is where an event about subject (a job or node id) is stored.
+func SubjectOf(subject string, ev Event) (string, error) {
+	if !ValidID(subject) {
+		return "", fmt.Errorf("events: %q is not a valid id (letters, digits, '-' and '_', at most 64)", subject)
+	}
+	k, ok := kinds[ev.Type()]
+	if !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
+	}
+	if _, ok := ev.(interface{ boot() string }); ok {
+		return Subject{Space: SpaceNode, Node: subject, Kind: k.token}.String(), nil
+	}
+	s := Subject{Space: SpaceJob, Job: subject, Kind: k.token}
+	// Some kinds end with one more token: the node a hold is for, so that
+	// each node's consumer sees its own holds; the submitter of a request
+	// and the sender of a cancel, so that the server's permissions (alice
+	// may publish only ...requested.alice) bind the identity to the event.
+	var tail, what string
+	switch e := ev.(type) {
+	case *ComputeHeld:
+		s.Node, tail, what = e.Node, e.Node, "node"
+	case *JobRequested:
+		s.Identity, tail, what = e.Submitter, e.Submitter, "submitter"
+	case *CancelRequested:
+		s.Identity, tail, what = e.By, e.By, "by"
+	case *DeleteRequested:
+		s.Identity, tail, what = e.By, e.By, "by"
+	default:
+		return s.String(), nil
+	}
+	if !ValidID(tail) {
+		return "", fmt.Errorf("events: %s %q is not a valid id (letters, digits, '-' and '_', at most 64)", what, tail)
+	}
+	return s.String(), nil
+}
