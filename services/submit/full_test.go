@@ -47,10 +47,10 @@ func TestAFullLogRefusesNewJobsAndKeepsTheAcceptedOnes(t *testing.T) {
 	finish := func(job string) {
 		t.Helper()
 		hold := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 512 << 20, DiskBytes: 1 << 30}
-		if _, err := pub.Append(ctx, job, events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: validSpec()}); err != nil {
+		if _, err := pub.Append(ctx, job, &events.ComputeHeld{Hold: hold, Submitter: "alice", Spec: validSpec()}); err != nil {
 			t.Fatalf("hold %s: %v", job, err)
 		}
-		if _, err := pub.Append(ctx, job, events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true}); err != nil {
+		if _, err := pub.Append(ctx, job, &events.ComputeReleased{Hold: hold, Outcome: events.Succeeded, Final: true}); err != nil {
 			t.Fatalf("release %s: %v", job, err)
 		}
 		held[job] = 4 // request, submitted, held, released
@@ -62,7 +62,7 @@ func TestAFullLogRefusesNewJobsAndKeepsTheAcceptedOnes(t *testing.T) {
 	var refusal *events.JobRejected
 	for i := 0; refusal == nil; i++ {
 		job := fmt.Sprintf("job-%03d", i)
-		req, err := pub.Append(ctx, job, events.JobRequested{Submitter: "alice", Spec: validSpec()}, bus.ExpectLast(0))
+		req, err := pub.Append(ctx, job, &events.JobRequested{Submitter: "alice", Spec: validSpec()}, bus.ExpectLast(0))
 		if err != nil {
 			t.Fatalf("request %d: the server refused it (%v) before SUBMIT refused any job", i, err)
 		}
@@ -112,7 +112,7 @@ func TestAFullLogRefusesNewJobsAndKeepsTheAcceptedOnes(t *testing.T) {
 	// A full log refuses every event, a release too: the reserve is what
 	// keeps accepted jobs going, and it was spent by requests SUBMIT then
 	// rejected.
-	if _, err := pub.Append(ctx, accepted[0], events.JobCancelled{Reason: "late"}); !events.IsLogFull(err) {
+	if _, err := pub.Append(ctx, accepted[0], &events.JobCancelled{Reason: "late"}); !events.IsLogFull(err) {
 		t.Errorf("an append to a full log: %v, want it refused as full", err)
 	}
 
