@@ -16,12 +16,16 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/trace"
+	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -40,6 +44,10 @@ type LifeOptions struct {
 	Nodes int
 	// Keep keeps the temporary directory.
 	Keep bool
+	// Metrics turns on what an operator watches, as `e31 dev` does: every
+	// handler and the scheduler observed, the log's figures followed, and
+	// the registry gathered every second as Prometheus would scrape it.
+	Metrics bool
 	// Profile, if set, is where a CPU profile of the burst is written.
 	Profile string
 	// Logger is the logger of the system under measure.
@@ -68,8 +76,23 @@ func Life(ctx context.Context, out io.Writer, o LifeOptions) error {
 	if !o.Keep {
 		defer os.RemoveAll(dir)
 	}
-	sys, err := stack.Start(ctx, stack.Config{Dir: dir, Listen: "127.0.0.1:0", Nodes: o.Nodes, Sync: broker.Sync(o.Sync), Logger: o.Logger,
-		Node: run.Config{CPU: float64(runtime.NumCPU()), MemoryBytes: 16 << 30, DiskBytes: 64 << 30, ExecutorKind: o.Executor, Grace: time.Second}})
+	cfg := stack.Config{Dir: dir, Listen: "127.0.0.1:0", Nodes: o.Nodes, Sync: broker.Sync(o.Sync), Logger: o.Logger,
+		Node: run.Config{CPU: float64(runtime.NumCPU()), MemoryBytes: 16 << 30, DiskBytes: 64 << 30, ExecutorKind: o.Executor, Grace: time.Second}}
+	var watched []prometheus.Collector
+	if o.Metrics {
+		handlers := metrics.NewHandlers()
+		cfg.Handlers = handlers
+		watched = append(watched, handlers)
+		var mu sync.Mutex
+		cfg.Scheduler = func(string) rent.Observer {
+			s := metrics.NewScheduler()
+			mu.Lock()
+			watched = append(watched, s)
+			mu.Unlock()
+			return s
+		}
+	}
+	sys, err := stack.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -85,6 +108,13 @@ func Life(ctx context.Context, out io.Writer, o LifeOptions) error {
 	}
 	fmt.Fprintf(out, "e31 bench: %d node(s), %d cores, sync=%s, executor=%s, in %s\n", o.Nodes, runtime.NumCPU(), o.Sync, o.Executor, dir)
 
+	if o.Metrics {
+		stop, err := scrape(ctx, js, o.Logger, watched)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	w := newWatcher()
 	go func() { _ = w.follow(ctx, js) }()
 	pub := bus.NewPublisher(js, "e31/bench", nil)
@@ -304,4 +334,35 @@ func forkFloor(d time.Duration) float64 {
 	}
 	wg.Wait()
 	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// scrape follows the log's figures and gathers every metric once a second,
+// the work an operator's Prometheus causes, until stop is called.
+func scrape(ctx context.Context, js jetstream.JetStream, log *slog.Logger, cs []prometheus.Collector) (stop func(), err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	logs := metrics.NewLogCollector(js, log)
+	reg, err := metrics.NewRegistry(append(cs, logs)...)
+	if err != nil {
+		return nil, fmt.Errorf("bench: metrics: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return logs.Run(ctx) })
+	g.Go(func() error {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+				if _, err := reg.Gather(); err != nil {
+					return fmt.Errorf("bench: gather metrics: %w", err)
+				}
+			}
+		}
+	})
+	return func() { cancel(); _ = g.Wait() }, nil
 }

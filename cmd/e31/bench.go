@@ -56,6 +56,7 @@ summary. BENCH_N sets --jobs.`,
 	f.StringVar(&o.Executor, "executor", "auto", "sandbox, process or auto")
 	f.IntVar(&o.Nodes, "nodes", 1, "compute nodes")
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	f.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics each second, as e31 dev with Prometheus does")
 	f.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
 	cmd.AddCommand(benchSchedulerCmd(a))
 	cmd.AddCommand(benchStageCmd(a))
