@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -220,4 +221,31 @@ func IsolationOf(e Executor, spec Spec) events.Isolation {
 		return i.IsolationOf(spec)
 	}
 	return events.IsolationNone
+}
+
+// DiskUsage is what a job's writable space holds against its bound, and
+// whether it is full.
+type DiskUsage interface {
+	Usage() (used, bound int64, full bool, err error)
+}
+
+// CheckDisk makes a failed job that filled its writable space
+// DiskExceeded: it got ENOSPC or EDQUOT at its bound, and that is the
+// likely reason it failed. A job that succeeded did so anyway, and one
+// stopped for its limit, memory or a cancel keeps that outcome.
+func CheckDisk(res *Result, ws DiskUsage, log *slog.Logger) {
+	if res.Outcome != events.Failed {
+		return
+	}
+	used, bound, full, err := ws.Usage()
+	if err != nil {
+		log.Warn("read the job's disk usage", "err", err)
+		return
+	}
+	if !full {
+		return
+	}
+	res.Outcome = events.DiskExceeded
+	res.Reason = fmt.Sprintf("disk full: /out and /tmp hold %d of the job's %d-byte disk bound (request.disk); %s",
+		used, bound, res.Reason)
 }

@@ -454,7 +454,7 @@ loop:
 			res.Reason = fmt.Sprintf("exited with code %d", code)
 		}
 	}
-	checkDisk(j, &res)
+	executor.CheckDisk(&res, j.ws, j.log)
 	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
 		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
 	return res, nil

@@ -608,7 +608,7 @@ loop:
 			res.Reason = fmt.Sprintf("unexpected wait status %#x", uint32(ws))
 		}
 	}
-	checkDisk(j, &res)
+	executor.CheckDisk(&res, j.ws, j.log)
 	j.log.Info("job stopped", "outcome", res.Outcome, "reason", res.Reason,
 		"cpu_seconds", res.Usage.CPUSeconds, "peak_memory", res.Usage.MaxRSSBytes)
 	return res, nil
