@@ -12,6 +12,7 @@ import (
 
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -97,7 +98,7 @@ func Stage(ctx context.Context, out io.Writer, o StageOptions) error {
 		return err
 	}
 	fmt.Fprintf(out, "e31 bench stage: one file of %s, %d files of %s, sync=%s, in %s\n",
-		humanBytes(large), o.SmallFiles, humanBytes(smallSize), o.Sync, dir)
+		client.HumanBytes(large), o.SmallFiles, client.HumanBytes(smallSize), o.Sync, dir)
 
 	// The inputs and the output a job leaves, written before any clock
 	// runs. Output differs from input, so that collecting it stores bytes
@@ -162,7 +163,7 @@ func Stage(ctx context.Context, out io.Writer, o StageOptions) error {
 		sh.into["fetch"] = figure(sh.bytes, sh.files, time.Since(t))
 	}
 
-	fmt.Fprintf(out, "raw disk write (%s, fsynced):        %7.0f MB/s\n", humanBytes(large), raw.MBps)
+	fmt.Fprintf(out, "raw disk write (%s, fsynced):        %7.0f MB/s\n", client.HumanBytes(large), raw.MBps)
 	fmt.Fprintf(out, "%-36s %12s %22s\n", "", "one large", fmt.Sprintf("%d small", o.SmallFiles))
 	for _, step := range []struct{ key, label string }{
 		{"upload", "stage in:  client upload (MB/s)"},
@@ -220,18 +221,4 @@ func writeFile(p string, size int64, fill func([]byte), buf ...byte) error {
 		return err
 	}
 	return f.Close()
-}
-
-// humanBytes writes n for people: "1.0 GiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
