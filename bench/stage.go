@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/e31net/e31/pkg/broker"
-	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/client"
+	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/stage"
 )
