@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	osuser "os/user"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/connect"
 )
 
@@ -62,25 +62,9 @@ type env struct {
 }
 
 func readEnv() env {
-	user := os.Getenv("USER")
-	if user == "" {
-		if u, err := osuser.Current(); err == nil {
-			user = u.Username
-		} else {
-			user = "anonymous"
-		}
-	}
-	// The user name ends subjects (e31.job.<id>.requested.<user>): one
-	// token of letters, digits, '-' and '_'.
-	user = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, user)
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
 	configDir, _ := os.UserConfigDir()
-	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN, ConfigDir: configDir}
+	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: client.OSUser(), BenchN: benchN, ConfigDir: configDir}
 }
 
 // app is what every command shares: where to connect, how to log, where
