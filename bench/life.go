@@ -21,6 +21,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -130,7 +131,15 @@ func Life(ctx context.Context, out io.Writer, o LifeOptions) error {
 		end := min(start+512, len(ids))
 		batch := make([]bus.Pending, 0, end-start)
 		for _, id := range ids[start:end] {
-			batch = append(batch, bus.Pending{Subject: id, Event: &events.JobRequested{Submitter: "bench", Spec: spec}, ExpectSet: true})
+			p := bus.Pending{Subject: id, Event: &events.JobRequested{Submitter: "bench", Spec: spec}, ExpectSet: true}
+			if trace.Enabled() {
+				// Traced as `e31 submit` would be, so that tracing on
+				// costs what it costs for a submitted job.
+				jctx, span := trace.Tracer().Start(ctx, "submit")
+				p.Trace = trace.Of(jctx)
+				span.End()
+			}
+			batch = append(batch, p)
 		}
 		_, errs := pub.AppendBatch(ctx, batch)
 		for _, err := range errs {

@@ -11,11 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // Exit codes, the same for every command.
@@ -56,6 +59,11 @@ type env struct {
 	User string
 	// BenchN is the default number of jobs for `e31 bench`: $BENCH_N.
 	BenchN int
+	// Trace is where spans go: the standard OTEL_* variables.
+	Trace trace.Config
+	// TraceParent is the caller's trace (TRACEPARENT, TRACESTATE), which
+	// the command's spans and a submitted job's events continue.
+	TraceParent events.Trace
 	// ConfigDir is the user's configuration folder (os.UserConfigDir), where
 	// `e31 dev` notes where its credentials are; "" if there is none.
 	ConfigDir string
@@ -64,7 +72,8 @@ type env struct {
 func readEnv() env {
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
 	configDir, _ := os.UserConfigDir()
-	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: client.OSUser(), BenchN: benchN, ConfigDir: configDir}
+	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: client.OSUser(), BenchN: benchN, ConfigDir: configDir,
+		Trace: trace.ConfigFromEnv(os.Getenv), TraceParent: events.Trace{Parent: os.Getenv("TRACEPARENT"), State: os.Getenv("TRACESTATE")}}
 }
 
 // app is what every command shares: where to connect, how to log, where
@@ -78,6 +87,8 @@ type app struct {
 	out      io.Writer
 	errOut   io.Writer
 	log      *slog.Logger
+	// flush sends the last spans on exit; set by setupTrace.
+	flush func(context.Context) error
 }
 
 func (a *app) connectConfig(name string) connect.Config {
@@ -113,6 +124,29 @@ func (a *app) setupLog() error {
 	return nil
 }
 
+// setupTrace exports spans as the environment says, named after the
+// command (e31-dev, e31-submit, e31-serve).
+func (a *app) setupTrace(cmd *cobra.Command) error {
+	flush, err := trace.Setup(cmd.Context(), a.env.Trace, "e31-"+cmd.Name())
+	if err != nil {
+		return troubleErr(err)
+	}
+	a.flush = flush
+	return nil
+}
+
+// flushTrace sends the spans not sent yet before the process exits.
+func (a *app) flushTrace() {
+	if a.flush == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.flush(ctx); err != nil && a.log != nil {
+		a.log.Warn("flushing the last spans", "err", err)
+	}
+}
+
 func execute(args []string, stdout, stderr io.Writer) int {
 	a := &app{env: readEnv(), out: stdout, errOut: stderr}
 	root := &cobra.Command{
@@ -130,7 +164,10 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return a.setupLog()
+			if err := a.setupLog(); err != nil {
+				return err
+			}
+			return a.setupTrace(cmd)
 		},
 	}
 	root.SetArgs(args)
@@ -149,7 +186,8 @@ Start everything on one machine with 'e31 dev', then in another terminal:
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := root.ExecuteContext(ctx)
+	defer a.flushTrace()
+	err := root.ExecuteContext(trace.Context(ctx, a.env.TraceParent))
 	if err == nil {
 		return exitOK
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // ErrConflict means a job's log moved on since the sequence an append
@@ -116,9 +117,12 @@ func ExpectLast(seq uint64) AppendOption {
 
 // Append records ev about subject (a job or node id) and returns it as stored.
 // A duplicate of an event already stored returns the stored one's sequence;
-// with ExpectLast, it is ErrConflict, as a moved-on log is.
+// with ExpectLast, it is ErrConflict, as a moved-on log is. The event
+// carries the trace context of ctx's span (the handling of the event that
+// caused it): that is how one trace follows a job through every step.
 func (p *Publisher) Append(ctx context.Context, subject string, ev events.Event, opts ...AppendOption) (events.Envelope, error) {
 	env := events.New(subject, ev, p.source, p.now())
+	env.Trace = trace.Of(ctx)
 	return p.AppendEnvelope(ctx, env, opts...)
 }
 
@@ -250,6 +254,9 @@ type Pending struct {
 	// Expect, when non-zero or ExpectSet, is the job's expected last sequence.
 	Expect    uint64
 	ExpectSet bool
+	// Trace is the trace context the event carries: a batch decides for
+	// many jobs, each in its own trace (trace.Of of the span that decided).
+	Trace events.Trace
 }
 
 // AppendBatch appends events about different jobs with one round trip for
@@ -270,6 +277,7 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 	futures := make([]jetstream.PubAckFuture, len(batch))
 	for i, b := range batch {
 		envs[i] = events.New(b.Subject, b.Event, p.source, p.now())
+		envs[i].Trace = b.Trace
 		m, err := envs[i].Msg()
 		if err != nil {
 			errs[i] = err

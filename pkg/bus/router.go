@@ -13,8 +13,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // permanentError marks a failure that no retry can fix.
@@ -56,6 +58,13 @@ type Undecodable func(ctx context.Context, subject string, seq uint64, problem e
 // does not know is skipped. A message that is not a valid event goes to
 // bad, or, with bad nil, is poison.
 func Handle(fn HandlerFunc, bad Undecodable) message.NoPublishHandlerFunc {
+	return handle("", fn, bad)
+}
+
+// handle is Handle, each event handled in a span of service's, a child of
+// the event's trace context: what fn appends carries that span on. With
+// service "", fn is given no span (the event's context is env.Trace).
+func handle(service string, fn HandlerFunc, bad Undecodable) message.NoPublishHandlerFunc {
 	return func(m *message.Message) error {
 		env, err := Envelope(m)
 		if events.IsUnknownType(err) {
@@ -68,7 +77,17 @@ func Handle(fn HandlerFunc, bad Undecodable) message.NoPublishHandlerFunc {
 			}
 			return Permanent(err)
 		}
-		return fn(m.Context(), env)
+		if service == "" {
+			return fn(m.Context(), env)
+		}
+		ctx, span := trace.Start(m.Context(), service, env)
+		err = fn(ctx, env)
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		return err
 	}
 }
 

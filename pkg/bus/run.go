@@ -55,7 +55,7 @@ func Run(ctx context.Context, js jetstream.JetStream, pub *Publisher, service st
 		subs = append(subs, sub)
 		fn := h.Message
 		if fn == nil {
-			fn = Handle(h.Handle, h.Undecodable)
+			fn = handle(service, h.Handle, h.Undecodable)
 		}
 		r.AddConsumerHandler(h.Name, h.Topic, sub, fn)
 		if obs != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/codes"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
@@ -13,13 +15,26 @@ import (
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // Submit stages the job's local data (see Stage) and publishes its
 // request. The id is new (time ordered), and the request is stored only if
 // no event exists for it yet, so it can never land on another job. p shows
 // the upload's progress; nil shows none.
-func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress) (string, error) {
+//
+// The submission is the root span of the job's trace, or a child of ctx's
+// span (cmd/e31 continues its caller's TRACEPARENT): the request carries
+// it, and every event of the job after it.
+func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress) (id string, err error) {
+	ctx, span := trace.Tracer().Start(ctx, "submit", oteltrace.WithSpanKind(oteltrace.SpanKindProducer))
+	defer func() {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	spec, err := c.Stage(ctx, job, p)
 	if err != nil {
 		return "", err
@@ -28,7 +43,8 @@ func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 	if err != nil {
 		return "", err
 	}
-	id := u.String()
+	id = u.String()
+	span.SetAttributes(trace.KeyJob.String(id))
 	req := events.JobRequested{Submitter: c.who.Name, Spec: spec}
 	if _, err := c.Append(ctx, id, &req, bus.ExpectLast(0)); err != nil {
 		if errors.Is(err, bus.ErrConflict) {
@@ -56,6 +72,10 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 	sweep := uuid.Must(uuid.NewV7()).String()
 	ids := make([]string, len(job.Sweep))
 	pub := bus.NewPublisher(c.js, "e31/cli", nil)
+	// One span for the sweep: its jobs share the trace they were asked in.
+	ctx, span := trace.Tracer().Start(ctx, "submit sweep", oteltrace.WithSpanKind(oteltrace.SpanKindProducer))
+	defer span.End()
+	tc := trace.Of(ctx)
 	for start := 0; start < len(job.Sweep); start += sweepBatch {
 		end := min(start+sweepBatch, len(job.Sweep))
 		batch := make([]bus.Pending, 0, end-start)
@@ -63,7 +83,7 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
 			point := spec
 			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
-			batch = append(batch, bus.Pending{Subject: ids[i], Event: &events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true})
+			batch = append(batch, bus.Pending{Subject: ids[i], Event: &events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true, Trace: tc})
 		}
 		subjects := make([]string, len(batch))
 		for i, p := range batch {

@@ -21,6 +21,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/retry"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // Runner is a service ready to run until its context ends.
@@ -86,6 +87,19 @@ func Main(name string, fs *flag.FlagSet, args []string, build Build, opts ...Opt
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l})).With("service", name)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Spans go where the standard OTEL_* variables say; nowhere without them.
+	flush, err := trace.Setup(ctx, trace.ConfigFromEnv(os.Getenv), "e31-"+name)
+	if err != nil {
+		log.Error("tracing", "err", err)
+		return 1
+	}
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := flush(fctx); err != nil {
+			log.Warn("flushing the last spans", "err", err)
+		}
+	}()
 	e := endpoints{addr: *httpAddr, token: token, collectors: o.collectors}
 	if err := run(ctx, name, connect.Config{URL: *url, Creds: *creds, CA: *ca, Name: name, Logger: log}, e, log, build); err != nil {
 		log.Error("stopped", "err", err)

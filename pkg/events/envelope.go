@@ -22,6 +22,11 @@ const (
 	HeaderTime        = "ce-time"
 	HeaderSubject     = "ce-subject"
 	HeaderContentType = "content-type"
+	// HeaderTraceParent and HeaderTraceState are the CloudEvents
+	// distributed-tracing extension (W3C trace context), in binary mode
+	// like every other attribute: every event of a job carries its trace.
+	HeaderTraceParent = "ce-traceparent"
+	HeaderTraceState  = "ce-tracestate"
 	// HeaderMsgID is JetStream's de-duplication id; it always equals ce-id.
 	HeaderMsgID = nats.MsgIdHdr
 )
@@ -42,6 +47,10 @@ type Envelope struct {
 	// pointers implement Event), so that readers need one type switch
 	// whether the envelope was decoded or built locally.
 	Event Event
+
+	// Trace is the W3C trace context of what caused the event (the
+	// CloudEvents distributed-tracing extension); empty when untraced.
+	Trace Trace
 
 	// Seq is the stream sequence; zero until the event has been stored.
 	Seq uint64
@@ -81,7 +90,24 @@ func (e Envelope) Msg() (*nats.Msg, error) {
 	m.Header.Set(HeaderSubject, e.Subject)
 	m.Header.Set(HeaderContentType, "application/json")
 	m.Header.Set(HeaderMsgID, e.ID)
+	if e.Trace.Parent != "" {
+		m.Header.Set(HeaderTraceParent, e.Trace.Parent)
+		if e.Trace.State != "" {
+			m.Header.Set(HeaderTraceState, e.Trace.State)
+		}
+	}
 	return m, nil
+}
+
+// Trace is a W3C trace context as the CloudEvents distributed-tracing
+// extension carries it. It is taken as it comes: a malformed one only
+// starts a new trace where it is read (see pkg/trace), it never makes an
+// event invalid, since tracing must not change what the log means.
+type Trace struct {
+	// Parent is the traceparent: version-traceid-parentid-flags.
+	Parent string
+	// State is the tracestate, vendor-specific; usually empty.
+	State string
 }
 
 // DecodeError says what was wrong with a message that is not a valid event.
@@ -108,6 +134,7 @@ func Decode(subject string, h nats.Header, body []byte) (Envelope, error) {
 		Source:      h.Get(HeaderSource),
 		Subject:     h.Get(HeaderSubject),
 		NATSSubject: subject,
+		Trace:       Trace{Parent: h.Get(HeaderTraceParent), State: h.Get(HeaderTraceState)},
 	}
 	if v := h.Get(HeaderSpecVersion); v != "1.0" {
 		return fail(fmt.Errorf("%s: got %q, expected \"1.0\"", HeaderSpecVersion, v))

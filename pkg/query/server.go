@@ -165,6 +165,13 @@ func (s *Server) Start(ctx context.Context) error {
 			return fmt.Errorf("query: %s: endpoint %s: %w", s.cfg.Name, e.subject, err)
 		}
 	}
+	// Once Start returns, a request must find the endpoints: the server
+	// has the subscriptions when it answers the flush's ping.
+	if err := s.nc.Flush(); err != nil {
+		_ = svc.Stop()
+		s.cancel()
+		return fmt.Errorf("query: %s: %w", s.cfg.Name, err)
+	}
 	s.svc = svc
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/output/retention"
 )
 
@@ -142,7 +143,9 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	if !ok {
 		return nil
 	}
-	c, err := s.check(ctx, env.Subject, stopped)
+	vctx, span := trace.Child(ctx, "output verify", trace.KeyJob.String(env.Subject), trace.KeyAttempt.Int(stopped.Attempt))
+	c, err := s.check(vctx, env.Subject, stopped)
+	trace.End(span, err)
 	if err != nil {
 		return fmt.Errorf("verify output of %s attempt %d: %w", env.Subject, stopped.Attempt, err)
 	}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -41,6 +42,7 @@ import (
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/pkg/retry"
+	"github.com/e31net/e31/pkg/trace"
 )
 
 // maxHoldsPerPass bounds the holds appended in one round trip.
@@ -106,6 +108,10 @@ type Service struct {
 	pool     *Pool
 	leader   *lease.Lease      // non-nil while this instance leads
 	expiring map[string]string // nodes whose lease lapsed: node → boot, to record
+	// traces is the trace context of the last event of each live job that
+	// had one: the pool decides later, apart from any handler, and what it
+	// appends must stay in the job's trace.
+	traces map[string]events.Trace
 
 	// kick wakes the scheduler: something changed that may allow a decision.
 	kick chan struct{}
@@ -137,7 +143,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
-		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{},
+		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{},
 		kick: make(chan struct{}, 1), queryLimits: cfg.Queries}
 	// Named after the instance, so that its backlog is watched like a
 	// durable consumer's (e31_consumer_pending{service="rent"}).
@@ -272,9 +278,32 @@ func (s *Service) dropOldConsumer(ctx context.Context) {
 func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
+	s.remember(env)
 	s.mu.Unlock()
 	s.wake()
 	return nil
+}
+
+// remember keeps the trace context env carries as its job's until the job
+// ends. The pool takes note of every event of every job without a span of
+// its own (one each would be most of a trace's cost and say nothing); its
+// decisions are the spans (decisionSpans). Called with s.mu held.
+func (s *Service) remember(env events.Envelope) {
+	switch e := env.Event.(type) {
+	case *events.NodeAnnounced, *events.NodeExpired:
+		return
+	case *events.JobRejected, *events.JobCancelled:
+		delete(s.traces, env.Subject)
+		return
+	case *events.ComputeReleased:
+		if e.Final {
+			delete(s.traces, env.Subject)
+			return
+		}
+	}
+	if env.Trace.Parent != "" {
+		s.traces[env.Subject] = env.Trace
+	}
 }
 
 func (s *Service) wake() {
@@ -528,10 +557,14 @@ func (s *Service) schedule(ctx context.Context) error {
 			return nil
 		}
 		batch := make([]bus.Pending, len(decisions))
+		spans := s.decisionSpans(ctx, decisions, batch)
 		for i, d := range decisions {
-			batch[i] = bus.Pending{Subject: d.Job, Event: d.Event, Expect: d.Expect, ExpectSet: true}
+			batch[i].Subject, batch[i].Event, batch[i].Expect, batch[i].ExpectSet = d.Job, d.Event, d.Expect, true
 		}
 		stored, errs := s.pub.AppendBatch(ctx, batch)
+		for i, sp := range spans {
+			trace.End(sp, errs[i])
+		}
 		var failed []error
 		applied, holds := 0, 0
 		s.mu.Lock()
@@ -606,6 +639,31 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// decisionSpans sets the trace each decision carries, its job's, and when
+// spans are exported starts a span for each decision (ended by the caller
+// once appended), so that what the pool decided shows in the job's trace
+// as RENT's work.
+func (s *Service) decisionSpans(ctx context.Context, decisions []Decision, batch []bus.Pending) []oteltrace.Span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !trace.Enabled() {
+		for i, d := range decisions {
+			batch[i].Trace = s.traces[d.Job]
+		}
+		return nil
+	}
+	spans := make([]oteltrace.Span, len(decisions))
+	for i, d := range decisions {
+		env := events.New(d.Job, d.Event, "", time.Time{})
+		env.Trace = s.traces[d.Job]
+		var sctx context.Context
+		sctx, spans[i] = trace.Tracer().Start(trace.Context(ctx, env.Trace), "rent decide "+events.Name(env.Type),
+			oteltrace.WithAttributes(trace.JobAttributes(env)...), oteltrace.WithAttributes(trace.KeyService.String("rent")))
+		batch[i].Trace = trace.Of(sctx)
+	}
+	return spans
 }
 
 func (s *Service) logDecision(d Decision, stored events.Envelope) {

@@ -29,6 +29,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -37,6 +39,7 @@ import (
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/run/executor"
 )
 
@@ -353,7 +356,9 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 		}
 		s.mu.Lock()
 	}
-	jobCtx, cancel := context.WithCancelCause(context.Background())
+	// The job's own context outlives this delivery's, but stays in its
+	// trace: the sandbox and the upload are spans of this handling.
+	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
 	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
 	s.running[job] = r
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
@@ -535,7 +540,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	deadline := Deadline(heldAt, limit, time.Now())
 	// Preparing and staging end at the deadline too: a job whose data
 	// takes its whole limit to stage has used up its hold.
-	prepCtx, cancelPrep := context.WithDeadlineCause(ctx, deadline, errLimitBeforeStart)
+	attrs := []attribute.KeyValue{trace.KeyJob.String(job), trace.KeyAttempt.Int(held.Attempt), trace.KeyNode.String(held.Node)}
+	startCtx, startSpan := trace.Child(ctx, "run sandbox start", attrs...)
+	defer startSpan.End() // on the paths that fail before the job runs; ending twice is nothing
+	prepCtx, cancelPrep := context.WithDeadlineCause(startCtx, deadline, errLimitBeforeStart)
 	defer cancelPrep()
 	stopped := events.RunStopped{Hold: held.Hold,
 		Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}}
@@ -625,7 +633,10 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		defer close(flushed)
 		s.flushLogs(flushCtx, logs, events.LogSubject(held.Submitter, job, held.Attempt), log)
 	}()
-	res, err := xjob.Run(ctx)
+	startSpan.End()
+	runCtx, runSpan := trace.Child(ctx, "run job", attrs...)
+	res, err := xjob.Run(runCtx)
+	trace.End(runSpan, err)
 	stopFlushing()
 	<-flushed
 	if err != nil {
@@ -651,6 +662,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		bound = s.cfg.MaxOutputBytes
 	}
 	var collected events.Collected
+	collectCtx, uploadSpan := trace.Child(collectCtx, "run output upload", attrs...)
 	err = again(collectCtx, log, "collecting output", func() (err error) {
 		// As above: one try stuck on a dead server is given up, not waited out.
 		try, cancelTry := context.WithTimeout(collectCtx, time.Minute)
@@ -658,6 +670,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		collected, err = stage.Collect(try, store, dirs.OutDir, spec.Output, bound)
 		return err
 	})
+	uploadSpan.SetAttributes(attribute.Int64("e31.output.bytes", collected.Bytes), attribute.Int("e31.output.files", len(collected.Files)))
+	trace.End(uploadSpan, err)
 	tooLarge, size := errors.Is(err, stage.ErrOutputTooLarge) && collected.Bytes > bound, collected.Bytes
 	if tooLarge {
 		// Nothing was stored, and returning some of it would pass truncated
