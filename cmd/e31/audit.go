@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -134,10 +132,8 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 	return cmd
 }
 
-// auditEvery audits every interval until ctx ends: what a deployment runs
-// so that a log or ledger gone wrong pages someone (e31_audit_findings).
-// Each audit's summary and findings go to the log; an audit that cannot
-// run to its end is tried again at the next interval.
+// auditEvery serves e31_audit_* on --http while c audits every interval
+// until ctx ends (client.AuditEvery).
 func auditEvery(ctx context.Context, a *app, c *client.Client, heads []chain.Head, every time.Duration, o httpOptions) error {
 	m := metrics.NewAudit()
 	reg, err := metrics.NewRegistry(m)
@@ -148,60 +144,30 @@ func auditEvery(ctx context.Context, a *app, c *client.Client, heads []chain.Hea
 	if err != nil {
 		return err
 	}
-	done := make(chan struct{})
 	if srv != nil {
 		a.log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
+		done := make(chan struct{})
+		defer func() { <-done }()
 		go func() {
 			defer close(done)
 			if err := srv.Serve(ctx); err != nil {
 				a.log.Error("http endpoints stopped", "err", err)
 			}
 		}()
-	} else {
-		close(done)
 	}
-	defer func() { <-done }()
-	for {
-		rep, err := c.Audit(ctx, heads)
-		if ctx.Err() != nil {
-			return nil
-		}
-		switch {
-		case err != nil:
-			m.Audited(0, time.Now(), err)
-			a.log.Warn("the audit could not run to its end; trying again at the next", "in", every, "err", err)
-		default:
-			m.Audited(len(rep.Findings), time.Now(), nil)
-			for _, f := range rep.Findings {
-				a.log.Error("audit finding", "kind", f.Kind, "job", f.Job, "seq", f.Seq, "detail", f.Detail)
-			}
-			a.log.Info("audited", "ok", rep.OK(), "summary", rep.Summary(), "last_seq", rep.LastSeq)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(every):
-		}
-	}
+	c.AuditEvery(ctx, heads, every, m, a.log)
+	return nil
 }
 
-// readRecords reads a copy of the ledger's records: a list ('e31 ledger
-// --json'), which is all of them, or one record ('e31 ledger ID --json').
+// readRecords reads --records (audit.ParseRecords).
 func readRecords(path string) ([]*hold.HoldRecord, bool, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, false, usageErr("--records: %v", err)
 	}
-	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
-		var r hold.HoldRecord
-		if err := json.Unmarshal(t, &r); err != nil {
-			return nil, false, usageErr("--records %s: not a hold record: %v", path, err)
-		}
-		return []*hold.HoldRecord{&r}, false, nil
+	recs, all, err := audit.ParseRecords(b)
+	if err != nil {
+		return nil, false, usageErr("--records %s: %v", path, err)
 	}
-	var recs []*hold.HoldRecord
-	if err := json.Unmarshal(b, &recs); err != nil {
-		return nil, false, usageErr("--records %s: not a list of hold records: %v", path, err)
-	}
-	return recs, true, nil
+	return recs, all, nil
 }

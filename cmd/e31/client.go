@@ -58,10 +58,3 @@ func exitCodeOf(err error) int {
 	}
 	return exitTrouble
 }
-
-func orDefault(s, d string) string {
-	if s == "" {
-		return d
-	}
-	return s
-}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -195,7 +196,7 @@ func credsPushCmd(a *app) *cobra.Command {
 			if cfg.CA != "" {
 				opts = append(opts, nats.RootCAs(cfg.CA))
 			}
-			url := orDefault(cfg.URL, connect.DefaultURL)
+			url := cmp.Or(cfg.URL, connect.DefaultURL)
 			if err := auth.Push(cmd.Context(), url, keys, opts...); err != nil {
 				return troubleErr(err)
 			}

@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/web"
+	"github.com/e31net/e31/stack"
 )
 
 // httpOptions are the flags of the operator's endpoints (/metrics, /healthz,
@@ -57,106 +57,66 @@ func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
 	f.StringVar(&o.viewersFile, "http-viewers", "", `a file of "NAME TOKEN" lines: who may log in to the page at /, as a submitter (its own jobs) or operator/auditor`)
 }
 
+// token reads --http-token-file, if given.
+func (o httpOptions) token() (string, error) {
+	if o.tokenFile == "" {
+		return "", nil
+	}
+	token, err := ops.ReadToken(o.tokenFile)
+	if err != nil {
+		return "", usageErr("--http-token-file: %v", err)
+	}
+	return token, nil
+}
+
+// listenErr says what a refused --http address is: a usage error for a
+// missing token, else trouble.
+func (o httpOptions) listenErr(err error) error {
+	if errors.Is(err, ops.ErrTokenRequired) {
+		return usageErr("--http %s: %v", o.addr, err)
+	}
+	return troubleErr(fmt.Errorf("--http: %w", err))
+}
+
 // listen binds the endpoints' address, or returns nil if there is none.
 // A missing token for an address beyond loopback is a usage error.
 func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[string]ops.Check) (*ops.Server, error) {
 	if o.addr == "" {
 		return nil, nil
 	}
-	var token string
-	if o.tokenFile != "" {
-		var err error
-		if token, err = ops.ReadToken(o.tokenFile); err != nil {
-			return nil, usageErr("--http-token-file: %v", err)
-		}
+	token, err := o.token()
+	if err != nil {
+		return nil, err
 	}
 	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Page: o.page, Logger: log})
-	if errors.Is(err, ops.ErrTokenRequired) {
-		return nil, usageErr("--http %s: %v", o.addr, err)
-	}
 	if err != nil {
-		return nil, troubleErr(fmt.Errorf("--http: %w", err))
+		return nil, o.listenErr(err)
 	}
 	return s, nil
 }
 
-// serveDevEndpoints starts, within the system, the log's metrics (read as
-// the auditor, who changes nothing), the consumers' lag (asked as the
-// operator: listing consumers is the operator's) and the endpoints. They
-// stop with it (stack.Stack.Go).
+// serveDevEndpoints starts the system's endpoints (stack.ServeEndpoints)
+// on --http. They stop with it.
 func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 	if o.addr == "" {
 		return nil
 	}
-	nc, err := s.connect(auditorID, "e31-dev-metrics", log)
+	page, err := o.pageConfig()
 	if err != nil {
 		return err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return fmt.Errorf("dev: metrics: %w", err)
-	}
-	onc, err := s.connect(operator, "e31-dev-streams", log)
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	closeAll := func() {
-		nc.Close()
-		onc.Close()
-	}
-	ojs, err := jetstream.New(onc)
-	if err != nil {
-		closeAll()
-		return fmt.Errorf("dev: metrics: %w", err)
-	}
-	page, err := o.newPage(ojs, log)
-	if err != nil {
-		closeAll()
-		return err
-	}
-	o.page = page.Handler()
-	logs := metrics.NewLogCollector(js, log)
-	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs), s.handlers)
-	if err != nil {
-		closeAll()
-		return err
-	}
-	// Several RENT instances in one process: each one's figures carry its
-	// id, so that only the leading one says e31_scheduler_leader 1.
-	for id, sched := range s.schedulers {
-		if err := prometheus.WrapRegistererWith(prometheus.Labels{"scheduler": id}, reg).Register(sched); err != nil {
-			closeAll()
-			return fmt.Errorf("dev: metrics: %w", err)
-		}
-	}
-	srv, err := o.listen(log, reg, map[string]ops.Check{
-		"log":      logs.Ready,
-		"services": s.Running,
-	})
-	if err != nil {
-		closeAll()
-		if !o.asked && errors.Is(err, syscall.EADDRINUSE) {
-			log.Warn("not serving /metrics: the address is taken, perhaps by another e31 dev; give one with --http", "http", o.addr)
-			return nil
-		}
-		return err
-	}
-	s.httpAddr = srv.Addr()
-	s.Go(func(ctx context.Context) error {
-		// The connections close once both are done: a scrape under way
-		// still asks the server while the log's reading stops.
-		defer closeAll()
-		var g errgroup.Group
-		g.Go(func() error { return logs.Run(ctx) })
-		g.Go(func() error { return page.Run(ctx) })
-		g.Go(func() error { return srv.Serve(ctx) })
-		if err := g.Wait(); err != nil {
-			return fmt.Errorf("http: %w", err)
-		}
+	addr, err := s.ServeEndpoints(stack.EndpointsConfig{Addr: o.addr, Token: page.Token, Page: page, Handlers: s.handlers, Schedulers: s.schedulers})
+	var lerr *stack.ListenError
+	switch {
+	case errors.As(err, &lerr) && !o.asked && errors.Is(err, syscall.EADDRINUSE):
+		log.Warn("not serving /metrics: the address is taken, perhaps by another e31 dev; give one with --http", "http", o.addr)
 		return nil
-	})
+	case errors.As(err, &lerr):
+		return o.listenErr(lerr.Err)
+	case err != nil:
+		return err
+	}
+	s.httpAddr = addr
 	return nil
 }
 
@@ -176,23 +136,17 @@ func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Co
 	if o.addr == "" {
 		return nil, func() {}, nil
 	}
-	var token string
-	if o.tokenFile != "" {
-		var err error
-		if token, err = ops.ReadToken(o.tokenFile); err != nil {
-			return nil, nil, usageErr("--http-token-file: %v", err)
-		}
+	token, err := o.token()
+	if err != nil {
+		return nil, nil, err
 	}
 	ecfg := daemon.EndpointsConfig{Service: name, Addr: o.addr, Token: token, NC: nc, JS: js, Logger: log, Collectors: cs}
 	if page != nil {
 		ecfg.Page, ecfg.Ready = page.Handler(), map[string]ops.Check{"page": page.Ready}
 	}
 	e, err := daemon.NewEndpoints(ecfg)
-	if errors.Is(err, ops.ErrTokenRequired) {
-		return nil, nil, usageErr("--http %s: %v", o.addr, err)
-	}
 	if err != nil {
-		return nil, nil, troubleErr(fmt.Errorf("--http: %w", err))
+		return nil, nil, o.listenErr(err)
 	}
 	log.Info("serving /metrics, /healthz and /readyz", "http", e.Addr())
 	ctx, cancel := context.WithCancel(ctx)

@@ -23,25 +23,25 @@ type limitFlags struct {
 	allowImages                 []string
 }
 
-// policyEdit turns the flags given into an edit of a stored policy, or
-// says which flag is wrong.
+// policyEdit turns the flags given into an edit of a stored policy (nil
+// for none), or says which flag is wrong.
 func (f limitFlags) policyEdit() (edit func(*limits.Policy), maxData *int64, err error) {
-	var queued, rate *int
+	e := limits.Edit{Images: f.allowImages}
 	if f.maxData != "" {
-		n, err := parseLimit(f.maxData, func(s string) (int64, error) { return jobfile.ParseSize(s) })
+		n, err := limits.ParseLimit(f.maxData, func(s string) (int64, error) { return jobfile.ParseSize(s) })
 		if err != nil {
 			return nil, nil, usageErr("--max-data: %v", err)
 		}
-		maxData = &n
+		e.MaxDataBytes = &n
 	}
 	for _, c := range []struct {
 		flag, value string
 		to          **int
-	}{{"--max-queued", f.maxQueued, &queued}, {"--max-rate", f.maxRate, &rate}} {
+	}{{"--max-queued", f.maxQueued, &e.MaxQueued}, {"--max-rate", f.maxRate, &e.MaxRate}} {
 		if c.value == "" {
 			continue
 		}
-		n, err := parseLimit(c.value, func(s string) (int64, error) {
+		n, err := limits.ParseLimit(c.value, func(s string) (int64, error) {
 			n, err := strconv.Atoi(s)
 			if err != nil || n < 1 {
 				return 0, fmt.Errorf("%q is not a whole number from 1 (or unlimited)", s)
@@ -59,48 +59,10 @@ func (f limitFlags) policyEdit() (edit func(*limits.Policy), maxData *int64, err
 			return nil, nil, usageErr("--allow-image %q is not an image name", im)
 		}
 	}
-	if maxData == nil && queued == nil && rate == nil && len(f.allowImages) == 0 {
+	if e.Empty() {
 		return nil, nil, nil
 	}
-	return func(p *limits.Policy) {
-		if maxData != nil {
-			p.MaxDataBytes = maxData
-		}
-		if queued != nil {
-			p.MaxQueued = queued
-		}
-		if rate != nil {
-			p.MaxRate = rate
-		}
-		for _, im := range f.allowImages {
-			if !contains(p.Images, im) {
-				p.Images = append(p.Images, im)
-			}
-		}
-	}, maxData, nil
-}
-
-func contains(s []string, x string) bool {
-	for _, y := range s {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-// parseLimit reads "unlimited" (or "none") as limits.Unlimited, anything
-// else with parse.
-func parseLimit(s string, parse func(string) (int64, error)) (int64, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "unlimited", "none":
-		return limits.Unlimited, nil
-	}
-	n, err := parse(s)
-	if err == nil && n == 0 {
-		return 0, fmt.Errorf("%q: a limit of 0 would refuse everything (say unlimited for none)", s)
-	}
-	return n, err
+	return e.Apply, e.MaxDataBytes, nil
 }
 
 // setLimits writes the limits given on `e31 setup` for each submitter (or,

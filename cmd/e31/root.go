@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	osuser "os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/trace"
@@ -70,25 +70,9 @@ type env struct {
 }
 
 func readEnv() env {
-	user := os.Getenv("USER")
-	if user == "" {
-		if u, err := osuser.Current(); err == nil {
-			user = u.Username
-		} else {
-			user = "anonymous"
-		}
-	}
-	// The user name ends subjects (e31.job.<id>.requested.<user>): one
-	// token of letters, digits, '-' and '_'.
-	user = strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			return r
-		}
-		return '_'
-	}, user)
 	benchN, _ := strconv.Atoi(os.Getenv("BENCH_N"))
 	configDir, _ := os.UserConfigDir()
-	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: user, BenchN: benchN, ConfigDir: configDir,
+	return env{NATS: os.Getenv("E31_NATS"), Creds: os.Getenv("E31_CREDS"), CA: os.Getenv("E31_TLS_CA"), Log: os.Getenv("E31_LOG"), User: client.OSUser(), BenchN: benchN, ConfigDir: configDir,
 		Trace: trace.ConfigFromEnv(os.Getenv), TraceParent: events.Trace{Parent: os.Getenv("TRACEPARENT"), State: os.Getenv("TRACESTATE")}}
 }
 

@@ -141,14 +141,8 @@ func checkServiceCreds(file, service, node string) error {
 	if err != nil {
 		return usageErr("--creds: %v", err)
 	}
-	switch {
-	case id.Role == auth.Operator:
-	case service == "web":
-		return usageErr("--creds %s are those of %s: the page reads the log and the pool as the operator", file, id)
-	case id.Role != auth.Service || id.Service != service:
-		return usageErr("--creds %s are those of %s, not of the %s service", file, id, service)
-	case service == auth.RunService && id.Name != node:
-		return usageErr("--creds %s are node %s's; --node is %s", file, id.Name, node)
+	if err := id.MayServe(service, node); err != nil {
+		return usageErr("--creds %s %v", file, err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -78,10 +79,10 @@ allowed, is rejected with the reason.`,
 			o := events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}
 			// Right after a cluster starts, creating a replicated stream can
 			// fail until every peer is known and a meta leader elected.
-			if err := retry(ctx, func() error { return events.Setup(ctx, js, o) }); err != nil {
+			if err := retry.Do(ctx, retry.Setup, func() error { return events.Setup(ctx, js, o) }, retry.If(retry.Always)); err != nil {
 				return troubleErr(fmt.Errorf("setup: %w", err))
 			}
-			if err := retry(ctx, func() error { _, err := limits.Setup(ctx, js, replicas); return err }); err != nil {
+			if err := retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, replicas); return err }, retry.If(retry.Always)); err != nil {
 				return troubleErr(fmt.Errorf("setup: %w", err))
 			}
 			if logMax != "" {
@@ -92,10 +93,10 @@ allowed, is rejected with the reason.`,
 			for _, name := range setupStreamNames {
 				var raised bool
 				var have int
-				err := retry(ctx, func() (err error) {
-					have, raised, err = raiseReplicas(ctx, js, name, replicas)
+				err := retry.Do(ctx, retry.Setup, func() (err error) {
+					have, raised, err = events.RaiseReplicas(ctx, js, name, replicas)
 					return err
-				})
+				}, retry.If(retry.Always))
 				if err != nil {
 					return troubleErr(fmt.Errorf("setup: %w", err))
 				}
@@ -113,7 +114,7 @@ allowed, is rejected with the reason.`,
 				if !events.ValidID(u) {
 					return usageErr("--submitter %q is not a submitter id", u)
 				}
-				if err := retry(ctx, func() error { _, err := stage.OpenBucket(ctx, js, u); return err }); err != nil {
+				if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, u); return err }, retry.If(retry.Always)); err != nil {
 					return troubleErr(fmt.Errorf("setup: %w", err))
 				}
 				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
@@ -134,45 +135,8 @@ allowed, is rejected with the reason.`,
 	return cmd
 }
 
-// raiseReplicas gives stream name at least want replicas. It reports the
-// replicas it had and whether it raised them.
-func raiseReplicas(ctx context.Context, js jetstream.JetStream, name string, want int) (int, bool, error) {
-	st, err := js.Stream(ctx, name)
-	if err != nil {
-		return 0, false, fmt.Errorf("stream %s: %w", name, err)
-	}
-	cfg := st.CachedInfo().Config
-	have := cfg.Replicas
-	if have >= want {
-		return have, false, nil
-	}
-	cfg.Replicas = want
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return have, false, fmt.Errorf("raise replicas of %s to %d: %w", name, want, err)
-	}
-	return have, true, nil
-}
-
-// retry calls fn until it succeeds or ctx ends, and returns its last error.
-func retry(ctx context.Context, fn func() error) error {
-	delay := 100 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
-	}
-}
-
-// setLogMaxBytes bounds the event log at size (or lifts the bound). It never
-// bounds the log below what it holds: that would refuse every event at once,
-// releases of held jobs among them.
+// setLogMaxBytes bounds the event log at size, or lifts the bound
+// ("unlimited"), and says so.
 func setLogMaxBytes(ctx context.Context, a *app, js jetstream.JetStream, size string) error {
 	limit := int64(-1)
 	if size != "unlimited" {
@@ -182,20 +146,13 @@ func setLogMaxBytes(ctx context.Context, a *app, js jetstream.JetStream, size st
 		}
 		limit = n
 	}
-	str, err := js.Stream(ctx, events.Stream)
+	held, err := events.BoundLog(ctx, js, limit)
+	if errors.Is(err, events.ErrLogTooSmall) {
+		return usageErr("--log-max-bytes %s: the log holds %d bytes already; give it more than that and its reserve (%d bytes)", size, held, events.LogReserve(limit))
+	}
 	if err != nil {
-		return troubleErr(fmt.Errorf("setup: the log: %w", err))
+		return troubleErr(fmt.Errorf("setup: %w", err))
 	}
-	info := str.CachedInfo()
-	if limit > 0 && uint64(limit) <= info.State.Bytes+uint64(events.LogReserve(limit)) {
-		return usageErr("--log-max-bytes %s: the log holds %d bytes already; give it more than that and its reserve (%d bytes)", size, info.State.Bytes, events.LogReserve(limit))
-	}
-	cfg := info.Config
-	cfg.MaxBytes = limit
-	cfg.Discard = jetstream.DiscardNew
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return troubleErr(fmt.Errorf("setup: bound the log: %w", err))
-	}
-	fmt.Fprintf(a.out, "%s: may hold %s bytes (it holds %d)\n", events.Stream, size, info.State.Bytes)
+	fmt.Fprintf(a.out, "%s: may hold %s bytes (it holds %d)\n", events.Stream, size, held)
 	return nil
 }

@@ -148,3 +148,20 @@ func (c Creds) Options() ([]nats.Option, error) {
 	}
 	return opts, nil
 }
+
+// MayServe refuses, before anything is done, an identity that is not the
+// operator nor the given service (for run, on the given node): the server
+// would refuse what the service does, one publish at a time. The page
+// ("web") reads the log and the pool as the operator only.
+func (id Identity) MayServe(service, node string) error {
+	switch {
+	case id.Role == Operator:
+	case service == "web":
+		return fmt.Errorf("are those of %s: the page reads the log and the pool as the operator", id)
+	case id.Role != Service || id.Service != service:
+		return fmt.Errorf("are those of %s, not of the %s service", id, service)
+	case service == RunService && id.Name != node:
+		return fmt.Errorf("are node %s's; --node is %s", id.Name, node)
+	}
+	return nil
+}

@@ -2,9 +2,12 @@ package client
 
 import (
 	"context"
+	"log/slog"
+	"time"
 
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/query/wire"
 )
 
@@ -35,4 +38,33 @@ func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, 
 	}
 	rep.Compare(recs, true)
 	return rep, nil
+}
+
+// AuditEvery audits every interval until ctx ends: what a deployment runs
+// so that a log or ledger gone wrong pages someone (e31_audit_findings in
+// m). Each audit's summary and findings go to log; an audit that cannot
+// run to its end is tried again at the next interval.
+func (c *Client) AuditEvery(ctx context.Context, heads []chain.Head, every time.Duration, m *metrics.Audit, log *slog.Logger) {
+	for {
+		rep, err := c.Audit(ctx, heads)
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case err != nil:
+			m.Audited(0, time.Now(), err)
+			log.Warn("the audit could not run to its end; trying again at the next", "in", every, "err", err)
+		default:
+			m.Audited(len(rep.Findings), time.Now(), nil)
+			for _, f := range rep.Findings {
+				log.Error("audit finding", "kind", f.Kind, "job", f.Job, "seq", f.Seq, "detail", f.Detail)
+			}
+			log.Info("audited", "ok", rep.OK(), "summary", rep.Summary(), "last_seq", rep.LastSeq)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
 }

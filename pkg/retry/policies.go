@@ -52,6 +52,11 @@ var (
 	// clients turned away together do not come back together.
 	Busy = Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
 
+	// Setup is `e31 setup` creating streams on a fresh cluster, which
+	// fails until every peer is known and a meta leader elected: every
+	// failure is tried again until the command's --timeout.
+	Setup = Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
+
 	// Ready asks a fresh server or cluster whether JetStream answers yet.
 	Ready = Policy{First: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 )
