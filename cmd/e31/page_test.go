@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -97,6 +98,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 			}
 		}
 	}
+	started, closed := make(chan error, 1), make(chan struct{})
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelTab := chromedp.NewContext(actx)
 	t.Cleanup(func() {
@@ -104,6 +106,7 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		if err := chromedp.Cancel(ctx); err != nil {
 			t.Logf("close chromium: %v", err)
 		}
+		close(closed)
 		cancelTab()
 		cancelAlloc()
 		if err := os.RemoveAll(profile); err != nil {
@@ -111,8 +114,20 @@ func browser(t *testing.T) (context.Context, func() []string) {
 		}
 	})
 	chromedp.ListenTarget(ctx, listen)
-	if err := chromedp.Run(ctx, log.Enable(), runtime.Enable()); err != nil {
-		t.Fatalf("start chromium: %v", err)
+	// chromedp starts chromium with Pdeathsig, which the kernel sends when
+	// the thread that forked it ends, not the process; the sandbox nodes
+	// of e31 dev in this process launch jobs from threads they then throw
+	// away, and one of those may be the thread chromium came from. So it
+	// is started from a thread held until the browser is closed.
+	go func() {
+		goruntime.LockOSThread()
+		started <- chromedp.Run(ctx, log.Enable(), runtime.Enable())
+		<-closed
+		goruntime.UnlockOSThread()
+	}()
+	if err := <-started; err != nil {
+		t.Fatalf("start chromium: %v", err) // the cleanup lets the thread go
+
 	}
 	return ctx, func() []string {
 		mu.Lock()
