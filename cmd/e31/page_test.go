@@ -127,7 +127,6 @@ func browser(t *testing.T) (context.Context, func() []string) {
 	}()
 	if err := <-started; err != nil {
 		t.Fatalf("start chromium: %v", err) // the cleanup lets the thread go
-
 	}
 	return ctx, func() []string {
 		mu.Lock()
