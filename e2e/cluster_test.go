@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -23,6 +22,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 )
@@ -341,15 +341,12 @@ func watchLog(ctx context.Context, js jetstream.JetStream) *logWatch {
 func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 	// NodeExpired is a node's event: e31.node.<node>.expired.
 	filters := []string{events.KindSubject(events.TypeRunStarted), "e31.node.*.expired"}
+	// bus.Follow, not nats.go's ordered consumer, which can stop for good
+	// when the server it was on is killed: the follower makes its consumer
+	// again where the reading is.
 	var last uint64
 	for ctx.Err() == nil {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
-		if last > 0 {
-			// Made again after the server it was on went away: on from
-			// where it was.
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, last+1
-		}
-		cons, err := js.OrderedConsumer(ctx, events.Stream, cfg)
+		f, err := bus.Follow(ctx, js, filters, last+1)
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -358,18 +355,14 @@ func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 			continue
 		}
 		for ctx.Err() == nil {
-			m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
-			if errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-				continue
-			}
+			m, _, err := f.Next()
 			if err != nil {
 				break
 			}
-			if meta, err := m.Metadata(); err == nil {
-				last = meta.Sequence.Stream
-			}
-			w.saw(m.Subject())
+			last = m.Sequence
+			w.saw(m.Subject)
 		}
+		f.Stop()
 	}
 }
 
