@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"os"
 	"testing"
+
+	"github.com/e31net/e31/pkg/chain/chaintest"
 
 	"github.com/nats-io/nats.go"
 )
@@ -15,28 +15,7 @@ import (
 // vectors of pkg/chain/SPEC.md, which the ledger's are checked against too.
 func TestGoldenVectors(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../chain/testdata/vectors.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Messages []struct {
-			Why          string              `json:"why"`
-			Seq          uint64              `json:"seq"`
-			Subject      string              `json:"subject"`
-			Headers      map[string][]string `json:"headers"`
-			BodyBase64   string              `json:"body_base64"`
-			CanonicalHex string              `json:"canonical_hex"`
-			Digest       string              `json:"digest"`
-			Head         string              `json:"head"`
-		} `json:"messages"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	if len(v.Messages) == 0 {
-		t.Fatal("no vectors")
-	}
+	v := chaintest.Load(t)
 	var c HashChain
 	for _, m := range v.Messages {
 		body, err := base64.StdEncoding.DecodeString(m.BodyBase64)

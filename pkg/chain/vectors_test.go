@@ -5,30 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// vectors is testdata/vectors.json, as SPEC.md describes it.
-type vectors struct {
-	Version  string `json:"version"`
-	Messages []struct {
-		Seq          uint64              `json:"seq"`
-		Subject      string              `json:"subject"`
-		Headers      map[string][]string `json:"headers"`
-		BodyBase64   string              `json:"body_base64"`
-		CanonicalHex string              `json:"canonical_hex"`
-		Digest       string              `json:"digest"`
-		Head         string              `json:"head"`
-	} `json:"messages"`
-	Records []struct {
-		Events       []uint64 `json:"events"`
-		EventsDigest string   `json:"events_digest"`
-	} `json:"records"`
-}
+	"github.com/e31net/e31/pkg/chain/chaintest"
+)
 
 // TestVectorsHashAsWritten checks the hashing half of the vectors: each
 // digest is the SHA-256 of its canonical bytes, each head links the one
@@ -36,14 +18,7 @@ type vectors struct {
 // bytes themselves are checked by the two implementations' tests.
 func TestVectorsHashAsWritten(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("testdata/vectors.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v vectors
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
+	v := chaintest.Load(t)
 	if v.Version != "e31.event.v1" || len(v.Messages) == 0 || len(v.Records) == 0 {
 		t.Fatalf("vectors of version %q, %d messages, %d records", v.Version, len(v.Messages), len(v.Records))
 	}

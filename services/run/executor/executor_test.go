@@ -124,7 +124,7 @@ func TestJobHandleRunsOnceAtATimeAndNotAfterRelease(t *testing.T) {
 	dir := t.TempDir()
 	fifo := dir + "/go"
 	j, err := p.Prepare(context.Background(), Spec{JobID: "guarded", Attempt: 1,
-		Command: []string{"/bin/sh", "-c", "touch " + dir + "/started; read x < " + fifo},
+		Command: []string{"/bin/sh", "-c", "echo up > " + dir + "/started; read x < " + fifo},
 		Limit:   time.Minute, Grace: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -132,20 +132,30 @@ func TestJobHandleRunsOnceAtATimeAndNotAfterRelease(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The job says it runs by writing to a FIFO, whose opening waits for it.
+	if err := syscall.Mkfifo(dir+"/started", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() {
+		b, err := os.ReadFile(dir + "/started")
+		if err == nil && len(b) == 0 {
+			err = errors.New("nothing written")
+		}
+		started <- err
+	}()
 	ran := make(chan error, 1)
 	go func() {
 		_, err := j.Run(context.Background())
 		ran <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := os.Stat(dir + "/started"); err == nil {
-			break
+	select {
+	case err := <-started:
+		if err != nil {
+			t.Fatalf("the job's start: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job did not start")
-		}
-		time.Sleep(10 * time.Millisecond)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not start")
 	}
 	if _, err := j.Run(context.Background()); !errors.Is(err, ErrRunning) {
 		t.Errorf("a second Run while the first runs: %v, want ErrRunning", err)
