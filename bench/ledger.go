@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -102,20 +103,24 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 			return err
 		}
 	}
+	heap := watchHeap()
 	start, cpu0 = time.Now(), cpuTime()
-	au := audit.New(audit.Options{})
+	au := audit.New(auditOptions)
 	if err := au.ReadStream(ctx, js); err != nil {
+		heap()
 		return err
 	}
 	rep := au.Finish()
 	auditTook, auditCPU := time.Since(start), cpuTime()-cpu0
+	auditHeap := heap()
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
 	}
 	debug.SetGCPercent(old)
 	auditRate := float64(rep.Events) / auditTook.Seconds()
-	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s; %s\n",
-		rep.Events, rep.Jobs, auditTook.Round(time.Millisecond), auditCPU.Seconds(), auditRate, rep.Summary())
+	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s, %.2f of the floor, %.1f MiB of heap at most; %s\n",
+		rep.Events, rep.Jobs, auditTook.Round(time.Millisecond), auditCPU.Seconds(), auditRate, auditRate/(float64(read)/readTook.Seconds()),
+		float64(auditHeap)/(1<<20), rep.Summary())
 	if !rep.OK() {
 		for _, f := range rep.Findings[:min(len(rep.Findings), 10)] {
 			fmt.Fprintf(out, "  %s %s #%d: %s\n", f.Kind, f.Job, f.Seq, f.Detail)
@@ -174,10 +179,48 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		return fmt.Errorf("%w: bench ledger: the ledger's head %s is not the audit's %s", ErrFailed, ledgerHead, auditHead)
 	}
 	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
-	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f cores=%d\n",
-		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, rebuilt.Seconds(), float64(n)/rebuilt.Seconds(),
-		auditCPU.Seconds(), rebuildCPU.Seconds(), runtime.NumCPU())
+	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f audit_heap_mib=%.1f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f cores=%d\n",
+		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, float64(auditHeap)/(1<<20),
+		rebuilt.Seconds(), float64(n)/rebuilt.Seconds(), auditCPU.Seconds(), rebuildCPU.Seconds(), runtime.NumCPU())
 	return nil
+}
+
+// auditOptions are the audit's as `e31 audit` runs it (pkg/client.Audit).
+var auditOptions = audit.Options{Forget: true}
+
+// watchHeap follows the live heap (as the last collection found it) until
+// the function it returns is called, which returns the most it grew above
+// where it was, after one last collection: what the audit held at most,
+// give or take what the embedded server caches meanwhile.
+func watchHeap() func() uint64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	live := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	base, peak := live(), uint64(0)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			peak = max(peak, live())
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		runtime.GC()
+		peak = max(peak, live())
+		return peak - min(base, peak)
+	}
 }
 
 // askJSON asks a query endpoint, as the user its subject names, and

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // This file implements pkg/chain/SPEC.md, written from that text and not
@@ -111,3 +112,18 @@ func (c *HashChain) Head() chain.Head {
 
 // digestText is how a record writes a digest: "sha256:<hex>".
 func digestText(d []byte) string { return "sha256:" + hex.EncodeToString(d) }
+
+// eventsDigest is a record's events_digest (SPEC.md), over the event
+// digests it lists: what a record kept after its job ended shows once an
+// event is listed after the end.
+func eventsDigest(refs []hold.EventRef) string {
+	sum := sha256.New()
+	for _, r := range refs {
+		d, err := hex.DecodeString(strings.TrimPrefix(r.Digest, "sha256:"))
+		if err != nil {
+			continue // the audit writes every digest it lists
+		}
+		sum.Write(d)
+	}
+	return digestText(sum.Sum(nil))
+}
