@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/debug"
 	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
@@ -91,8 +90,6 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds())
 
 	// The audit's replay, as `e31 audit` runs it.
-	runtime.GC()
-	old := debug.SetGCPercent(400) // as `e31 audit` runs
 	if o.Profile != "" {
 		f, err := os.Create(o.Profile)
 		if err != nil {
@@ -116,7 +113,6 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
 	}
-	debug.SetGCPercent(old)
 	auditRate := float64(rep.Events) / auditTook.Seconds()
 	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s, %.2f of the floor, %.1f MiB of heap at most; %s\n",
 		rep.Events, rep.Jobs, auditTook.Round(time.Millisecond), auditCPU.Seconds(), auditRate, auditRate/(float64(read)/readTook.Seconds()),

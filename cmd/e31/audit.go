@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,9 +57,6 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 				}
 				heads = append(heads, h)
 			}
-			// An audit holds the whole log's history in memory and then lets
-			// go of it: collecting less often is a third faster.
-			defer debug.SetGCPercent(debug.SetGCPercent(400))
 			var rep *audit.Report
 			if from != "" {
 				f, err := os.Open(from)
@@ -68,7 +64,7 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 					return usageErr("--from: %v", err)
 				}
 				defer f.Close()
-				au := audit.New(audit.Options{Heads: heads})
+				au := audit.New(audit.Options{Heads: heads, Forget: records == ""})
 				if err := au.ReadExport(f); err != nil {
 					var bad *audit.ExportError
 					if errors.As(err, &bad) {

@@ -116,11 +116,12 @@ type Auditor struct {
 	// the job's own: what a repeat after the end is told by. It holds
 	// only what came after the end (retention's deletions, a cancel asked
 	// again) and a tenant's odd requests.
-	after   map[string]uint64
-	jobs    int // jobs seen
-	maxOpen int // the most jobs open at once
-	nodes   map[string]*node
-	holds   map[holdKey]*holdUse // attempts held and not yet released
+	after     map[string]uint64
+	jobs      int // jobs seen
+	maxOpen   int // the most jobs open at once
+	readAgain int // jobs read again from the log to compare (Compare)
+	nodes     map[string]*node
+	holds     map[holdKey]*holdUse // attempts held and not yet released
 }
 
 // tomb is what the audit keeps of a job that is over: enough to judge
@@ -131,6 +132,10 @@ type tomb struct {
 	// requested says the job's first request came under its own id
 	// (events.ID), which a later request repeats.
 	requested bool
+	// matched says a ledger's record of the job was compared (Compare).
+	matched bool
+	// sums stand for the record let go of (Options.Forget), for Compare.
+	sums sums
 }
 
 // job is one job's history as read.
@@ -331,6 +336,9 @@ func (a *Auditor) close(id string, j *job) {
 	}
 	a.settle(id, d)
 	t := tomb{seq: d.end.seq, typ: d.end.typ}
+	if a.rep.Records == nil {
+		t.sums = sumsOf(d.rec, j.facts)
+	}
 	for _, f := range j.facts {
 		if f.typ != events.TypeJobRequested {
 			continue
@@ -375,6 +383,9 @@ func (a *Auditor) remember(job, id string, seq uint64) (uint64, bool) {
 // (retention's deletions) may follow the end. The record, when kept,
 // lists the event, as derive would, and shows a deletion.
 func (a *Auditor) afterEnd(id string, t tomb, f fact) {
+	// Cloned, as a job's id is when it is first read: a map given a key
+	// anew keeps the new one, and this one is part of a message.
+	id = strings.Clone(id)
 	if f.typ == events.TypeJobRequested && t.requested && f.id == events.ID(id, f.ev) {
 		f.repeat = true
 	}
@@ -397,6 +408,9 @@ func (a *Auditor) afterEnd(id string, t tomb, f fact) {
 	if rec != nil {
 		rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
 		rec.EventsDigest = eventsDigest(rec.Events)
+	} else {
+		t.sums.events.add(f.seq, events.Name(f.typ), f.digest)
+		a.ended[id] = t
 	}
 	if f.repeat {
 		return
@@ -406,12 +420,19 @@ func (a *Auditor) afterEnd(id string, t tomb, f fact) {
 			events.Name(f.typ), events.Name(t.typ), t.seq)})
 	}
 	a.capacity(id, f)
-	if ev, ok := f.ev.(*events.Deleted); ok && rec != nil {
+	if ev, ok := f.ev.(*events.Deleted); ok {
 		at := f.at
-		if ev.What == events.WhatOutput {
+		switch {
+		case rec != nil && ev.What == events.WhatOutput:
 			rec.Output.DeletedAt = &at
-		} else {
+		case rec != nil:
 			rec.DataDeletedAt = &at
+		case ev.What == events.WhatOutput:
+			t.sums.outputDeleted = at.UnixNano()
+			a.ended[id] = t
+		default:
+			t.sums.dataDeleted = at.UnixNano()
+			a.ended[id] = t
 		}
 	}
 }

@@ -80,7 +80,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 		OptStartSeq:       from,
 		AckPolicy:         jetstream.AckNonePolicy,
 		ReplayPolicy:      jetstream.ReplayInstantPolicy,
-		InactiveThreshold: 10 * time.Second,
+		InactiveThreshold: 2 * pullExpires,
 		MemoryStorage:     true,
 		Replicas:          1,
 	})

@@ -6,20 +6,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
 )
 
 // busy builds a log of n jobs whose lives interleave, width at a time, as
 // on a busy pool, every one released in the end.
-func busy(t *testing.T, n, width int) *log {
+func busy(t testing.TB, n, width int) *log {
 	l := &log{t: t}
 	l.add("n1", &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 1000, MemoryBytes: 1 << 50, GPU: 0, DiskBytes: 1 << 50})
 	zero := 0
@@ -226,25 +229,9 @@ func TestPipelineKeepsTheLogsOrder(t *testing.T) {
 // time.
 func TestReadStreamReadsTheWholeLogInOrder(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	js := srv.JetStream(t)
-	ctx := natstest.Context(t, 60*time.Second)
-	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	l := busy(t, 2*pullBatch/7+50, 8)
-	for _, r := range l.raws {
-		m := nats.NewMsg(r.Subject)
-		m.Data, m.Header = r.Body, r.Headers
-		if _, err := js.PublishMsgAsync(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal(ctx.Err())
-	}
+	_, js := publish(t, l.raws)
+	ctx := natstest.Context(t, 60*time.Second)
 	a := New(Options{Forget: true, Workers: 3})
 	if err := a.ReadStream(ctx, js); err != nil {
 		t.Fatal(err)
@@ -254,4 +241,129 @@ func TestReadStreamReadsTheWholeLogInOrder(t *testing.T) {
 	if !rep.OK() || rep.Events != len(l.raws) || rep.Head != want.Head || rep.Jobs != want.Jobs {
 		t.Errorf("from the server: %s (%d events, head %s); one by one: %s", rep.Summary(), rep.Events, rep.Head, want.Summary())
 	}
+}
+
+// publish stores raws in a test server's log, as their publishers would.
+func publish(t testing.TB, raws []Raw) (*natstest.Server, jetstream.JetStream) {
+	t.Helper()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 60*time.Second)
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range raws {
+		m := nats.NewMsg(r.Subject)
+		m.Data, m.Header = r.Body, r.Headers
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+		if i%1000 == 999 || i == len(raws)-1 {
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			}
+		}
+	}
+	return srv, js
+}
+
+// TestCompareWithSumsFindsWhatRecordsFind: compared through the sums kept
+// of each record (Forget), the ledger's records give the findings they
+// give compared with every record kept: none when they agree, and each
+// changed field, changed event, missing and extra record when not.
+func TestCompareWithSumsFindsWhatRecordsFind(t *testing.T) {
+	t.Parallel()
+	l := busy(t, 60, 6)
+	l.submitted("open").add("open", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Submitter: "alice", Spec: spec})
+	_, js := publish(t, l.raws)
+	ctx := natstest.Context(t, 60*time.Second)
+	kept := l.audit(Options{})
+	ledger := func(tamper bool) []*hold.HoldRecord {
+		var recs []*hold.HoldRecord
+		for _, rec := range recordsOf(l.audit(Options{})) {
+			if !tamper {
+				recs = append(recs, rec)
+				continue
+			}
+			switch rec.Job {
+			case "job-00003": // missing
+				continue
+			case "job-00007": // a field changed
+				three := 3
+				rec.ExitCode = &three
+			case "job-00009": // an event changed
+				rec.Events[4].Digest = "sha256:" + strings.Repeat("0", 64)
+			case "job-00012": // after the end, a deletion the log does not have
+				now := t0
+				rec.Output.DeletedAt = &now
+			case "open":
+				rec.State = "released"
+			}
+			recs = append(recs, rec)
+		}
+		if tamper {
+			recs = append(recs, &hold.HoldRecord{Job: "ghost", State: hold.StateReleased})
+		}
+		return recs
+	}
+	for _, tamper := range []bool{false, true} {
+		want := l.audit(Options{})
+		want.Compare(ledger(tamper), true)
+		a := New(Options{Forget: true})
+		if err := a.ReadStream(ctx, js); err != nil {
+			t.Fatal(err)
+		}
+		got := a.Finish()
+		if err := a.Compare(ctx, js, ledger(tamper), true); err != nil {
+			t.Fatal(err)
+		}
+		key := func(r *Report) []string {
+			var out []string
+			for _, f := range r.Findings {
+				out = append(out, fmt.Sprintf("%s %s #%d %s", f.Kind, f.Job, f.Seq, f.Detail))
+			}
+			sort.Strings(out)
+			return out
+		}
+		if !reflect.DeepEqual(key(got), key(want)) || got.Compared != want.Compared || got.Compared != len(kept.Records)-btoi(tamper) {
+			t.Errorf("tampered %v: with sums %d compared, %q\nwith records %d compared, %q", tamper, got.Compared, key(got), want.Compared, key(want))
+		}
+		// Only the records that differ are read again.
+		if again := 3 * btoi(tamper); a.readAgain != again {
+			t.Errorf("tampered %v: %d jobs read again from the log, want %d", tamper, a.readAgain, again)
+		}
+		if tamper && len(got.Findings) < 6 {
+			t.Errorf("tampered: %d findings, want one for each change at least: %v", len(got.Findings), key(got))
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// BenchmarkReadStream is the audit of a log of busy's jobs read from a
+// server: the figure to profile (go test -bench ReadStream -cpuprofile).
+// `e31 bench ledger` gives the figure that counts, beside the read-only
+// floor measured in the same run.
+func BenchmarkReadStream(b *testing.B) {
+	l := busy(b, 12_000, 48) // about 100k events
+	_, js := publish(b, l.raws)
+	ctx := natstest.Context(b, 10*time.Minute)
+	b.ResetTimer()
+	for b.Loop() {
+		a := New(Options{Forget: true})
+		if err := a.ReadStream(ctx, js); err != nil {
+			b.Fatal(err)
+		}
+		if rep := a.Finish(); !rep.OK() || rep.Events != len(l.raws) {
+			b.Fatal(rep.Summary())
+		}
+	}
+	b.ReportMetric(float64(len(l.raws)*b.N)/b.Elapsed().Seconds(), "events/s")
 }
