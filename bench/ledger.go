@@ -80,14 +80,18 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	fmt.Fprintf(out, "wrote %d events (%d jobs) in %s: %.0f events/s, published asynchronously\n", n, jobs, wrote.Round(time.Millisecond), float64(n)/wrote.Seconds())
 
 	// The floor: reading alone, through NATS, with the server on the same cores.
+	readHeap := watchHeap()
 	start, cpu0 := time.Now(), cpuTime()
 	read, err := readOnly(ctx, js)
 	if err != nil {
+		readHeap()
 		return fmt.Errorf("bench ledger: read the log: %w", err)
 	}
 	readTook, readCPU := time.Since(start), cpuTime()-cpu0
-	fmt.Fprintf(out, "read only (the floor): %d events in %s (%.1f cpu-seconds, server included): %.0f events/s\n",
-		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds())
+	// The heap reading alone takes (the server's caches of what it reads,
+	// the client's buffers): the audit's figure includes as much.
+	fmt.Fprintf(out, "read only (the floor): %d events in %s (%.1f cpu-seconds, server included): %.0f events/s, %.1f MiB of heap at most\n",
+		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds(), float64(readHeap())/(1<<20))
 
 	// The audit's replay, as `e31 audit` runs it.
 	if o.Profile != "" {
@@ -112,6 +116,10 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	auditHeap := heap()
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
+		// What the audit still holds at its end (the auditor is live).
+		if err := writeHeapProfile(o.Profile + ".heap"); err != nil {
+			return err
+		}
 	}
 	auditRate := float64(rep.Events) / auditTook.Seconds()
 	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s, %.2f of the floor, %.1f MiB of heap at most; %s\n",
@@ -217,6 +225,20 @@ func watchHeap() func() uint64 {
 		peak = max(peak, live())
 		return peak - min(base, peak)
 	}
+}
+
+// writeHeapProfile writes the live heap, after a collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // askJSON asks a query endpoint, as the user its subject names, and

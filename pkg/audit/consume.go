@@ -17,9 +17,10 @@ import (
 
 // How the audit pulls the log: pullBatch messages a request, at most two
 // requests outstanding, so that the server fills the next batch while the
-// audit takes the last one in.
+// audit takes the last one in, and no more: what is in flight is held in
+// memory.
 const (
-	pullBatch = 2048
+	pullBatch = 1024
 	// pullExpires is how long one pull request waits on the server; a
 	// request the log cannot fill ends with a 408 that says how much was
 	// left unfilled.
@@ -93,7 +94,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 	nc := js.Conn()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in := make(chan *nats.Msg, 2*pullBatch)
+	in := make(chan *nats.Msg, readBatch)
 	// A callback, not NextMsg or a channel subscription: NextMsg turns an
 	// empty message with a 503 Status header into an error and drops it,
 	// and a full channel subscription drops messages.

@@ -141,8 +141,10 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 		out   chan<- result
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	todo := make(chan work, 2*workers)
-	inOrder := make(chan chan result, 4*workers)
+	// Enough batches in flight for every decoder to have the next one at
+	// hand, and no more: each is held in memory until folded.
+	todo := make(chan work, workers)
+	inOrder := make(chan chan result, 2*workers+1)
 	g.Go(func() error { // the reader
 		defer close(todo)
 		defer close(inOrder)
