@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -230,7 +231,9 @@ func sumsOf(rec *hold.HoldRecord, facts []fact) sums {
 func coreSum(rec *hold.HoldRecord) [16]byte {
 	r := *rec
 	r.Events, r.EventsDigest, r.DataDeletedAt, r.Output.DeletedAt = nil, "", nil, nil
-	b, err := json.Marshal(&r)
+	// goccy/go-json writes what encoding/json does, at twice the speed: a
+	// sum is taken of every record as its job ends, in the fold.
+	b, err := gojson.Marshal(&r)
 	if err != nil {
 		return [16]byte{} // matches no record: the comparison derives it again
 	}
