@@ -31,7 +31,8 @@ type LedgerOptions struct {
 	// Events is the number of synthetic events written.
 	Events int
 	// Profile, if set, is where CPU profiles of the audit's replay (and of
-	// the ledger's rebuild, in PROFILE.ledger) are written.
+	// the ledger's rebuild, in PROFILE.ledger) are written, and the heap
+	// the audit holds at its end (PROFILE.heap).
 	Profile string
 	// Keep keeps the temporary directory.
 	Keep bool
@@ -183,9 +184,9 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		return fmt.Errorf("%w: bench ledger: the ledger's head %s is not the audit's %s", ErrFailed, ledgerHead, auditHead)
 	}
 	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
-	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f audit_heap_mib=%.1f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f cores=%d\n",
-		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, float64(auditHeap)/(1<<20),
-		rebuilt.Seconds(), float64(n)/rebuilt.Seconds(), auditCPU.Seconds(), rebuildCPU.Seconds(), runtime.NumCPU())
+	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f cores=%d audit_heap_mib=%.1f\n",
+		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, rebuilt.Seconds(), float64(n)/rebuilt.Seconds(),
+		auditCPU.Seconds(), rebuildCPU.Seconds(), runtime.NumCPU(), float64(auditHeap)/(1<<20))
 	return nil
 }
 
