@@ -196,14 +196,10 @@ type eventSum [2]uint64
 // add adds an event, by its sequence, its type's name as a record lists
 // it, and its digest.
 func (s *eventSum) add(seq uint64, name string, digest [32]byte) {
-	h := sha256.New()
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], seq)
-	h.Write(b[:])
-	h.Write([]byte(name))
-	h.Write(digest[:])
-	var d [32]byte
-	h.Sum(d[:0])
+	var buf [128]byte
+	b := binary.BigEndian.AppendUint64(buf[:0], seq)
+	b = append(append(b, name...), digest[:]...)
+	d := sha256.Sum256(b)
 	s[0] += binary.BigEndian.Uint64(d[0:8])
 	s[1] += binary.BigEndian.Uint64(d[8:16])
 }

@@ -156,17 +156,16 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 			}
 			continue
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return seq, fmt.Errorf("read the log after #%d: %w", seq-1, err)
+		s, c, pending, ok := delivered(m.Reply)
+		if !ok {
+			return seq, fmt.Errorf("read the log after #%d: a message delivered with the reply %q", seq-1, m.Reply)
 		}
-		if md.Sequence.Consumer != cseq+1 {
-			return seq, fmt.Errorf("%w: #%d of the consumer after #%d", errSkipped, md.Sequence.Consumer, cseq)
+		if c != cseq+1 {
+			return seq, fmt.Errorf("%w: #%d of the consumer after #%d", errSkipped, c, cseq)
 		}
-		cseq = md.Sequence.Consumer
+		cseq = c
 		outstanding--
 		stall.Reset(pullStall)
-		s := md.Sequence.Stream
 		if s > last {
 			break
 		}
@@ -174,11 +173,45 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 			return seq, err
 		}
 		seq = s + 1
-		if md.NumPending == 0 {
+		if pending == 0 {
 			break
 		}
 	}
 	return seq, nil
+}
+
+// delivered reads where a message a consumer delivered was stored, from
+// its reply subject: its stream and consumer sequences and how many
+// messages are pending after it. JetStream writes it in two forms,
+// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.
+// <time>.<pending> and, with a domain and account,
+// $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<stream
+// seq>.<consumer seq>.<time>.<pending>[.<token>]. Read here rather than
+// with nats.go's Msg.Metadata, which allocates twice a message.
+func delivered(reply string) (stream, consumer, pending uint64, ok bool) {
+	var tok [12]string
+	n := strings.Count(reply, ".") + 1
+	if n > len(tok) {
+		return 0, 0, 0, false
+	}
+	rest := reply
+	for i := range n {
+		tok[i], rest, _ = strings.Cut(rest, ".")
+	}
+	var at int // where the stream sequence is
+	switch {
+	case n == 9:
+		at = 5
+	case n == 11 || n == 12:
+		at = 7
+	default:
+		return 0, 0, 0, false
+	}
+	var err1, err2, err3 error
+	stream, err1 = strconv.ParseUint(tok[at], 10, 64)
+	consumer, err2 = strconv.ParseUint(tok[at+1], 10, 64)
+	pending, err3 = strconv.ParseUint(tok[at+3], 10, 64)
+	return stream, consumer, pending, err1 == nil && err2 == nil && err3 == nil
 }
 
 // apiPrefix is where the JetStream API is for js, with its final dot.

@@ -367,3 +367,24 @@ func BenchmarkReadStream(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(l.raws)*b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+func TestDeliveredReadsBothForms(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		reply                     string
+		stream, consumer, pending uint64
+		ok                        bool
+	}{
+		{"$JS.ACK.E31.c1.1.42.7.1764763200000000000.9", 42, 7, 9, true},
+		{"$JS.ACK.hub.ACCHASH.E31.c1.1.42.7.1764763200000000000.0", 42, 7, 0, true},
+		{"$JS.ACK.hub.ACCHASH.E31.c1.1.42.7.1764763200000000000.0.xyz", 42, 7, 0, true},
+		{"$JS.ACK.E31.c1.1.x.7.1764763200000000000.9", 0, 0, 0, false},
+		{"_INBOX.abc", 0, 0, 0, false},
+		{"$JS.ACK.a.b.c.d.e.f.g.h.i.j.k.l.m", 0, 0, 0, false},
+	} {
+		s, c, p, ok := delivered(tt.reply)
+		if ok != tt.ok || ok && (s != tt.stream || c != tt.consumer || p != tt.pending) {
+			t.Errorf("%s: %d %d %d %v", tt.reply, s, c, p, ok)
+		}
+	}
+}
