@@ -121,8 +121,11 @@ type Auditor struct {
 	jobs      int // jobs seen
 	maxOpen   int // the most jobs open at once
 	readAgain int // jobs read again from the log to compare (Compare)
-	nodes     map[string]*node
-	holds     map[holdKey]*holdUse // attempts held and not yet released
+	// openSeen holds the jobs open at the end whose ledger's record
+	// Compare has seen.
+	openSeen map[string]bool
+	nodes    map[string]*node
+	holds    map[holdKey]*holdUse // attempts held and not yet released
 }
 
 // tomb is what the audit keeps of a job that is over: enough to judge

@@ -267,14 +267,19 @@ func (s sums) matches(l *hold.HoldRecord) bool {
 // where the audit kept sums of each record and not the record, a ledger's
 // record that agrees with them agrees field by field; the history of a
 // job whose record does not is read again from the log (js), up to where
-// the audit read it, to say what differs.
+// the audit read it, to say what differs. With Forget, the ledger's
+// records may come a page at a time, one call each, all given with the
+// last (which may be empty): the audit remembers which it has seen.
 func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []*hold.HoldRecord, all bool) error {
 	r := &a.rep
 	if !a.opts.Forget {
 		r.Compare(ledger, all)
 		return nil
 	}
-	open := map[string]bool{}
+	if a.openSeen == nil {
+		a.openSeen = map[string]bool{}
+	}
+	open := a.openSeen
 	for _, l := range ledger {
 		t, ended := a.ended[l.Job]
 		if ended {
@@ -282,19 +287,24 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 			a.ended[l.Job] = t
 		}
 		_, isOpen := r.Records[l.Job]
-		open[l.Job] = isOpen
+		if isOpen {
+			open[l.Job] = true
+		}
 		if n := len(l.Events); n > 0 && l.Events[n-1].Seq > r.LastSeq {
 			r.Moving++
 			continue
 		}
-		var mine *hold.HoldRecord
+		mine := (*hold.HoldRecord)(nil)
 		switch {
+		case ended && t.sums.matches(l):
+			r.Compared++
+			continue
 		case isOpen:
 			mine = r.Records[l.Job]
 		case !ended:
 			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: ExtraRec, Detail: "the ledger has a record for a job with no events in the log"})
 			continue
-		case !t.sums.matches(l):
+		default:
 			rec, err := a.again(ctx, js, l.Job)
 			if err != nil {
 				return err
@@ -303,6 +313,7 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 		}
 		r.Compared++
 		if mine == nil {
+			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: "the ledger's record is not the one rebuilt from the log, whose events for this job could not be read again to say how"})
 			continue
 		}
 		for _, d := range differences(l, mine) {
@@ -319,7 +330,7 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 		}
 	}
 	for id := range r.Records {
-		if _, seen := open[id]; !seen {
+		if !open[id] {
 			missing = append(missing, id)
 		}
 	}
