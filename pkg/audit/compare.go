@@ -294,7 +294,7 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 			r.Moving++
 			continue
 		}
-		mine := (*hold.HoldRecord)(nil)
+		var mine *hold.HoldRecord
 		switch {
 		case ended && t.sums.matches(l):
 			r.Compared++
