@@ -92,21 +92,13 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 		return from, nil // nothing from there on
 	}
 	nc := js.Conn()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	in := make(chan *nats.Msg, readBatch)
-	// A callback, not NextMsg or a channel subscription: NextMsg turns an
-	// empty message with a 503 Status header into an error and drops it,
-	// and a full channel subscription drops messages.
-	sub, err := nc.Subscribe(nc.NewInbox(), func(m *nats.Msg) {
-		select {
-		case in <- m:
-		case <-ctx.Done():
-		}
-	})
-	if err == nil {
-		err = sub.SetPendingLimits(-1, -1)
-	}
+	// A channel subscription, not NextMsg, which turns an empty message
+	// with a 503 Status header into an error and drops it. A channel that
+	// is full drops what comes; this one has room for every message the
+	// pulls outstanding can bring, and a message dropped all the same
+	// shows as a gap in the consumer's sequence, read again (errSkipped).
+	in := make(chan *nats.Msg, 2*pullBatch+64)
+	sub, err := nc.ChanSubscribe(nc.NewInbox(), in)
 	if err != nil {
 		return from, fmt.Errorf("read the log: %w", err)
 	}
