@@ -53,7 +53,7 @@ func readLog(ctx context.Context, js jetstream.JetStream, last uint64, emit func
 	from := uint64(1)
 	for restarts := 0; ; restarts++ {
 		next, err := pullFrom(ctx, js, from, last, emit)
-		if errors.Is(err, errSkipped) && restarts < pullRestarts && next > from {
+		if errors.Is(err, errSkipped) && restarts < pullRestarts {
 			from = next
 			continue
 		}
