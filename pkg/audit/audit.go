@@ -124,8 +124,10 @@ type Auditor struct {
 	// openSeen holds the jobs open at the end whose ledger's record
 	// Compare has seen.
 	openSeen map[string]bool
-	nodes    map[string]*node
-	holds    map[holdKey]*holdUse // attempts held and not yet released
+	// spare holds the room of histories let go of, for jobs to come.
+	spare [][]fact
+	nodes map[string]*node
+	holds map[holdKey]*holdUse // attempts held and not yet released
 }
 
 // tomb is what the audit keeps of a job that is over: enough to judge
@@ -303,9 +305,9 @@ func (a *Auditor) ingest(d *decoded) {
 	j := a.open[env.Subject]
 	id := env.Subject
 	if j == nil {
-		// Most jobs have eight events or fewer; the id is cloned so that
-		// it does not hold the header block it came in.
-		j = &job{facts: make([]fact, 0, 8)}
+		// The id is cloned so that it does not hold the header block it
+		// came in.
+		j = &job{facts: a.factRoom()}
 		id = strings.Clone(env.Subject)
 		a.open[id] = j
 		a.jobs++
@@ -356,6 +358,21 @@ func (a *Auditor) close(id string, j *job) {
 	delete(a.open, id)
 	delete(a.unreadable, id)
 	a.ended[id] = t
+	if cap(j.facts) <= 16 && len(a.spare) < 1024 {
+		clear(j.facts)
+		a.spare = append(a.spare, j.facts[:0])
+	}
+}
+
+// factRoom is room for a new job's history: a job that ended left it,
+// or it is made. Most jobs have eight events or fewer.
+func (a *Auditor) factRoom() []fact {
+	if n := len(a.spare); n > 0 {
+		room := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return room
+	}
+	return make([]fact, 0, 8)
 }
 
 // settle takes a job's derivation into the report.
