@@ -166,8 +166,8 @@ const DefaultRememberLost = 15 * time.Minute
 // judgement is never made again, so a job held once, or accepted, waits
 // through any node's loss rather than being rejected for it.
 type Pool struct {
-	cfg    PoolConfig
-	now    func() time.Time
+	cfg   PoolConfig
+	now   func() time.Time
 	nodes map[string]*node
 	jobs  map[string]*job // blocked, waiting or held
 	// over holds the jobs that ended most recently (RememberEnded of them,
@@ -184,9 +184,9 @@ type Pool struct {
 	// forgotten. The Service reads each one's outcome from the log.
 	unresolved map[string]bool
 	levels     map[int]*level
-	nWait  int
-	usage  map[string]int64    // milli-cpu held, by submitter
-	after  map[string][]*job   // dependents waiting for a job
+	nWait      int
+	usage      map[string]int64  // milli-cpu held, by submitter
+	after      map[string][]*job // dependents waiting for a job
 	// early holds cancels seen before the job was submitted: by whom; the
 	// oldest are forgotten past RememberEnded jobs (earlyOrder), since a
 	// cancel of a job that ended long ago lands here too.
