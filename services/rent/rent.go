@@ -9,6 +9,11 @@
 // decision is appended only while the job's last event is the one the pool
 // decided from, so a hold can never be made twice or after a cancel.
 //
+// The pool keeps the jobs that wait or hold, and of those that ended only
+// the last PoolConfig.RememberEnded: what it keeps is bounded by the jobs
+// live, not by the history. A job that runs after one it forgot has that
+// job's outcome read from the log (resolve).
+//
 // Several instances may run. Exactly one decides at a time: it holds the
 // leader lease in the leases bucket and stops deciding the moment it cannot
 // prove it still holds it. The others keep their pools warm and take over
