@@ -69,6 +69,8 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	if stall <= 0 {
 		stall = time.Minute
 	}
+	// As e31-rent runs (rent.GCPercent), unless GOGC says otherwise.
+	defer rent.TuneGC()()
 	// Memory and pure decision cost, in memory first.
 	perJob, short, deep := poolCosts(jobs, nodes)
 	fmt.Fprintf(out, "scheduler (in memory): %.0f bytes of heap per queued job; one decision costs %.1f µs with %d queued and %.1f µs with %d queued\n",
