@@ -475,6 +475,9 @@ func (p *Pool) end(id string, outcome events.Outcome, at time.Time) {
 	delete(p.unchecked, id)
 	delete(p.unresolved, id)
 	if _, ended := p.over[id]; !ended {
+		// A copy: the event's id shares the block of headers it was read
+		// with, which would stay as long as the id is remembered.
+		id = strings.Clone(id)
 		if old, full := p.ended.push(id, p.cfg.RememberEnded); full {
 			delete(p.over, old)
 		}

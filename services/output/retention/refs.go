@@ -3,6 +3,7 @@ package retention
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -192,7 +193,9 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 				return nil // a job forgotten, or never started: it holds nothing
 			}
 		}
-		h = &Held{Job: env.Subject, Retention: events.DefaultRetention}
+		// Strings kept are copied: a decoded event's strings share the
+		// buffers it was read into, which would stay as long as the job.
+		h = &Held{Job: strings.Clone(env.Subject), Retention: events.DefaultRetention}
 		r.jobs[env.Subject] = h
 	}
 	timers := r.apply(h, env)
@@ -274,10 +277,10 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 		if h.Submitter != "" {
 			return nil
 		}
-		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
+		h.Submitter, h.Name, h.Retention = strings.Clone(e.Submitter), strings.Clone(e.Spec.Name), e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
 	case *events.JobSubmitted:
-		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
+		h.Submitter, h.Name, h.Retention = strings.Clone(e.Submitter), strings.Clone(e.Spec.Name), e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
 	case *events.RunStarted:
 		holdLogs(h, e.Attempt)
@@ -419,6 +422,15 @@ func (r *Refs) hold(set map[Root]bool, root Root) map[Root]bool {
 	if root.Digest == "" || set[root] {
 		return set
 	}
+	switch root.Kind { // the same strings for every root, not the event's
+	case stage.KindDir:
+		root.Kind = stage.KindDir
+	case stage.KindFile:
+		root.Kind = stage.KindFile
+	default:
+		root.Kind = strings.Clone(root.Kind)
+	}
+	root.Digest = strings.Clone(root.Digest)
 	set = put(set, root, true)
 	r.count[root]++
 	return set
