@@ -56,11 +56,35 @@ summary. BENCH_N sets --jobs.`,
 	f.StringVar(&o.Executor, "executor", "auto", "sandbox, process or auto")
 	f.IntVar(&o.Nodes, "nodes", 1, "compute nodes")
 	f.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
-	f.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics each second, as e31 dev with Prometheus does")
+	f.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics as deploy/'s Prometheus scrapes them")
 	f.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
 	cmd.AddCommand(benchSchedulerCmd(a))
 	cmd.AddCommand(benchStageCmd(a))
 	cmd.AddCommand(benchLedgerCmd(a))
+	cmd.AddCommand(benchObserveCmd(a))
+	return cmd
+}
+
+func benchObserveCmd(a *app) *cobra.Command {
+	var o bench.ObserveOptions
+	cmd := &cobra.Command{
+		Use:   "observe",
+		Short: "Measure what metrics and tracing cost: bursts with them off and on, alternated, in one run",
+		Long: `Run --pairs pairs of 'e31 bench' bursts, one with metrics and tracing off and
+one with both on (every handler observed, the registry gathered as deploy/'s
+Prometheus scrapes it, every span exported over OTLP/HTTP to
+$OTEL_EXPORTER_OTLP_ENDPOINT, or to a receiver in this process when it is
+unset), swapping the order each pair. The last line gives cost_pct: one minus
+the mean on/off ratio of jobs per second, in percent.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return benchErr(bench.Observe(cmd.Context(), a.out, o))
+		},
+	}
+	cmd.Flags().IntVar(&o.Pairs, "pairs", 6, "pairs of runs")
+	cmd.Flags().IntVar(&o.Jobs, "jobs", 2000, "jobs in each burst")
+	cmd.Flags().StringVar(&o.Sync, "sync", "always", "event store durability: always or interval")
+	cmd.Flags().StringVar(&o.Executor, "executor", "auto", "sandbox, process or auto")
 	return cmd
 }
 
