@@ -28,26 +28,8 @@ func auditCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Rebuild every hold record from the event log, check the log is whole, compare with the ledger",
-		Long: `Replay the event log from its first event, rebuild every hold record
-independently of the ledger, and compare them field by field with the ledger's.
-Also checks that the log is whole: stream sequences without a gap, no message
-or event stored twice, every job's events in a legal order, every hold of a
-finished job released, and no node ever held beyond its capacity (cpu,
-memory, gpu, disk). The hash chain over the log is recomputed from the first
-message and must pass through the ledger's head, and through every head given
-with --since-head: a head kept from earlier ('e31 ledger --head') proves that
-nothing at or before its sequence was changed, inserted or removed since.
-Exit status 0 only if nothing was found.
-
-With --from FILE, audits an export made with 'e31 events --json' with no server
-at all. With --records FILE as well (the output of 'e31 ledger --json', or of
-'e31 ledger ID --json'), the records are compared with that copy: an event
-changed in the log shows as a different digest at its sequence.
-
-With --every D it audits again and again, D apart, until interrupted, and
-tells each result in its log; with --http ADDR as well it serves them as
-e31_audit_* on /metrics (see e31 serve --help for --http).`,
-		Args: cobra.NoArgs,
+		Long:  help("audit"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var heads []chain.Head

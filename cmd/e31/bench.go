@@ -19,18 +19,8 @@ func benchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure jobs per second through the whole life of a job on this machine",
-		Long: `Start e31 dev in a temporary directory and run trivial jobs (/bin/true)
-through all five steps, with durable storage:
-
-  idle:  jobs submitted one at a time, each after the last was released: the
-         latency of each step on an idle pool (start_p50_ms, released_p50_ms);
-  burst: --jobs jobs submitted at once: throughput (jobs_per_s) and latency
-         under load (burst_*).
-
-In the same run it measures the floor: plain fork/exec of /bin/true from Go,
-as many at once as there are cores. The last line is one machine-readable
-summary. BENCH_N sets --jobs.`,
-		Args: cobra.NoArgs,
+		Long:  help("bench"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Jobs <= 0 {
 				o.Jobs = a.env.BenchN
@@ -86,13 +76,8 @@ func benchSchedulerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "scheduler",
 		Short: "Measure RENT with a deep queue: decisions per second and memory per queued job",
-		Long: `Queue --jobs jobs over --nodes node announcements, as real events on an
-embedded server, then start RENT alone: it rebuilds from the log and holds
-what fits; a releaser gives every hold back at once, so RENT keeps deciding
-with the queue still deep. Reports the rebuild time, decisions per second end
-to end, the cost of one decision at a short and at the full queue (in memory),
-and the heap per queued job.`,
-		Args: cobra.NoArgs,
+		Long:  help("bench-scheduler"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return benchErr(bench.Scheduler(cmd.Context(), a.out, o))
 		},
@@ -111,18 +96,8 @@ func benchStageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stage",
 		Short: "Measure staging and output throughput (MB/s) against the raw disk write rate",
-		Long: `Start an embedded NATS JetStream server in a temporary directory, as e31 dev
-does, and move one large file and a folder of many small files through the
-data store the way a job's data and output travel:
-
-  stage in:  the client uploads (hashing included), the node downloads;
-  output:    the node collects (hashing included), the client fetches.
-
-Every byte is checked against its digest on the way, as in production. In
-the same run, on the same disk, it measures the raw write rate: one file of
-the large size written and fsynced. The last line is one machine-readable
-summary.`,
-		Args: cobra.NoArgs,
+		Long:  help("bench-stage"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Large, err = jobfile.ParseSize(large); err != nil {
@@ -151,19 +126,8 @@ func benchLedgerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ledger",
 		Short: "Measure the audit's replay rate and the ledger's rebuild time over a long log",
-		Long: `Write --events synthetic but valid job events (about 8 a job: successes,
-failures, cancels, lost nodes held again, rejections, deletions, over 16 nodes)
-into an embedded server with --sync interval, then time on this machine:
-
-  audit:  'e31 audit's independent replay of the whole log: reading every
-          message, digests and the hash chain, rebuilding every record and
-          every check (events per second);
-  ledger: the LEDGER rebuilding every record and its chain from scratch, from
-          start until it has caught up with the log.
-
-Both must find the log whole and agree on its chain head. The last line is
-one machine-readable summary.`,
-		Args: cobra.NoArgs,
+		Long:  help("bench-ledger"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Events <= 0 {
 				return usageErr("--events must be positive")

@@ -20,27 +20,8 @@ func credsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "creds",
 		Short: "Make the keys and credentials of a deployed e31",
-		Long: `e31 authenticates everyone with NATS's decentralized JWTs: an operator key signs
-two accounts, E31 (the log, the buckets, the services, the auditor, the
-operator) and TENANTS (the submitters, with no JetStream of their own, who
-reach e31 through the services E31 exports to them); each account's signing key
-signs one user per identity, with the permissions of its role. Servers trust
-the operator and know the accounts; they never need to hear of a new user, so
-credentials are made here, offline, and no server is reconfigured or restarted.
-
-  e31 creds init --dir KEYS                 the keys, the account JWT and a server config
-  e31 creds user --dir KEYS --role submitter --name alice -o alice.creds
-  e31 creds user --dir KEYS --role service --service run --name node-1 -o node-1.creds
-  e31 creds tls --dir KEYS --hosts nats-1,nats-2,localhost -o nats/   TLS authority and server certificate
-  e31 creds revoke --dir KEYS --file alice.creds
-  e31 creds push --dir KEYS --nats URL      give running servers the new account JWT
-  e31 creds show alice.creds                who a credentials file is, and what it may do
-
-Roles: submitter (its own jobs, records and data), auditor (reads the whole log,
-changes nothing), operator (everything), service (one of submit, rent, run,
-output, release, ledger: publishes only the events its step owns). KEYS holds
-the secrets everything rests on: keep it off the servers.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds"),
+		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(credsInitCmd(a), credsUserCmd(a), credsTLSCmd(a), credsRevokeCmd(a), credsPushCmd(a), credsShowCmd(a))
 	return cmd
@@ -51,12 +32,8 @@ func credsInitCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Make the operator, account and signing keys, the account JWT and a server config",
-		Long: `Make the keys in --dir (if it has none; existing keys are kept), sign the
-operator's and the accounts' JWTs, and write ` + auth.ServerConfFile + `: the lines a
-nats-server config includes to trust e31's operator, with the account JWTs
-preloaded into the server's own resolver (kept in --resolver-dir on each
-server). Running it again re-signs and rewrites the JWTs and the config.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-init", "{conf}", auth.ServerConfFile),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return usageErr("--dir is required")
@@ -91,14 +68,8 @@ func credsUserCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "user",
 		Short: "Make one identity's credentials file",
-		Long: `Sign a user for one identity with the permissions of its role, and write its
-credentials to -o (0600). No server needs to be told: servers trust what the
-account's signing key signs.
-
-A submitter's name is what ends its subjects and names its data bucket; make
-the bucket once, as the operator: e31 setup --submitter NAME. A run service's
-name is its node's id (e31 serve run --node NAME).`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-user"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || out == "" {
 				return usageErr("--dir and -o are required")
@@ -141,11 +112,8 @@ func credsRevokeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke",
 		Short: "Void an identity's credentials: every one issued to that user key so far",
-		Long: `Record in the account JWTs (in --dir) that the user's credentials are void, a
-submitter's (TENANTS) or anyone else's (E31), then give the servers the new
-account JWTs with 'e31 creds push': connections with those credentials are
-closed, and they are refused from then on.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-revoke"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || (file == "") == (user == "") {
 				return usageErr("give --dir, and --file or --user")

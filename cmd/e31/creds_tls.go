@@ -21,21 +21,8 @@ func credsTLSCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tls",
 		Short: "Make the TLS authority and the NATS servers' certificate, offline",
-		Long: `Make a TLS authority in --dir (once: an existing one is kept, so that the
-clients' copy stays valid) and sign with it one certificate for the NATS
-servers, valid for every name and address in --hosts. Written to --out:
-` + auth.TLSCAOutFile + ` (the authority: give it to every client, E31_TLS_CA), ` + auth.TLSCertFile + ` and
-` + auth.TLSCertKeyFile + ` (for the servers only).
-
-The certificate serves the client port and the cluster routes alike: every
-server presents it and checks its peers' against the authority, so list
-every name the servers reach each other by and every name clients use.
-
-  e31 creds tls --dir KEYS --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1 --out nats/
-
-Run it again with other --hosts, or before --days pass, to make a new
-certificate under the same authority.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-tls", "{ca}", auth.TLSCAOutFile, "{cert}", auth.TLSCertFile, "{key}", auth.TLSCertKeyFile),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || len(hosts) == 0 {
 				return usageErr("--dir and --hosts are required")

@@ -22,16 +22,8 @@ func dataCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "data",
 		Short: "Show and delete what jobs keep in the store: staged data and output",
-		Long: `A job's staged data and its output are kept until its retention passes after
-it ends (retention: in the job file, default 7d), or until they are deleted:
-
-  e31 data ls              what your jobs keep, and until when
-  e31 data rm ID           delete a job's staged data (--output: its output, --all: both)
-  e31 output ID --delete   delete a job's output (after writing it, with -o)
-
-A deletion is recorded in the job's log; its hold record stays for ever and
-shows when. Bytes another job still holds stay in the store.`,
-		Args: cobra.NoArgs,
+		Long:  help("data"),
+		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(dataLsCmd(a), dataRmCmd(a))
 	return cmd

@@ -51,33 +51,8 @@ func devCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run all of e31 on this machine: NATS JetStream, every service and N compute nodes",
-		Long: `Run all of e31 in one process: an embedded NATS JetStream server listening on
---listen with its store in --dir, every service, and --nodes compute nodes of
-the given size. It runs until interrupted (Ctrl-C), then stops the jobs still
-running (they are recorded as lost with their node and held again on the next
-start) and shuts down cleanly. Starting it again on the same --dir keeps every
-job and record.
-
-Durability: with --sync always (the default) every event is on disk before it
-is acknowledged, so a machine crash loses nothing that was acknowledged;
---sync interval writes to disk every two minutes and is several times faster.
-
-Authentication is on: every client, the services inside included, connects
-with credentials and may do only what its role allows (pkg/auth). On first
-start the operator, account and signing keys are made in DIR/keys (keep them
-private); on every start credentials are written into DIR/creds: operator.creds
-and auditor.creds, and NAME.creds for each submitter of --users and for the
-user who runs it ($USER), whose data buckets are made too. The CLI on this
-machine, given no credentials, uses $USER's for this server by itself; others
-are used with --creds or E31_CREDS:
-
-  e31 dev --users alice,bob
-  e31 submit examples/hello/job.yaml                       # as $USER
-  E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml
-
-` + httpHelp(`By default it serves on
-127.0.0.1:8031; --http "" serves nothing.`),
-		Args: cobra.NoArgs,
+		Long:  help("dev", "{http}", help("http")),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.http.asked = cmd.Flags().Changed("http")
 			return runDev(cmd.Context(), a, o)

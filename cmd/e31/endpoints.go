@@ -37,19 +37,6 @@ type httpOptions struct {
 	asked bool
 }
 
-// httpHelp is what the help of both commands says about the endpoints,
-// ending with what the command serves by default.
-func httpHelp(byDefault string) string {
-	return `With --http ADDR it serves, over HTTP on ADDR: /metrics (Prometheus), /healthz
-(alive) and /readyz (connected and caught up with the log, or why not, in plain
-text). ADDR must be a loopback address (127.0.0.1, [::1], localhost) unless
---http-token-file names a file whose first line is a token that every request
-must then show as "Authorization: Bearer TOKEN". The page at / (e31 dev, and
-'e31 serve web') is open on loopback; with --http-token-file or --http-viewers
-its viewers log in with a token, and a submitter's token shows its own jobs
-only. ` + byDefault
-}
-
 func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
 	f.StringVar(&o.addr, "http", def, `serve /metrics, /healthz and /readyz on this address ("" for none)`)
 	f.StringVar(&o.tokenFile, "http-token-file", "", "a file with the bearer token that --http requires; needed to serve beyond loopback")

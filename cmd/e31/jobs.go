@@ -22,10 +22,8 @@ func waitCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "wait ID",
 		Short: "Wait until a job's compute is released; print its hold record",
-		Long: `Wait until the job is over (its compute released, or it was rejected or
-cancelled) and print its hold record. The exit status is 0 only if the job
-succeeded, 1 if it ended any other way, 3 if waiting timed out.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("wait"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.with(cmd.Context(), func(c *client.Client) error {
 				return a.waitAndPrint(cmd.Context(), c, args[0], timeout, asJSON)
@@ -126,13 +124,8 @@ func outputCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "output ID",
 		Short: "Write a job's returned output files into a directory",
-		Long: `Write the files the job returned into DIR (default: a folder named after the
-job id), checking every file against its digest. Any mismatch is an error:
-output is never written as complete when it is not.
-
-With --delete, delete the job's output from the store instead; with -o DIR
-and --delete, write it first and delete it once it is written and checked.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("output"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			return a.with(ctx, func(c *client.Client) error {
@@ -203,13 +196,8 @@ func eventsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events [ID]",
 		Short: "Print the raw events of one job, or the whole log",
-		Long: `Print the events of one job, or of the whole log, in log order. With --json,
-one object per line with the stream sequence, subject, headers and body exactly
-as stored: an export that 'e31 audit --from FILE' can check with no server.
-
-A submitter sees the events of its own jobs, which the ledger reads for it;
-the whole log is for the auditor and the operator.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  help("events"),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			enc := json.NewEncoder(a.out)

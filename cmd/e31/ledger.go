@@ -27,22 +27,8 @@ func ledgerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ledger [ID]",
 		Short: "Show hold records, what each submitter would be billed, or the log's chain head",
-		Long: `Show one job's hold record, or every record (filtered by submitter, node,
-sweep or submission time), as a table, JSON or CSV.
-
---totals prints, per submitter, what they would be billed for the period from
---since to --until: jobs, held seconds, cpu-core-seconds, memory-GiB-seconds and
-gpu-seconds. Held time is cut at the period's edges, so the totals of
-consecutive periods add up to the total of both; an attempt still held is
-counted as open and billed once it is released.
-
---head prints the ledger's hash chain head over the whole log, as SEQ:HASH.
-Keep it somewhere else: 'e31 audit --since-head SEQ:HASH' later proves that
-nothing at or before SEQ was changed, inserted or removed.
-
-While the ledger rebuilds after a start it answers with what it has read so
-far and the command says how far behind it is.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  help("ledger"),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if o.asJSON && o.asCSV {

@@ -122,13 +122,8 @@ func limitsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
 		Short: "Show your limits (data, queued jobs, submissions a minute, images) and your data usage",
-		Long: `Show the limits the operator set for you (e31 setup --submitter NAME
---max-data SIZE --max-queued N --max-rate N --allow-image IMAGE), or the
-defaults where none is set, and how much your data bucket holds now.
-
-A job beyond --max-queued or --max-rate is rejected, with the limit named;
-staging beyond --max-data fails, and nothing stored before is lost.`,
-		Args: cobra.NoArgs,
+		Long:  help("limits"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
 			defer cancel()

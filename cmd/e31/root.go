@@ -150,17 +150,9 @@ func (a *app) flushTrace() {
 func execute(args []string, stdout, stderr io.Writer) int {
 	a := &app{env: readEnv(), out: stdout, errOut: stderr}
 	root := &cobra.Command{
-		Use:   "e31",
-		Short: "e31 runs batch jobs: describe one, collect its output in the morning",
-		Long: `e31 is a batch compute network. Describe a job in a file (the work, the data it
-reads, the compute it needs with a hard limit, the output it must return),
-submit it, and collect the output when it is done. Every job gets a hold
-record of what was held for it, which anyone can rebuild from the event log.
-
-Start everything on one machine with 'e31 dev', then in another terminal:
-
-  e31 submit examples/hello/job.yaml --wait
-  e31 output JOB_ID -o ./out`,
+		Use:           "e31",
+		Short:         "e31 runs batch jobs: describe one, collect its output in the morning",
+		Long:          help("root"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

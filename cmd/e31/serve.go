@@ -25,17 +25,9 @@ func serveCmd(a *app) *cobra.Command {
 	var cfgs stack.Configs
 	var httpOpts httpOptions
 	cmd := &cobra.Command{
-		Use:   "serve SERVICE",
-		Short: "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
-		Long: `Run one e31 service against the NATS server given by --nats (or $E31_NATS).
-Any service may run as several instances; they share the work. 'e31 serve run'
-is one compute node: give each node its own --node name.
-
-` + httpHelp(`By default it serves
-nothing: several services on one machine would want the same port. 'e31 serve
-ledger' also serves the figures derived from the log (e31_jobs, the meter, the
-pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
---http says otherwise), with the operator's credentials.`),
+		Use:       "serve SERVICE",
+		Short:     "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
+		Long:      help("serve", "{http}", help("http")),
 		Args:      cobra.ExactArgs(1),
 		ValidArgs: serveable,
 		RunE: func(cmd *cobra.Command, args []string) error {

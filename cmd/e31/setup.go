@@ -34,37 +34,8 @@ func setupCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create e31's streams and buckets on a NATS cluster, with the replicas wanted",
-		Long: `Create the event log, the poison and timer streams, the leases bucket and the
-data store on the NATS server given by --nats, each with --replicas copies (3 on
-a three-server cluster), and raise the replicas of any that exist with fewer.
-It never lowers replicas and changes nothing else of a stream that exists.
-
-Every service creates what is missing when it starts, with one replica: run
-this once before the services, on a cluster, so that the log is replicated
-from its first event. Running it again is safe. A fresh cluster may not have
-elected a leader yet: setup retries until --timeout.
-
---submitter NAME (repeatable) also makes that submitter's data bucket: a
-submitter's credentials let it use its bucket, never create one.
-
-Limits, kept in the E31_LIMITS bucket, for the submitters named with
---submitter, or for everyone (the default) without it; a submitter's own
-limit wins over the default, and 'e31 limits' shows a submitter its own:
-
-  --max-data SIZE     what its data bucket may hold (its MaxBytes): staging
-                      beyond it fails; never set below what the bucket holds
-                      (default unlimited: the servers reserve each bucket's
-                      max-data on their file store, so the sum over every
-                      submitter must fit it)
-  --max-queued N      jobs submitted and not yet over (default 200000)
-  --max-rate N        submissions a minute (default 120000)
-  --allow-image IMAGE a container image its jobs may name (work.image),
-                      repeatable; 'prefix*' allows every image it starts.
-                      No image is allowed until one is.
-
-A limit may be 'unlimited'. A request beyond a limit, or naming an image not
-allowed, is rejected with the reason.`,
-		Args: cobra.NoArgs,
+		Long:  help("setup"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > 5 {
 				return usageErr("--replicas must be from 1 to 5")

@@ -19,15 +19,8 @@ func submitCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Stage a job's data and submit it; prints the job id",
-		Long: `Read a job file (YAML or JSON), upload the data it declares into the store
-(content addressed: data already stored is not sent again), and submit the job.
-Prints the job id, or {"id": ...} with --json. With --wait, waits for the job
-to end and prints its hold record; the exit status is then 0 only if the job
-succeeded.
-
-A job file that is not valid is refused here, with every problem and where it
-is; such a job never reaches the system.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("submit"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			job, err := jobfile.ParseFile(args[0])
