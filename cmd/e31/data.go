@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -48,15 +46,7 @@ func dataLsCmd(a *app) *cobra.Command {
 				if asJSON {
 					return writeJSON(a.out, jobs)
 				}
-				fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", "JOB", "DATA", "OUTPUT", "EXPIRES", "NAME")
-				for _, j := range jobs {
-					expires := "(running)"
-					if j.Expires != nil {
-						expires = j.Expires.UTC().Format("2006-01-02T15:04:05Z")
-					}
-					fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", j.Job, partText(j.Data), partText(j.Output), expires, j.Name)
-				}
-				return nil
+				return client.WriteStoredTable(a.out, jobs)
 			})
 		},
 	}
@@ -64,16 +54,6 @@ func dataLsCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&deleted, "deleted", false, "include jobs whose data and output are deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-func partText(p wire.StoredPart) string {
-	switch {
-	case p.DeletedAt != nil:
-		return "deleted"
-	case p.Files == 0:
-		return "-"
-	}
-	return humanBytes(p.Bytes)
 }
 
 func dataRmCmd(a *app) *cobra.Command {
@@ -114,25 +94,8 @@ func dataRmCmd(a *app) *cobra.Command {
 // deleteStored deletes what a job keeps and says what it did.
 func deleteStored(ctx context.Context, a *app, c *client.Client, id, what, reason string, timeout time.Duration) error {
 	d, err := c.Delete(ctx, id, what, reason, timeout)
-	if d.Nothing {
-		fmt.Fprintf(a.out, "job %s keeps nothing in the store\n", id)
-	}
-	var asked []string
-	for _, p := range d.Parts {
-		switch {
-		case p.DeletedAt != nil:
-			fmt.Fprintf(a.out, "job %s: %s already deleted at %s\n", id, p.What, p.DeletedAt.UTC().Format(time.RFC3339))
-		case p.None:
-			fmt.Fprintf(a.out, "job %s has no %s stored\n", id, p.What)
-		default:
-			asked = append(asked, p.What)
-		}
-	}
-	if d.Later {
-		fmt.Fprintf(a.out, "job %s: deletion of its %s requested; it is done when the job ends\n", id, strings.Join(asked, " and "))
-	}
-	for _, del := range d.Deleted {
-		fmt.Fprintf(a.out, "job %s: %s deleted (%d file(s), %s)\n", id, del.What, del.Files, humanBytes(del.Bytes))
+	if werr := d.WriteText(a.out); err == nil {
+		err = werr
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query/wire"
 )
 
@@ -52,11 +53,13 @@ func (a *app) waitAndPrint(ctx context.Context, c *client.Client, id string, tim
 		if err := writeJSON(a.out, rec); err != nil {
 			return err
 		}
-	} else {
-		printRecord(a.out, rec)
-		if rec.Outcome != events.Succeeded {
-			// What a user asks first about a job that failed.
-			printStderrTail(a.out, rec.Job, c.StderrTail(ctx, rec, stderrLines))
+	} else if err := hold.WriteText(a.out, rec); err != nil {
+		return err
+	} else if rec.Outcome != events.Succeeded {
+		// What a user asks first about a job that failed: its last 10
+		// lines of stderr.
+		if err := hold.WriteStderrTail(a.out, rec.Job, c.StderrTail(ctx, rec, 10)); err != nil {
+			return err
 		}
 	}
 	if rec.Outcome != events.Succeeded {
@@ -91,26 +94,15 @@ func statusCmd(a *app) *cobra.Command {
 						if asJSON {
 							return writeJSON(a.out, client.Summarize(args[0], recs))
 						}
-						printSweep(a.out, args[0], recs)
-						return nil
+						return client.Summarize(args[0], recs).WriteText(a.out)
 					}
 					return err
 				}
 				if asJSON {
 					return writeJSON(a.out, st)
 				}
-				line := fmt.Sprintf("%s  %s", st.ID, st.State)
-				if st.Outcome != "" && st.Over {
-					line += " (" + string(st.Outcome) + ")"
-				}
-				if st.Node != "" && !st.Over {
-					line += " on " + st.Node
-				}
-				if st.Reason != "" {
-					line += ": " + st.Reason
-				}
-				fmt.Fprintln(a.out, line)
-				return nil
+				_, err = fmt.Fprintln(a.out, st)
+				return err
 			})
 		},
 	}
@@ -149,7 +141,7 @@ func outputCmd(a *app) *cobra.Command {
 				if rec.Output.Partial {
 					note = " (partial: the job did not finish)"
 				}
-				fmt.Fprintf(a.out, "%d file(s), %s, written to %s%s\n", rec.Output.Files, humanBytes(rec.Output.Bytes), dir, note)
+				fmt.Fprintf(a.out, "%d file(s), %s, written to %s%s\n", rec.Output.Files, client.HumanBytes(rec.Output.Bytes), dir, note)
 				if len(rec.Output.Missing) > 0 {
 					fmt.Fprintf(a.out, "missing: %s\n", strings.Join(rec.Output.Missing, ", "))
 				}
