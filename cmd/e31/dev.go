@@ -4,22 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/jobfile"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
-	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -76,48 +72,34 @@ func devCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// devSystem is a running `e31 dev`: a stack.Stack, and where its
-// operator's endpoints listen.
-type devSystem struct {
-	*stack.Stack
-	broker *broker.Server
-	// httpAddr is where the operator's endpoints listen; "" if nowhere.
-	httpAddr string
-	log      *slog.Logger
-	// handlers watches every service's handlers, and schedulers each RENT
-	// instance's scheduler (by id), for /metrics.
-	handlers   *metrics.Handlers
-	schedulers map[string]*metrics.Scheduler
-}
-
 func runDev(ctx context.Context, a *app, o devOptions) error {
-	sys, err := startDev(ctx, a, o)
+	st, err := startDev(ctx, a, o)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "e31 dev: NATS JetStream listening on %s (store in %s, sync=%s)\n", sys.broker.ClientURL(), filepath.Join(o.dir, "nats"), o.sync)
+	fmt.Fprintf(a.out, "e31 dev: NATS JetStream listening on %s (store in %s, sync=%s)\n", st.Broker().ClientURL(), filepath.Join(o.dir, "nats"), o.sync)
 	names := []string{"operator.creds", "auditor.creds"}
-	for _, u := range sys.Users() {
+	for _, u := range st.Users() {
 		names = append(names, u.Name+".creds")
 	}
-	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", sys.CredsDir(), strings.Join(names, ", "))
-	if slices.Contains(sys.Users(), auth.Identity{Role: auth.Submitter, Name: a.env.User}) {
-		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, sys.credsFile(a.env.User))
+	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", st.CredsDir(), strings.Join(names, ", "))
+	if slices.Contains(st.Users(), auth.Identity{Role: auth.Submitter, Name: a.env.User}) {
+		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, st.CredsFile(a.env.User))
 	}
-	if sys.httpAddr != "" {
-		fmt.Fprintf(a.out, "e31 dev: the page at http://%s/, metrics at /metrics, readiness at /readyz\n", sys.httpAddr)
+	if addr := st.EndpointsAddr(); addr != "" {
+		fmt.Fprintf(a.out, "e31 dev: the page at http://%s/, metrics at /metrics, readiness at /readyz\n", addr)
 	}
 	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
 	<-ctx.Done()
 	fmt.Fprintln(a.out, "e31 dev: stopping")
-	return sys.stop()
+	return st.Stop()
 }
 
 // startDev reads the flags into a stack.Config and starts it, with the
-// operator's endpoints; stop shuts it down.
-func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
+// operator's endpoints; Stop shuts it down.
+func startDev(ctx context.Context, a *app, o devOptions) (*stack.Stack, error) {
 	cfg := stack.Config{Dir: o.dir, Listen: o.listen, Sync: broker.Sync(o.sync), Nodes: o.nodes,
-		RentInstances: o.rentInstances, LeaseTTL: o.leaseTTL, Logger: a.log,
+		RentInstances: o.rentInstances, LeaseTTL: o.leaseTTL, Logger: a.log, Metrics: true,
 		Node: run.Config{CPU: o.nodeCPU, ExecutorKind: o.executor, Grace: o.grace}}
 	var err error
 	if cfg.Node.MemoryBytes, err = jobfile.ParseSize(o.nodeMemory); err != nil {
@@ -151,12 +133,6 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	if me := (auth.Identity{Role: auth.Submitter, Name: a.env.User}); me.Validate() == nil {
 		cfg.Users = append(slices.Clone(cfg.Users), me.Name)
 	}
-	handlers, schedulers := metrics.NewHandlers(), map[string]*metrics.Scheduler{}
-	cfg.Handlers = handlers
-	cfg.Scheduler = func(id string) rent.Observer {
-		schedulers[id] = metrics.NewScheduler()
-		return schedulers[id]
-	}
 	st, err := stack.Start(ctx, cfg)
 	switch {
 	case errors.Is(err, broker.ErrSync):
@@ -168,36 +144,14 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	case err != nil:
 		return nil, err
 	}
-	sys := &devSystem{Stack: st, broker: st.Broker(), log: a.log, handlers: handlers, schedulers: schedulers}
 	if a.env.ConfigDir != "" {
 		if err := connect.NoteDev(a.env.ConfigDir, strings.TrimPrefix(st.Broker().ClientURL(), "nats://"), st.Dir()); err != nil {
 			a.log.Warn("the CLI will not find your credentials by itself", "err", err)
 		}
 	}
-	if err := sys.serveDevEndpoints(o.http, a.log); err != nil {
-		_ = sys.stop()
+	if err := serveDevEndpoints(st, o.http); err != nil {
+		_ = st.Stop()
 		return nil, err
 	}
-	return sys, nil
+	return st, nil
 }
-
-// stop shuts the system down; see stack.Stack.Stop.
-func (s *devSystem) stop() error { return s.Stop() }
-
-// crash stops one service as a crash would; see stack.Stack.Crash.
-func (s *devSystem) crash(id string) { s.Crash(id) }
-
-// credsFile is where `e31 dev` writes the credentials of name.
-func (s *devSystem) credsFile(name string) string { return s.CredsFile(name) }
-
-// connect opens an in-process connection as id; see stack.Stack.Connect.
-func (s *devSystem) connect(id auth.Identity, name string, _ *slog.Logger) (*nats.Conn, error) {
-	return s.Connect(id, name)
-}
-
-// operator is the identity `e31 dev` sets up the system as.
-var operator = stack.Operator
-
-// auditorID is the identity that reads the log for the metrics: it may
-// read everything and change nothing.
-var auditorID = stack.Auditor

@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"slices"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/connect"
-	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -29,12 +25,11 @@ func serveCmd(a *app) *cobra.Command {
 		Short:     "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
 		Long:      help("serve", "{http}", help("http")),
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: serveable,
+		ValidArgs: stack.Serveable,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			name := args[0]
-			if !slices.Contains(serveable, name) {
-				return usageErr("unknown service %q (expected one of %v)", name, serveable)
+			ctx, name := cmd.Context(), args[0]
+			if !slices.Contains(stack.Serveable, name) {
+				return usageErr("unknown service %q (expected one of %v)", name, stack.Serveable)
 			}
 			if name == "run" {
 				// Before connecting: a node that cannot isolate its jobs
@@ -47,50 +42,23 @@ func serveCmd(a *app) *cobra.Command {
 			if err := checkServiceCreds(cfg.Creds, name, cfgs.Run.Node); err != nil {
 				return err
 			}
+			page, err := httpOpts.pageConfig()
+			if err != nil {
+				return err
+			}
 			nc, js, err := connect.Dial(ctx, cfg)
 			if err != nil {
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			var cs []prometheus.Collector
-			if name == "rent" {
-				// One for the process: the service is made again after a
-				// fault, and its figures go on.
-				sched := metrics.NewScheduler()
-				cfgs.Rent.Observer = sched
-				cs = append(cs, sched)
-			}
-			ends, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log, cs...)
-			if err != nil {
-				return err
-			}
-			defer stopHTTP()
-			if ends != nil {
-				ctx = ends.Observe(ctx)
-			}
-			// Started again, rather than exit, when it fails for a reason
-			// that passes (a NATS server restarting): see daemon.RunAgain.
-			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
-				if name == "web" {
-					if ends != nil {
-						ends.Serving(pageOnly{})
-					}
-					return pageOnly{}, nil
-				}
-				svc, err := stack.NewService(name, nc, js, cfgs, a.log)
-				if errors.Is(err, run.ErrNoIsolation) {
-					return nil, usageErr("%v", err)
-				}
-				if err != nil {
-					return nil, err
-				}
-				if ends != nil {
-					ends.Serving(svc)
-				}
-				a.log.Info("serving", "service", name, "nats", nc.ConnectedUrl())
-				return svc, nil
-			})
-			if err != nil {
+			err = stack.RunAlone(ctx, stack.AloneConfig{Name: name, NC: nc, JS: js, Configs: cfgs, Addr: httpOpts.addr, Token: page.Token, Page: page, Logger: a.log})
+			var lerr *stack.ListenError
+			switch {
+			case errors.As(err, &lerr):
+				return httpOpts.listenErr(lerr.Err)
+			case errors.Is(err, run.ErrNoIsolation):
+				return usageErr("serve %s: %v", name, err)
+			case err != nil:
 				return fmt.Errorf("serve %s: %w", name, err)
 			}
 			return nil
@@ -102,9 +70,6 @@ func serveCmd(a *app) *cobra.Command {
 	serviceFlags(f, "rent", cfgs.Rent.Flags)
 	return cmd
 }
-
-// serveable is what `e31 serve` runs: the six services, and the page.
-var serveable = append(slices.Clone(stack.Services), "web")
 
 // serviceFlags adds to f the flags a service defines for its own main,
 // their help saying which service reads them.
