@@ -12,18 +12,8 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
-	"github.com/e31net/e31/pkg/limits"
-	"github.com/e31net/e31/pkg/retry"
-	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/stack"
 )
-
-// setupStreamNames are every stream e31 keeps, the buckets included (a KV
-// bucket is the stream KV_<bucket>). Each submitter's data bucket is made
-// when it is first needed, with as many replicas as the event log.
-var setupStreamNames = []string{
-	events.Stream, events.PoisonStream, events.TimerStream,
-	"KV_" + events.LeasesBucket, limits.Stream,
-}
 
 func setupCmd(a *app) *cobra.Command {
 	var replicas int
@@ -47,36 +37,24 @@ func setupCmd(a *app) *cobra.Command {
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			o := events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}
-			// Right after a cluster starts, creating a replicated stream can
-			// fail until every peer is known and a meta leader elected.
-			if err := retry.Do(ctx, retry.Setup, func() error { return events.Setup(ctx, js, o) }, retry.If(retry.Always)); err != nil {
-				return troubleErr(fmt.Errorf("setup: %w", err))
-			}
-			if err := retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, replicas); return err }, retry.If(retry.Always)); err != nil {
-				return troubleErr(fmt.Errorf("setup: %w", err))
+			if err := stack.Provision(ctx, js, events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}); err != nil {
+				return troubleErr(err)
 			}
 			if logMax != "" {
 				if err := setLogMaxBytes(ctx, a, js, logMax); err != nil {
 					return err
 				}
 			}
-			for _, name := range setupStreamNames {
-				var raised bool
-				var have int
-				err := retry.Do(ctx, retry.Setup, func() (err error) {
-					have, raised, err = events.RaiseReplicas(ctx, js, name, replicas)
-					return err
-				}, retry.If(retry.Always))
-				if err != nil {
-					return troubleErr(fmt.Errorf("setup: %w", err))
+			found, err := stack.RaiseReplicas(ctx, js, replicas)
+			for _, r := range found {
+				if r.Raised {
+					fmt.Fprintf(a.out, "%s: replicas raised from %d to %d\n", r.Stream, r.Had, replicas)
+				} else {
+					fmt.Fprintf(a.out, "%s: %d replica(s)\n", r.Stream, r.Had)
 				}
-				switch {
-				case raised:
-					fmt.Fprintf(a.out, "%s: replicas raised from %d to %d\n", name, have, replicas)
-				default:
-					fmt.Fprintf(a.out, "%s: %d replica(s)\n", name, have)
-				}
+			}
+			if err != nil {
+				return troubleErr(err)
 			}
 			if _, _, err := lf.policyEdit(); err != nil {
 				return err
@@ -85,8 +63,8 @@ func setupCmd(a *app) *cobra.Command {
 				if !events.ValidID(u) {
 					return usageErr("--submitter %q is not a submitter id", u)
 				}
-				if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, u); return err }, retry.If(retry.Always)); err != nil {
-					return troubleErr(fmt.Errorf("setup: %w", err))
+				if err := stack.OpenDataBucket(ctx, js, u); err != nil {
+					return troubleErr(err)
 				}
 				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
 			}
