@@ -1,14 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"errors"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/bench"
 	"github.com/e31net/e31/pkg/broker"
-	"github.com/e31net/e31/pkg/jobfile"
 )
 
 // The `e31 bench` commands are flags over package bench, which measures
@@ -23,10 +22,7 @@ func benchCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Jobs <= 0 {
-				o.Jobs = a.env.BenchN
-			}
-			if o.Jobs <= 0 {
-				o.Jobs = 2000
+				o.Jobs = cmp.Or(max(a.env.BenchN, 0), 2000)
 			}
 			// The system under measure logs warnings only, unless asked.
 			o.Logger = a.log.WithGroup("dev")
@@ -39,15 +35,7 @@ func benchCmd(a *app) *cobra.Command {
 			return benchErr(bench.Life(cmd.Context(), a.out, o))
 		},
 	}
-	f := cmd.Flags()
-	f.IntVar(&o.Jobs, "jobs", 0, "jobs in the burst (default $BENCH_N or 2000)")
-	f.IntVar(&o.Idle, "idle", 100, "jobs submitted one at a time on the idle pool")
-	f.StringVar(&o.Sync, "sync", "always", "event store durability: always or interval")
-	f.StringVar(&o.Executor, "executor", "auto", "sandbox, process or auto")
-	f.IntVar(&o.Nodes, "nodes", 1, "compute nodes")
-	f.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
-	f.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics each second, as e31 dev with Prometheus does")
-	f.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
+	goFlags(cmd.Flags(), o.Flags)
 	cmd.AddCommand(benchSchedulerCmd(a))
 	cmd.AddCommand(benchStageCmd(a))
 	cmd.AddCommand(benchLedgerCmd(a))
@@ -82,42 +70,25 @@ func benchSchedulerCmd(a *app) *cobra.Command {
 			return benchErr(bench.Scheduler(cmd.Context(), a.out, o))
 		},
 	}
-	cmd.Flags().IntVar(&o.Jobs, "jobs", 100000, "jobs queued")
-	cmd.Flags().IntVar(&o.Nodes, "nodes", 1000, "nodes announced")
-	cmd.Flags().IntVar(&o.Decisions, "decisions", 20000, "holds to measure end to end")
-	cmd.Flags().StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the measured decisions to this file, and allocation profiles to FILE.alloc0 (start) and FILE.alloc (end)")
-	cmd.Flags().DurationVar(&o.Stall, "stall", time.Minute, "fail if no hold comes for this long")
+	goFlags(cmd.Flags(), o.Flags)
 	return cmd
 }
 
 func benchStageCmd(a *app) *cobra.Command {
 	var o bench.StageOptions
-	var large, smallSize string
 	cmd := &cobra.Command{
 		Use:   "stage",
 		Short: "Measure staging and output throughput (MB/s) against the raw disk write rate",
 		Long:  help("bench-stage"),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if o.Large, err = jobfile.ParseSize(large); err != nil {
-				return usageErr("--large: %v", err)
-			}
-			if o.SmallSize, err = jobfile.ParseSize(smallSize); err != nil {
-				return usageErr("--small-size: %v", err)
-			}
-			if o.Large <= 0 || o.SmallFiles <= 0 || o.SmallSize <= 0 {
-				return usageErr("--large, --small-files and --small-size must be positive")
+			if err := o.Check(); err != nil {
+				return benchErr(err)
 			}
 			return benchErr(bench.Stage(cmd.Context(), a.out, o))
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&large, "large", "1GiB", "size of the one large file")
-	f.IntVar(&o.SmallFiles, "small-files", 10000, "number of small files")
-	f.StringVar(&smallSize, "small-size", "4KiB", "size of each small file")
-	f.StringVar(&o.Sync, "sync", "always", "event store durability: always (as e31 dev) or interval")
-	f.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	goFlags(cmd.Flags(), o.Flags)
 	return cmd
 }
 
@@ -129,14 +100,15 @@ func benchLedgerCmd(a *app) *cobra.Command {
 		Long:  help("bench-ledger"),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Events <= 0 {
-				return usageErr("--events must be positive")
+			if err := o.Check(); err != nil {
+				return benchErr(err)
+			}
+			if err := o.Check(); err != nil {
+				return benchErr(err)
 			}
 			return benchErr(bench.Ledger(cmd.Context(), a.out, o))
 		},
 	}
-	cmd.Flags().IntVar(&o.Events, "events", 1_000_000, "events to write")
-	cmd.Flags().StringVar(&o.Profile, "cpuprofile", "", "write CPU profiles of the audit's replay to this file, and of the ledger's rebuild to FILE.ledger")
-	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	goFlags(cmd.Flags(), o.Flags)
 	return cmd
 }

@@ -74,9 +74,16 @@ func serveCmd(a *app) *cobra.Command {
 // serviceFlags adds to f the flags a service defines for its own main,
 // their help saying which service reads them.
 func serviceFlags(f *pflag.FlagSet, service string, define func(*flag.FlagSet)) {
-	fs := flag.NewFlagSet(service, flag.ContinueOnError)
+	goFlags(f, func(fs *flag.FlagSet) {
+		define(fs)
+		fs.VisitAll(func(fl *flag.Flag) { fl.Usage = service + ": " + fl.Usage })
+	})
+}
+
+// goFlags adds to f the flags define defines on a Go flag.FlagSet.
+func goFlags(f *pflag.FlagSet, define func(*flag.FlagSet)) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	define(fs)
-	fs.VisitAll(func(fl *flag.Flag) { fl.Usage = service + ": " + fl.Usage })
 	f.AddGoFlagSet(fs)
 }
 
