@@ -2,10 +2,8 @@ package main
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -187,26 +185,8 @@ func credsShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			uc, err := creds.Claims()
-			if err != nil {
+			if err := creds.WriteText(a.out); err != nil {
 				return usageErr("%v", err)
-			}
-			id, err := creds.Identity()
-			switch {
-			case errors.Is(err, auth.ErrNotE31):
-				fmt.Fprintf(a.out, "user %s %q: not made by e31\n", uc.Subject, uc.Name)
-			case err != nil:
-				return usageErr("%v", err)
-			default:
-				fmt.Fprintf(a.out, "%s (user %s, inbox %s.>)\n", id, uc.Subject, id.InboxPrefix())
-			}
-			if uc.Expires > 0 {
-				fmt.Fprintf(a.out, "expires %s\n", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
-			}
-			fmt.Fprintf(a.out, "publish:   %s\n", strings.Join(uc.Pub.Allow, " "))
-			fmt.Fprintf(a.out, "subscribe: %s\n", strings.Join(uc.Sub.Allow, " "))
-			if uc.Resp != nil {
-				fmt.Fprintf(a.out, "responds:  once to each request, within %s\n", uc.Resp.Expires)
 			}
 			return nil
 		},

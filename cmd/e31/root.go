@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,30 +92,14 @@ type app struct {
 	flush func(context.Context) error
 }
 
+// connectConfig is where and as whom to connect: as the flags say, else
+// the environment.
 func (a *app) connectConfig(name string) connect.Config {
-	url := a.natsURL
-	if url == "" {
-		url = a.env.NATS
-	}
-	creds := a.creds
-	if creds == "" {
-		creds = a.env.Creds
-	}
-	ca := a.tlsCA
-	if ca == "" {
-		ca = a.env.CA
-	}
-	return connect.Config{URL: url, Creds: creds, CA: ca, Name: name, Logger: a.log}
+	return connect.Config{URL: cmp.Or(a.natsURL, a.env.NATS), Creds: cmp.Or(a.creds, a.env.Creds), CA: cmp.Or(a.tlsCA, a.env.CA), Name: name, Logger: a.log}
 }
 
 func (a *app) setupLog() error {
-	level := a.logLevel
-	if level == "" {
-		level = a.env.Log
-	}
-	if level == "" {
-		level = "info"
-	}
+	level := cmp.Or(a.logLevel, a.env.Log, "info")
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return usageErr("--log-level %q: expected debug, info, warn or error", level)
