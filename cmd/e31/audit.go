@@ -1,21 +1,19 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/client"
-	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/hold"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 )
 
@@ -75,7 +73,9 @@ func auditCmd(a *app) *cobra.Command {
 						return err
 					}
 					if every > 0 {
-						return auditEvery(ctx, a, c, heads, every, httpOpts)
+						return c.AuditEveryServed(ctx, heads, every, a.log, func(g prometheus.Gatherer, ready map[string]ops.Check) (*ops.Server, error) {
+							return httpOpts.listen(a.log, g, ready)
+						})
 					}
 					var err error
 					rep, err = c.Audit(ctx, heads)
@@ -112,33 +112,6 @@ func auditCmd(a *app) *cobra.Command {
 	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
 	httpOpts.flags(cmd.Flags(), "")
 	return cmd
-}
-
-// auditEvery serves e31_audit_* on --http while c audits every interval
-// until ctx ends (client.AuditEvery).
-func auditEvery(ctx context.Context, a *app, c *client.Client, heads []chain.Head, every time.Duration, o httpOptions) error {
-	m := metrics.NewAudit()
-	reg, err := metrics.NewRegistry(m)
-	if err != nil {
-		return err
-	}
-	srv, err := o.listen(a.log, reg, map[string]ops.Check{"nats": daemon.Connected(c.Conn())})
-	if err != nil {
-		return err
-	}
-	if srv != nil {
-		a.log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			if err := srv.Serve(ctx); err != nil {
-				a.log.Error("http endpoints stopped", "err", err)
-			}
-		}()
-	}
-	c.AuditEvery(ctx, heads, every, m, a.log)
-	return nil
 }
 
 // readRecords reads --records (audit.ParseRecords).
