@@ -116,24 +116,12 @@ func credsRevokeCmd(a *app) *cobra.Command {
 			if dir == "" || (file == "") == (user == "") {
 				return usageErr("give --dir, and --file or --user")
 			}
-			if file != "" {
-				creds, err := auth.ReadCreds(file)
-				if err != nil {
-					return usageErr("%v", err)
-				}
-				if user, err = creds.UserKey(); err != nil {
-					return usageErr("%v", err)
-				}
-			}
-			keys, err := auth.LoadKeys(dir)
+			revoked, err := auth.RevokeIn(dir, file, user)
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			if err := keys.Revoke(user); err != nil {
-				return usageErr("%v", err)
-			}
 			fmt.Fprintf(a.out, "revoked %s in %s and %s; give the servers the new account JWTs: e31 creds push --dir %s --nats URL\n",
-				user, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), dir)
+				revoked, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), dir)
 			return nil
 		},
 	}

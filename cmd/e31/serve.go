@@ -39,8 +39,19 @@ func serveCmd(a *app) *cobra.Command {
 				}
 			}
 			cfg := a.connectConfig("e31-" + name)
-			if err := checkServiceCreds(cfg.Creds, name, cfgs.Run.Node); err != nil {
-				return err
+			// Credentials made for another service or node are refused at
+			// once: the server would refuse what it does, a publish at a time.
+			if cfg.Creds != "" {
+				id, err := auth.ReadIdentity(cfg.Creds)
+				switch {
+				case errors.Is(err, auth.ErrNotE31):
+				case err != nil:
+					return usageErr("--creds: %v", err)
+				default:
+					if err := id.MayServe(name, cfgs.Run.Node); err != nil {
+						return usageErr("--creds %s %v", cfg.Creds, err)
+					}
+				}
 			}
 			page, err := httpOpts.pageConfig()
 			if err != nil {
@@ -85,28 +96,4 @@ func goFlags(f *pflag.FlagSet, define func(*flag.FlagSet)) {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	define(fs)
 	f.AddGoFlagSet(fs)
-}
-
-// checkServiceCreds refuses at once credentials made for another service or
-// node: the server would refuse what the service does, one publish at a
-// time.
-func checkServiceCreds(file, service, node string) error {
-	if file == "" {
-		return nil
-	}
-	creds, err := auth.ReadCreds(file)
-	if err != nil {
-		return usageErr("--creds: %v", err)
-	}
-	id, err := creds.Identity()
-	if errors.Is(err, auth.ErrNotE31) {
-		return nil
-	}
-	if err != nil {
-		return usageErr("--creds: %v", err)
-	}
-	if err := id.MayServe(service, node); err != nil {
-		return usageErr("--creds %s %v", file, err)
-	}
-	return nil
 }
