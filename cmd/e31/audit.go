@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"time"
@@ -85,19 +86,8 @@ func auditCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			if asJSON {
-				if err := writeJSON(a.out, rep); err != nil {
-					return err
-				}
-			} else {
-				for _, f := range rep.Findings {
-					where := f.Job
-					if f.Seq > 0 {
-						where += fmt.Sprintf(" #%d", f.Seq)
-					}
-					fmt.Fprintf(a.out, "%-14s %s: %s\n", f.Kind, where, f.Detail)
-				}
-				fmt.Fprintln(a.out, rep.Summary())
+			if err := a.show(asJSON, rep, func(w io.Writer) error { return client.WriteAuditText(w, rep) }); err != nil {
+				return err
 			}
 			if !rep.OK() {
 				return silent(exitFailed)

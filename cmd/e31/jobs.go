@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,10 +90,8 @@ func statusCmd(a *app) *cobra.Command {
 				if err != nil {
 					// Not a job: perhaps a sweep.
 					if recs, serr := c.SweepRecords(ctx, args[0]); serr == nil && len(recs) > 0 {
-						if asJSON {
-							return writeJSON(a.out, client.Summarize(args[0], recs))
-						}
-						return client.Summarize(args[0], recs).WriteText(a.out)
+						s := client.Summarize(args[0], recs)
+						return a.show(asJSON, s, s.WriteText)
 					}
 					return err
 				}
@@ -137,13 +134,8 @@ func outputCmd(a *app) *cobra.Command {
 				if err := c.Output(ctx, rec, dir, progressFor(a.errOut, quiet)); err != nil {
 					return err
 				}
-				note := ""
-				if rec.Output.Partial {
-					note = " (partial: the job did not finish)"
-				}
-				fmt.Fprintf(a.out, "%d file(s), %s, written to %s%s\n", rec.Output.Files, client.HumanBytes(rec.Output.Bytes), dir, note)
-				if len(rec.Output.Missing) > 0 {
-					fmt.Fprintf(a.out, "missing: %s\n", strings.Join(rec.Output.Missing, ", "))
+				if err := client.WriteOutputText(a.out, rec, dir); err != nil {
+					return err
 				}
 				if del {
 					return deleteStored(ctx, a, c, rec.Job, events.WhatOutput, "", 30*time.Second)
@@ -197,12 +189,8 @@ func eventsCmd(a *app) *cobra.Command {
 				if asJSON {
 					return enc.Encode(m)
 				}
-				env, err := client.Decode(m)
-				if err != nil {
-					_, werr := fmt.Fprintf(a.out, "#%-6d %s  (not a valid event: %v)\n", m.Seq, m.Subject, err)
-					return werr
-				}
-				return printEvent(a.out, env)
+				_, err := fmt.Fprintln(a.out, client.EventLine(m))
+				return err
 			}
 			return a.with(ctx, func(c *client.Client) error {
 				if len(args) == 1 {
@@ -229,9 +217,12 @@ func ignoreCancel(err error) error {
 	return err
 }
 
-func printEvent(w io.Writer, env events.Envelope) error {
-	_, err := fmt.Fprintf(w, "#%-6d %s  %-16s %s\n", env.Seq, env.Time.Format("2006-01-02T15:04:05.000Z07:00"), events.Name(env.Type), env.ID)
-	return err
+// show prints v as JSON with --json, else as text writes it.
+func (a *app) show(asJSON bool, v any, text func(io.Writer) error) error {
+	if asJSON {
+		return writeJSON(a.out, v)
+	}
+	return text(a.out)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -44,7 +44,7 @@ func ledgerCmd(a *app) *cobra.Command {
 				if t.s == "" {
 					continue
 				}
-				v, err := parseWhen(t.s)
+				v, err := client.ParseTime(t.s)
 				if err != nil {
 					return usageErr("%s %q: expected an RFC 3339 time such as 2026-12-01T00:00:00Z, or a date such as 2026-12-01", flag, t.s)
 				}
@@ -85,14 +85,6 @@ func ledgerCmd(a *app) *cobra.Command {
 	f.StringVar(&o.since, "since", "", "only jobs submitted at or after this time (RFC 3339 or a date); with --totals, the period's start")
 	f.StringVar(&o.until, "until", "", "only jobs submitted before this time (RFC 3339 or a date); with --totals, the period's end")
 	return cmd
-}
-
-// parseWhen reads an RFC 3339 time, or a date meaning its midnight UTC.
-func parseWhen(s string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	return time.Parse(time.DateOnly, s)
 }
 
 // noteBehind tells the user, on stderr, that the ledger is still catching up.

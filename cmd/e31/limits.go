@@ -61,10 +61,7 @@ func limitsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return writeJSON(a.out, r)
-				}
-				return r.WriteText(a.out)
+				return a.show(asJSON, r, r.WriteText)
 			})
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/limits"
@@ -229,4 +230,61 @@ func countOrUnlimited(n int) string {
 		return "unlimited"
 	}
 	return strconv.Itoa(n)
+}
+
+// EventLine is a stored event on one line: its sequence, time, type and
+// id, or why it is not a valid event.
+func EventLine(m wire.StoredEvent) string {
+	env, err := Decode(m)
+	if err != nil {
+		return fmt.Sprintf("#%-6d %s  (not a valid event: %v)", m.Seq, m.Subject, err)
+	}
+	return fmt.Sprintf("#%-6d %s  %-16s %s", env.Seq, env.Time.Format("2006-01-02T15:04:05.000Z07:00"), events.Name(env.Type), env.ID)
+}
+
+// WriteOutputText says what Output wrote into dir: how many files, how
+// big, whether partial, and what the job did not make.
+func WriteOutputText(w io.Writer, rec *hold.HoldRecord, dir string) error {
+	note := ""
+	if rec.Output.Partial {
+		note = " (partial: the job did not finish)"
+	}
+	p := &printer{w: w}
+	p.printf("%d file(s), %s, written to %s%s\n", rec.Output.Files, HumanBytes(rec.Output.Bytes), dir, note)
+	if len(rec.Output.Missing) > 0 {
+		p.printf("missing: %s\n", strings.Join(rec.Output.Missing, ", "))
+	}
+	return p.err
+}
+
+// WriteAuditText writes an audit's findings, a line each, and its summary.
+func WriteAuditText(w io.Writer, rep *audit.Report) error {
+	p := &printer{w: w}
+	for _, f := range rep.Findings {
+		where := f.Job
+		if f.Seq > 0 {
+			where += fmt.Sprintf(" #%d", f.Seq)
+		}
+		p.printf("%-14s %s: %s\n", f.Kind, where, f.Detail)
+	}
+	p.printf("%s\n", rep.Summary())
+	return p.err
+}
+
+// ParseTime reads an RFC 3339 time, or a date meaning its midnight UTC.
+func ParseTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Parse(time.DateOnly, s)
+}
+
+// Succeeded reports whether every job of the sweep succeeded.
+func (s SweepSummary) Succeeded() bool {
+	for _, r := range s.Records {
+		if r.Outcome != events.Succeeded {
+			return false
+		}
+	}
+	return true
 }

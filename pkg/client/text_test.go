@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
@@ -135,5 +136,51 @@ images      none
 `
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestEventLineSaysWhatIsNotAnEvent(t *testing.T) {
+	if got := client.EventLine(wire.StoredEvent{Seq: 7, Subject: "e31.job.x.requested.alice", Body: []byte(`{}`)}); !strings.HasPrefix(got, "#7      e31.job.x.requested.alice  (not a valid event: ") {
+		t.Errorf("an event without headers: %q", got)
+	}
+}
+
+func TestOutputAndAuditText(t *testing.T) {
+	var b bytes.Buffer
+	rec := &hold.HoldRecord{Output: hold.Output{Files: 2, Bytes: 3, Partial: true, Missing: []string{"a", "b"}}}
+	if err := client.WriteOutputText(&b, rec, "out"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "2 file(s), 3 B, written to out (partial: the job did not finish)\nmissing: a, b\n"; b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+	b.Reset()
+	rep := &audit.Report{Findings: []audit.Finding{{Job: "j", Seq: 4, Kind: "gap", Detail: "no #3"}}}
+	if err := client.WriteAuditText(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(b.String(), "\n"); len(lines) != 3 || lines[0] != "gap            j #4: no #3" || lines[1] != rep.Summary() {
+		t.Errorf("audit text %q", b.String())
+	}
+}
+
+func TestParseTime(t *testing.T) {
+	for s, want := range map[string]time.Time{
+		"2026-12-01":                time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+		"2026-12-01T10:00:00+01:00": time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC),
+	} {
+		if got, err := client.ParseTime(s); err != nil || !got.Equal(want) {
+			t.Errorf("%s: %v, %v; want %v", s, got, err, want)
+		}
+	}
+	if _, err := client.ParseTime("yesterday"); err == nil {
+		t.Error("yesterday was read as a time")
+	}
+}
+
+func TestSweepSucceeded(t *testing.T) {
+	ok := &hold.HoldRecord{Outcome: events.Succeeded}
+	if !client.Summarize("s", []*hold.HoldRecord{ok}).Succeeded() || client.Summarize("s", []*hold.HoldRecord{ok, {Outcome: events.Failed}}).Succeeded() {
+		t.Error("Succeeded is not whether every job succeeded")
 	}
 }
