@@ -6,10 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/e31net/e31/pkg/auth"
+	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/services/run"
 )
@@ -72,7 +75,8 @@ func TestAServiceAloneServesItsEndpoints(t *testing.T) {
 }
 
 // TestEndpointsOnATakenAddress: a stack whose endpoints' address is taken
-// serves none if they are Optional, and fails if not.
+// serves none if they are Optional, and fails if not. (It is also a stack
+// run by carol, whose CLI finds her credentials by itself.)
 func TestEndpointsOnATakenAddress(t *testing.T) {
 	t.Parallel()
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
@@ -81,12 +85,20 @@ func TestEndpointsOnATakenAddress(t *testing.T) {
 	}
 	defer taken.Close()
 	ctx := natstest.Context(t, time.Minute)
+	configDir := t.TempDir()
 	s, err := Start(ctx, Config{Dir: t.TempDir(), Listen: "127.0.0.1:0", Sync: "interval", Metrics: true, Logger: slog.New(slog.DiscardHandler),
+		OSUser: "carol", ConfigDir: configDir,
 		Node: run.Config{CPU: 1, MemoryBytes: 256 << 20, DiskBytes: 256 << 20, ExecutorKind: run.ExecProcess}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Stop() })
+	if !slices.Contains(s.Users(), auth.Identity{Role: auth.Submitter, Name: "carol"}) {
+		t.Errorf("users %v, want carol, who runs it", s.Users())
+	}
+	if creds, err := connect.DevCreds(configDir, s.Broker().ClientURL(), "carol"); err != nil || creds != s.CredsFile("carol") {
+		t.Errorf("the CLI finds carol's credentials at %q (%v), want %s", creds, err, s.CredsFile("carol"))
+	}
 	if addr, err := s.ServeEndpoints(EndpointsConfig{Addr: taken.Addr().String(), Optional: true}); addr != "" || err != nil || s.EndpointsAddr() != "" {
 		t.Errorf("optional, taken: %q, %v; want nothing served and no error", addr, err)
 	}

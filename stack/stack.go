@@ -60,6 +60,12 @@ type Config struct {
 	// Scheduler, if set, gives each RENT instance, by id, what is told
 	// what its scheduler does.
 	Scheduler func(id string) rent.Observer
+	// OSUser is who runs the stack on this machine, made a submitter too
+	// (if e31 gives that name), and ConfigDir the user's configuration
+	// folder, where the stack notes where its credentials are
+	// (connect.NoteDev): the CLI on this machine then uses them without
+	// being given any.
+	OSUser, ConfigDir string
 	// Metrics, if Handlers and Scheduler are not set, sets them to watch
 	// every service's handlers and each scheduler for the operator's
 	// metrics, which ServeEndpoints then serves.
@@ -173,6 +179,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			users = append(users, id)
 		}
 	}
+	// A name e31 reserves gets no credentials.
+	if me := (auth.Identity{Role: auth.Submitter, Name: cfg.OSUser}); me.Validate() == nil && !slices.Contains(users, me) {
+		users = append(users, me)
+	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -208,6 +218,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err := s.start(cfg); err != nil {
 		_ = s.Stop()
 		return nil, err
+	}
+	if cfg.ConfigDir != "" {
+		if err := connect.NoteDev(cfg.ConfigDir, strings.TrimPrefix(b.ClientURL(), "nats://"), dir); err != nil {
+			s.log.Warn("the CLI will not find your credentials by itself", "err", err)
+		}
 	}
 	return s, nil
 }

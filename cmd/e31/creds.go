@@ -25,6 +25,9 @@ func credsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// madeOrKept says whether keys were made now or kept from before.
+var madeOrKept = map[bool]string{true: "made", false: "kept"}
+
 func credsInitCmd(a *app) *cobra.Command {
 	var dir, resolverDir string
 	cmd := &cobra.Command{
@@ -43,11 +46,7 @@ func credsInitCmd(a *app) *cobra.Command {
 			if err := keys.WriteServerFiles(dir, resolverDir); err != nil {
 				return err
 			}
-			if created {
-				fmt.Fprintf(a.out, "made the keys in %s\n", dir)
-			} else {
-				fmt.Fprintf(a.out, "kept the keys in %s\n", dir)
-			}
+			fmt.Fprintf(a.out, "%s the keys in %s\n", madeOrKept[created], dir)
 			fmt.Fprintf(a.out, "account %s: %s\n", auth.AccountName, keys.AccountKey())
 			fmt.Fprintf(a.out, "account %s: %s (submitters)\n", auth.TenantsAccountName, keys.TenantsAccountKey())
 			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, auth.ServerConfFile))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -30,9 +31,7 @@ func credsTLSCmd(a *app) *cobra.Command {
 			if days < 1 {
 				return usageErr("--days must be positive")
 			}
-			if out == "" {
-				out = dir
-			}
+			out = cmp.Or(out, dir)
 			now := time.Now()
 			ca, made, err := auth.LoadOrMakeCA(dir, now)
 			if err != nil {
@@ -48,11 +47,7 @@ func credsTLSCmd(a *app) *cobra.Command {
 			if err := auth.WriteServerTLS(out, ca, certPEM, keyPEM); err != nil {
 				return err
 			}
-			if made {
-				fmt.Fprintf(a.out, "made the TLS authority in %s\n", filepath.Join(dir, auth.TLSCAFile))
-			} else {
-				fmt.Fprintf(a.out, "kept the TLS authority in %s\n", filepath.Join(dir, auth.TLSCAFile))
-			}
+			fmt.Fprintf(a.out, "%s the TLS authority in %s\n", madeOrKept[made], filepath.Join(dir, auth.TLSCAFile))
 			fmt.Fprintf(a.out, "%s: for %s, valid until %s\n", filepath.Join(out, auth.TLSCertFile), strings.Join(hosts, ", "),
 				now.Add(time.Duration(days)*24*time.Hour).UTC().Format(time.DateOnly))
 			fmt.Fprintf(a.out, "clients: --tls-ca %s (or E31_TLS_CA)\n", filepath.Join(out, auth.TLSCAOutFile))

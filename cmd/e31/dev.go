@@ -13,7 +13,6 @@ import (
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
-	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/services/run"
@@ -121,17 +120,11 @@ func startDev(ctx context.Context, a *app, o devOptions) (*stack.Stack, error) {
 	if err := run.CheckExecutor(o.executor); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	cfg.Users = o.users
+	cfg.Users, cfg.OSUser, cfg.ConfigDir = o.users, a.env.User, a.env.ConfigDir
 	for _, u := range o.users {
 		if err := (auth.Identity{Role: auth.Submitter, Name: strings.TrimSpace(u)}).Validate(); err != nil {
 			return nil, usageErr("--users: %v", err)
 		}
-	}
-	// The user who runs e31 dev is a submitter too, so that the CLI in
-	// another terminal works without credentials being exported
-	// (clientConfig finds them). A name e31 reserves gets none.
-	if me := (auth.Identity{Role: auth.Submitter, Name: a.env.User}); me.Validate() == nil {
-		cfg.Users = append(slices.Clone(cfg.Users), me.Name)
 	}
 	st, err := stack.Start(ctx, cfg)
 	switch {
@@ -143,11 +136,6 @@ func startDev(ctx context.Context, a *app, o devOptions) (*stack.Stack, error) {
 		return nil, troubleErr(err)
 	case err != nil:
 		return nil, err
-	}
-	if a.env.ConfigDir != "" {
-		if err := connect.NoteDev(a.env.ConfigDir, strings.TrimPrefix(st.Broker().ClientURL(), "nats://"), st.Dir()); err != nil {
-			a.log.Warn("the CLI will not find your credentials by itself", "err", err)
-		}
 	}
 	if err := serveDevEndpoints(st, o.http); err != nil {
 		_ = st.Stop()

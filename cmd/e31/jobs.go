@@ -48,23 +48,18 @@ func (a *app) waitAndPrint(ctx context.Context, c *client.Client, id string, tim
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if err := writeJSON(a.out, rec); err != nil {
+	err = a.show(asJSON, rec, func(w io.Writer) error {
+		if err := hold.WriteText(w, rec); err != nil || rec.Outcome == events.Succeeded {
 			return err
 		}
-	} else if err := hold.WriteText(a.out, rec); err != nil {
-		return err
-	} else if rec.Outcome != events.Succeeded {
 		// What a user asks first about a job that failed: its last 10
 		// lines of stderr.
-		if err := hold.WriteStderrTail(a.out, rec.Job, c.StderrTail(ctx, rec, 10)); err != nil {
-			return err
-		}
-	}
-	if rec.Outcome != events.Succeeded {
+		return hold.WriteStderrTail(w, rec.Job, c.StderrTail(ctx, rec, 10))
+	})
+	if err == nil && rec.Outcome != events.Succeeded {
 		return silent(exitFailed)
 	}
-	return nil
+	return err
 }
 
 // waitSweep waits until every job of a sweep is over, then prints the
@@ -74,7 +69,11 @@ func (a *app) waitSweep(ctx context.Context, c *client.Client, sweep string, tim
 	if err != nil {
 		return err
 	}
-	return a.printSweepResult(sweep, recs, asJSON)
+	s := client.Summarize(sweep, recs)
+	if err := a.show(asJSON, s, s.WriteText); err != nil || s.Succeeded() {
+		return err
+	}
+	return silent(exitFailed)
 }
 
 func statusCmd(a *app) *cobra.Command {
