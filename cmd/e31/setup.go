@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
@@ -20,7 +21,8 @@ func setupCmd(a *app) *cobra.Command {
 	var leaseTTL, timeout time.Duration
 	var logMax string
 	var submitters []string
-	var lf limitFlags
+	var maxData, maxQueued, maxRate string
+	var images []string
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create e31's streams and buckets on a NATS cluster, with the replicas wanted",
@@ -56,8 +58,9 @@ func setupCmd(a *app) *cobra.Command {
 			if err != nil {
 				return troubleErr(err)
 			}
-			if _, _, err := lf.policyEdit(); err != nil {
-				return err
+			edit, err := client.LimitEdit(maxData, maxQueued, maxRate, images)
+			if err != nil {
+				return usageErr("--%v", err)
 			}
 			for _, u := range submitters {
 				if !events.ValidID(u) {
@@ -68,7 +71,12 @@ func setupCmd(a *app) *cobra.Command {
 				}
 				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
 			}
-			return setLimits(ctx, a.out, js, replicas, submitters, lf)
+			// The limits given, for each submitter named or for everyone.
+			set, err := client.SetLimits(ctx, js, replicas, submitters, edit)
+			if werr := set.WriteText(a.out); err == nil {
+				err = werr
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -77,10 +85,10 @@ func setupCmd(a *app) *cobra.Command {
 	f.DurationVar(&leaseTTL, "lease-ttl", events.DefaultLeaseTTL, "how long a node or scheduler lives without renewing its lease (only when the bucket is created)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the cluster to accept the streams")
 	f.StringArrayVar(&submitters, "submitter", nil, "also make this submitter's data bucket, and set the limits given for it (repeatable)")
-	f.StringVar(&lf.maxData, "max-data", "", "what a submitter's data bucket may hold, e.g. 50GiB, or unlimited (default unlimited)")
-	f.StringVar(&lf.maxQueued, "max-queued", "", "jobs a submitter may have submitted and not yet over, or unlimited (default 200000)")
-	f.StringVar(&lf.maxRate, "max-rate", "", "jobs a submitter may submit a minute, or unlimited (default 120000)")
-	f.StringArrayVar(&lf.allowImages, "allow-image", nil, "a container image jobs may name; 'prefix*' for every image it starts (repeatable)")
+	f.StringVar(&maxData, "max-data", "", "what a submitter's data bucket may hold, e.g. 50GiB, or unlimited (default unlimited)")
+	f.StringVar(&maxQueued, "max-queued", "", "jobs a submitter may have submitted and not yet over, or unlimited (default 200000)")
+	f.StringVar(&maxRate, "max-rate", "", "jobs a submitter may submit a minute, or unlimited (default 120000)")
+	f.StringArrayVar(&images, "allow-image", nil, "a container image jobs may name; 'prefix*' for every image it starts (repeatable)")
 	return cmd
 }
 

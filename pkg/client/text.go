@@ -183,14 +183,14 @@ func (r LimitsReport) WriteText(w io.Writer) error {
 }
 
 // WriteText says what SetLimits changed: each policy written, and each
-// data bucket bounded at maxData.
-func (s LimitsSet) WriteText(w io.Writer, maxData *int64) error {
+// data bucket bounded.
+func (s LimitsSet) WriteText(w io.Writer) error {
 	p := &printer{w: w}
 	for _, kp := range s.Policies {
 		p.printf("%s %s: %s\n", limits.Bucket, kp.Key, DescribePolicy(kp.Policy))
 	}
 	for _, u := range s.Bounded {
-		p.printf("%s: at most %s (max-data)\n", events.DataBucketFor(u), SizeOrUnlimited(*maxData))
+		p.printf("%s: at most %s (max-data)\n", events.DataBucketFor(u), SizeOrUnlimited(*s.MaxDataBytes))
 	}
 	return p.err
 }

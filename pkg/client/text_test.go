@@ -184,3 +184,16 @@ func TestSweepSucceeded(t *testing.T) {
 		t.Error("Succeeded is not whether every job succeeded")
 	}
 }
+
+func TestLimitsSetText(t *testing.T) {
+	n := int64(1 << 20)
+	set := client.LimitsSet{Policies: []client.KeyPolicy{{Key: "alice", Policy: limits.Policy{MaxDataBytes: &n}}}, Bounded: []string{"alice"}, MaxDataBytes: &n}
+	var b bytes.Buffer
+	if err := set.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := limits.Bucket + " alice: max-data 1.0 MiB\n" + events.DataBucketFor("alice") + ": at most 1.0 MiB (max-data)\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+}
