@@ -20,8 +20,16 @@ func (o *LifeOptions) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Executor, "executor", "auto", "sandbox, process or auto")
 	fs.IntVar(&o.Nodes, "nodes", 1, "compute nodes")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
-	fs.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics each second, as e31 dev with Prometheus does")
+	fs.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics as deploy/'s Prometheus scrapes them")
 	fs.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
+}
+
+// Flags defines o's flags on fs.
+func (o *ObserveOptions) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Pairs, "pairs", 6, "pairs of runs")
+	fs.IntVar(&o.Jobs, "jobs", 2000, "jobs in each burst")
+	fs.StringVar(&o.Sync, "sync", "always", "event store durability: always or interval")
+	fs.StringVar(&o.Executor, "executor", "auto", "sandbox, process or auto")
 }
 
 // Flags defines o's flags on fs.

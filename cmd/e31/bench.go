@@ -39,6 +39,22 @@ func benchCmd(a *app) *cobra.Command {
 	cmd.AddCommand(benchSchedulerCmd(a))
 	cmd.AddCommand(benchStageCmd(a))
 	cmd.AddCommand(benchLedgerCmd(a))
+	cmd.AddCommand(benchObserveCmd(a))
+	return cmd
+}
+
+func benchObserveCmd(a *app) *cobra.Command {
+	var o bench.ObserveOptions
+	cmd := &cobra.Command{
+		Use:   "observe",
+		Short: "Measure what metrics and tracing cost: bursts with them off and on, alternated, in one run",
+		Long:  help("bench-observe"),
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return benchErr(bench.Observe(cmd.Context(), a.out, o))
+		},
+	}
+	goFlags(cmd.Flags(), o.Flags)
 	return cmd
 }
 
