@@ -14,7 +14,6 @@ import (
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/client"
-	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/ops"
 )
 
@@ -59,9 +58,13 @@ func auditCmd(a *app) *cobra.Command {
 				}
 				rep = au.Finish()
 				if records != "" {
-					recs, all, err := readRecords(records)
+					b, err := os.ReadFile(records)
 					if err != nil {
-						return err
+						return usageErr("--records: %v", err)
+					}
+					recs, all, err := audit.ParseRecords(b)
+					if err != nil {
+						return usageErr("--records %s: %v", records, err)
 					}
 					rep.Compare(recs, all)
 				}
@@ -102,17 +105,4 @@ func auditCmd(a *app) *cobra.Command {
 	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
 	httpOpts.flags(cmd.Flags(), "")
 	return cmd
-}
-
-// readRecords reads --records (audit.ParseRecords).
-func readRecords(path string) ([]*hold.HoldRecord, bool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, false, usageErr("--records: %v", err)
-	}
-	recs, all, err := audit.ParseRecords(b)
-	if err != nil {
-		return nil, false, usageErr("--records %s: %v", path, err)
-	}
-	return recs, all, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,10 +44,7 @@ func dataLsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return writeJSON(a.out, jobs)
-				}
-				return client.WriteStoredTable(a.out, jobs)
+				return a.show(asJSON, jobs, func(w io.Writer) error { return client.WriteStoredTable(w, jobs) })
 			})
 		},
 	}

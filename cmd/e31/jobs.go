@@ -94,11 +94,7 @@ func statusCmd(a *app) *cobra.Command {
 					}
 					return err
 				}
-				if asJSON {
-					return writeJSON(a.out, st)
-				}
-				_, err = fmt.Fprintln(a.out, st)
-				return err
+				return a.show(asJSON, st, func(w io.Writer) error { _, err := fmt.Fprintln(w, st); return err })
 			})
 		},
 	}

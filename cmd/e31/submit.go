@@ -37,14 +37,13 @@ func submitCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if !wait {
-					if asJSON {
-						return json.NewEncoder(a.out).Encode(map[string]string{"id": id})
-					}
-					fmt.Fprintln(a.out, id)
-					return nil
-				}
-				if !asJSON {
+				switch {
+				case !wait && asJSON:
+					return json.NewEncoder(a.out).Encode(map[string]string{"id": id})
+				case !wait:
+					_, err = fmt.Fprintln(a.out, id)
+					return err
+				case !asJSON:
 					fmt.Fprintln(a.errOut, "submitted", id)
 				}
 				return a.waitAndPrint(ctx, c, id, timeout, asJSON)
@@ -67,12 +66,12 @@ func (a *app) submitSweep(ctx context.Context, c *client.Client, job *jobfile.Jo
 	if err != nil {
 		return err
 	}
-	if !wait {
-		if asJSON {
-			return json.NewEncoder(a.out).Encode(map[string]any{"id": sweep, "jobs": ids})
-		}
-		fmt.Fprintln(a.out, sweep)
-		return nil
+	switch {
+	case !wait && asJSON:
+		return json.NewEncoder(a.out).Encode(map[string]any{"id": sweep, "jobs": ids})
+	case !wait:
+		_, err = fmt.Fprintln(a.out, sweep)
+		return err
 	}
 	fmt.Fprintf(a.errOut, "submitted sweep %s: %d jobs\n", sweep, len(ids))
 	return a.waitSweep(ctx, c, sweep, timeout, asJSON)
