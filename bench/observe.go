@@ -38,7 +38,10 @@ type ObserveOptions struct {
 // Observe starts in this process and that reads every request and answers
 // as a collector does (what a collector does with the spans is not e31's
 // cost). The summary's cost_pct is one minus the mean of the pairs' on/off
-// ratios, in percent; spread_pct is the pairs' standard deviation of it.
+// ratios of jobs per second, in percent; spread_pct is the pairs' standard
+// deviation of it. cpu_cost_pct is the same for this process's CPU time per
+// job (every service and the embedded server; the receiver's reading too,
+// when it is here): on a machine others share, the steadier figure.
 func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 	if o.Pairs <= 0 || o.Jobs <= 0 {
 		return fmt.Errorf("%w: --pairs and --jobs must be positive", ErrUsage)
@@ -62,16 +65,15 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 		received = got
 	}
 	fmt.Fprintf(out, "e31 bench observe: %d pairs of %d-job bursts, metrics and tracing off and on; spans to %s\n", o.Pairs, o.Jobs, endpoint)
-	one := func(on bool) (float64, error) {
+	one := func(on bool) (lifeResult, error) {
 		lo := LifeOptions{Jobs: o.Jobs, Idle: 5, Sync: o.Sync, Executor: o.Executor, Nodes: 1, NoFloor: true,
 			Metrics: on, Logger: o.Logger}
 		if !on {
-			r, err := life(ctx, io.Discard, lo)
-			return r.perSec, err
+			return life(ctx, io.Discard, lo)
 		}
 		shutdown, err := trace.Setup(ctx, trace.ConfigFromEnv(os.Getenv), "e31-bench")
 		if err != nil {
-			return 0, err
+			return lifeResult{}, err
 		}
 		r, err := life(ctx, io.Discard, lo)
 		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -79,29 +81,34 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 		if ferr := shutdown(flushCtx); err == nil && ferr != nil {
 			err = fmt.Errorf("bench: flush spans: %w", ferr)
 		}
-		return r.perSec, err
+		return r, err
 	}
-	var offs, ons, ratios []float64
+	var offs, ons, ratios, cpuRatios []float64
+	var offCPU, onCPU time.Duration
 	for i := range o.Pairs {
 		order := []bool{false, true}
 		if i%2 == 1 {
 			order = []bool{true, false}
 		}
-		var off, on float64
+		var off, on lifeResult
 		for _, watched := range order {
-			perSec, err := one(watched)
+			r, err := one(watched)
 			if err != nil {
 				return err
 			}
 			if watched {
-				on = perSec
+				on = r
 			} else {
-				off = perSec
+				off = r
 			}
 		}
-		offs, ons, ratios = append(offs, off), append(ons, on), append(ratios, on/off)
-		fmt.Fprintf(out, "pair %d: off %.1f jobs/s, on %.1f jobs/s, on/off %.3f\n", i+1, off, on, on/off)
+		offs, ons, ratios = append(offs, off.perSec), append(ons, on.perSec), append(ratios, on.perSec/off.perSec)
+		cpuRatios = append(cpuRatios, float64(on.cpuPerJob)/float64(off.cpuPerJob))
+		offCPU, onCPU = offCPU+off.cpuPerJob, onCPU+on.cpuPerJob
+		fmt.Fprintf(out, "pair %d: off %.1f jobs/s %.2f cpu-ms/job, on %.1f jobs/s %.2f cpu-ms/job, on/off %.3f\n",
+			i+1, off.perSec, ms(off.cpuPerJob), on.perSec, ms(on.cpuPerJob), on.perSec/off.perSec)
 	}
+	cpuMean, _ := meanSD(cpuRatios)
 	mean, sd := meanSD(ratios)
 	// What the receiver in this process was sent, so that a run whose
 	// spans went nowhere cannot pass for a cheap one; -1: another endpoint.
@@ -109,8 +116,9 @@ func Observe(ctx context.Context, out io.Writer, o ObserveOptions) error {
 	if received != nil {
 		sent = received.Load()
 	}
-	fmt.Fprintf(out, "bench-observe pairs=%d jobs=%d off_jobs_per_s=%.1f on_jobs_per_s=%.1f cost_pct=%.1f spread_pct=%.1f off_median=%.1f on_median=%.1f otlp_bytes=%d sync=%s executor=%s\n",
-		o.Pairs, o.Jobs, avg(offs), avg(ons), 100*(1-mean), 100*sd, median(offs), median(ons), sent, o.Sync, o.Executor)
+	fmt.Fprintf(out, "bench-observe pairs=%d jobs=%d off_jobs_per_s=%.1f on_jobs_per_s=%.1f cost_pct=%.1f spread_pct=%.1f off_median=%.1f on_median=%.1f otlp_bytes=%d sync=%s executor=%s off_cpu_ms_per_job=%.2f on_cpu_ms_per_job=%.2f cpu_cost_pct=%.1f\n",
+		o.Pairs, o.Jobs, avg(offs), avg(ons), 100*(1-mean), 100*sd, median(offs), median(ons), sent, o.Sync, o.Executor,
+		ms(offCPU/time.Duration(o.Pairs)), ms(onCPU/time.Duration(o.Pairs)), 100*(cpuMean-1))
 	return nil
 }
 
@@ -136,6 +144,8 @@ func otlpSink() (url string, received *atomic.Int64, stop func(), err error) {
 	}()
 	return "http://" + l.Addr().String(), received, func() { _ = srv.Close(); <-done }, nil
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func avg(xs []float64) float64 {
 	m, _ := meanSD(xs)
