@@ -290,14 +290,25 @@ func (s *store) openJobs() ([]string, error) {
 
 // flush is what one flush writes.
 type flush struct {
-	made    []*entry       // records made since the last flush, in order
-	changed []*entry       // every entry changed since the last flush
+	made    []*entry         // records made since the last flush, in order
+	changed []*entry         // every entry changed since the last flush
 	open    map[int][]string // the open jobs of each shard whose list changed
 	ckpt    checkpoint
 }
 
 // save writes f in one atomic batch, the checkpoint last.
 func (s *store) save(f *flush) error {
+	msgs, err := s.messages(f)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	return publishAtomic(ctx, s.nc, msgs, true)
+}
+
+// messages are the writes of f, the checkpoint last.
+func (s *store) messages(f *flush) ([]*nats.Msg, error) {
 	msgs := make([]*nats.Msg, 0, len(f.made)+len(f.changed)+len(f.open)+1)
 	add := func(key string, data []byte) {
 		msgs = append(msgs, &nats.Msg{Subject: s.prefix + key, Data: data, Header: nats.Header{}})
@@ -308,7 +319,7 @@ func (s *store) save(f *flush) error {
 	for _, e := range f.changed {
 		data, err := encodeEntry(e)
 		if err != nil {
-			return fmt.Errorf("encode the entry of %s: %w", e.Job, err)
+			return nil, fmt.Errorf("encode the entry of %s: %w", e.Job, err)
 		}
 		add(keyRecord+e.Job, data)
 	}
@@ -317,26 +328,28 @@ func (s *store) save(f *flush) error {
 	}
 	ckpt, err := json.Marshal(f.ckpt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	add(keyCheckpoint, ckpt)
 	if len(msgs) > maxBatch {
-		return fmt.Errorf("ledger: a flush of %d writes is more than one atomic batch takes (%d)", len(msgs), maxBatch)
+		return nil, fmt.Errorf("ledger: a flush of %d writes is more than one atomic batch takes (%d)", len(msgs), maxBatch)
 	}
-	ctx, cancel := s.call()
-	defer cancel()
-	return publishAtomic(ctx, s.nc, msgs)
+	return msgs, nil
 }
 
 // publishAtomic publishes msgs as one atomic batch (JetStream's
 // Nats-Batch-Id): the stream stores all of them, in order, or none. Only
 // the last, the commit, is acknowledged; a message refused before it
-// makes the commit fail.
-func publishAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) error {
+// makes the commit fail. Without commit it stops before the last message,
+// as a crash would: for tests.
+func publishAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, commit bool) error {
 	id := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i == len(msgs)-1 && !commit {
+			return nc.Flush()
+		}
 		if i < len(msgs)-1 {
 			if err := nc.PublishMsg(m); err != nil {
 				return fmt.Errorf("write the ledger's bucket: %w", err)
@@ -424,6 +437,15 @@ func (p *Projection) Flush() error {
 	if p.store == nil || len(p.dirty) == 0 && p.flushed == p.applied {
 		return nil
 	}
+	if err := p.store.save(p.flushOf()); err != nil {
+		return err
+	}
+	p.forget()
+	return nil
+}
+
+// flushOf is what a flush writes now.
+func (p *Projection) flushOf() *flush {
 	f := &flush{ckpt: p.checkpointOf(), open: map[int][]string{}}
 	for _, job := range p.fresh {
 		if e := p.jobs[job]; e != nil && e.Record != nil {
@@ -446,9 +468,11 @@ func (p *Projection) Flush() error {
 			}
 		}
 	}
-	if err := p.store.save(f); err != nil {
-		return err
-	}
+	return f
+}
+
+// forget is the end of a flush: what it wrote is the store's now.
+func (p *Projection) forget() {
 	for job, e := range p.dirty {
 		if !e.open() {
 			delete(p.jobs, job)
@@ -457,5 +481,4 @@ func (p *Projection) Flush() error {
 	p.dirty, p.shards, p.pos = map[string]*entry{}, map[int]bool{}, map[string]int{}
 	p.fresh = nil
 	p.flushed = p.applied
-	return nil
 }
