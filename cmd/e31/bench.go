@@ -61,6 +61,7 @@ summary. BENCH_N sets --jobs.`,
 	cmd.AddCommand(benchSchedulerCmd(a))
 	cmd.AddCommand(benchStageCmd(a))
 	cmd.AddCommand(benchLedgerCmd(a))
+	cmd.AddCommand(benchHistoryCmd(a))
 	return cmd
 }
 
@@ -173,6 +174,15 @@ one machine-readable summary.`,
 	}
 	cmd.Flags().IntVar(&o.Events, "events", 1_000_000, "events to write")
 	cmd.Flags().StringVar(&o.Profile, "cpuprofile", "", "write CPU profiles of the audit's replay to this file, and of the ledger's rebuild to FILE.ledger")
+	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	return cmd
+}
+
+func benchHistoryCmd(a *app) *cobra.Command {
+	var o bench.HistoryOptions
+	cmd := &cobra.Command{Use: "history", Short: bench.HistoryShort, Long: bench.HistoryLong, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return benchErr(bench.History(cmd.Context(), a.out, o)) }}
+	cmd.Flags().IntVar(&o.Jobs, "jobs", 1_000_000, "finished jobs written")
 	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
 	return cmd
 }

@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/broker"
+	"github.com/e31net/e31/pkg/connect"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/stack"
+)
+
+// HistoryShort and HistoryLong are the help of `e31 bench history`.
+const (
+	HistoryShort = "Measure each service's heap and restart time after a long history of finished jobs"
+	HistoryLong  = `Write --jobs finished jobs' worth of synthetic events (about 8 a job, as
+'e31 bench ledger' does) into an embedded server, then start LEDGER, RENT and
+OUTPUT one at a time, alone in this process: each catches up with the whole
+log and its heap is measured after a forced GC (the live heap less what it
+was before it started, both without what the embedded NATS server holds). LEDGER and RENT are then started again and timed
+until they have caught up: a restart. The last line is one machine-readable
+summary.`
+)
+
+// HistoryOptions is what History measures.
+type HistoryOptions struct {
+	// Jobs is the number of finished jobs written (default 1,000,000).
+	Jobs int
+	// Keep keeps the temporary directory.
+	Keep bool
+	// HeapProfile, if set, is where each service's heap profile is
+	// written once it has caught up, as HeapProfile.<service>.
+	HeapProfile string
+	// Logger is given to the services (default: discard).
+	Logger *slog.Logger
+}
+
+// History writes o.Jobs finished jobs' worth of events (the synthetic log
+// of Ledger, about 8 events a job) into an embedded server, then starts
+// the services that keep something per job (LEDGER, RENT, OUTPUT), one at
+// a time, each alone in this process with the server: it catches up with
+// the whole log, and its heap is measured after a forced GC, as the live
+// heap of the process less what it was before the service started (the
+// server's own share, reading the log for it, is in the figure: it is what
+// the service costs a process that runs it). The LEDGER and RENT are then
+// stopped and started again, timed until they have caught up: a restart.
+// The last line it writes is one machine-readable summary ("history jobs=…").
+func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
+	if o.Jobs <= 0 {
+		o.Jobs = 1_000_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	// Finer heap samples: the server's share is taken out by them.
+	runtime.MemProfileRate = 64 << 10
+	dir, err := os.MkdirTemp("", "e31-bench-history-")
+	if err != nil {
+		return err
+	}
+	if !o.Keep {
+		defer os.RemoveAll(dir)
+	}
+	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNATS, err)
+	}
+	defer b.Shutdown(context.Background())
+	nc, err := b.Connect("bench")
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNATS, err)
+	}
+	defer nc.Close()
+	js, err := connect.Ready(ctx, nc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNATS, err)
+	}
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		return fmt.Errorf("%w: %w", ErrNATS, err)
+	}
+	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), dir)
+	start := time.Now()
+	n, jobs, err := writeSyntheticLog(ctx, js, o.Jobs*8)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %d events (%d jobs) in %s\n", n, jobs, time.Since(start).Round(time.Millisecond))
+
+	heap := map[string]float64{}
+	restart := map[string]time.Duration{}
+	for _, name := range []string{"ledger", "rent", "output"} {
+		base := liveHeap()
+		start := time.Now()
+		stop, err := startService(ctx, nc, js, name, o.Logger)
+		if err != nil {
+			return err
+		}
+		took := time.Since(start)
+		heap[name] = float64(liveHeap()-base) / (1 << 20)
+		if o.HeapProfile != "" {
+			if err := writeHeapProfile(o.HeapProfile + "." + name); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(out, "%s: caught up with the log in %s; heap %.1f MiB\n", name, took.Round(time.Millisecond), heap[name])
+		if err := stop(); err != nil {
+			return err
+		}
+		if name == "output" {
+			continue
+		}
+		start = time.Now()
+		stop, err = startService(ctx, nc, js, name, o.Logger)
+		if err != nil {
+			return err
+		}
+		restart[name] = time.Since(start)
+		fmt.Fprintf(out, "%s: restarted in %s\n", name, restart[name].Round(time.Millisecond))
+		if err := stop(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f\n",
+		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds())
+	return nil
+}
+
+// writeHeapProfile writes the heap profile to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+// liveHeap is the heap in use after a forced collection, less what the
+// embedded NATS server holds: the allocations with a frame of its package
+// on their stack, from the heap profile (scaled as pprof scales it). The
+// server keeps an index of every subject of every stream, and a service
+// does not own what the server holds for the log; run apart, it would not
+// be in its process.
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	var server float64
+	for i := range recs {
+		r := &recs[i]
+		if !inServer(r.Stack()) {
+			continue
+		}
+		count, bytes := r.InUseObjects(), r.InUseBytes()
+		if count <= 0 || bytes <= 0 {
+			continue
+		}
+		rate := float64(runtime.MemProfileRate)
+		server += float64(bytes) / (1 - math.Exp(-float64(bytes)/float64(count)/rate))
+	}
+	if uint64(server) >= m.HeapAlloc {
+		return 0
+	}
+	return m.HeapAlloc - uint64(server)
+}
+
+// inServer reports whether a stack is the NATS server's.
+func inServer(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "nats-io/nats-server/") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// startService runs one service, as the stack builds it, until it has
+// caught up with the log: it says it is ready (if it can say so), and no
+// consumer of the log has anything left to deliver. stop ends it.
+func startService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name string, log *slog.Logger) (stop func() error, err error) {
+	svc, err := stack.NewService(name, nc, js, stack.Configs{}, log)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	stop = func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("bench history: %s: %w", name, err)
+		}
+		return nil
+	}
+	ready, _ := svc.(interface{ Ready(context.Context) error })
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			cancel()
+			return nil, fmt.Errorf("bench history: %s stopped: %w", name, err)
+		case <-ctx.Done():
+			_ = stop()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		if ready != nil && ready.Ready(ctx) != nil {
+			continue
+		}
+		// A service reads the log through consumers of its own: none yet is
+		// not caught up.
+		if left, n, err := undelivered(ctx, js); err == nil && n > 0 && left == 0 {
+			return stop, nil
+		}
+	}
+}
+
+// undelivered is what the log's consumers have left to deliver or to see
+// acknowledged, and how many consumers there are.
+func undelivered(ctx context.Context, js jetstream.JetStream) (left uint64, n int, err error) {
+	st, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	cons := st.ListConsumers(ctx)
+	for info := range cons.Info() {
+		left += info.NumPending + uint64(info.NumAckPending)
+		n++
+	}
+	return left, n, cons.Err()
+}
