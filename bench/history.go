@@ -40,6 +40,9 @@ type HistoryOptions struct {
 	Jobs int
 	// Keep keeps the temporary directory.
 	Keep bool
+	// Services are those measured, of ledger, rent and output (default
+	// all three); the others' figures are 0.
+	Services []string
 	// HeapProfile, if set, is where each service's heap profile is
 	// written once it has caught up, as HeapProfile.<service>.
 	HeapProfile string
@@ -100,7 +103,17 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 
 	heap := map[string]float64{}
 	restart := map[string]time.Duration{}
-	for _, name := range []string{"ledger", "rent", "output"} {
+	if len(o.Services) == 0 {
+		o.Services = []string{"ledger", "rent", "output"}
+	}
+	for _, name := range o.Services {
+		switch name {
+		case "ledger", "rent", "output":
+		default:
+			return fmt.Errorf("%w: bench history measures ledger, rent and output, not %q", ErrUsage, name)
+		}
+	}
+	for _, name := range o.Services {
 		base := liveHeap()
 		start := time.Now()
 		stop, err := startService(ctx, nc, js, name, o.Logger)

@@ -184,5 +184,6 @@ func benchHistoryCmd(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return benchErr(bench.History(cmd.Context(), a.out, o)) }}
 	cmd.Flags().IntVar(&o.Jobs, "jobs", 1_000_000, "finished jobs written")
 	cmd.Flags().BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	cmd.Flags().StringSliceVar(&o.Services, "services", nil, "measure only these (default ledger,rent,output)")
 	return cmd
 }
