@@ -114,20 +114,23 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 		}
 	}
 	for _, name := range o.Services {
-		base := liveHeap()
+		baseAll, baseServer := liveHeap()
 		start := time.Now()
 		stop, err := startService(ctx, nc, js, name, o.Logger)
 		if err != nil {
 			return err
 		}
 		took := time.Since(start)
-		heap[name] = float64(liveHeap()-base) / (1 << 20)
+		all, server := liveHeap()
+		own := (float64(all) - float64(server)) - (float64(baseAll) - float64(baseServer))
+		heap[name] = max(own, 0) / (1 << 20)
 		if o.HeapProfile != "" {
 			if err := writeHeapProfile(o.HeapProfile + "." + name); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(out, "%s: caught up with the log in %s; heap %.1f MiB\n", name, took.Round(time.Millisecond), heap[name])
+		fmt.Fprintf(out, "%s: caught up with the log in %s; heap %.1f MiB (the process's grew by %.1f MiB, the server's share by %.1f MiB)\n",
+			name, took.Round(time.Millisecond), heap[name], (float64(all)-float64(baseAll))/(1<<20), (float64(server)-float64(baseServer))/(1<<20))
 		if err := stop(); err != nil {
 			return err
 		}
@@ -160,13 +163,14 @@ func writeHeapProfile(path string) error {
 	return pprof.Lookup("heap").WriteTo(f, 0)
 }
 
-// liveHeap is the heap in use after a forced collection, less what the
-// embedded NATS server holds: the allocations with a frame of its package
-// on their stack, from the heap profile (scaled as pprof scales it). The
+// liveHeap is the heap in use after a forced collection, and what of it
+// the embedded NATS server holds: the allocations with a frame of its
+// package on their stack, from the heap profile (scaled as pprof scales
+// it, so an estimate). The
 // server keeps an index of every subject of every stream, and a service
 // does not own what the server holds for the log; run apart, it would not
 // be in its process.
-func liveHeap() uint64 {
+func liveHeap() (all, server uint64) {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
@@ -181,10 +185,10 @@ func liveHeap() uint64 {
 			break
 		}
 	}
-	var server float64
+	var inServer float64
 	for i := range recs {
 		r := &recs[i]
-		if !inServer(r.Stack()) {
+		if !serverStack(r.Stack()) {
 			continue
 		}
 		count, bytes := r.InUseObjects(), r.InUseBytes()
@@ -192,16 +196,13 @@ func liveHeap() uint64 {
 			continue
 		}
 		rate := float64(runtime.MemProfileRate)
-		server += float64(bytes) / (1 - math.Exp(-float64(bytes)/float64(count)/rate))
+		inServer += float64(bytes) / (1 - math.Exp(-float64(bytes)/float64(count)/rate))
 	}
-	if uint64(server) >= m.HeapAlloc {
-		return 0
-	}
-	return m.HeapAlloc - uint64(server)
+	return m.HeapAlloc, uint64(inServer)
 }
 
-// inServer reports whether a stack is the NATS server's.
-func inServer(stack []uintptr) bool {
+// serverStack reports whether a stack is the NATS server's.
+func serverStack(stack []uintptr) bool {
 	frames := runtime.CallersFrames(stack)
 	for {
 		f, more := frames.Next()
