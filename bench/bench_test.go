@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func lastLine(out string) string {
 var (
 	lifeSummary      = regexp.MustCompile(`^bench jobs=\d+ jobs_per_s=\d+\.\d floor_per_s=\d+ ratio=\d+\.\d{3} start_p50_ms=\d+\.\d\d start_p99_ms=\d+\.\d\d released_p50_ms=\d+\.\d\d burst_start_p50_ms=\d+ burst_released_p99_ms=\d+ sync=interval executor=process failed=0$`)
 	schedulerSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d cpu_us_per_decision=\d+$`)
+	observeSummary   = regexp.MustCompile(`^bench-observe pairs=1 jobs=\d+ off_jobs_per_s=\d+\.\d on_jobs_per_s=\d+\.\d cost_pct=-?\d+\.\d spread_pct=\d+\.\d off_median=\d+\.\d on_median=\d+\.\d otlp_bytes=(\d+) sync=interval executor=process off_cpu_ms_per_job=\d+\.\d\d on_cpu_ms_per_job=\d+\.\d\d cpu_cost_pct=-?\d+\.\d$`)
 	ledgerSummary    = regexp.MustCompile(`^bench-ledger events=\d+ jobs=\d+ write_per_s=\d+ read_only_per_s=\d+ audit_s=\d+\.\d{3} audit_per_s=\d+ ledger_rebuild_s=\d+\.\d{3} ledger_per_s=\d+ audit_cpu_s=\d+\.\d\d ledger_cpu_s=\d+\.\d\d cores=\d+$`)
 )
 
@@ -38,6 +40,31 @@ func TestLifeOfAFewJobs(t *testing.T) {
 	}
 	if l := lastLine(out.String()); !lifeSummary.MatchString(l) {
 		t.Errorf("summary %q does not match %s", l, lifeSummary)
+	}
+}
+
+// TestObserveSendsSpans runs the cost measure small and checks that the
+// "on" run exported spans over OTLP (a run whose spans went nowhere would
+// measure nothing) and that the summary keeps its format.
+func TestObserveSendsSpans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole e31 twice")
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	ctx := natstest.Context(t, 3*time.Minute)
+	var out bytes.Buffer
+	if err := Observe(ctx, &out, ObserveOptions{Pairs: 1, Jobs: 10, Sync: "interval", Executor: run.ExecProcess}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	m := observeSummary.FindStringSubmatch(lastLine(out.String()))
+	if m == nil {
+		t.Fatalf("summary %q does not match %s", lastLine(out.String()), observeSummary)
+	}
+	t.Log(m[0])
+	// Ten jobs' spans, several per job, are kilobytes of OTLP.
+	if n, _ := strconv.Atoi(m[1]); n < 1000 {
+		t.Errorf("the receiver got %d bytes of spans, want the spans of 10 jobs", n)
 	}
 }
 

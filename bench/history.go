@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,18 +23,6 @@ import (
 	"github.com/e31net/e31/stack"
 )
 
-// HistoryShort and HistoryLong are the help of `e31 bench history`.
-const (
-	HistoryShort = "Measure each service's heap and restart time after a long history of finished jobs"
-	HistoryLong  = `Write --jobs finished jobs' worth of synthetic events (about 8 a job, as
-'e31 bench ledger' does) into an embedded server, then start LEDGER, RENT and
-OUTPUT one at a time, alone in this process: each catches up with the whole
-log and its heap is measured after a forced GC (the live heap less what it
-was before it started, both without what the embedded NATS server holds). LEDGER and RENT are then started again and timed
-until they have caught up: a restart. The last line is one machine-readable
-summary.`
-)
-
 // HistoryOptions is what History measures.
 type HistoryOptions struct {
 	// Jobs is the number of finished jobs written (default 1,000,000).
@@ -48,6 +37,17 @@ type HistoryOptions struct {
 	HeapProfile string
 	// Logger is given to the services (default: discard).
 	Logger *slog.Logger
+}
+
+// Flags defines o's flags on fs.
+func (o *HistoryOptions) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Jobs, "jobs", 1_000_000, "finished jobs written")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	fs.Func("services", "measure only these, comma separated (default ledger,rent,output)", func(v string) error {
+		o.Services = strings.Split(v, ",")
+		return nil
+	})
+	fs.StringVar(&o.HeapProfile, "heapprofile", "", "write each service's heap profile, once it has caught up, to FILE.<service>")
 }
 
 // History writes o.Jobs finished jobs' worth of events (the synthetic log

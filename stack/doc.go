@@ -8,7 +8,11 @@
 // system tests start. It is also the only place that knows every service:
 // NewService builds one by name from its Config, the same Config its own
 // main reads its flags into, so that `e31 serve NAME`, `e31 dev` and the
-// service's own binary build it alike, with the same defaults.
+// service's own binary build it alike, with the same defaults. RunAlone
+// runs one of them by itself against an external NATS, with its operator's
+// endpoints, as `e31 serve NAME` does; Provision, RaiseReplicas and
+// OpenDataBucket make on a NATS cluster what a Stack makes for itself
+// (`e31 setup`).
 //
 // A Stack keeps its state in one directory: the NATS store (DIR/nats), the
 // keys that sign every credential (DIR/keys, made on first start; keep them

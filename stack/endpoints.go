@@ -2,7 +2,9 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,11 +21,9 @@ type EndpointsConfig struct {
 	Addr, Token string
 	// Page is the page served at /; its JS is the operator's, set here.
 	Page web.Config
-	// Handlers and Schedulers are what Config.Handlers and
-	// Config.Scheduler were given: every service's handlers, and each RENT
-	// instance's scheduler by id.
-	Handlers   *metrics.Handlers
-	Schedulers map[string]*metrics.Scheduler
+	// Optional: an address in use (another e31 dev on this machine) is no
+	// reason to fail; ServeEndpoints then serves nothing and says so.
+	Optional bool
 }
 
 // ListenError is the endpoints' address refused (ops.Listen's error: a
@@ -38,7 +38,8 @@ func (e *ListenError) Unwrap() error { return e.Err }
 // auditor, who changes nothing), the consumers' lag (asked as the
 // operator: listing consumers is the operator's), the page and the
 // endpoints (/metrics, /healthz, /readyz, /), and returns where they
-// listen. They stop with the stack (Go).
+// listen, or "" if nowhere (Optional). They stop with the stack (Go). The
+// figures of the services are there if Config.Metrics was set.
 func (s *Stack) ServeEndpoints(cfg EndpointsConfig) (string, error) {
 	nc, err := s.Connect(Auditor, "e31-dev-metrics")
 	if err != nil {
@@ -71,14 +72,18 @@ func (s *Stack) ServeEndpoints(cfg EndpointsConfig) (string, error) {
 		return "", err
 	}
 	logs := metrics.NewLogCollector(js, s.log)
-	reg, err := metrics.NewRegistry(logs, metrics.NewStreamCollector(ojs), cfg.Handlers)
+	cs := []prometheus.Collector{logs, metrics.NewStreamCollector(ojs)}
+	if s.handlers != nil {
+		cs = append(cs, s.handlers)
+	}
+	reg, err := metrics.NewRegistry(cs...)
 	if err != nil {
 		closeAll()
 		return "", err
 	}
 	// Several RENT instances in one process: each one's figures carry its
 	// id, so that only the leading one says e31_scheduler_leader 1.
-	for id, sched := range cfg.Schedulers {
+	for id, sched := range s.schedulers {
 		if err := prometheus.WrapRegistererWith(prometheus.Labels{"scheduler": id}, reg).Register(sched); err != nil {
 			closeAll()
 			return "", fmt.Errorf("dev: metrics: %w", err)
@@ -88,6 +93,10 @@ func (s *Stack) ServeEndpoints(cfg EndpointsConfig) (string, error) {
 		Ready: map[string]ops.Check{"log": logs.Ready, "services": s.Running}})
 	if err != nil {
 		closeAll()
+		if cfg.Optional && errors.Is(err, syscall.EADDRINUSE) {
+			s.log.Warn("not serving /metrics: the address is taken, perhaps by another e31 dev; give one with --http", "http", cfg.Addr)
+			return "", nil
+		}
 		return "", &ListenError{err}
 	}
 	s.Go(func(ctx context.Context) error {
@@ -103,5 +112,9 @@ func (s *Stack) ServeEndpoints(cfg EndpointsConfig) (string, error) {
 		}
 		return nil
 	})
-	return srv.Addr(), nil
+	s.endpoints = srv.Addr()
+	return s.endpoints, nil
 }
+
+// EndpointsAddr is where ServeEndpoints serves; "" if nowhere.
+func (s *Stack) EndpointsAddr() string { return s.endpoints }

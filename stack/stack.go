@@ -20,6 +20,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
@@ -59,6 +60,16 @@ type Config struct {
 	// Scheduler, if set, gives each RENT instance, by id, what is told
 	// what its scheduler does.
 	Scheduler func(id string) rent.Observer
+	// OSUser is who runs the stack on this machine, made a submitter too
+	// (if e31 gives that name), and ConfigDir the user's configuration
+	// folder, where the stack notes where its credentials are
+	// (connect.NoteDev): the CLI on this machine then uses them without
+	// being given any.
+	OSUser, ConfigDir string
+	// Metrics, if Handlers and Scheduler are not set, sets them to watch
+	// every service's handlers and each scheduler for the operator's
+	// metrics, which ServeEndpoints then serves.
+	Metrics bool
 }
 
 // DefaultListen is where the NATS of a Stack listens unless told.
@@ -127,6 +138,12 @@ type Stack struct {
 	errs   []error
 	// services are the services running, by id ("rent-1", "node-2").
 	services map[string]*service
+	// handlers and schedulers are what Config.Metrics made: every
+	// service's handlers, and each RENT instance's scheduler by id.
+	handlers   *metrics.Handlers
+	schedulers map[string]*metrics.Scheduler
+	// endpoints is where ServeEndpoints serves; "" if nowhere.
+	endpoints string
 }
 
 // service is one service of a Stack.
@@ -162,6 +179,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			users = append(users, id)
 		}
 	}
+	// A name e31 reserves gets no credentials.
+	if me := (auth.Identity{Role: auth.Submitter, Name: cfg.OSUser}); me.Validate() == nil && !slices.Contains(users, me) {
+		users = append(users, me)
+	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return nil, err
@@ -177,16 +198,31 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNATS, err)
 	}
+	var handlers *metrics.Handlers
+	schedulers := map[string]*metrics.Scheduler{}
+	if cfg.Metrics && cfg.Handlers == nil && cfg.Scheduler == nil {
+		handlers = metrics.NewHandlers()
+		cfg.Handlers = handlers
+		cfg.Scheduler = func(id string) rent.Observer {
+			schedulers[id] = metrics.NewScheduler()
+			return schedulers[id]
+		}
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	if cfg.Handlers != nil {
 		// Every service runs under ctx: their Routers find it there.
 		ctx = bus.WithObserver(ctx, cfg.Handlers)
 	}
 	s := &Stack{broker: b, keys: keys, dir: dir, credsDir: filepath.Join(dir, "creds"), users: users, log: cfg.Logger,
-		ctx: ctx, cancel: cancel, services: map[string]*service{}}
+		ctx: ctx, cancel: cancel, services: map[string]*service{}, handlers: handlers, schedulers: schedulers}
 	if err := s.start(cfg); err != nil {
 		_ = s.Stop()
 		return nil, err
+	}
+	if cfg.ConfigDir != "" {
+		if err := connect.NoteDev(cfg.ConfigDir, strings.TrimPrefix(b.ClientURL(), "nats://"), dir); err != nil {
+			s.log.Warn("the CLI will not find your credentials by itself", "err", err)
+		}
 	}
 	return s, nil
 }

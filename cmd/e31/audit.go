@@ -1,21 +1,19 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/client"
-	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/hold"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 )
 
@@ -28,26 +26,8 @@ func auditCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Rebuild every hold record from the event log, check the log is whole, compare with the ledger",
-		Long: `Replay the event log from its first event, rebuild every hold record
-independently of the ledger, and compare them field by field with the ledger's.
-Also checks that the log is whole: stream sequences without a gap, no message
-or event stored twice, every job's events in a legal order, every hold of a
-finished job released, and no node ever held beyond its capacity (cpu,
-memory, gpu, disk). The hash chain over the log is recomputed from the first
-message and must pass through the ledger's head, and through every head given
-with --since-head: a head kept from earlier ('e31 ledger --head') proves that
-nothing at or before its sequence was changed, inserted or removed since.
-Exit status 0 only if nothing was found.
-
-With --from FILE, audits an export made with 'e31 events --json' with no server
-at all. With --records FILE as well (the output of 'e31 ledger --json', or of
-'e31 ledger ID --json'), the records are compared with that copy: an event
-changed in the log shows as a different digest at its sequence.
-
-With --every D it audits again and again, D apart, until interrupted, and
-tells each result in its log; with --http ADDR as well it serves them as
-e31_audit_* on /metrics (see e31 serve --help for --http).`,
-		Args: cobra.NoArgs,
+		Long:  help("audit"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var heads []chain.Head
@@ -78,9 +58,13 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 				}
 				rep = au.Finish()
 				if records != "" {
-					recs, all, err := readRecords(records)
+					b, err := os.ReadFile(records)
 					if err != nil {
-						return err
+						return usageErr("--records: %v", err)
+					}
+					recs, all, err := audit.ParseRecords(b)
+					if err != nil {
+						return usageErr("--records %s: %v", records, err)
 					}
 					rep.Compare(recs, all)
 				}
@@ -93,7 +77,9 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 						return err
 					}
 					if every > 0 {
-						return auditEvery(ctx, a, c, heads, every, httpOpts)
+						return c.AuditEveryServed(ctx, heads, every, a.log, func(g prometheus.Gatherer, ready map[string]ops.Check) (*ops.Server, error) {
+							return httpOpts.listen(a.log, g, ready)
+						})
 					}
 					var err error
 					rep, err = c.Audit(ctx, heads)
@@ -103,19 +89,8 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 					return err
 				}
 			}
-			if asJSON {
-				if err := writeJSON(a.out, rep); err != nil {
-					return err
-				}
-			} else {
-				for _, f := range rep.Findings {
-					where := f.Job
-					if f.Seq > 0 {
-						where += fmt.Sprintf(" #%d", f.Seq)
-					}
-					fmt.Fprintf(a.out, "%-14s %s: %s\n", f.Kind, where, f.Detail)
-				}
-				fmt.Fprintln(a.out, rep.Summary())
+			if err := a.show(asJSON, rep, func(w io.Writer) error { return client.WriteAuditText(w, rep) }); err != nil {
+				return err
 			}
 			if !rep.OK() {
 				return silent(exitFailed)
@@ -130,44 +105,4 @@ e31_audit_* on /metrics (see e31 serve --help for --http).`,
 	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
 	httpOpts.flags(cmd.Flags(), "")
 	return cmd
-}
-
-// auditEvery serves e31_audit_* on --http while c audits every interval
-// until ctx ends (client.AuditEvery).
-func auditEvery(ctx context.Context, a *app, c *client.Client, heads []chain.Head, every time.Duration, o httpOptions) error {
-	m := metrics.NewAudit()
-	reg, err := metrics.NewRegistry(m)
-	if err != nil {
-		return err
-	}
-	srv, err := o.listen(a.log, reg, map[string]ops.Check{"nats": daemon.Connected(c.Conn())})
-	if err != nil {
-		return err
-	}
-	if srv != nil {
-		a.log.Info("serving /metrics, /healthz and /readyz", "http", srv.Addr())
-		done := make(chan struct{})
-		defer func() { <-done }()
-		go func() {
-			defer close(done)
-			if err := srv.Serve(ctx); err != nil {
-				a.log.Error("http endpoints stopped", "err", err)
-			}
-		}()
-	}
-	c.AuditEvery(ctx, heads, every, m, a.log)
-	return nil
-}
-
-// readRecords reads --records (audit.ParseRecords).
-func readRecords(path string) ([]*hold.HoldRecord, bool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, false, usageErr("--records: %v", err)
-	}
-	recs, all, err := audit.ParseRecords(b)
-	if err != nil {
-		return nil, false, usageErr("--records %s: %v", path, err)
-	}
-	return recs, all, nil
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,43 +18,23 @@ func credsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "creds",
 		Short: "Make the keys and credentials of a deployed e31",
-		Long: `e31 authenticates everyone with NATS's decentralized JWTs: an operator key signs
-two accounts, E31 (the log, the buckets, the services, the auditor, the
-operator) and TENANTS (the submitters, with no JetStream of their own, who
-reach e31 through the services E31 exports to them); each account's signing key
-signs one user per identity, with the permissions of its role. Servers trust
-the operator and know the accounts; they never need to hear of a new user, so
-credentials are made here, offline, and no server is reconfigured or restarted.
-
-  e31 creds init --dir KEYS                 the keys, the account JWT and a server config
-  e31 creds user --dir KEYS --role submitter --name alice -o alice.creds
-  e31 creds user --dir KEYS --role service --service run --name node-1 -o node-1.creds
-  e31 creds tls --dir KEYS --hosts nats-1,nats-2,localhost -o nats/   TLS authority and server certificate
-  e31 creds revoke --dir KEYS --file alice.creds
-  e31 creds push --dir KEYS --nats URL      give running servers the new account JWT
-  e31 creds show alice.creds                who a credentials file is, and what it may do
-
-Roles: submitter (its own jobs, records and data), auditor (reads the whole log,
-changes nothing), operator (everything), service (one of submit, rent, run,
-output, release, ledger: publishes only the events its step owns). KEYS holds
-the secrets everything rests on: keep it off the servers.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds"),
+		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(credsInitCmd(a), credsUserCmd(a), credsTLSCmd(a), credsRevokeCmd(a), credsPushCmd(a), credsShowCmd(a))
 	return cmd
 }
+
+// madeOrKept says whether keys were made now or kept from before.
+var madeOrKept = map[bool]string{true: "made", false: "kept"}
 
 func credsInitCmd(a *app) *cobra.Command {
 	var dir, resolverDir string
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Make the operator, account and signing keys, the account JWT and a server config",
-		Long: `Make the keys in --dir (if it has none; existing keys are kept), sign the
-operator's and the accounts' JWTs, and write ` + auth.ServerConfFile + `: the lines a
-nats-server config includes to trust e31's operator, with the account JWTs
-preloaded into the server's own resolver (kept in --resolver-dir on each
-server). Running it again re-signs and rewrites the JWTs and the config.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-init", "{conf}", auth.ServerConfFile),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
 				return usageErr("--dir is required")
@@ -68,11 +46,7 @@ server). Running it again re-signs and rewrites the JWTs and the config.`,
 			if err := keys.WriteServerFiles(dir, resolverDir); err != nil {
 				return err
 			}
-			if created {
-				fmt.Fprintf(a.out, "made the keys in %s\n", dir)
-			} else {
-				fmt.Fprintf(a.out, "kept the keys in %s\n", dir)
-			}
+			fmt.Fprintf(a.out, "%s the keys in %s\n", madeOrKept[created], dir)
 			fmt.Fprintf(a.out, "account %s: %s\n", auth.AccountName, keys.AccountKey())
 			fmt.Fprintf(a.out, "account %s: %s (submitters)\n", auth.TenantsAccountName, keys.TenantsAccountKey())
 			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, auth.ServerConfFile))
@@ -91,14 +65,8 @@ func credsUserCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "user",
 		Short: "Make one identity's credentials file",
-		Long: `Sign a user for one identity with the permissions of its role, and write its
-credentials to -o (0600). No server needs to be told: servers trust what the
-account's signing key signs.
-
-A submitter's name is what ends its subjects and names its data bucket; make
-the bucket once, as the operator: e31 setup --submitter NAME. A run service's
-name is its node's id (e31 serve run --node NAME).`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-user"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || out == "" {
 				return usageErr("--dir and -o are required")
@@ -141,33 +109,18 @@ func credsRevokeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "revoke",
 		Short: "Void an identity's credentials: every one issued to that user key so far",
-		Long: `Record in the account JWTs (in --dir) that the user's credentials are void, a
-submitter's (TENANTS) or anyone else's (E31), then give the servers the new
-account JWTs with 'e31 creds push': connections with those credentials are
-closed, and they are refused from then on.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-revoke"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || (file == "") == (user == "") {
 				return usageErr("give --dir, and --file or --user")
 			}
-			if file != "" {
-				creds, err := auth.ReadCreds(file)
-				if err != nil {
-					return usageErr("%v", err)
-				}
-				if user, err = creds.UserKey(); err != nil {
-					return usageErr("%v", err)
-				}
-			}
-			keys, err := auth.LoadKeys(dir)
+			revoked, err := auth.RevokeIn(dir, file, user)
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			if err := keys.Revoke(user); err != nil {
-				return usageErr("%v", err)
-			}
 			fmt.Fprintf(a.out, "revoked %s in %s and %s; give the servers the new account JWTs: e31 creds push --dir %s --nats URL\n",
-				user, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), dir)
+				revoked, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), dir)
 			return nil
 		},
 	}
@@ -219,26 +172,8 @@ func credsShowCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			uc, err := creds.Claims()
-			if err != nil {
+			if err := creds.WriteText(a.out); err != nil {
 				return usageErr("%v", err)
-			}
-			id, err := creds.Identity()
-			switch {
-			case errors.Is(err, auth.ErrNotE31):
-				fmt.Fprintf(a.out, "user %s %q: not made by e31\n", uc.Subject, uc.Name)
-			case err != nil:
-				return usageErr("%v", err)
-			default:
-				fmt.Fprintf(a.out, "%s (user %s, inbox %s.>)\n", id, uc.Subject, id.InboxPrefix())
-			}
-			if uc.Expires > 0 {
-				fmt.Fprintf(a.out, "expires %s\n", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
-			}
-			fmt.Fprintf(a.out, "publish:   %s\n", strings.Join(uc.Pub.Allow, " "))
-			fmt.Fprintf(a.out, "subscribe: %s\n", strings.Join(uc.Sub.Allow, " "))
-			if uc.Resp != nil {
-				fmt.Fprintf(a.out, "responds:  once to each request, within %s\n", uc.Resp.Expires)
 			}
 			return nil
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -21,21 +22,8 @@ func credsTLSCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "tls",
 		Short: "Make the TLS authority and the NATS servers' certificate, offline",
-		Long: `Make a TLS authority in --dir (once: an existing one is kept, so that the
-clients' copy stays valid) and sign with it one certificate for the NATS
-servers, valid for every name and address in --hosts. Written to --out:
-` + auth.TLSCAOutFile + ` (the authority: give it to every client, E31_TLS_CA), ` + auth.TLSCertFile + ` and
-` + auth.TLSCertKeyFile + ` (for the servers only).
-
-The certificate serves the client port and the cluster routes alike: every
-server presents it and checks its peers' against the authority, so list
-every name the servers reach each other by and every name clients use.
-
-  e31 creds tls --dir KEYS --hosts nats-1,nats-2,nats-3,localhost,127.0.0.1 --out nats/
-
-Run it again with other --hosts, or before --days pass, to make a new
-certificate under the same authority.`,
-		Args: cobra.NoArgs,
+		Long:  help("creds-tls", "{ca}", auth.TLSCAOutFile, "{cert}", auth.TLSCertFile, "{key}", auth.TLSCertKeyFile),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || len(hosts) == 0 {
 				return usageErr("--dir and --hosts are required")
@@ -43,9 +31,7 @@ certificate under the same authority.`,
 			if days < 1 {
 				return usageErr("--days must be positive")
 			}
-			if out == "" {
-				out = dir
-			}
+			out = cmp.Or(out, dir)
 			now := time.Now()
 			ca, made, err := auth.LoadOrMakeCA(dir, now)
 			if err != nil {
@@ -61,11 +47,7 @@ certificate under the same authority.`,
 			if err := auth.WriteServerTLS(out, ca, certPEM, keyPEM); err != nil {
 				return err
 			}
-			if made {
-				fmt.Fprintf(a.out, "made the TLS authority in %s\n", filepath.Join(dir, auth.TLSCAFile))
-			} else {
-				fmt.Fprintf(a.out, "kept the TLS authority in %s\n", filepath.Join(dir, auth.TLSCAFile))
-			}
+			fmt.Fprintf(a.out, "%s the TLS authority in %s\n", madeOrKept[made], filepath.Join(dir, auth.TLSCAFile))
 			fmt.Fprintf(a.out, "%s: for %s, valid until %s\n", filepath.Join(out, auth.TLSCertFile), strings.Join(hosts, ", "),
 				now.Add(time.Duration(days)*24*time.Hour).UTC().Format(time.DateOnly))
 			fmt.Fprintf(a.out, "clients: --tls-ca %s (or E31_TLS_CA)\n", filepath.Join(out, auth.TLSCAOutFile))

@@ -2,8 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strings"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,16 +21,8 @@ func dataCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "data",
 		Short: "Show and delete what jobs keep in the store: staged data and output",
-		Long: `A job's staged data and its output are kept until its retention passes after
-it ends (retention: in the job file, default 7d), or until they are deleted:
-
-  e31 data ls              what your jobs keep, and until when
-  e31 data rm ID           delete a job's staged data (--output: its output, --all: both)
-  e31 output ID --delete   delete a job's output (after writing it, with -o)
-
-A deletion is recorded in the job's log; its hold record stays for ever and
-shows when. Bytes another job still holds stay in the store.`,
-		Args: cobra.NoArgs,
+		Long:  help("data"),
+		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(dataLsCmd(a), dataRmCmd(a))
 	return cmd
@@ -53,18 +44,7 @@ func dataLsCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
-					return writeJSON(a.out, jobs)
-				}
-				fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", "JOB", "DATA", "OUTPUT", "EXPIRES", "NAME")
-				for _, j := range jobs {
-					expires := "(running)"
-					if j.Expires != nil {
-						expires = j.Expires.UTC().Format("2006-01-02T15:04:05Z")
-					}
-					fmt.Fprintf(a.out, "%-36s  %-10s  %-10s  %-20s  %s\n", j.Job, partText(j.Data), partText(j.Output), expires, j.Name)
-				}
-				return nil
+				return a.show(asJSON, jobs, func(w io.Writer) error { return client.WriteStoredTable(w, jobs) })
 			})
 		},
 	}
@@ -72,16 +52,6 @@ func dataLsCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&deleted, "deleted", false, "include jobs whose data and output are deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
-}
-
-func partText(p wire.StoredPart) string {
-	switch {
-	case p.DeletedAt != nil:
-		return "deleted"
-	case p.Files == 0:
-		return "-"
-	}
-	return humanBytes(p.Bytes)
 }
 
 func dataRmCmd(a *app) *cobra.Command {
@@ -122,25 +92,8 @@ func dataRmCmd(a *app) *cobra.Command {
 // deleteStored deletes what a job keeps and says what it did.
 func deleteStored(ctx context.Context, a *app, c *client.Client, id, what, reason string, timeout time.Duration) error {
 	d, err := c.Delete(ctx, id, what, reason, timeout)
-	if d.Nothing {
-		fmt.Fprintf(a.out, "job %s keeps nothing in the store\n", id)
-	}
-	var asked []string
-	for _, p := range d.Parts {
-		switch {
-		case p.DeletedAt != nil:
-			fmt.Fprintf(a.out, "job %s: %s already deleted at %s\n", id, p.What, p.DeletedAt.UTC().Format(time.RFC3339))
-		case p.None:
-			fmt.Fprintf(a.out, "job %s has no %s stored\n", id, p.What)
-		default:
-			asked = append(asked, p.What)
-		}
-	}
-	if d.Later {
-		fmt.Fprintf(a.out, "job %s: deletion of its %s requested; it is done when the job ends\n", id, strings.Join(asked, " and "))
-	}
-	for _, del := range d.Deleted {
-		fmt.Fprintf(a.out, "job %s: %s deleted (%d file(s), %s)\n", id, del.What, del.Files, humanBytes(del.Bytes))
+	if werr := d.WriteText(a.out); err == nil {
+		err = werr
 	}
 	return err
 }

@@ -4,22 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/broker"
-	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/jobfile"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
-	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -51,33 +46,8 @@ func devCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run all of e31 on this machine: NATS JetStream, every service and N compute nodes",
-		Long: `Run all of e31 in one process: an embedded NATS JetStream server listening on
---listen with its store in --dir, every service, and --nodes compute nodes of
-the given size. It runs until interrupted (Ctrl-C), then stops the jobs still
-running (they are recorded as lost with their node and held again on the next
-start) and shuts down cleanly. Starting it again on the same --dir keeps every
-job and record.
-
-Durability: with --sync always (the default) every event is on disk before it
-is acknowledged, so a machine crash loses nothing that was acknowledged;
---sync interval writes to disk every two minutes and is several times faster.
-
-Authentication is on: every client, the services inside included, connects
-with credentials and may do only what its role allows (pkg/auth). On first
-start the operator, account and signing keys are made in DIR/keys (keep them
-private); on every start credentials are written into DIR/creds: operator.creds
-and auditor.creds, and NAME.creds for each submitter of --users and for the
-user who runs it ($USER), whose data buckets are made too. The CLI on this
-machine, given no credentials, uses $USER's for this server by itself; others
-are used with --creds or E31_CREDS:
-
-  e31 dev --users alice,bob
-  e31 submit examples/hello/job.yaml                       # as $USER
-  E31_CREDS=.e31/creds/alice.creds e31 submit examples/hello/job.yaml
-
-` + httpHelp(`By default it serves on
-127.0.0.1:8031; --http "" serves nothing.`),
-		Args: cobra.NoArgs,
+		Long:  help("dev", "{http}", help("http")),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.http.asked = cmd.Flags().Changed("http")
 			return runDev(cmd.Context(), a, o)
@@ -101,48 +71,34 @@ are used with --creds or E31_CREDS:
 	return cmd
 }
 
-// devSystem is a running `e31 dev`: a stack.Stack, and where its
-// operator's endpoints listen.
-type devSystem struct {
-	*stack.Stack
-	broker *broker.Server
-	// httpAddr is where the operator's endpoints listen; "" if nowhere.
-	httpAddr string
-	log      *slog.Logger
-	// handlers watches every service's handlers, and schedulers each RENT
-	// instance's scheduler (by id), for /metrics.
-	handlers   *metrics.Handlers
-	schedulers map[string]*metrics.Scheduler
-}
-
 func runDev(ctx context.Context, a *app, o devOptions) error {
-	sys, err := startDev(ctx, a, o)
+	st, err := startDev(ctx, a, o)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.out, "e31 dev: NATS JetStream listening on %s (store in %s, sync=%s)\n", sys.broker.ClientURL(), filepath.Join(o.dir, "nats"), o.sync)
+	fmt.Fprintf(a.out, "e31 dev: NATS JetStream listening on %s (store in %s, sync=%s)\n", st.Broker().ClientURL(), filepath.Join(o.dir, "nats"), o.sync)
 	names := []string{"operator.creds", "auditor.creds"}
-	for _, u := range sys.Users() {
+	for _, u := range st.Users() {
 		names = append(names, u.Name+".creds")
 	}
-	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", sys.CredsDir(), strings.Join(names, ", "))
-	if slices.Contains(sys.Users(), auth.Identity{Role: auth.Submitter, Name: a.env.User}) {
-		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, sys.credsFile(a.env.User))
+	fmt.Fprintf(a.out, "e31 dev: credentials in %s: %s (use with --creds or E31_CREDS)\n", st.CredsDir(), strings.Join(names, ", "))
+	if slices.Contains(st.Users(), auth.Identity{Role: auth.Submitter, Name: a.env.User}) {
+		fmt.Fprintf(a.out, "e31 dev: you are %s: e31 on this machine uses %s by itself when given no credentials\n", a.env.User, st.CredsFile(a.env.User))
 	}
-	if sys.httpAddr != "" {
-		fmt.Fprintf(a.out, "e31 dev: the page at http://%s/, metrics at /metrics, readiness at /readyz\n", sys.httpAddr)
+	if addr := st.EndpointsAddr(); addr != "" {
+		fmt.Fprintf(a.out, "e31 dev: the page at http://%s/, metrics at /metrics, readiness at /readyz\n", addr)
 	}
 	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
 	<-ctx.Done()
 	fmt.Fprintln(a.out, "e31 dev: stopping")
-	return sys.stop()
+	return st.Stop()
 }
 
 // startDev reads the flags into a stack.Config and starts it, with the
-// operator's endpoints; stop shuts it down.
-func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
+// operator's endpoints; Stop shuts it down.
+func startDev(ctx context.Context, a *app, o devOptions) (*stack.Stack, error) {
 	cfg := stack.Config{Dir: o.dir, Listen: o.listen, Sync: broker.Sync(o.sync), Nodes: o.nodes,
-		RentInstances: o.rentInstances, LeaseTTL: o.leaseTTL, Logger: a.log,
+		RentInstances: o.rentInstances, LeaseTTL: o.leaseTTL, Logger: a.log, Metrics: true,
 		Node: run.Config{CPU: o.nodeCPU, ExecutorKind: o.executor, Grace: o.grace}}
 	var err error
 	if cfg.Node.MemoryBytes, err = jobfile.ParseSize(o.nodeMemory); err != nil {
@@ -164,23 +120,11 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	if err := run.CheckExecutor(o.executor); err != nil {
 		return nil, usageErr("%v", err)
 	}
-	cfg.Users = o.users
+	cfg.Users, cfg.OSUser, cfg.ConfigDir = o.users, a.env.User, a.env.ConfigDir
 	for _, u := range o.users {
 		if err := (auth.Identity{Role: auth.Submitter, Name: strings.TrimSpace(u)}).Validate(); err != nil {
 			return nil, usageErr("--users: %v", err)
 		}
-	}
-	// The user who runs e31 dev is a submitter too, so that the CLI in
-	// another terminal works without credentials being exported
-	// (clientConfig finds them). A name e31 reserves gets none.
-	if me := (auth.Identity{Role: auth.Submitter, Name: a.env.User}); me.Validate() == nil {
-		cfg.Users = append(slices.Clone(cfg.Users), me.Name)
-	}
-	handlers, schedulers := metrics.NewHandlers(), map[string]*metrics.Scheduler{}
-	cfg.Handlers = handlers
-	cfg.Scheduler = func(id string) rent.Observer {
-		schedulers[id] = metrics.NewScheduler()
-		return schedulers[id]
 	}
 	st, err := stack.Start(ctx, cfg)
 	switch {
@@ -193,36 +137,9 @@ func startDev(ctx context.Context, a *app, o devOptions) (*devSystem, error) {
 	case err != nil:
 		return nil, err
 	}
-	sys := &devSystem{Stack: st, broker: st.Broker(), log: a.log, handlers: handlers, schedulers: schedulers}
-	if a.env.ConfigDir != "" {
-		if err := connect.NoteDev(a.env.ConfigDir, strings.TrimPrefix(st.Broker().ClientURL(), "nats://"), st.Dir()); err != nil {
-			a.log.Warn("the CLI will not find your credentials by itself", "err", err)
-		}
-	}
-	if err := sys.serveDevEndpoints(o.http, a.log); err != nil {
-		_ = sys.stop()
+	if err := serveDevEndpoints(st, o.http); err != nil {
+		_ = st.Stop()
 		return nil, err
 	}
-	return sys, nil
+	return st, nil
 }
-
-// stop shuts the system down; see stack.Stack.Stop.
-func (s *devSystem) stop() error { return s.Stop() }
-
-// crash stops one service as a crash would; see stack.Stack.Crash.
-func (s *devSystem) crash(id string) { s.Crash(id) }
-
-// credsFile is where `e31 dev` writes the credentials of name.
-func (s *devSystem) credsFile(name string) string { return s.CredsFile(name) }
-
-// connect opens an in-process connection as id; see stack.Stack.Connect.
-func (s *devSystem) connect(id auth.Identity, name string, _ *slog.Logger) (*nats.Conn, error) {
-	return s.Connect(id, name)
-}
-
-// operator is the identity `e31 dev` sets up the system as.
-var operator = stack.Operator
-
-// auditorID is the identity that reads the log for the metrics: it may
-// read everything and change nothing.
-var auditorID = stack.Auditor

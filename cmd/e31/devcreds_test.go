@@ -31,17 +31,17 @@ func TestTheCLIFindsTheCredentialsEDevWroteForItsUser(t *testing.T) {
 		t.Fatalf("start e31 dev: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := sys.stop(); err != nil {
+		if err := sys.Stop(); err != nil {
 			t.Errorf("stop e31 dev: %v", err)
 		}
 	})
-	if _, err := os.Stat(sys.credsFile("carol")); err != nil {
+	if _, err := os.Stat(sys.CredsFile("carol")); err != nil {
 		t.Fatalf("e31 dev wrote no credentials for the user who runs it: %v", err)
 	}
 
 	job := writeJob(t, "work: {command: [/bin/sh, -c, 'echo hi > /out/hi.txt']}\nrequest: {cpu: 0.1, memory: 16MiB, limit: 30s}\noutput: [hi.txt]\n", nil)
 	var out, errOut bytes.Buffer
-	code := execute([]string{"submit", "--wait", "--nats", sys.broker.ClientURL(), "--log-level", "debug", job}, &out, &errOut)
+	code := execute([]string{"submit", "--wait", "--nats", sys.Broker().ClientURL(), "--log-level", "debug", job}, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("e31 submit --wait with no credentials given: exit %d\n%s\n%s", code, out.String(), errOut.String())
 	}

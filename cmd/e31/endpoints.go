@@ -1,21 +1,13 @@
 package main
 
 import (
-	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"syscall"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
-	"golang.org/x/sync/errgroup"
 
-	"github.com/e31net/e31/pkg/daemon"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/web"
 	"github.com/e31net/e31/stack"
@@ -26,28 +18,13 @@ import (
 type httpOptions struct {
 	addr      string
 	tokenFile string
-	// viewersFile lists the page's viewers (readViewers).
+	// viewersFile lists the page's viewers (web.ReadViewers).
 	viewersFile string
 	// traceURL links a job's trace id on the page (web.Config.TraceURL).
 	traceURL string
-	// page, when set, is served at / (pkg/web).
-	page http.Handler
 	// asked is whether --http was given: a default address that is taken
 	// (another e31 dev on this machine) is then no reason not to start.
 	asked bool
-}
-
-// httpHelp is what the help of both commands says about the endpoints,
-// ending with what the command serves by default.
-func httpHelp(byDefault string) string {
-	return `With --http ADDR it serves, over HTTP on ADDR: /metrics (Prometheus), /healthz
-(alive) and /readyz (connected and caught up with the log, or why not, in plain
-text). ADDR must be a loopback address (127.0.0.1, [::1], localhost) unless
---http-token-file names a file whose first line is a token that every request
-must then show as "Authorization: Bearer TOKEN". The page at / (e31 dev, and
-'e31 serve web') is open on loopback; with --http-token-file or --http-viewers
-its viewers log in with a token, and a submitter's token shows its own jobs
-only. ` + byDefault
 }
 
 func (o *httpOptions) flags(f *pflag.FlagSet, def string) {
@@ -88,7 +65,7 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 	if err != nil {
 		return nil, err
 	}
-	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Page: o.page, Logger: log})
+	s, err := ops.Listen(ops.Config{Addr: o.addr, Token: token, Gatherer: g, Ready: ready, Logger: log})
 	if err != nil {
 		return nil, o.listenErr(err)
 	}
@@ -97,7 +74,7 @@ func (o httpOptions) listen(log *slog.Logger, g prometheus.Gatherer, ready map[s
 
 // serveDevEndpoints starts the system's endpoints (stack.ServeEndpoints)
 // on --http. They stop with it.
-func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
+func serveDevEndpoints(st *stack.Stack, o httpOptions) error {
 	if o.addr == "" {
 		return nil
 	}
@@ -105,65 +82,26 @@ func (s *devSystem) serveDevEndpoints(o httpOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	addr, err := s.ServeEndpoints(stack.EndpointsConfig{Addr: o.addr, Token: page.Token, Page: page, Handlers: s.handlers, Schedulers: s.schedulers})
+	_, err = st.ServeEndpoints(stack.EndpointsConfig{Addr: o.addr, Token: page.Token, Page: page, Optional: !o.asked})
 	var lerr *stack.ListenError
-	switch {
-	case errors.As(err, &lerr) && !o.asked && errors.Is(err, syscall.EADDRINUSE):
-		log.Warn("not serving /metrics: the address is taken, perhaps by another e31 dev; give one with --http", "http", o.addr)
-		return nil
-	case errors.As(err, &lerr):
+	if errors.As(err, &lerr) {
 		return o.listenErr(lerr.Err)
-	case err != nil:
-		return err
 	}
-	s.httpAddr = addr
-	return nil
+	return err
 }
 
-// serveEndpoints starts the endpoints of `e31 serve NAME` (daemon.Endpoints,
-// as every service binary serves them, and for NAME web the page at /) and
-// returns them, or nil with --http "", and a function that stops them and
-// waits until they have.
-func serveEndpoints(ctx context.Context, o httpOptions, name string, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger, cs ...prometheus.Collector) (*daemon.Endpoints, func(), error) {
-	var page *web.Page
-	if name == "web" {
-		var err error
-		if page, err = o.newPage(js, log); err != nil {
-			return nil, nil, err
-		}
-		o.addr = cmp.Or(o.addr, ops.DefaultDevAddr)
-	}
-	if o.addr == "" {
-		return nil, func() {}, nil
-	}
+// pageConfig is the operator's page (pkg/web) that the endpoints serve
+// at /. Its viewers log in with the token of --http-token-file (the
+// operator) or one of --http-viewers; with neither, the page is open on
+// loopback only (ops refuses any other address without a token).
+func (o httpOptions) pageConfig() (web.Config, error) {
 	token, err := o.token()
 	if err != nil {
-		return nil, nil, err
+		return web.Config{}, err
 	}
-	ecfg := daemon.EndpointsConfig{Service: name, Addr: o.addr, Token: token, NC: nc, JS: js, Logger: log, Collectors: cs}
-	if page != nil {
-		ecfg.Page, ecfg.Ready = page.Handler(), map[string]ops.Check{"page": page.Ready}
-	}
-	e, err := daemon.NewEndpoints(ecfg)
+	viewers, err := web.ReadViewers(o.viewersFile)
 	if err != nil {
-		return nil, nil, o.listenErr(err)
+		return web.Config{}, usageErr("--http-viewers: %v", err)
 	}
-	log.Info("serving /metrics, /healthz and /readyz", "http", e.Addr())
-	ctx, cancel := context.WithCancel(ctx)
-	// A group without a context: the endpoints failing must not stop the
-	// service, which is what they only watch.
-	var g errgroup.Group
-	g.Go(func() error {
-		if err := e.Run(ctx); err != nil {
-			log.Error("http endpoints stopped", "err", err)
-		}
-		return nil
-	})
-	if page != nil {
-		g.Go(func() error { return page.Run(ctx) })
-	}
-	return e, func() {
-		cancel()
-		_ = g.Wait()
-	}, nil
+	return web.Config{Token: token, Viewers: viewers, TraceURL: o.traceURL}, nil
 }

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query/wire"
 )
 
@@ -22,10 +22,8 @@ func waitCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "wait ID",
 		Short: "Wait until a job's compute is released; print its hold record",
-		Long: `Wait until the job is over (its compute released, or it was rejected or
-cancelled) and print its hold record. The exit status is 0 only if the job
-succeeded, 1 if it ended any other way, 3 if waiting timed out.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("wait"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.with(cmd.Context(), func(c *client.Client) error {
 				return a.waitAndPrint(cmd.Context(), c, args[0], timeout, asJSON)
@@ -50,21 +48,18 @@ func (a *app) waitAndPrint(ctx context.Context, c *client.Client, id string, tim
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		if err := writeJSON(a.out, rec); err != nil {
+	err = a.show(asJSON, rec, func(w io.Writer) error {
+		if err := hold.WriteText(w, rec); err != nil || rec.Outcome == events.Succeeded {
 			return err
 		}
-	} else {
-		printRecord(a.out, rec)
-		if rec.Outcome != events.Succeeded {
-			// What a user asks first about a job that failed.
-			printStderrTail(a.out, rec.Job, c.StderrTail(ctx, rec, stderrLines))
-		}
-	}
-	if rec.Outcome != events.Succeeded {
+		// What a user asks first about a job that failed: its last 10
+		// lines of stderr.
+		return hold.WriteStderrTail(w, rec.Job, c.StderrTail(ctx, rec, 10))
+	})
+	if err == nil && rec.Outcome != events.Succeeded {
 		return silent(exitFailed)
 	}
-	return nil
+	return err
 }
 
 // waitSweep waits until every job of a sweep is over, then prints the
@@ -74,7 +69,11 @@ func (a *app) waitSweep(ctx context.Context, c *client.Client, sweep string, tim
 	if err != nil {
 		return err
 	}
-	return a.printSweepResult(sweep, recs, asJSON)
+	s := client.Summarize(sweep, recs)
+	if err := a.show(asJSON, s, s.WriteText); err != nil || s.Succeeded() {
+		return err
+	}
+	return silent(exitFailed)
 }
 
 func statusCmd(a *app) *cobra.Command {
@@ -90,29 +89,12 @@ func statusCmd(a *app) *cobra.Command {
 				if err != nil {
 					// Not a job: perhaps a sweep.
 					if recs, serr := c.SweepRecords(ctx, args[0]); serr == nil && len(recs) > 0 {
-						if asJSON {
-							return writeJSON(a.out, client.Summarize(args[0], recs))
-						}
-						printSweep(a.out, args[0], recs)
-						return nil
+						s := client.Summarize(args[0], recs)
+						return a.show(asJSON, s, s.WriteText)
 					}
 					return err
 				}
-				if asJSON {
-					return writeJSON(a.out, st)
-				}
-				line := fmt.Sprintf("%s  %s", st.ID, st.State)
-				if st.Outcome != "" && st.Over {
-					line += " (" + string(st.Outcome) + ")"
-				}
-				if st.Node != "" && !st.Over {
-					line += " on " + st.Node
-				}
-				if st.Reason != "" {
-					line += ": " + st.Reason
-				}
-				fmt.Fprintln(a.out, line)
-				return nil
+				return a.show(asJSON, st, func(w io.Writer) error { _, err := fmt.Fprintln(w, st); return err })
 			})
 		},
 	}
@@ -126,13 +108,8 @@ func outputCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "output ID",
 		Short: "Write a job's returned output files into a directory",
-		Long: `Write the files the job returned into DIR (default: a folder named after the
-job id), checking every file against its digest. Any mismatch is an error:
-output is never written as complete when it is not.
-
-With --delete, delete the job's output from the store instead; with -o DIR
-and --delete, write it first and delete it once it is written and checked.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("output"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			return a.with(ctx, func(c *client.Client) error {
@@ -152,13 +129,8 @@ and --delete, write it first and delete it once it is written and checked.`,
 				if err := c.Output(ctx, rec, dir, progressFor(a.errOut, quiet)); err != nil {
 					return err
 				}
-				note := ""
-				if rec.Output.Partial {
-					note = " (partial: the job did not finish)"
-				}
-				fmt.Fprintf(a.out, "%d file(s), %s, written to %s%s\n", rec.Output.Files, humanBytes(rec.Output.Bytes), dir, note)
-				if len(rec.Output.Missing) > 0 {
-					fmt.Fprintf(a.out, "missing: %s\n", strings.Join(rec.Output.Missing, ", "))
+				if err := client.WriteOutputText(a.out, rec, dir); err != nil {
+					return err
 				}
 				if del {
 					return deleteStored(ctx, a, c, rec.Job, events.WhatOutput, "", 30*time.Second)
@@ -203,13 +175,8 @@ func eventsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events [ID]",
 		Short: "Print the raw events of one job, or the whole log",
-		Long: `Print the events of one job, or of the whole log, in log order. With --json,
-one object per line with the stream sequence, subject, headers and body exactly
-as stored: an export that 'e31 audit --from FILE' can check with no server.
-
-A submitter sees the events of its own jobs, which the ledger reads for it;
-the whole log is for the auditor and the operator.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  help("events"),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			enc := json.NewEncoder(a.out)
@@ -217,12 +184,8 @@ the whole log is for the auditor and the operator.`,
 				if asJSON {
 					return enc.Encode(m)
 				}
-				env, err := client.Decode(m)
-				if err != nil {
-					_, werr := fmt.Fprintf(a.out, "#%-6d %s  (not a valid event: %v)\n", m.Seq, m.Subject, err)
-					return werr
-				}
-				return printEvent(a.out, env)
+				_, err := fmt.Fprintln(a.out, client.EventLine(m))
+				return err
 			}
 			return a.with(ctx, func(c *client.Client) error {
 				if len(args) == 1 {
@@ -249,9 +212,12 @@ func ignoreCancel(err error) error {
 	return err
 }
 
-func printEvent(w io.Writer, env events.Envelope) error {
-	_, err := fmt.Fprintf(w, "#%-6d %s  %-16s %s\n", env.Seq, env.Time.Format("2006-01-02T15:04:05.000Z07:00"), events.Name(env.Type), env.ID)
-	return err
+// show prints v as JSON with --json, else as text writes it.
+func (a *app) show(asJSON bool, v any, text func(io.Writer) error) error {
+	if asJSON {
+		return writeJSON(a.out, v)
+	}
+	return text(a.out)
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,22 +24,8 @@ func ledgerCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ledger [ID]",
 		Short: "Show hold records, what each submitter would be billed, or the log's chain head",
-		Long: `Show one job's hold record, or every record (filtered by submitter, node,
-sweep or submission time), as a table, JSON or CSV.
-
---totals prints, per submitter, what they would be billed for the period from
---since to --until: jobs, held seconds, cpu-core-seconds, memory-GiB-seconds and
-gpu-seconds. Held time is cut at the period's edges, so the totals of
-consecutive periods add up to the total of both; an attempt still held is
-counted as open and billed once it is released.
-
---head prints the ledger's hash chain head over the whole log, as SEQ:HASH.
-Keep it somewhere else: 'e31 audit --since-head SEQ:HASH' later proves that
-nothing at or before SEQ was changed, inserted or removed.
-
-While the ledger rebuilds after a start it answers with what it has read so
-far and the command says how far behind it is.`,
-		Args: cobra.MaximumNArgs(1),
+		Long:  help("ledger"),
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if o.asJSON && o.asCSV {
@@ -61,7 +44,7 @@ far and the command says how far behind it is.`,
 				if t.s == "" {
 					continue
 				}
-				v, err := parseWhen(t.s)
+				v, err := client.ParseTime(t.s)
 				if err != nil {
 					return usageErr("%s %q: expected an RFC 3339 time such as 2026-12-01T00:00:00Z, or a date such as 2026-12-01", flag, t.s)
 				}
@@ -85,13 +68,9 @@ far and the command says how far behind it is.`,
 				case o.asJSON:
 					return writeJSON(a.out, recs)
 				case o.asCSV:
-					return writeRecordsCSV(a.out, recs)
+					return hold.WriteCSV(a.out, recs)
 				}
-				fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10s  %12s  %s\n", "JOB", "STATE", "OUTCOME", "NODE", "HELD_S", "CPU_CORE_S", "NAME")
-				for _, r := range recs {
-					fmt.Fprintf(a.out, "%-36s  %-10s  %-15s  %-8s  %10.3f  %12.3f  %s\n", r.Job, r.State, r.Outcome, r.Node, r.HeldSeconds, r.CPUCoreSeconds, r.Name)
-				}
-				return nil
+				return hold.WriteTable(a.out, recs)
 			})
 		},
 	}
@@ -108,22 +87,10 @@ far and the command says how far behind it is.`,
 	return cmd
 }
 
-// parseWhen reads an RFC 3339 time, or a date meaning its midnight UTC.
-func parseWhen(s string) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	return time.Parse(time.DateOnly, s)
-}
-
 // noteBehind tells the user, on stderr, that the ledger is still catching up.
 func (a *app) noteBehind(b client.Behind, what string) {
-	switch {
-	case b.Applied < b.Last:
-		fmt.Fprintf(a.errOut, "note: the ledger is catching up: it has read the log up to #%d of #%d (%d behind); %s\n",
-			b.Applied, b.Last, b.Last-b.Applied, what)
-	case b.CatchingUp:
-		fmt.Fprintf(a.errOut, "note: the ledger is catching up; %s\n", what)
+	if note := b.Note(what); note != "" {
+		fmt.Fprintln(a.errOut, note)
 	}
 }
 
@@ -138,10 +105,9 @@ func (a *app) printOneRecord(ctx context.Context, c *client.Client, id string, o
 	case o.asJSON:
 		return writeJSON(a.out, rec)
 	case o.asCSV:
-		return writeRecordsCSV(a.out, []*hold.HoldRecord{rec})
+		return hold.WriteCSV(a.out, []*hold.HoldRecord{rec})
 	}
-	printRecord(a.out, rec)
-	return nil
+	return hold.WriteText(a.out, rec)
 }
 
 // printHead prints the ledger's chain head.
@@ -173,71 +139,7 @@ func (a *app) printTotals(ctx context.Context, c *client.Client, o ledgerOptions
 	case o.asJSON:
 		return writeJSON(a.out, totals)
 	case o.asCSV:
-		return writeTotalsCSV(a.out, totals)
+		return client.WriteTotalsCSV(a.out, totals)
 	}
-	fmt.Fprintf(a.out, "%-20s  %6s  %8s  %12s  %14s  %16s  %12s  %5s\n", "SUBMITTER", "JOBS", "ATTEMPTS", "HELD_S", "CPU_CORE_S", "MEMORY_GIB_S", "GPU_S", "OPEN")
-	for _, t := range totals {
-		fmt.Fprintf(a.out, "%-20s  %6d  %8d  %12.3f  %14.3f  %16.3f  %12.3f  %5d\n",
-			t.Submitter, t.Jobs, t.Attempts, t.HeldSeconds, t.CPUCoreSeconds, t.MemoryGiBSeconds, t.GPUSeconds, t.Open)
-	}
-	return nil
-}
-
-// recordColumns are the CSV columns of a record: one line per job, the
-// meter's totals, the measured usage beside it, and the digest that ties
-// the line to the events it was built from.
-var recordColumns = []string{"job", "name", "submitter", "state", "outcome", "exit_code", "node", "attempts",
-	"cpu", "memory_bytes", "gpu", "disk_bytes", "limit_seconds",
-	"submitted_at", "held_at", "released_at",
-	"held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds",
-	"usage_cpu_seconds", "usage_max_rss_bytes", "output_files", "output_bytes", "events_digest"}
-
-func writeRecordsCSV(w io.Writer, recs []*hold.HoldRecord) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(recordColumns); err != nil {
-		return err
-	}
-	for _, r := range recs {
-		exit := ""
-		if r.ExitCode != nil {
-			exit = strconv.Itoa(*r.ExitCode)
-		}
-		row := []string{r.Job, r.Name, r.Submitter, r.State, string(r.Outcome), exit, r.Node, strconv.Itoa(len(r.Attempts)),
-			num(r.Request.CPU), strconv.FormatInt(r.Request.MemoryBytes, 10), strconv.Itoa(r.Request.GPU),
-			strconv.FormatInt(r.Request.DiskBytes, 10), num(r.Request.LimitSeconds),
-			when(r.SubmittedAt), when(r.HeldAt), when(r.ReleasedAt),
-			num(r.HeldSeconds), num(r.CPUCoreSeconds), num(r.MemoryGiBSeconds), num(r.GPUSeconds),
-			num(r.Usage.CPUSeconds), strconv.FormatInt(r.Usage.MaxRSSBytes, 10),
-			strconv.Itoa(r.Output.Files), strconv.FormatInt(r.Output.Bytes, 10), r.EventsDigest}
-		if err := cw.Write(row); err != nil {
-			return err
-		}
-	}
-	cw.Flush()
-	return cw.Error()
-}
-
-func writeTotalsCSV(w io.Writer, ts []wire.Totals) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write([]string{"submitter", "jobs", "attempts", "held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds", "open"}); err != nil {
-		return err
-	}
-	for _, t := range ts {
-		if err := cw.Write([]string{t.Submitter, strconv.Itoa(t.Jobs), strconv.Itoa(t.Attempts), num(t.HeldSeconds),
-			num(t.CPUCoreSeconds), num(t.MemoryGiBSeconds), num(t.GPUSeconds), strconv.Itoa(t.Open)}); err != nil {
-			return err
-		}
-	}
-	cw.Flush()
-	return cw.Error()
-}
-
-// num writes a number exactly, as short as it goes.
-func num(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
-
-func when(t *time.Time) string {
-	if t == nil {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return client.WriteTotalsTable(a.out, totals)
 }

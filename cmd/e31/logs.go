@@ -15,15 +15,8 @@ func logsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logs ID",
 		Short: "Write a job's stdout to stdout and its stderr to stderr",
-		Long: `Write what the job wrote to its stdout to stdout, and to its stderr to
-stderr, as its node kept them in your data store: all of it up to the node's
-cap (--log-cap, default 16 MiB per stream), past it the head and the last MiB,
-with a line that says how much was not kept. The last attempt's, unless
---attempt says which.
-
-With --follow, write them as the job writes them (its node publishes what is
-new every second, where only you may listen), until its compute is released.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("logs"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.with(cmd.Context(), func(c *client.Client) error {
 				err := c.Logs(cmd.Context(), args[0], client.LogsOptions{Attempt: attempt, Follow: follow, Stdout: a.out, Stderr: a.errOut})

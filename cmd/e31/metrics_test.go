@@ -97,7 +97,7 @@ next:
 func TestMetricsAgreeWithTheLedger(t *testing.T) {
 	t.Parallel()
 	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, http: httpOptions{addr: "127.0.0.1:0"}})
-	base := "http://" + ts.sys.httpAddr
+	base := "http://" + ts.sys.EndpointsAddr()
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %s", code, body)
 	}
@@ -275,7 +275,7 @@ func serveOn(t *testing.T, ctx context.Context, name string, nc *nats.Conn, js j
 		cfgs.Rent.Observer = sched
 		cs = append(cs, sched)
 	}
-	ends, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, nc, js, log, cs...)
+	ends, stop, err := stack.StartEndpoints(ctx, stack.AloneConfig{Name: name, NC: nc, JS: js, Addr: "127.0.0.1:0", Logger: log}, cs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestServeEndpoints(t *testing.T) {
 		t.Errorf("e31_scheduler_leader of the standby: %g (%v), want 0", leader, ok)
 	}
 
-	if e, stop, err := serveEndpoints(ctx, httpOptions{}, "rent", nc, js, slog.New(slog.DiscardHandler)); e != nil || err != nil {
+	if e, stop, err := stack.StartEndpoints(ctx, stack.AloneConfig{Name: "rent", NC: nc, JS: js, Logger: slog.New(slog.DiscardHandler)}); e != nil || err != nil {
 		t.Errorf("serve without --http: %v, %v; want nothing served", e, err)
 	} else {
 		stop()
@@ -416,8 +416,8 @@ func TestDevStartsWhenTheDefaultAddressIsTaken(t *testing.T) {
 	}
 	defer taken.Close()
 	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, http: httpOptions{addr: taken.Addr().String()}})
-	if ts.sys.httpAddr != "" {
-		t.Errorf("serving on %s, which was taken", ts.sys.httpAddr)
+	if ts.sys.EndpointsAddr() != "" {
+		t.Errorf("serving on %s, which was taken", ts.sys.EndpointsAddr())
 	}
 	a := &app{out: io.Discard, errOut: io.Discard, log: slog.New(slog.DiscardHandler)}
 	_, err = startDev(context.Background(), a, devOptions{dir: t.TempDir(), listen: "127.0.0.1:0", nodes: 1, nodeCPU: 1, nodeMemory: "1GiB",

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/stack"
 )
 
 // chromium is the browser the page's test drives: Debian's chromium, which
@@ -145,7 +146,7 @@ func TestPageInABrowser(t *testing.T) {
 	ctx, consoleErrors := browser(t)
 	shots := artefacts(t)
 	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, http: httpOptions{addr: "127.0.0.1:0"}})
-	base := "http://" + ts.sys.httpAddr
+	base := "http://" + ts.sys.EndpointsAddr()
 	shot := func(name string) chromedp.Action {
 		return chromedp.ActionFunc(func(ctx context.Context) error {
 			var png []byte
@@ -305,7 +306,7 @@ func TestServeWebServesThePage(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	ctx := natstest.Context(t, time.Minute)
 	for name, wantPage := range map[string]bool{"web": true, "rent": false} {
-		ends, stop, err := serveEndpoints(ctx, httpOptions{addr: "127.0.0.1:0"}, name, js.Conn(), js, log)
+		ends, stop, err := stack.StartEndpoints(ctx, stack.AloneConfig{Name: name, NC: js.Conn(), JS: js, Addr: "127.0.0.1:0", Logger: log})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +316,7 @@ func TestServeWebServesThePage(t *testing.T) {
 		// is not run here: its /readyz would wait for it, and what this
 		// test asks of it is only that it serves no page.
 		if name == "web" {
-			ends.Serving(pageOnly{})
+			ends.Serving(stack.PageOnly{})
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for name == "web" {

@@ -3,42 +3,32 @@ package main
 import (
 	"io"
 	"os"
-	"sync"
 
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/e31net/e31/pkg/stage"
 )
 
-// bar shows a transfer's progress on a terminal. Add may be called from
-// several goroutines at once, as stage.Progress requires.
+// bar shows a transfer's progress on a terminal, a progressbar for each
+// phase. Phases never overlap (stage.Progress), and a progressbar takes
+// Adds from several goroutines at once: bar needs no lock of its own.
 type bar struct {
 	w  io.Writer
-	mu sync.Mutex
 	pb *progressbar.ProgressBar
 }
 
 // progressFor returns a progress bar on w when w is a terminal and quiet is
 // false, else nil (no progress shown).
 func progressFor(w io.Writer, quiet bool) stage.Progress {
-	if quiet || !isTerminal(w) {
-		return nil
+	if f, ok := w.(*os.File); ok && !quiet {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			return &bar{w: w}
+		}
 	}
-	return &bar{w: w}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return nil
 }
 
 func (b *bar) Start(total int64, label string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.pb = progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(b.w),
 		progressbar.OptionSetDescription(label),
@@ -51,19 +41,6 @@ func (b *bar) Start(total int64, label string) {
 	)
 }
 
-func (b *bar) Add(n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.pb != nil {
-		_ = b.pb.Add64(n)
-	}
-}
+func (b *bar) Add(n int64) { _ = b.pb.Add64(n) }
 
-func (b *bar) Done() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.pb != nil {
-		_ = b.pb.Finish()
-		b.pb = nil
-	}
-}
+func (b *bar) Done() { _ = b.pb.Finish() }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,30 +92,14 @@ type app struct {
 	flush func(context.Context) error
 }
 
+// connectConfig is where and as whom to connect: as the flags say, else
+// the environment.
 func (a *app) connectConfig(name string) connect.Config {
-	url := a.natsURL
-	if url == "" {
-		url = a.env.NATS
-	}
-	creds := a.creds
-	if creds == "" {
-		creds = a.env.Creds
-	}
-	ca := a.tlsCA
-	if ca == "" {
-		ca = a.env.CA
-	}
-	return connect.Config{URL: url, Creds: creds, CA: ca, Name: name, Logger: a.log}
+	return connect.Config{URL: cmp.Or(a.natsURL, a.env.NATS), Creds: cmp.Or(a.creds, a.env.Creds), CA: cmp.Or(a.tlsCA, a.env.CA), Name: name, Logger: a.log}
 }
 
 func (a *app) setupLog() error {
-	level := a.logLevel
-	if level == "" {
-		level = a.env.Log
-	}
-	if level == "" {
-		level = "info"
-	}
+	level := cmp.Or(a.logLevel, a.env.Log, "info")
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return usageErr("--log-level %q: expected debug, info, warn or error", level)
@@ -150,17 +135,9 @@ func (a *app) flushTrace() {
 func execute(args []string, stdout, stderr io.Writer) int {
 	a := &app{env: readEnv(), out: stdout, errOut: stderr}
 	root := &cobra.Command{
-		Use:   "e31",
-		Short: "e31 runs batch jobs: describe one, collect its output in the morning",
-		Long: `e31 is a batch compute network. Describe a job in a file (the work, the data it
-reads, the compute it needs with a hard limit, the output it must return),
-submit it, and collect the output when it is done. Every job gets a hold
-record of what was held for it, which anyone can rebuild from the event log.
-
-Start everything on one machine with 'e31 dev', then in another terminal:
-
-  e31 submit examples/hello/job.yaml --wait
-  e31 output JOB_ID -o ./out`,
+		Use:           "e31",
+		Short:         "e31 runs batch jobs: describe one, collect its output in the morning",
+		Long:          help("root"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

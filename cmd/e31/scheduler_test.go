@@ -33,7 +33,7 @@ output: [ok.txt]
 		t.Fatal(err)
 	}
 	lost := rec.Node
-	ts.sys.crash(lost)
+	ts.sys.Crash(lost)
 
 	rec, code := ts.wait(id)
 	if code != 0 || rec.Outcome != events.Succeeded {
@@ -80,7 +80,7 @@ request: {cpu: 1, memory: 32MiB, limit: 1m}
 		t.Fatalf("no scheduler holds the leader lease: %v", err)
 	}
 	leader := string(entry.Value())
-	ts.sys.crash(leader)
+	ts.sys.Crash(leader)
 
 	var ids []string
 	for range 6 {

@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"slices"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/connect"
-	"github.com/e31net/e31/pkg/daemon"
-	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
@@ -25,24 +21,15 @@ func serveCmd(a *app) *cobra.Command {
 	var cfgs stack.Configs
 	var httpOpts httpOptions
 	cmd := &cobra.Command{
-		Use:   "serve SERVICE",
-		Short: "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
-		Long: `Run one e31 service against the NATS server given by --nats (or $E31_NATS).
-Any service may run as several instances; they share the work. 'e31 serve run'
-is one compute node: give each node its own --node name.
-
-` + httpHelp(`By default it serves
-nothing: several services on one machine would want the same port. 'e31 serve
-ledger' also serves the figures derived from the log (e31_jobs, the meter, the
-pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
---http says otherwise), with the operator's credentials.`),
+		Use:       "serve SERVICE",
+		Short:     "Run one service against an external NATS: submit, rent, run, output, release, ledger, or web (the page)",
+		Long:      help("serve", "{http}", help("http")),
 		Args:      cobra.ExactArgs(1),
-		ValidArgs: serveable,
+		ValidArgs: stack.Serveable,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			name := args[0]
-			if !slices.Contains(serveable, name) {
-				return usageErr("unknown service %q (expected one of %v)", name, serveable)
+			ctx, name := cmd.Context(), args[0]
+			if !slices.Contains(stack.Serveable, name) {
+				return usageErr("unknown service %q (expected one of %v)", name, stack.Serveable)
 			}
 			if name == "run" {
 				// Before connecting: a node that cannot isolate its jobs
@@ -52,7 +39,22 @@ pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
 				}
 			}
 			cfg := a.connectConfig("e31-" + name)
-			if err := checkServiceCreds(cfg.Creds, name, cfgs.Run.Node); err != nil {
+			// Credentials made for another service or node are refused at
+			// once: the server would refuse what it does, a publish at a time.
+			if cfg.Creds != "" {
+				id, err := auth.ReadIdentity(cfg.Creds)
+				switch {
+				case errors.Is(err, auth.ErrNotE31):
+				case err != nil:
+					return usageErr("--creds: %v", err)
+				default:
+					if err := id.MayServe(name, cfgs.Run.Node); err != nil {
+						return usageErr("--creds %s %v", cfg.Creds, err)
+					}
+				}
+			}
+			page, err := httpOpts.pageConfig()
+			if err != nil {
 				return err
 			}
 			nc, js, err := connect.Dial(ctx, cfg)
@@ -60,45 +62,14 @@ pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			var cs []prometheus.Collector
-			if name == "rent" {
-				// One for the process: the service is made again after a
-				// fault, and its figures go on.
-				sched := metrics.NewScheduler()
-				cfgs.Rent.Observer = sched
-				cs = append(cs, sched)
-			}
-			ends, stopHTTP, err := serveEndpoints(ctx, httpOpts, name, nc, js, a.log, cs...)
-			if err != nil {
-				return err
-			}
-			defer stopHTTP()
-			if ends != nil {
-				ctx = ends.Observe(ctx)
-			}
-			// Started again, rather than exit, when it fails for a reason
-			// that passes (a NATS server restarting): see daemon.RunAgain.
-			err = daemon.RunAgain(ctx, a.log, func(ctx context.Context) (daemon.Runner, error) {
-				if name == "web" {
-					if ends != nil {
-						ends.Serving(pageOnly{})
-					}
-					return pageOnly{}, nil
-				}
-				svc, err := stack.NewService(name, nc, js, cfgs, a.log)
-				if errors.Is(err, run.ErrNoIsolation) {
-					return nil, usageErr("%v", err)
-				}
-				if err != nil {
-					return nil, err
-				}
-				if ends != nil {
-					ends.Serving(svc)
-				}
-				a.log.Info("serving", "service", name, "nats", nc.ConnectedUrl())
-				return svc, nil
-			})
-			if err != nil {
+			err = stack.RunAlone(ctx, stack.AloneConfig{Name: name, NC: nc, JS: js, Configs: cfgs, Addr: httpOpts.addr, Token: page.Token, Page: page, Logger: a.log})
+			var lerr *stack.ListenError
+			switch {
+			case errors.As(err, &lerr):
+				return httpOpts.listenErr(lerr.Err)
+			case errors.Is(err, run.ErrNoIsolation):
+				return usageErr("serve %s: %v", name, err)
+			case err != nil:
 				return fmt.Errorf("serve %s: %w", name, err)
 			}
 			return nil
@@ -111,38 +82,18 @@ pool). 'e31 serve web' serves the operator's page at / (on 127.0.0.1:8031 unless
 	return cmd
 }
 
-// serveable is what `e31 serve` runs: the six services, and the page.
-var serveable = append(slices.Clone(stack.Services), "web")
-
 // serviceFlags adds to f the flags a service defines for its own main,
 // their help saying which service reads them.
 func serviceFlags(f *pflag.FlagSet, service string, define func(*flag.FlagSet)) {
-	fs := flag.NewFlagSet(service, flag.ContinueOnError)
-	define(fs)
-	fs.VisitAll(func(fl *flag.Flag) { fl.Usage = service + ": " + fl.Usage })
-	f.AddGoFlagSet(fs)
+	goFlags(f, func(fs *flag.FlagSet) {
+		define(fs)
+		fs.VisitAll(func(fl *flag.Flag) { fl.Usage = service + ": " + fl.Usage })
+	})
 }
 
-// checkServiceCreds refuses at once credentials made for another service or
-// node: the server would refuse what the service does, one publish at a
-// time.
-func checkServiceCreds(file, service, node string) error {
-	if file == "" {
-		return nil
-	}
-	creds, err := auth.ReadCreds(file)
-	if err != nil {
-		return usageErr("--creds: %v", err)
-	}
-	id, err := creds.Identity()
-	if errors.Is(err, auth.ErrNotE31) {
-		return nil
-	}
-	if err != nil {
-		return usageErr("--creds: %v", err)
-	}
-	if err := id.MayServe(service, node); err != nil {
-		return usageErr("--creds %s %v", file, err)
-	}
-	return nil
+// goFlags adds to f the flags define defines on a Go flag.FlagSet.
+func goFlags(f *pflag.FlagSet, define func(*flag.FlagSet)) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	define(fs)
+	f.AddGoFlagSet(fs)
 }

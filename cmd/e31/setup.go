@@ -9,62 +9,25 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
-	"github.com/e31net/e31/pkg/limits"
-	"github.com/e31net/e31/pkg/retry"
-	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/stack"
 )
-
-// setupStreamNames are every stream e31 keeps, the buckets included (a KV
-// bucket is the stream KV_<bucket>). Each submitter's data bucket is made
-// when it is first needed, with as many replicas as the event log.
-var setupStreamNames = []string{
-	events.Stream, events.PoisonStream, events.TimerStream,
-	"KV_" + events.LeasesBucket, limits.Stream,
-}
 
 func setupCmd(a *app) *cobra.Command {
 	var replicas int
 	var leaseTTL, timeout time.Duration
 	var logMax string
 	var submitters []string
-	var lf limitFlags
+	var maxData, maxQueued, maxRate string
+	var images []string
 	cmd := &cobra.Command{
 		Use:   "setup",
 		Short: "Create e31's streams and buckets on a NATS cluster, with the replicas wanted",
-		Long: `Create the event log, the poison and timer streams, the leases bucket and the
-data store on the NATS server given by --nats, each with --replicas copies (3 on
-a three-server cluster), and raise the replicas of any that exist with fewer.
-It never lowers replicas and changes nothing else of a stream that exists.
-
-Every service creates what is missing when it starts, with one replica: run
-this once before the services, on a cluster, so that the log is replicated
-from its first event. Running it again is safe. A fresh cluster may not have
-elected a leader yet: setup retries until --timeout.
-
---submitter NAME (repeatable) also makes that submitter's data bucket: a
-submitter's credentials let it use its bucket, never create one.
-
-Limits, kept in the E31_LIMITS bucket, for the submitters named with
---submitter, or for everyone (the default) without it; a submitter's own
-limit wins over the default, and 'e31 limits' shows a submitter its own:
-
-  --max-data SIZE     what its data bucket may hold (its MaxBytes): staging
-                      beyond it fails; never set below what the bucket holds
-                      (default unlimited: the servers reserve each bucket's
-                      max-data on their file store, so the sum over every
-                      submitter must fit it)
-  --max-queued N      jobs submitted and not yet over (default 200000)
-  --max-rate N        submissions a minute (default 120000)
-  --allow-image IMAGE a container image its jobs may name (work.image),
-                      repeatable; 'prefix*' allows every image it starts.
-                      No image is allowed until one is.
-
-A limit may be 'unlimited'. A request beyond a limit, or naming an image not
-allowed, is rejected with the reason.`,
-		Args: cobra.NoArgs,
+		Long:  help("setup"),
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if replicas < 1 || replicas > 5 {
 				return usageErr("--replicas must be from 1 to 5")
@@ -76,50 +39,44 @@ allowed, is rejected with the reason.`,
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			o := events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}
-			// Right after a cluster starts, creating a replicated stream can
-			// fail until every peer is known and a meta leader elected.
-			if err := retry.Do(ctx, retry.Setup, func() error { return events.Setup(ctx, js, o) }, retry.If(retry.Always)); err != nil {
-				return troubleErr(fmt.Errorf("setup: %w", err))
-			}
-			if err := retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, replicas); return err }, retry.If(retry.Always)); err != nil {
-				return troubleErr(fmt.Errorf("setup: %w", err))
+			if err := stack.Provision(ctx, js, events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}); err != nil {
+				return troubleErr(err)
 			}
 			if logMax != "" {
 				if err := setLogMaxBytes(ctx, a, js, logMax); err != nil {
 					return err
 				}
 			}
-			for _, name := range setupStreamNames {
-				var raised bool
-				var have int
-				err := retry.Do(ctx, retry.Setup, func() (err error) {
-					have, raised, err = events.RaiseReplicas(ctx, js, name, replicas)
-					return err
-				}, retry.If(retry.Always))
-				if err != nil {
-					return troubleErr(fmt.Errorf("setup: %w", err))
-				}
-				switch {
-				case raised:
-					fmt.Fprintf(a.out, "%s: replicas raised from %d to %d\n", name, have, replicas)
-				default:
-					fmt.Fprintf(a.out, "%s: %d replica(s)\n", name, have)
+			found, err := stack.RaiseReplicas(ctx, js, replicas)
+			for _, r := range found {
+				if r.Raised {
+					fmt.Fprintf(a.out, "%s: replicas raised from %d to %d\n", r.Stream, r.Had, replicas)
+				} else {
+					fmt.Fprintf(a.out, "%s: %d replica(s)\n", r.Stream, r.Had)
 				}
 			}
-			if _, _, err := lf.policyEdit(); err != nil {
-				return err
+			if err != nil {
+				return troubleErr(err)
+			}
+			edit, err := client.LimitEdit(maxData, maxQueued, maxRate, images)
+			if err != nil {
+				return usageErr("--%v", err)
 			}
 			for _, u := range submitters {
 				if !events.ValidID(u) {
 					return usageErr("--submitter %q is not a submitter id", u)
 				}
-				if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, u); return err }, retry.If(retry.Always)); err != nil {
-					return troubleErr(fmt.Errorf("setup: %w", err))
+				if err := stack.OpenDataBucket(ctx, js, u); err != nil {
+					return troubleErr(err)
 				}
 				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
 			}
-			return setLimits(ctx, a.out, js, replicas, submitters, lf)
+			// The limits given, for each submitter named or for everyone.
+			set, err := client.SetLimits(ctx, js, replicas, submitters, edit)
+			if werr := set.WriteText(a.out); err == nil {
+				err = werr
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -128,10 +85,10 @@ allowed, is rejected with the reason.`,
 	f.DurationVar(&leaseTTL, "lease-ttl", events.DefaultLeaseTTL, "how long a node or scheduler lives without renewing its lease (only when the bucket is created)")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the cluster to accept the streams")
 	f.StringArrayVar(&submitters, "submitter", nil, "also make this submitter's data bucket, and set the limits given for it (repeatable)")
-	f.StringVar(&lf.maxData, "max-data", "", "what a submitter's data bucket may hold, e.g. 50GiB, or unlimited (default unlimited)")
-	f.StringVar(&lf.maxQueued, "max-queued", "", "jobs a submitter may have submitted and not yet over, or unlimited (default 200000)")
-	f.StringVar(&lf.maxRate, "max-rate", "", "jobs a submitter may submit a minute, or unlimited (default 120000)")
-	f.StringArrayVar(&lf.allowImages, "allow-image", nil, "a container image jobs may name; 'prefix*' for every image it starts (repeatable)")
+	f.StringVar(&maxData, "max-data", "", "what a submitter's data bucket may hold, e.g. 50GiB, or unlimited (default unlimited)")
+	f.StringVar(&maxQueued, "max-queued", "", "jobs a submitter may have submitted and not yet over, or unlimited (default 200000)")
+	f.StringVar(&maxRate, "max-rate", "", "jobs a submitter may submit a minute, or unlimited (default 120000)")
+	f.StringArrayVar(&images, "allow-image", nil, "a container image jobs may name; 'prefix*' for every image it starts (repeatable)")
 	return cmd
 }
 

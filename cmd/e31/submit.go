@@ -19,15 +19,8 @@ func submitCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Stage a job's data and submit it; prints the job id",
-		Long: `Read a job file (YAML or JSON), upload the data it declares into the store
-(content addressed: data already stored is not sent again), and submit the job.
-Prints the job id, or {"id": ...} with --json. With --wait, waits for the job
-to end and prints its hold record; the exit status is then 0 only if the job
-succeeded.
-
-A job file that is not valid is refused here, with every problem and where it
-is; such a job never reaches the system.`,
-		Args: cobra.ExactArgs(1),
+		Long:  help("submit"),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			job, err := jobfile.ParseFile(args[0])
@@ -44,14 +37,13 @@ is; such a job never reaches the system.`,
 				if err != nil {
 					return err
 				}
-				if !wait {
-					if asJSON {
-						return json.NewEncoder(a.out).Encode(map[string]string{"id": id})
-					}
-					fmt.Fprintln(a.out, id)
-					return nil
-				}
-				if !asJSON {
+				switch {
+				case !wait && asJSON:
+					return json.NewEncoder(a.out).Encode(map[string]string{"id": id})
+				case !wait:
+					_, err = fmt.Fprintln(a.out, id)
+					return err
+				case !asJSON:
 					fmt.Fprintln(a.errOut, "submitted", id)
 				}
 				return a.waitAndPrint(ctx, c, id, timeout, asJSON)
@@ -74,12 +66,12 @@ func (a *app) submitSweep(ctx context.Context, c *client.Client, job *jobfile.Jo
 	if err != nil {
 		return err
 	}
-	if !wait {
-		if asJSON {
-			return json.NewEncoder(a.out).Encode(map[string]any{"id": sweep, "jobs": ids})
-		}
-		fmt.Fprintln(a.out, sweep)
-		return nil
+	switch {
+	case !wait && asJSON:
+		return json.NewEncoder(a.out).Encode(map[string]any{"id": sweep, "jobs": ids})
+	case !wait:
+		_, err = fmt.Fprintln(a.out, sweep)
+		return err
 	}
 	fmt.Fprintf(a.errOut, "submitted sweep %s: %d jobs\n", sweep, len(ids))
 	return a.waitSweep(ctx, c, sweep, timeout, asJSON)

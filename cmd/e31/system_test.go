@@ -17,6 +17,7 @@ import (
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/stack"
 )
 
 // testSystem is `e31 dev` started in-process for one test, with
@@ -28,7 +29,7 @@ type testSystem struct {
 	opts devOptions
 	dir  string
 	url  string
-	sys  *devSystem
+	sys  *stack.Stack
 	c    *client.Client
 }
 
@@ -68,7 +69,7 @@ func (ts *testSystem) start(nodes int) {
 		t.Fatalf("start e31 dev: %v", err)
 	}
 	ts.sys = sys
-	ts.url = sys.broker.ClientURL()
+	ts.url = sys.Broker().ClientURL()
 	ts.c = ts.client(events.Operator)
 }
 
@@ -87,14 +88,14 @@ func (ts *testSystem) client(name string) *client.Client {
 }
 
 // creds is the credentials file e31 dev wrote for name.
-func (ts *testSystem) creds(name string) string { return ts.sys.credsFile(name) }
+func (ts *testSystem) creds(name string) string { return ts.sys.CredsFile(name) }
 
 func (ts *testSystem) stop() {
 	if ts.sys == nil {
 		return
 	}
 	ts.c.Close()
-	if err := ts.sys.stop(); err != nil {
+	if err := ts.sys.Stop(); err != nil {
 		ts.t.Errorf("stop e31 dev: %v", err)
 	}
 	ts.sys = nil

@@ -154,7 +154,7 @@ func TestAServiceCannotPublishAnotherServicesEvents(t *testing.T) {
 		{auth.RunService, "node-1", &events.NodeAnnounced{Node: "node-2", Boot: "b"}},
 	} {
 		id := auth.Identity{Role: auth.Service, Service: c.service, Name: c.name}
-		nc, err := ts.sys.connect(id, "test-"+c.name, ts.sys.log)
+		nc, err := ts.sys.Connect(id, "test-"+c.name)
 		if err != nil {
 			t.Fatal(err)
 		}

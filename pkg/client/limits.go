@@ -50,8 +50,9 @@ type LimitsSet struct {
 	// Policies are the policies written, by key, in the order written.
 	Policies []KeyPolicy
 	// Bounded are the submitters whose data bucket took the new max-data,
-	// in the order bounded.
-	Bounded []string
+	// MaxDataBytes, in the order bounded.
+	Bounded      []string
+	MaxDataBytes *int64
 }
 
 // KeyPolicy is a policy as written under its key in limits.Bucket.
@@ -60,21 +61,22 @@ type KeyPolicy struct {
 	Policy limits.Policy
 }
 
-// SetLimits changes, with edit, the limits of each submitter (or, with
-// none named, the default) and bounds the data buckets a new maxData
-// applies to. It is the operator's: js must be the operator's. A bucket
-// already holding more than maxData is refused (ErrInvalid) before
-// anything is written: lowering a bound never deletes what is stored. It
-// returns what it changed, also when it fails part way.
-func SetLimits(ctx context.Context, js jetstream.JetStream, replicas int, submitters []string, edit func(*limits.Policy), maxData *int64) (LimitsSet, error) {
-	var set LimitsSet
+// SetLimits changes, as e says, the limits of each submitter (or, with
+// none named, the default) and bounds the data buckets a new
+// e.MaxDataBytes applies to. It is the operator's: js must be the
+// operator's. A bucket already holding more than that is refused
+// (ErrInvalid) before anything is written: lowering a bound never deletes
+// what is stored. It returns what it changed, also when it fails part way.
+func SetLimits(ctx context.Context, js jetstream.JetStream, replicas int, submitters []string, e limits.Edit) (LimitsSet, error) {
+	set := LimitsSet{MaxDataBytes: e.MaxDataBytes}
 	kv, err := limits.Setup(ctx, js, replicas)
 	if err != nil {
 		return set, fmt.Errorf("setup: %w", err)
 	}
-	if edit == nil {
+	if e.Empty() {
 		return set, nil
 	}
+	edit, maxData := e.Apply, e.MaxDataBytes
 	keys := []string{limits.DefaultKey}
 	if len(submitters) > 0 {
 		keys = keys[:0]

@@ -179,18 +179,7 @@ func (c *Client) dataFull(ctx context.Context, what string) error {
 }
 
 // HumanBytes writes a size for people: 512 B, 1.5 KiB, 2.0 GiB.
-func HumanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+func HumanBytes(n int64) string { return hold.HumanBytes(n) }
 
 // Cancel asks for a job to be stopped: its compute is released and its
 // output so far returned. It returns the job's record as it was when

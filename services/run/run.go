@@ -422,7 +422,7 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 	stored, err := retry.Value(ctx, retry.Record, func() ([]events.Envelope, error) {
 		// Each try has its own deadline: a request that went to a server
 		// which then died must not use up the whole two minutes.
-		try, cancelTry := context.WithTimeout(ctx, 15*time.Second)
+		try, cancelTry := context.WithTimeout(ctx, tryRequest)
 		defer cancelTry()
 		return s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
 			return DecideStop(stopped, after), nil
@@ -590,8 +590,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	// A job's data, output and logs live in its submitter's store.
 	var store stage.Store
-	err := again(prepCtx, log, "opening the store", func() (err error) {
-		store, err = s.cfg.Stores.For(prepCtx, held.Submitter)
+	err := again(prepCtx, log, "opening the store", tryRequest, func(ctx context.Context) (err error) {
+		store, err = s.cfg.Stores.For(ctx, held.Submitter)
 		return err
 	})
 	if err != nil {
@@ -620,8 +620,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			resolved.Name = ref.Name
 			ref = resolved
 		}
-		err := again(prepCtx, log, "staging data", func() error {
-			return stage.Download(prepCtx, store, ref, filepath.Join(dirs.DataDir, ref.Name), nil)
+		// Data may be large: a try is bounded by the job's limit only.
+		err := again(prepCtx, log, "staging data", 0, func(ctx context.Context) error {
+			return stage.Download(ctx, store, ref, filepath.Join(dirs.DataDir, ref.Name), nil)
 		})
 		if err != nil {
 			return fail("staging data %q: %v", ref.Name, err)
@@ -663,11 +664,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	var collected events.Collected
 	collectCtx, uploadSpan := trace.Child(collectCtx, "run output upload", attrs...)
-	err = again(collectCtx, log, "collecting output", func() (err error) {
-		// As above: one try stuck on a dead server is given up, not waited out.
-		try, cancelTry := context.WithTimeout(collectCtx, time.Minute)
-		defer cancelTry()
-		collected, err = stage.Collect(try, store, dirs.OutDir, spec.Output, bound)
+	err = again(collectCtx, log, "collecting output", tryOutput, func(ctx context.Context) (err error) {
+		collected, err = stage.Collect(ctx, store, dirs.OutDir, spec.Output, bound)
 		return err
 	})
 	uploadSpan.SetAttributes(attribute.Int64("e31.output.bytes", collected.Bytes), attribute.Int("e31.output.files", len(collected.Files)))
@@ -737,7 +735,7 @@ func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject str
 func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
 	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	if err := again(storeCtx, log, "storing the job's logs", func() error { return logs.Flush(storeCtx, true) }); err != nil {
+	if err := again(storeCtx, log, "storing the job's logs", tryLogs, func(ctx context.Context) error { return logs.Flush(ctx, true) }); err != nil {
 		log.Warn("storing the job's logs", "err", err)
 	}
 	stdout, stderr, truncated := logs.Counts()
@@ -759,12 +757,33 @@ func Deadline(heldAt time.Time, limit time.Duration, now time.Time) time.Time {
 // again calls op until it succeeds, fails for a reason that does not pass
 // by itself, or has failed for a while (retry.Step): a NATS server
 // restarting, or a cluster electing a leader (retry.Transient), is no
-// fault of the job and must not end it as failed.
-func again(ctx context.Context, log *slog.Logger, what string, op func() error) error {
-	return retry.Do(ctx, retry.Step, op, retry.OnRetry(func(err error, in time.Duration) {
+// fault of the job and must not end it as failed. Each try gets at most
+// try (no bound of its own if 0): a request sent to a server that then died
+// is never answered, and nats.go waits for its answer until the request's
+// context ends, so a try stuck so must be given up and made again on the
+// server that is there now, not waited out to the step's deadline.
+func again(ctx context.Context, log *slog.Logger, what string, try time.Duration, op func(context.Context) error) error {
+	return retry.Do(ctx, retry.Step, func() error {
+		if try <= 0 {
+			return op(ctx)
+		}
+		tctx, cancel := context.WithTimeout(ctx, try)
+		defer cancel()
+		return op(tctx)
+	}, retry.OnRetry(func(err error, in time.Duration) {
 		log.Warn(what+" failed; trying again", "in", in, "err", err)
 	}))
 }
+
+// How long one try of a step on the node may take before it is given up
+// as stuck on a server that died (see again). A request answers in
+// milliseconds; the bounds are for a loaded server, and for the bytes a
+// try moves: a job's logs are capped, its output is not.
+const (
+	tryRequest = 15 * time.Second
+	tryLogs    = 30 * time.Second
+	tryOutput  = time.Minute
+)
 
 // HandleCancel stops the job if it runs on this node. A cancel for a job
 // not started here is decided when its hold arrives (DecideStart).

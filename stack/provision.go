@@ -1,0 +1,75 @@
+package stack
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
+	"github.com/e31net/e31/pkg/retry"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// Setting up a deployed e31 (`e31 setup`): what a Stack makes for itself
+// with one replica, made on a NATS cluster with the replicas wanted.
+// Right after a cluster starts, creating a replicated stream can fail
+// until every peer is known and a meta leader elected: each step is
+// retried (retry.Setup) until its context ends.
+
+// Streams are every stream e31 keeps, the buckets included (a KV bucket is
+// the stream KV_<bucket>). Each submitter's data bucket is made when it is
+// first needed, with as many replicas as the event log.
+var Streams = []string{
+	events.Stream, events.PoisonStream, events.TimerStream,
+	"KV_" + events.LeasesBucket, limits.Stream,
+}
+
+// Provision creates the streams and buckets that are missing, as o says.
+func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptions) error {
+	if err := retry.Do(ctx, retry.Setup, func() error { return events.Setup(ctx, js, o) }, retry.If(retry.Always)); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	err := retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err }, retry.If(retry.Always))
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	return nil
+}
+
+// Replicas is what RaiseReplicas found of one stream.
+type Replicas struct {
+	Stream string
+	// Had is how many replicas it had; Raised, whether it has more now.
+	Had    int
+	Raised bool
+}
+
+// RaiseReplicas gives every stream of Streams at least want replicas,
+// never fewer than it has (events.RaiseReplicas). It returns what it found
+// of each, in the order of Streams, also when it fails part way.
+func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int) ([]Replicas, error) {
+	var found []Replicas
+	for _, name := range Streams {
+		r := Replicas{Stream: name}
+		err := retry.Do(ctx, retry.Setup, func() (err error) {
+			r.Had, r.Raised, err = events.RaiseReplicas(ctx, js, name, want)
+			return err
+		}, retry.If(retry.Always))
+		if err != nil {
+			return found, fmt.Errorf("setup: %w", err)
+		}
+		found = append(found, r)
+	}
+	return found, nil
+}
+
+// OpenDataBucket makes submitter's data bucket if it is missing: a
+// submitter's credentials let it use its bucket, never create one.
+func OpenDataBucket(ctx context.Context, js jetstream.JetStream, submitter string) error {
+	if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, submitter); return err }, retry.If(retry.Always)); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	return nil
+}
