@@ -126,6 +126,12 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ledger: start from the checkpoint: %w", err)
 	}
+	if last, err := bus.LastSeq(ctx, s.js); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	} else if proj.Applied() > last {
+		return fmt.Errorf("ledger: its checkpoint is as of #%d, past the end of the log (#%d): the log was made again since; "+
+			"purge the ledger's bucket (%s) for it to fold the new log in from its first message", proj.Applied(), last, events.LedgerBucket)
+	}
 	s.mu.Lock()
 	s.proj, s.from, s.folded = proj, proj.Applied(), 0
 	s.mu.Unlock()
@@ -146,8 +152,8 @@ func (s *Service) Run(ctx context.Context) error {
 	err = g.Wait()
 	// What changed since the last flush, so that the next start folds in
 	// nothing it need not: with a context of its own, ctx is over.
-	st.ctx = context.Background()
 	s.mu.Lock()
+	st.ctx = context.Background()
 	if ferr := s.proj.Flush(); ferr != nil && err == nil {
 		s.log.Warn("could not write the last records before stopping: the next start folds them in again", "err", ferr)
 	}
