@@ -26,8 +26,8 @@ const gib = 1 << 30
 // chain over the log and the digests of the events behind every record; fed
 // decoded events (Apply), it builds the same records without them.
 //
-// Made with NewProjection it keeps every job in memory. Over a Store
-// (see store.go) it keeps in memory only the jobs still open and those
+// Made with NewProjection it keeps every job in memory. Over the ledger's
+// bucket (store.go) it keeps in memory only the jobs still open and those
 // changed since the last Flush: a flush writes the changed ones to the
 // store, with a checkpoint of everything else the projection derived,
 // and forgets those that are over. Lookups of the others go to the store.
@@ -65,7 +65,7 @@ type Projection struct {
 }
 
 // entry is what the projection keeps of one job: its record and what
-// folding more events into it needs. It is what a Store stores.
+// folding more events into it needs: what the ledger's bucket stores of it.
 type entry struct {
 	Job string `json:"job"`
 	// Owner is the submitter of the job: the identity that ends the
@@ -299,23 +299,22 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		p.pos[e.Job] = len(p.fresh)
 		p.fresh = append(p.fresh, e.Job)
 	}
-	js := e
 	repeated := false
-	for _, id := range js.IDs {
+	for _, id := range e.IDs {
 		repeated = repeated || id == env.ID
 	}
 	if repeated && env.Type == events.TypeJobRequested {
 		return
 	}
-	js.IDs = append(js.IDs, strings.Clone(env.ID))
+	e.IDs = append(e.IDs, strings.Clone(env.ID))
 	ref := hold.EventRef{Seq: env.Seq, Type: events.Name(env.Type)}
 	if digest != nil {
-		if js.digest == nil {
-			js.digest = sha256.New()
+		if e.digest == nil {
+			e.digest = sha256.New()
 		}
-		js.digest.Write(digest[:])
+		e.digest.Write(digest[:])
 		ref.Digest = sha256Text(digest[:])
-		r.EventsDigest = sha256Text(js.digest.Sum(nil))
+		r.EventsDigest = sha256Text(e.digest.Sum(nil))
 	}
 	r.Events = append(r.Events, ref)
 	if repeated {

@@ -150,7 +150,7 @@ func run(t *testing.T, nc *nats.Conn, js jetstream.JetStream) (svc *Service, sto
 	return svc, stop
 }
 
-// inMemory is what a ledger that folds the whole log, every job in memory
+// fromScratch is what a ledger that folds the whole log, every job in memory
 // (the ledger before checkpoints), answers: served by a ledger whose
 // bucket is emptied first.
 func fromScratch(t *testing.T, nc *nats.Conn, js jetstream.JetStream, last uint64) string {
