@@ -15,6 +15,7 @@ import (
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/ops"
 	"github.com/e31net/e31/pkg/web"
+	"github.com/e31net/e31/services/rent"
 )
 
 // Serveable is what runs alone against an external NATS (`e31 serve
@@ -48,6 +49,10 @@ type AloneConfig struct {
 func RunAlone(ctx context.Context, cfg AloneConfig) error {
 	log := cmp.Or(cfg.Logger, slog.Default())
 	var cs []prometheus.Collector
+	if cfg.Name == "rent" {
+		// Alone in its process, RENT sets the collector as e31-rent does.
+		defer rent.TuneGC()()
+	}
 	if cfg.Name == "rent" && cfg.Configs.Rent.Observer == nil {
 		sched := metrics.NewScheduler()
 		cfg.Configs.Rent.Observer = sched

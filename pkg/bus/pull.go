@@ -56,6 +56,10 @@ type puller struct {
 	// half a batch is left, the next is asked for, so that messages keep
 	// coming while the last ones are handled. Only Next touches it.
 	asked int
+	// silence fires when nothing came for two heartbeats; Next's alone,
+	// made by its first call and reset by each (a timer reset needs no
+	// draining since Go 1.23).
+	silence *time.Timer
 }
 
 // pullExpiry is how long one pull request waits for messages; the server
@@ -120,8 +124,13 @@ func (p *puller) pull() error {
 // messages nor heartbeats came for two heartbeats (a new request is made);
 // jetstream.ErrMsgIteratorClosed that Stop was called.
 func (p *puller) Next() (delivery, error) {
-	silence := time.NewTimer(2 * p.heartbeat)
-	defer silence.Stop()
+	// One timer for every call: a projection takes a message at a time.
+	if p.silence == nil {
+		p.silence = time.NewTimer(2 * p.heartbeat)
+	} else {
+		p.silence.Reset(2 * p.heartbeat)
+	}
+	silence := p.silence
 	for {
 		var m *nats.Msg
 		select {

@@ -164,7 +164,11 @@ func (t *Tail) run(ctx context.Context, apply Apply) error {
 		if pending == 0 {
 			t.caughtUpNow(ctx)
 		}
-		batch = make([]*jetstream.RawStreamMsg, 0, t.opts.Batch)
+		// A new slice, since Apply may keep the one it was handed; as long
+		// as what is left to read, so that a projection following live
+		// events, one or a few at a time, does not allocate a whole batch
+		// for each.
+		batch = make([]*jetstream.RawStreamMsg, 0, min(uint64(t.opts.Batch), pending+1))
 	}
 }
 

@@ -56,6 +56,9 @@ type Config struct {
 	// DeleteGrace is the time between a deletion and the sweep that removes
 	// the freed objects; default retention.DefaultDeleteGrace.
 	DeleteGrace time.Duration
+	// KeepDeleted is how long a job whose data and output are all deleted
+	// is remembered; default retention.DefaultKeepDeleted.
+	KeepDeleted time.Duration
 	// Queries bounds what askers may hold of the stored endpoint at once
 	// (zero fields: query's defaults).
 	Queries query.Limits
@@ -96,7 +99,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.Stores != nil {
 		r, err := retention.New(js, retention.Config{Publisher: s.pub, Stores: cfg.Stores, Logger: s.log, Now: cfg.Now,
-			DeleteGrace: cfg.DeleteGrace, Queries: cfg.Queries})
+			DeleteGrace: cfg.DeleteGrace, KeepDeleted: cfg.KeepDeleted, Queries: cfg.Queries})
 		if err != nil {
 			return nil, fmt.Errorf("output: %w", err)
 		}

@@ -33,9 +33,19 @@ type world struct {
 	*fixture
 	bucket jetstream.ObjectStore
 	stop   func()
+	svc    *output.Service // the one running
+	// keepDeleted is the service's KeepDeleted (zero: its default).
+	keepDeleted time.Duration
 }
 
 func startWorld(t *testing.T) *world {
+	t.Helper()
+	return startWorldKeeping(t, 0)
+}
+
+// startWorldKeeping is startWorld with OUTPUT remembering a deleted job
+// for keepDeleted (zero: its default).
+func startWorldKeeping(t *testing.T, keepDeleted time.Duration) *world {
 	t.Helper()
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
@@ -44,7 +54,8 @@ func startWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &world{fixture: &fixture{ctx: ctx, js: js, pub: bus.NewPublisher(js, "e31/test", nil), store: stage.NewObjectStore(bucket)}, bucket: bucket}
+	w := &world{fixture: &fixture{ctx: ctx, js: js, pub: bus.NewPublisher(js, "e31/test", nil), store: stage.NewObjectStore(bucket)}, bucket: bucket,
+		keepDeleted: keepDeleted}
 	w.run(t)
 	return w
 }
@@ -52,10 +63,11 @@ func startWorld(t *testing.T) *world {
 // run starts the service; stop stops it.
 func (w *world) run(t *testing.T) {
 	t.Helper()
-	svc, err := output.New(w.js, output.Config{Store: w.store, DeleteGrace: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	svc, err := output.New(w.js, output.Config{Store: w.store, DeleteGrace: time.Second, KeepDeleted: w.keepDeleted, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.svc = svc
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {

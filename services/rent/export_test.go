@@ -6,6 +6,7 @@ import (
 
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Schedule makes one scheduling pass, as the scheduler does when Handle wakes
@@ -41,4 +42,25 @@ func (s *Service) Lead(tb testing.TB, ctx context.Context) (resign func()) {
 	}
 	tb.Cleanup(resign)
 	return resign
+}
+
+// Tracked is how many jobs the service keeps anything of: in the pool, live
+// or ended (all), live only, and the trace contexts it keeps for them.
+func (s *Service) Tracked() (all, live, traces int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, live = s.pool.Tracked()
+	return all, live, len(s.traces)
+}
+
+// WaitApplied returns once the service has read the log up to seq.
+func (s *Service) WaitApplied(ctx context.Context, seq uint64) error {
+	return s.tail.WaitFor(ctx, seq)
+}
+
+// Why is what the pool says of a job, as the operator is told.
+func (s *Service) Why(id string) wire.WhyReply {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pool.Why(id)
 }

@@ -4,7 +4,9 @@ import (
 	"container/heap"
 	"container/list"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -114,7 +116,19 @@ type PoolConfig struct {
 	// a job is judged on whether any node could ever hold it. Default:
 	// DefaultRememberLost.
 	RememberLost time.Duration
+	// RememberEnded is how many of the jobs that ended last the pool
+	// remembers (and how many cancels of jobs it has not seen): default
+	// DefaultRememberEnded.
+	RememberEnded int
 }
+
+// DefaultRememberEnded is how many ended jobs the pool remembers. Once a
+// job is over, the events that may still come about it (a late cancel, the
+// log's copy of what RENT appended and applied already) come within
+// moments, and a job that runs after one that ended long ago has its
+// outcome read from the log: a hundred thousand is ample and costs a few
+// MiB, whatever the history.
+const DefaultRememberEnded = 100_000
 
 // DefaultRememberLost is how long a lost node (its lease lapsed) still
 // counts for whether a newly queued job could ever be held. Run nodes come
@@ -152,16 +166,32 @@ const DefaultRememberLost = 15 * time.Minute
 // judgement is never made again, so a job held once, or accepted, waits
 // through any node's loss rather than being rejected for it.
 type Pool struct {
-	cfg    PoolConfig
-	now    func() time.Time
-	nodes  map[string]*node
-	jobs   map[string]*job           // blocked, waiting or held
-	over   map[string]events.Outcome // ended jobs: late or repeated events change nothing
-	levels map[int]*level
-	nWait  int
-	usage  map[string]int64    // milli-cpu held, by submitter
-	after  map[string][]*job   // dependents waiting for a job
-	early  map[string][]string // cancels seen before the job was submitted: by whom
+	cfg   PoolConfig
+	now   func() time.Time
+	nodes map[string]*node
+	jobs  map[string]*job // blocked, waiting or held
+	// over holds the jobs that ended most recently (RememberEnded of them,
+	// oldest first in ended), so that a late or repeated event about one
+	// changes nothing and a dependent learns its outcome at once. Older
+	// ones are forgotten: the pool's heap is bounded by the jobs live, not
+	// by every job there ever was. A dependent of a job forgotten is
+	// blocked until the Service has read that job's outcome from the log
+	// (Unresolved, Resolve).
+	over  map[string]events.Outcome
+	ended ring
+	// unresolved holds the jobs that jobs run after that the pool does not
+	// know, neither live nor recently ended: not accepted yet, or ended and
+	// forgotten. The Service reads each one's outcome from the log.
+	unresolved map[string]bool
+	levels     map[int]*level
+	nWait      int
+	usage      map[string]int64  // milli-cpu held, by submitter
+	after      map[string][]*job // dependents waiting for a job
+	// early holds cancels seen before the job was submitted: by whom; the
+	// oldest are forgotten past RememberEnded jobs (earlyOrder), since a
+	// cancel of a job that ended long ago lands here too.
+	early      map[string][]string
+	earlyOrder ring
 	// attention holds the jobs that may need a decision other than a hold:
 	// a cancel, a rejection, or a first check that some node could hold
 	// them. Decide looks at these only, so a long queue costs nothing here.
@@ -194,12 +224,15 @@ func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
 	if cfg.RememberLost <= 0 {
 		cfg.RememberLost = DefaultRememberLost
 	}
+	if cfg.RememberEnded <= 0 {
+		cfg.RememberEnded = DefaultRememberEnded
+	}
 	if now == nil {
 		now = time.Now
 	}
 	return &Pool{
 		cfg: cfg, now: now,
-		nodes: map[string]*node{}, jobs: map[string]*job{}, over: map[string]events.Outcome{},
+		nodes: map[string]*node{}, jobs: map[string]*job{}, over: map[string]events.Outcome{}, unresolved: map[string]bool{},
 		levels: map[int]*level{}, usage: map[string]int64{}, after: map[string][]*job{}, early: map[string][]string{},
 		attention: map[string]*job{}, unchecked: map[string]*job{}, outBytes: map[string]int64{},
 	}
@@ -313,6 +346,9 @@ func (p *Pool) Apply(env events.Envelope) {
 			case !ended:
 				j.pending++
 				p.after[dep] = append(p.after[dep], j)
+				if p.jobs[dep] == nil {
+					p.unresolved[dep] = true
+				}
 			case outcome != events.Succeeded:
 				j.rejection = fmt.Sprintf("job %s, which it runs after, did not succeed (%s)", dep, outcome)
 				p.attention[id] = j
@@ -324,6 +360,11 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 	case *events.CancelRequested:
 		if j == nil {
+			if _, seen := p.early[id]; !seen {
+				if old, full := p.earlyOrder.push(id, p.cfg.RememberEnded); full {
+					delete(p.early, old)
+				}
+			}
 			if len(p.early[id]) < 16 {
 				p.early[id] = append(p.early[id], e.By)
 			}
@@ -432,6 +473,15 @@ func (p *Pool) end(id string, outcome events.Outcome, at time.Time) {
 	delete(p.early, id)
 	delete(p.attention, id)
 	delete(p.unchecked, id)
+	delete(p.unresolved, id)
+	if _, ended := p.over[id]; !ended {
+		// A copy: the event's id shares the block of headers it was read
+		// with, which would stay as long as the id is remembered.
+		id = strings.Clone(id)
+		if old, full := p.ended.push(id, p.cfg.RememberEnded); full {
+			delete(p.over, old)
+		}
+	}
 	p.over[id] = outcome
 	for _, d := range p.after[id] {
 		if d.state != blocked || p.jobs[d.id] != d {
@@ -457,6 +507,58 @@ func (p *Pool) end(id string, outcome events.Outcome, at time.Time) {
 		}
 	}
 	delete(p.after, id)
+}
+
+// Unresolved lists, sorted, the jobs that jobs run after which the pool
+// knows nothing of: each is either yet to be accepted, and its events will
+// come, or ended so long ago that the pool forgot it, and only the log can
+// say how. The Service reads each one's outcome and tells Resolve.
+func (p *Pool) Unresolved() []string {
+	return slices.Sorted(maps.Keys(p.unresolved))
+}
+
+// Resolve tells the pool what the log says of a job in Unresolved: ended
+// with outcome, or not ended (ended false), in which case its own events
+// will tell. Its dependents go on, or are rejected, as if it had just ended;
+// outBytes is the size of the output its last attempt returned: what a
+// dependent that reads it stages.
+func (p *Pool) Resolve(id string, ended bool, outcome events.Outcome, outBytes int64) {
+	if !p.unresolved[id] {
+		return
+	}
+	delete(p.unresolved, id)
+	if !ended || p.jobs[id] != nil {
+		return
+	}
+	p.outBytes[id] = outBytes
+	p.end(id, outcome, p.now())
+}
+
+// Tracked is how many jobs the pool keeps anything of, live or ended, and
+// how many of those are live: what its heap grows with.
+func (p *Pool) Tracked() (all, live int) {
+	return len(p.jobs) + len(p.over) + len(p.early) + len(p.unresolved) + len(p.after) + len(p.outBytes), len(p.jobs)
+}
+
+// Live reports whether the pool knows id as a job that has not ended.
+func (p *Pool) Live(id string) bool { return p.jobs[id] != nil }
+
+// ring is a bounded FIFO of job ids: the order in which the pool forgets.
+type ring struct {
+	ids  []string
+	head int // the oldest, once full
+}
+
+// push adds id; once n are in, it takes out and returns the oldest.
+func (r *ring) push(id string, n int) (old string, full bool) {
+	if len(r.ids) < n {
+		r.ids = append(r.ids, id)
+		return "", false
+	}
+	old = r.ids[r.head]
+	r.ids[r.head] = id
+	r.head = (r.head + 1) % len(r.ids)
+	return old, true
 }
 
 // judge decides, once, when a job first enters the queue, whether any node
@@ -958,7 +1060,7 @@ func (p *Pool) why(id string, redact bool) wire.WhyReply {
 	j := p.jobs[id]
 	if j == nil {
 		r.State = "unknown"
-		r.Reason = "the scheduler has not seen this job (not yet accepted, or no such job)"
+		r.Reason = "the scheduler has not seen this job (not yet accepted, no such job, or it ended long ago)"
 		return r
 	}
 	switch j.state {

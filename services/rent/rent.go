@@ -9,6 +9,11 @@
 // decision is appended only while the job's last event is the one the pool
 // decided from, so a hold can never be made twice or after a cancel.
 //
+// The pool keeps the jobs that wait or hold, and of those that ended only
+// the last PoolConfig.RememberEnded: what it keeps is bounded by the jobs
+// live, not by the history. A job that runs after one it forgot has that
+// job's outcome read from the log (resolve).
+//
 // Several instances may run. Exactly one decides at a time: it holds the
 // leader lease in the leases bucket and stops deciding the moment it cannot
 // prove it still holds it. The others keep their pools warm and take over
@@ -26,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,9 +118,17 @@ type Service struct {
 	// had one: the pool decides later, apart from any handler, and what it
 	// appends must stay in the job's trace.
 	traces map[string]events.Trace
+	// own holds the sequences of the events this instance appended and
+	// applied already that the tail has yet to read, and read the last
+	// sequence the tail has taken: see follow.
+	own  map[uint64]struct{}
+	read uint64
 
 	// kick wakes the scheduler: something changed that may allow a decision.
 	kick chan struct{}
+	// unresolved wakes resolve: the pool waits for the outcome of a job it
+	// forgot (Pool.Unresolved).
+	unresolved chan struct{}
 
 	queryLimits query.Limits
 	queries     atomic.Pointer[query.Server] // set once Run serves queries
@@ -143,8 +157,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
-		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{},
-		kick: make(chan struct{}, 1), queryLimits: cfg.Queries}
+		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
+		kick: make(chan struct{}, 1), unresolved: make(chan struct{}, 1), queryLimits: cfg.Queries}
 	// Named after the instance, so that its backlog is watched like a
 	// durable consumer's (e31_consumer_pending{service="rent"}).
 	s.tail = bus.NewTail(js, bus.TailOptions{Name: "rent-" + instance, Service: "rent", Logger: s.log})
@@ -186,7 +200,7 @@ func (s *Service) Run(ctx context.Context) error {
 	g.Go(func() error {
 		// Not Again: a pool that stopped following the log must not go on
 		// deciding from it. Run ends instead, and a standby takes over.
-		err := s.tail.Run(ctx, bus.Decoded(s.log, s.observed(bus.ObserverFrom(ctx))))
+		err := s.tail.Run(ctx, s.follow(bus.ObserverFrom(ctx)))
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("the reading of the log stopped")
 		}
@@ -195,6 +209,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	g.Go(func() error { s.resolve(ctx); return nil })
 	select {
 	case <-s.tail.CaughtUp():
 	case <-ctx.Done():
@@ -254,6 +269,43 @@ func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope
 	}
 }
 
+// follow is the tail's Apply: every message decoded and handled, in order,
+// except the events this instance appended itself, which schedule applied
+// the moment they were stored. Decoding those again (a hold carries the
+// job's whole spec) would be a third of the leader's reading for nothing:
+// the pool would find them applied already.
+func (s *Service) follow(o bus.Observer) bus.Apply {
+	decoded := bus.Decoded(s.log, s.observed(o))
+	var skip []bool
+	return func(ctx context.Context, msgs []*jetstream.RawStreamMsg) error {
+		skip = slices.Grow(skip[:0], len(msgs))[:len(msgs)]
+		s.mu.Lock()
+		for i, m := range msgs {
+			_, skip[i] = s.own[m.Sequence]
+			delete(s.own, m.Sequence)
+		}
+		// From here on schedule leaves what it stores at or below this to
+		// the tail: the tail has it in hand.
+		s.read = max(s.read, msgs[len(msgs)-1].Sequence)
+		s.mu.Unlock()
+		for i := 0; i < len(msgs); {
+			if skip[i] {
+				i++
+				continue
+			}
+			j := i + 1
+			for j < len(msgs) && !skip[j] {
+				j++
+			}
+			if err := decoded(ctx, msgs[i:j]); err != nil {
+				return err
+			}
+			i = j
+		}
+		return nil
+	}
+}
+
 // dropOldConsumer deletes the durable consumer earlier versions followed
 // the log with: nothing reads it any more, and left alone it would keep
 // its state on the server for a day.
@@ -279,9 +331,59 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
 	s.remember(env)
+	unresolved := len(s.pool.unresolved) > 0
 	s.mu.Unlock()
+	if unresolved {
+		select {
+		case s.unresolved <- struct{}{}:
+		default:
+		}
+	}
 	s.wake()
 	return nil
+}
+
+// resolve reads from the log the outcome of every job the pool waits to
+// hear of (Pool.Unresolved: a job that jobs run after, forgotten long after
+// it ended, or not accepted yet), until ctx ends. Jobs are rarely run after
+// one so old, so this is rare work: one job's history each time.
+func (s *Service) resolve(ctx context.Context) {
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.unresolved:
+		case <-again.C:
+		}
+		s.mu.Lock()
+		ids := s.pool.Unresolved()
+		s.mu.Unlock()
+		for _, id := range ids {
+			history, err := bus.ReadJob(ctx, s.js, id, 1)
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("reading the outcome of a job others run after; trying again", "job", id, "err", err)
+				again.Reset(time.Second)
+				break
+			}
+			ended, outcome, returned := events.FinalOutput(history)
+			var bytes int64
+			if returned != nil {
+				bytes = returned.Bytes
+			}
+			s.mu.Lock()
+			s.pool.Resolve(id, ended, outcome, bytes)
+			s.mu.Unlock()
+			if ended {
+				s.log.Info("outcome of a job others run after read from the log", "job", id, "outcome", outcome)
+				s.wake()
+			}
+		}
+	}
 }
 
 // remember keeps the trace context env carries as its job's until the job
@@ -289,6 +391,11 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 // its own (one each would be most of a trace's cost and say nothing); its
 // decisions are the spans (decisionSpans). Called with s.mu held.
 func (s *Service) remember(env events.Envelope) {
+	if !s.pool.Live(env.Subject) {
+		// Over, or not a job: nothing will be decided for it.
+		delete(s.traces, env.Subject)
+		return
+	}
 	switch e := env.Event.(type) {
 	case *events.NodeAnnounced, *events.NodeExpired:
 		return
@@ -572,6 +679,10 @@ func (s *Service) schedule(ctx context.Context) error {
 			switch {
 			case err == nil:
 				s.pool.Apply(stored[i])
+				s.remember(stored[i])
+				if stored[i].Seq > s.read {
+					s.own[stored[i].Seq] = struct{}{}
+				}
 				applied++
 				s.logDecision(decisions[i], stored[i])
 				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {

@@ -32,6 +32,15 @@
 // (Held.Logs) and the sweep after a deletion of the output removes their
 // logs (stage.DeleteLog) without counting.
 //
+// Keep only what retention needs. The projection forgets a job once it is
+// over and holds nothing: at once if it never stored anything, or a day
+// (Config.KeepDeleted) after its last deletion, so that the stored
+// endpoint still shows what went and when; the hold record shows it for
+// ever. A job's own later events (a late request to delete) then change
+// nothing, and a sweep of a job forgotten reads what its deletions dropped
+// from the job's log. Its heap is bounded by the jobs within their
+// retention, not by every job there ever was.
+//
 // Trigger without polling. Retention is a scheduled message (ADR-51) in the
 // E31_TIMERS stream: when a job ends, OUTPUT sets a timer for its end plus
 // its retention; a request on an ended job sets one for now. The server

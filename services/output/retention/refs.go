@@ -3,6 +3,7 @@ package retention
 import (
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -19,7 +20,9 @@ type Root struct {
 	Digest string
 }
 
-// Held is what one job keeps in the store, as the log tells it.
+// Held is what one job keeps in the store, as the log tells it. Its maps
+// are nil until something is put in them: most jobs hold little, and the
+// projection holds every job still within its retention.
 type Held struct {
 	Job       string
 	Name      string
@@ -51,6 +54,10 @@ type Held struct {
 	// DroppedLogs are the attempts whose logs were deleted with the
 	// output: they leave the store at the next sweep.
 	DroppedLogs map[int]bool
+
+	// tombstone says the job is over, holds nothing and waits in
+	// Refs.deleted to be forgotten.
+	tombstone bool
 }
 
 // Expires is when the job's data and output are due to be deleted; zero
@@ -106,12 +113,43 @@ type Refs struct {
 	jobs    map[string]*Held
 	count   map[Root]int
 	applied uint64
+
+	// forget, once set (Forget), drops the jobs retention needs no more.
+	forget      bool
+	keepDeleted time.Duration
+	// deleted lists the jobs that are over and hold nothing any more,
+	// with the time of their last deletion, oldest first: each is
+	// forgotten keepDeleted after it.
+	deleted []tombstone
 }
 
-// NewRefs returns an empty projection.
+// tombstone is a job whose data and output are all deleted, kept a while
+// so that what was deleted, and when, can still be asked of OUTPUT.
+type tombstone struct {
+	job string
+	at  time.Time
+}
+
+// NewRefs returns an empty projection that keeps every job it sees.
 func NewRefs() *Refs {
 	return &Refs{jobs: map[string]*Held{}, count: map[Root]int{}}
 }
+
+// Forget makes r keep only what retention still needs, so that it is
+// bounded by the jobs within their retention rather than by every job
+// there ever was. A job that is over and holds nothing is forgotten: at
+// once if nothing of it was ever deleted (it never stored anything), or
+// keepDeleted after its last deletion, until when the stored endpoint
+// still shows what was deleted and when. Events about a job it does not
+// know that do not start one (a late request to delete, a deletion, a
+// cancel) are ignored: the job holds nothing. A sweep of a job forgotten
+// reads what to sweep from the job's log (Service.Sweep).
+func (r *Refs) Forget(keepDeleted time.Duration) {
+	r.forget, r.keepDeleted = true, keepDeleted
+}
+
+// Tracked is how many jobs r keeps: what its heap grows with.
+func (r *Refs) Tracked() int { return len(r.jobs) }
 
 // Applied is the last sequence applied.
 func (r *Refs) Applied() uint64 { return r.applied }
@@ -148,11 +186,90 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 	}
 	h := r.jobs[env.Subject]
 	if h == nil {
-		h = &Held{Job: env.Subject, Retention: events.DefaultRetention,
-			Data: map[Root]bool{}, Output: map[Root]bool{}, Logs: map[int]bool{}, Requested: map[string]string{},
-			Deleted: map[string]time.Time{}, Dropped: map[Root]bool{}, DroppedLogs: map[int]bool{}}
+		switch env.Event.(type) {
+		case *events.JobRequested, *events.JobSubmitted:
+		default:
+			if r.forget {
+				return nil // a job forgotten, or never started: it holds nothing
+			}
+		}
+		// Strings kept are copied: a decoded event's strings share the
+		// buffers it was read into, which would stay as long as the job.
+		h = &Held{Job: strings.Clone(env.Subject), Retention: events.DefaultRetention}
 		r.jobs[env.Subject] = h
 	}
+	timers := r.apply(h, env)
+	if r.forget {
+		r.settle(h)
+		r.prune(env.Time)
+	}
+	return timers
+}
+
+// settle forgets h, or marks it to be forgotten, once it is over and holds
+// nothing: see Forget.
+func (r *Refs) settle(h *Held) {
+	if !h.Over || h.holds(events.WhatData) || h.holds(events.WhatOutput) || r.jobs[h.Job] != h {
+		return
+	}
+	var last time.Time
+	for _, at := range h.Deleted {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if last.IsZero() {
+		delete(r.jobs, h.Job)
+		return
+	}
+	if !h.tombstone {
+		h.tombstone = true
+		r.deleted = append(r.deleted, tombstone{job: h.Job, at: last})
+	}
+}
+
+// prune forgets the jobs whose last deletion is keepDeleted before now.
+func (r *Refs) prune(now time.Time) {
+	n := 0
+	for n < len(r.deleted) && !now.Before(r.deleted[n].at.Add(r.keepDeleted)) {
+		if h := r.jobs[r.deleted[n].job]; h != nil && h.tombstone {
+			delete(r.jobs, h.Job)
+		}
+		n++
+	}
+	if n > 0 {
+		r.deleted = slices.Delete(r.deleted, 0, n)
+	}
+}
+
+// Swept tells r that what job dropped left the store: past its deletion, a
+// job that holds nothing more needs nothing of retention but its
+// tombstone (see Forget).
+func (r *Refs) Swept(job string, roots []Root, logs []int, now time.Time) {
+	h := r.jobs[job]
+	if h == nil {
+		return
+	}
+	for _, root := range roots {
+		delete(h.Dropped, root)
+	}
+	for _, attempt := range logs {
+		delete(h.DroppedLogs, attempt)
+	}
+	if len(h.Dropped) == 0 {
+		h.Dropped = nil
+	}
+	if len(h.DroppedLogs) == 0 {
+		h.DroppedLogs = nil
+	}
+	if r.forget {
+		r.settle(h)
+		r.prune(now)
+	}
+}
+
+// apply folds env into h, what its job holds.
+func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 	switch e := env.Event.(type) {
 	case *events.JobRequested:
 		// Only the job's first request says whose it is: anyone may
@@ -160,10 +277,10 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		if h.Submitter != "" {
 			return nil
 		}
-		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
+		h.Submitter, h.Name, h.Retention = strings.Clone(e.Submitter), strings.Clone(e.Spec.Name), e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
 	case *events.JobSubmitted:
-		h.Submitter, h.Name, h.Retention = e.Submitter, e.Spec.Name, e.Spec.Retention()
+		h.Submitter, h.Name, h.Retention = strings.Clone(e.Submitter), strings.Clone(e.Spec.Name), e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
 	case *events.RunStarted:
 		holdLogs(h, e.Attempt)
@@ -181,7 +298,7 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		}
 		for _, what := range whats(e.What) {
 			if _, asked := h.Requested[what]; !asked {
-				h.Requested[what] = e.By
+				h.Requested = put(h.Requested, what, e.By)
 			}
 		}
 		if h.Over {
@@ -191,17 +308,21 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		if _, done := h.Deleted[e.What]; done {
 			return nil
 		}
-		h.Deleted[e.What] = env.Time
+		h.Deleted = put(h.Deleted, e.What, env.Time)
 		for root := range h.roots(e.What) {
 			r.release(root)
-			h.Dropped[root] = true
+			h.Dropped = put(h.Dropped, root, true)
 		}
-		clear(h.roots(e.What))
+		if e.What == events.WhatData {
+			h.Data = nil
+		} else {
+			h.Output = nil
+		}
 		if e.What == events.WhatOutput {
 			for attempt := range h.Logs {
-				h.DroppedLogs[attempt] = true
+				h.DroppedLogs = put(h.DroppedLogs, attempt, true)
 			}
-			clear(h.Logs)
+			h.Logs = nil
 		}
 	default:
 		if !events.Terminal(env.Event) || h.Over {
@@ -262,7 +383,7 @@ func (r *Refs) holdData(h *Held, data []events.DataRef) {
 		if d.Digest == "" {
 			continue // from_job, not resolved yet
 		}
-		r.hold(h, h.Data, Root{Tenant: h.Submitter, Kind: d.Kind, Digest: d.Digest})
+		h.Data = r.hold(h.Data, Root{Tenant: h.Submitter, Kind: d.Kind, Digest: d.Digest})
 		h.DataBytes += d.Bytes
 		if d.Kind == stage.KindDir {
 			h.DataFiles += d.Files
@@ -278,7 +399,7 @@ func holdLogs(h *Held, attempt int) {
 	if _, gone := h.Deleted[events.WhatOutput]; gone || attempt <= 0 {
 		return
 	}
-	h.Logs[attempt] = true
+	h.Logs = put(h.Logs, attempt, true)
 }
 
 // holdOutput records output: its manifest, which names every file, or the
@@ -288,20 +409,40 @@ func (r *Refs) holdOutput(h *Held, manifest string, files []events.OutputFile) {
 		return
 	}
 	if manifest != "" {
-		r.hold(h, h.Output, Root{Tenant: h.Submitter, Kind: stage.KindDir, Digest: manifest})
+		h.Output = r.hold(h.Output, Root{Tenant: h.Submitter, Kind: stage.KindDir, Digest: manifest})
 		return
 	}
 	for _, f := range files {
-		r.hold(h, h.Output, Root{Tenant: h.Submitter, Kind: stage.KindFile, Digest: f.Digest})
+		h.Output = r.hold(h.Output, Root{Tenant: h.Submitter, Kind: stage.KindFile, Digest: f.Digest})
 	}
 }
 
-func (r *Refs) hold(h *Held, set map[Root]bool, root Root) {
+// hold adds root to set, made if nil, and counts it once; it returns set.
+func (r *Refs) hold(set map[Root]bool, root Root) map[Root]bool {
 	if root.Digest == "" || set[root] {
-		return
+		return set
 	}
-	set[root] = true
+	switch root.Kind { // the same strings for every root, not the event's
+	case stage.KindDir:
+		root.Kind = stage.KindDir
+	case stage.KindFile:
+		root.Kind = stage.KindFile
+	default:
+		root.Kind = strings.Clone(root.Kind)
+	}
+	root.Digest = strings.Clone(root.Digest)
+	set = put(set, root, true)
 	r.count[root]++
+	return set
+}
+
+// put sets m[k] = v, making m if it is nil, and returns m.
+func put[K comparable, V any](m map[K]V, k K, v V) map[K]V {
+	if m == nil {
+		m = map[K]V{}
+	}
+	m[k] = v
+	return m
 }
 
 func (r *Refs) release(root Root) {

@@ -24,6 +24,12 @@ import (
 // the log; its SUBMIT check or its collection takes far less.
 const DefaultDeleteGrace = 15 * time.Minute
 
+// DefaultKeepDeleted is how long OUTPUT remembers a job whose data and
+// output are all deleted (the stored endpoint shows what went and when,
+// `e31 data ls --deleted`), after the last deletion. Past it OUTPUT keeps
+// nothing of the job: its hold record shows the deletions for ever.
+const DefaultKeepDeleted = 24 * time.Hour
+
 // Config configures retention.
 type Config struct {
 	// Publisher appends the Deleted events (OUTPUT's, so that they carry
@@ -40,6 +46,10 @@ type Config struct {
 	// Queries bounds what askers may hold of the stored endpoint at once
 	// (zero fields: query's defaults).
 	Queries query.Limits
+	// KeepDeleted is how long a job whose data and output are all
+	// deleted is remembered after its last deletion; default
+	// DefaultKeepDeleted, and never less than DeleteGrace.
+	KeepDeleted time.Duration
 }
 
 // Service keeps what jobs stored for as long as they may use it, and no
@@ -85,13 +95,28 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.DeleteGrace <= 0 {
 		cfg.DeleteGrace = DefaultDeleteGrace
 	}
+	if cfg.KeepDeleted <= 0 {
+		cfg.KeepDeleted = DefaultKeepDeleted
+	}
+	// Remembered until swept, at least: a sweep of a job forgotten reads
+	// the log, which is dearer.
+	cfg.KeepDeleted = max(cfg.KeepDeleted, cfg.DeleteGrace)
 	s := &Service{
 		js: js, pub: cfg.Publisher, log: cfg.Logger, stores: cfg.Stores, grace: cfg.DeleteGrace, now: cfg.Now,
 		refs: NewRefs(), index: map[stage.Store]*objectIndex{},
 		queryLimits: cfg.Queries,
 	}
+	s.refs.Forget(cfg.KeepDeleted)
 	s.tail = s.newTail()
 	return s, nil
+}
+
+// Tracked is how many jobs the projection keeps: those within their
+// retention, and those deleted less than KeepDeleted ago.
+func (s *Service) Tracked() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refs.Tracked()
 }
 
 // Run serves the stored endpoint, follows the log into the projection and

@@ -102,20 +102,35 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 	var logs []int
 	var submitter string
 	if h != nil {
-		for root := range h.Dropped {
-			dropped = append(dropped, root)
-		}
+		dropped = slices.Collect(maps.Keys(h.Dropped))
 		logs = slices.Sorted(maps.Keys(h.DroppedLogs))
 		submitter = h.Submitter
 	}
 	live := s.refs.Live()
 	s.mu.Unlock()
+	if h == nil {
+		// Forgotten (see Refs.Forget), or read again since a restart: the
+		// job's log says what its deletions dropped. Sweeping what is
+		// gone already deletes nothing more.
+		history, err := s.readJob(ctx, job)
+		if err != nil {
+			return fmt.Errorf("sweep %s: %w", job, err)
+		}
+		if h := heldBy(history); h != nil {
+			dropped = slices.Collect(maps.Keys(h.Dropped))
+			logs = slices.Sorted(maps.Keys(h.DroppedLogs))
+			submitter = h.Submitter
+		}
+	}
 	if len(logs) > 0 {
 		if err := s.sweepLogs(ctx, job, submitter, logs); err != nil {
 			return err
 		}
 	}
 	if len(dropped) == 0 {
+		s.mu.Lock()
+		s.refs.Swept(job, nil, nil, s.now())
+		s.mu.Unlock()
 		return nil
 	}
 	// Roots are counted per store: a submitter's objects are in its own
@@ -174,11 +189,7 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 		total += len(doomed)
 	}
 	s.mu.Lock()
-	if h := s.refs.Job(job); h != nil {
-		for _, root := range dropped {
-			delete(h.Dropped, root)
-		}
-	}
+	s.refs.Swept(job, dropped, nil, s.now())
 	s.mu.Unlock()
 	s.log.Info("swept", "job", job, "roots", len(dropped), "objects_deleted", total)
 	return nil
@@ -198,11 +209,7 @@ func (s *Service) sweepLogs(ctx context.Context, job, submitter string, attempts
 		}
 	}
 	s.mu.Lock()
-	if h := s.refs.Job(job); h != nil {
-		for _, attempt := range attempts {
-			delete(h.DroppedLogs, attempt)
-		}
-	}
+	s.refs.Swept(job, nil, attempts, s.now())
 	s.mu.Unlock()
 	s.log.Info("swept logs", "job", job, "attempts", len(attempts))
 	return nil
