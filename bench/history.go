@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -150,16 +149,6 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f\n",
 		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds())
 	return nil
-}
-
-// writeHeapProfile writes the heap profile to path.
-func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return pprof.Lookup("heap").WriteTo(f, 0)
 }
 
 // liveHeap is the heap in use after a forced collection, and what of it

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -31,7 +31,8 @@ type LedgerOptions struct {
 	// Events is the number of synthetic events written.
 	Events int
 	// Profile, if set, is where CPU profiles of the audit's replay (and of
-	// the ledger's rebuild, in PROFILE.ledger) are written.
+	// the ledger's rebuild, in PROFILE.ledger) are written, and the heap
+	// the audit holds at its end (PROFILE.heap).
 	Profile string
 	// Keep keeps the temporary directory.
 	Keep bool
@@ -80,18 +81,20 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	fmt.Fprintf(out, "wrote %d events (%d jobs) in %s: %.0f events/s, published asynchronously\n", n, jobs, wrote.Round(time.Millisecond), float64(n)/wrote.Seconds())
 
 	// The floor: reading alone, through NATS, with the server on the same cores.
+	readHeap := watchHeap()
 	start, cpu0 := time.Now(), cpuTime()
 	read, err := readOnly(ctx, js)
 	if err != nil {
+		readHeap()
 		return fmt.Errorf("bench ledger: read the log: %w", err)
 	}
 	readTook, readCPU := time.Since(start), cpuTime()-cpu0
-	fmt.Fprintf(out, "read only (the floor): %d events in %s (%.1f cpu-seconds, server included): %.0f events/s\n",
-		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds())
+	// The heap reading alone takes (the server's caches of what it reads,
+	// the client's buffers): the audit's figure includes as much.
+	fmt.Fprintf(out, "read only (the floor): %d events in %s (%.1f cpu-seconds, server included): %.0f events/s, %.1f MiB of heap at most\n",
+		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds(), float64(readHeap())/(1<<20))
 
 	// The audit's replay, as `e31 audit` runs it.
-	runtime.GC()
-	old := debug.SetGCPercent(400) // as `e31 audit` runs
 	if o.Profile != "" {
 		f, err := os.Create(o.Profile)
 		if err != nil {
@@ -102,20 +105,27 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 			return err
 		}
 	}
+	heap := watchHeap()
 	start, cpu0 = time.Now(), cpuTime()
-	au := audit.New(audit.Options{})
+	au := audit.New(auditOptions)
 	if err := au.ReadStream(ctx, js); err != nil {
+		heap()
 		return err
 	}
 	rep := au.Finish()
 	auditTook, auditCPU := time.Since(start), cpuTime()-cpu0
+	auditHeap := heap()
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
+		// What the audit still holds at its end (the auditor is live).
+		if err := writeHeapProfile(o.Profile + ".heap"); err != nil {
+			return err
+		}
 	}
-	debug.SetGCPercent(old)
 	auditRate := float64(rep.Events) / auditTook.Seconds()
-	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s; %s\n",
-		rep.Events, rep.Jobs, auditTook.Round(time.Millisecond), auditCPU.Seconds(), auditRate, rep.Summary())
+	fmt.Fprintf(out, "audit replay: %d events, %d jobs in %s (%.1f cpu-seconds, server included): %.0f events/s, %.2f of the floor, %.1f MiB of heap at most; %s\n",
+		rep.Events, rep.Jobs, auditTook.Round(time.Millisecond), auditCPU.Seconds(), auditRate, auditRate/(float64(read)/readTook.Seconds()),
+		float64(auditHeap)/(1<<20), rep.Summary())
 	if !rep.OK() {
 		for _, f := range rep.Findings[:min(len(rep.Findings), 10)] {
 			fmt.Fprintf(out, "  %s %s #%d: %s\n", f.Kind, f.Job, f.Seq, f.Detail)
@@ -179,9 +189,9 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	}
 	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
 	fmt.Fprintf(out, "ledger restart from its checkpoint: %s\n", restart.Round(time.Millisecond))
-	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f ledger_restart_s=%.3f cores=%d\n",
+	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f ledger_restart_s=%.3f cores=%d audit_heap_mib=%.1f\n",
 		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, rebuilt.Seconds(), float64(n)/rebuilt.Seconds(),
-		auditCPU.Seconds(), rebuildCPU.Seconds(), restart.Seconds(), runtime.NumCPU())
+		auditCPU.Seconds(), rebuildCPU.Seconds(), restart.Seconds(), runtime.NumCPU(), float64(auditHeap)/(1<<20))
 	return nil
 }
 
@@ -211,6 +221,58 @@ func LedgerRestart(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (
 		return 0, err
 	}
 	return took, nil
+}
+
+// auditOptions are the audit's as `e31 audit` runs it (pkg/client.Audit).
+var auditOptions = audit.Options{Forget: true}
+
+// watchHeap follows the live heap (as the last collection found it) until
+// the function it returns is called, which returns the most it grew above
+// where it was, after one last collection: what the audit held at most,
+// give or take what the embedded server caches meanwhile.
+func watchHeap() func() uint64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	live := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	base, peak := live(), uint64(0)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			peak = max(peak, live())
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		<-done
+		runtime.GC()
+		peak = max(peak, live())
+		return peak - min(base, peak)
+	}
+}
+
+// writeHeapProfile writes the live heap, after a collection, to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // askJSON asks a query endpoint, as the user its subject names, and

@@ -2,10 +2,8 @@ package audit
 
 import (
 	"fmt"
-	"runtime"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -87,11 +85,21 @@ type Options struct {
 	LedgerHead chain.Head
 	// Workers decode messages in parallel when reading; default GOMAXPROCS.
 	Workers int
+	// Forget keeps no record of a job once the job is over and its record
+	// checked, only sums of it: the audit's memory is then bounded by the
+	// jobs still open, and a few dozen bytes for each job that ended (to
+	// judge what the log says of it afterwards, and to compare). Report.
+	// Records then holds only the jobs still open at the end: compare
+	// with Auditor.Compare, not Report.Compare.
+	Forget bool
 }
 
-// Auditor accumulates the log, one message at a time, in log order, then
-// derives and checks every record in Finish. It is not safe for concurrent
-// use; Read* decode in parallel and feed it in order.
+// Auditor follows the log one message at a time, in log order. It holds
+// the history of each job until the job is over, then derives and checks
+// the job's record, keeps it (or not: Options.Forget) and lets go of the
+// history: what it holds is bounded by the jobs still open. Finish checks
+// what was never read and derives the jobs still open. It is not safe for
+// concurrent use; Read* decode in parallel and feed it in order.
 type Auditor struct {
 	// unreadable holds, for each job whose first request could not be
 	// read, where that request is.
@@ -100,12 +108,40 @@ type Auditor struct {
 	rep        Report
 	chain      HashChain
 	heads      map[uint64][]headCheck // heads to check, by sequence
-	seen       bitset                 // sequences read
+	seqs       seqs                   // sequences read, and those not yet
 
-	jobs  map[string]*job
-	order []string
+	open  map[string]*job // jobs not yet over, with their history
+	ended map[string]tomb // jobs over: how each ended
+	// after holds, by job and id ("job\x00id"), where an event of a job
+	// that was over was first stored, and the ids of requests other than
+	// the job's own: what a repeat after the end is told by. It holds
+	// only what came after the end (retention's deletions, a cancel asked
+	// again) and a tenant's odd requests.
+	after     map[string]uint64
+	jobs      int // jobs seen
+	maxOpen   int // the most jobs open at once
+	readAgain int // jobs read again from the log to compare (Compare)
+	// openSeen holds the jobs open at the end whose ledger's record
+	// Compare has seen.
+	openSeen map[string]bool
+	// spare holds the room of histories let go of, for jobs to come.
+	spare [][]fact
 	nodes map[string]*node
 	holds map[holdKey]*holdUse // attempts held and not yet released
+}
+
+// tomb is what the audit keeps of a job that is over: enough to judge
+// what the log says of the job afterwards.
+type tomb struct {
+	seq uint64 // the sequence of the event that ended it
+	typ string // its type
+	// requested says the job's first request came under its own id
+	// (events.ID), which a later request repeats.
+	requested bool
+	// matched says a ledger's record of the job was compared (Compare).
+	matched bool
+	// sums stand for the record let go of (Options.Forget), for Compare.
+	sums sums
 }
 
 // job is one job's history as read.
@@ -114,7 +150,7 @@ type job struct {
 }
 
 // fact is one event of a job, reduced to what the record and the checks
-// need, so that a million of them fit in memory.
+// need.
 type fact struct {
 	seq    uint64
 	typ    string
@@ -138,8 +174,11 @@ type decoded struct {
 
 // New returns an empty Auditor.
 func New(opts Options) *Auditor {
-	a := &Auditor{opts: opts, heads: map[uint64][]headCheck{}, jobs: map[string]*job{}, nodes: map[string]*node{},
-		holds: map[holdKey]*holdUse{}}
+	a := &Auditor{opts: opts, heads: map[uint64][]headCheck{}, open: map[string]*job{}, ended: map[string]tomb{},
+		nodes: map[string]*node{}, holds: map[holdKey]*holdUse{}}
+	if !opts.Forget {
+		a.rep.Records = map[string]*hold.HoldRecord{}
+	}
 	for _, h := range opts.Heads {
 		a.heads[h.Seq] = append(a.heads[h.Seq], headCheck{h, false})
 	}
@@ -209,15 +248,15 @@ func (a *Auditor) ingest(d *decoded) {
 		a.checkHead(h)
 	}
 	delete(a.heads, m.Seq)
-	if a.seen.has(m.Seq) {
+	dup, late := a.seqs.add(m.Seq)
+	if dup {
 		a.find(Finding{Job: subj.Job, Seq: m.Seq, Kind: Duplicate, Detail: fmt.Sprintf("message #%d appears twice in the log", m.Seq)})
 		return
 	}
-	if m.Seq < a.rep.LastSeq {
+	if late {
 		a.find(Finding{Job: subj.Job, Seq: m.Seq, Kind: Order, Detail: fmt.Sprintf("message #%d comes after #%d: out of stream order", m.Seq, a.rep.LastSeq)})
 	}
-	a.seen.set(m.Seq)
-	a.rep.LastSeq = max(a.rep.LastSeq, m.Seq)
+	a.rep.LastSeq = a.seqs.last
 	if d.err != nil {
 		if subj.ClientKind() {
 			// Anyone allowed to submit can publish garbage on its own tail
@@ -227,7 +266,7 @@ func (a *Auditor) ingest(d *decoded) {
 			// unreadable one with a JobRejected that names the problem.
 			a.rep.SetAside++
 			job := subj.Job
-			if subj.IsRequest() && !events.IsUnknownType(d.err) && a.unreadable[job] == 0 && !a.requested(job) {
+			if _, over := a.ended[job]; subj.IsRequest() && !events.IsUnknownType(d.err) && !over && a.unreadable[job] == 0 && !a.requested(job) {
 				if a.unreadable == nil {
 					a.unreadable = map[string]uint64{}
 				}
@@ -259,14 +298,20 @@ func (a *Auditor) ingest(d *decoded) {
 		a.nodeEvent(f, env.Subject)
 		return
 	}
-	j := a.jobs[env.Subject]
+	if t, over := a.ended[env.Subject]; over {
+		a.afterEnd(env.Subject, t, f)
+		return
+	}
+	j := a.open[env.Subject]
+	id := env.Subject
 	if j == nil {
-		// Most jobs have eight events or fewer; the id is cloned so that
-		// it does not hold the header block it came in.
-		j = &job{facts: make([]fact, 0, 8)}
-		id := strings.Clone(env.Subject)
-		a.jobs[id] = j
-		a.order = append(a.order, id)
+		// The id is cloned so that it does not hold the header block it
+		// came in.
+		j = &job{facts: a.factRoom()}
+		id = strings.Clone(env.Subject)
+		a.open[id] = j
+		a.jobs++
+		a.maxOpen = max(a.maxOpen, len(a.open))
 	}
 	for i := range j.facts {
 		if j.facts[i].id == f.id {
@@ -281,12 +326,142 @@ func (a *Auditor) ingest(d *decoded) {
 	j.facts = append(j.facts, f)
 	if !f.repeat {
 		a.capacity(env.Subject, f)
+		if events.Terminal(f.ev) {
+			a.close(id, j)
+		}
 	}
 }
 
-// requested reports whether a readable request of job has been read.
+// close derives the record of a job whose last event may have ended it.
+// If the job is over, its findings and record are final: the record is
+// kept (unless Options.Forget) and its history let go of.
+func (a *Auditor) close(id string, j *job) {
+	d := derive(id, j.facts, a.unreadable[id], a.rep.Records != nil)
+	if d.end == nil {
+		return // an ending the job's life did not allow: it goes on
+	}
+	a.settle(id, d)
+	t := tomb{seq: d.end.seq, typ: d.end.typ}
+	if a.rep.Records == nil {
+		t.sums = sumsOf(d.rec, j.facts)
+	}
+	for _, f := range j.facts {
+		if f.typ != events.TypeJobRequested {
+			continue
+		}
+		if f.id == events.ID(id, f.ev) && !t.requested {
+			t.requested = true
+		} else {
+			a.remember(id, f.id, f.seq)
+		}
+	}
+	delete(a.open, id)
+	delete(a.unreadable, id)
+	a.ended[id] = t
+	if cap(j.facts) <= 16 && len(a.spare) < 1024 {
+		clear(j.facts)
+		a.spare = append(a.spare, j.facts[:0])
+	}
+}
+
+// factRoom is room for a new job's history: a job that ended left it,
+// or it is made. Most jobs have eight events or fewer.
+func (a *Auditor) factRoom() []fact {
+	if n := len(a.spare); n > 0 {
+		room := a.spare[n-1]
+		a.spare = a.spare[:n-1]
+		return room
+	}
+	return make([]fact, 0, 8)
+}
+
+// settle takes a job's derivation into the report.
+func (a *Auditor) settle(id string, d derived) {
+	a.rep.Findings = append(a.rep.Findings, d.findings...)
+	a.rep.SetAside += d.setAside
+	if a.rep.Records != nil {
+		a.rep.Records[id] = d.rec
+	}
+}
+
+// remember notes where an event of job with id was first stored, for a
+// repeat after the job's end to be told by; it reports where, if it was
+// already.
+func (a *Auditor) remember(job, id string, seq uint64) (uint64, bool) {
+	if a.after == nil {
+		a.after = map[string]uint64{}
+	}
+	key := job + "\x00" + id
+	if first, ok := a.after[key]; ok {
+		return first, true
+	}
+	a.after[key] = seq
+	return 0, false
+}
+
+// afterEnd takes an event of a job that is over. Only a client's request
+// (a cancel asked again, a deletion asked) and what events.AfterEnd allows
+// (retention's deletions) may follow the end. The record, when kept,
+// lists the event, as derive would, and shows a deletion.
+func (a *Auditor) afterEnd(id string, t tomb, f fact) {
+	// Cloned, as a job's id is when it is first read: a map given a key
+	// anew keeps the new one, and this one is part of a message.
+	id = strings.Clone(id)
+	if f.typ == events.TypeJobRequested && t.requested && f.id == events.ID(id, f.ev) {
+		f.repeat = true
+	}
+	if first, ok := a.remember(id, f.id, f.seq); ok {
+		f.repeat = true
+		if !isRequest(f.typ) {
+			a.find(Finding{Job: id, Seq: f.seq, Kind: Duplicate, Detail: fmt.Sprintf(
+				"%s %s was already stored at #%d", events.Name(f.typ), f.id, first)})
+		}
+	}
+	rec := a.rep.Records[id]
+	if f.typ == events.TypeJobRequested {
+		// Set aside: only the first request says what was asked; a repeat
+		// under a used id is not even listed.
+		a.rep.SetAside++
+		if f.repeat {
+			return
+		}
+	}
+	if rec != nil {
+		rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
+		rec.EventsDigest = eventsDigest(rec.Events)
+	} else {
+		t.sums.events.add(f.seq, events.Name(f.typ), f.digest)
+		a.ended[id] = t
+	}
+	if f.repeat {
+		return
+	}
+	if !isRequest(f.typ) && !events.AfterEnd(f.ev) {
+		a.find(Finding{Job: id, Seq: f.seq, Kind: Order, Detail: fmt.Sprintf("%s after the job ended with %s at #%d",
+			events.Name(f.typ), events.Name(t.typ), t.seq)})
+	}
+	a.capacity(id, f)
+	if ev, ok := f.ev.(*events.Deleted); ok {
+		at := f.at
+		switch {
+		case rec != nil && ev.What == events.WhatOutput:
+			rec.Output.DeletedAt = &at
+		case rec != nil:
+			rec.DataDeletedAt = &at
+		case ev.What == events.WhatOutput:
+			t.sums.outputDeleted = at.UnixNano()
+			a.ended[id] = t
+		default:
+			t.sums.dataDeleted = at.UnixNano()
+			a.ended[id] = t
+		}
+	}
+}
+
+// requested reports whether a readable request of job, still open, has
+// been read.
 func (a *Auditor) requested(job string) bool {
-	if j := a.jobs[job]; j != nil {
+	if j := a.open[job]; j != nil {
 		for _, f := range j.facts {
 			if f.typ == events.TypeJobRequested {
 				return true
@@ -352,45 +527,31 @@ func (a *Auditor) Finish() *Report {
 		}
 	}
 	a.heads = nil
-	for _, g := range a.seen.gaps(a.rep.LastSeq) {
+	for _, g := range a.seqs.gaps {
 		detail := fmt.Sprintf("message #%d is missing from the log", g[0])
 		if g[1] > g[0] {
 			detail = fmt.Sprintf("messages #%d to #%d are missing from the log", g[0], g[1])
 		}
 		a.find(Finding{Seq: g[0], Kind: Gap, Detail: detail})
 	}
-	// Jobs are independent: derive them on every core.
-	type result struct {
-		rec      *hold.HoldRecord
-		findings []Finding
-		setAside int
+	// The jobs still open: derived as they are, their records kept in any
+	// case (there are only so many).
+	if a.rep.Records == nil {
+		a.rep.Records = make(map[string]*hold.HoldRecord, len(a.open))
 	}
-	results := make([]result, len(a.order))
-	workers := a.opts.Workers
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+	ids := make([]string, 0, len(a.open))
+	for id := range a.open {
+		ids = append(ids, id)
 	}
-	var wg sync.WaitGroup
-	chunk := (len(a.order) + workers - 1) / max(workers, 1)
-	for start := 0; start < len(a.order); start += max(chunk, 1) {
-		end := min(start+max(chunk, 1), len(a.order))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := start; i < end; i++ {
-				rec, fs, aside := derive(a.order[i], a.jobs[a.order[i]].facts, a.unreadable[a.order[i]])
-				results[i] = result{rec, fs, aside}
-			}
-		}()
+	// In the order they first appeared, as the ledger lists them.
+	sort.Slice(ids, func(i, k int) bool { return a.open[ids[i]].facts[0].seq < a.open[ids[k]].facts[0].seq })
+	for _, id := range ids {
+		d := derive(id, a.open[id].facts, a.unreadable[id], true)
+		a.settle(id, d)
+		a.rep.Records[id] = d.rec
 	}
-	wg.Wait()
-	a.rep.Records = make(map[string]*hold.HoldRecord, len(a.order))
-	for i, id := range a.order {
-		a.rep.Records[id] = results[i].rec
-		a.rep.Findings = append(a.rep.Findings, results[i].findings...)
-		a.rep.SetAside += results[i].setAside
-	}
-	a.rep.Jobs = len(a.order)
+	a.open = nil
+	a.rep.Jobs = a.jobs
 	a.rep.Head = a.chain.Head()
 	// Findings about the log come in the order of the log; those about a
 	// job as a whole after them.
@@ -402,38 +563,6 @@ func (a *Auditor) Finish() *Report {
 		a.rep.Findings = []Finding{}
 	}
 	return &a.rep
-}
-
-// bitset records which sequences were read.
-type bitset []uint64
-
-func (b *bitset) set(n uint64) {
-	i := int(n / 64)
-	for i >= len(*b) {
-		*b = append(*b, 0)
-	}
-	(*b)[i] |= 1 << (n % 64)
-}
-
-func (b bitset) has(n uint64) bool {
-	i := int(n / 64)
-	return i < len(b) && b[i]&(1<<(n%64)) != 0
-}
-
-// gaps lists the ranges of sequences from 1 to last that were not read.
-func (b bitset) gaps(last uint64) [][2]uint64 {
-	var out [][2]uint64
-	for n := uint64(1); n <= last; n++ {
-		if b.has(n) {
-			continue
-		}
-		start := n
-		for n+1 <= last && !b.has(n+1) {
-			n++
-		}
-		out = append(out, [2]uint64{start, n})
-	}
-	return out
 }
 
 // Summary is one line for people.

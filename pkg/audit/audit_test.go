@@ -42,7 +42,7 @@ var t0 = time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 
 // log builds a stream of stored messages, as the server would store them.
 type log struct {
-	t    *testing.T
+	t    testing.TB
 	raws []Raw
 	at   time.Duration
 }

@@ -1,12 +1,23 @@
 package audit
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
 	"reflect"
 	"sort"
+	"strings"
+	"time"
 
+	gojson "github.com/goccy/go-json"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 )
 
@@ -163,4 +174,188 @@ func show(v any) string {
 		s = s[:77] + "..."
 	}
 	return s
+}
+
+// sums stand for a record let go of (Options.Forget) in a comparison with
+// the ledger's: digests of what it says, in a few dozen bytes, where the
+// record takes a kilobyte or more. What the log may add after the job's
+// end (events listed, deletions) is kept apart, so that it can be added
+// without the record.
+type sums struct {
+	core   [16]byte // the record but for its events and deletions
+	events eventSum // its events
+	// dataDeleted and outputDeleted are the record's data_deleted_at and
+	// output.deleted_at in Unix nanoseconds, 0 for none.
+	dataDeleted, outputDeleted int64
+}
+
+// eventSum is the sum, lane by lane, of a digest of each event a record
+// lists: an event listed later is added on.
+type eventSum [2]uint64
+
+// add adds an event, by its sequence, its type's name as a record lists
+// it, and its digest.
+func (s *eventSum) add(seq uint64, name string, digest [32]byte) {
+	var buf [128]byte
+	b := binary.BigEndian.AppendUint64(buf[:0], seq)
+	b = append(append(b, name...), digest[:]...)
+	d := sha256.Sum256(b)
+	s[0] += binary.BigEndian.Uint64(d[0:8])
+	s[1] += binary.BigEndian.Uint64(d[8:16])
+}
+
+// sumsOf sums a record derived without its list of events, from the facts
+// it was derived from (those it lists: all but a request repeated).
+func sumsOf(rec *hold.HoldRecord, facts []fact) sums {
+	s := sums{core: coreSum(rec)}
+	for _, f := range facts {
+		if f.repeat && f.typ == events.TypeJobRequested {
+			continue
+		}
+		s.events.add(f.seq, events.Name(f.typ), f.digest)
+	}
+	if rec.DataDeletedAt != nil {
+		s.dataDeleted = rec.DataDeletedAt.UnixNano()
+	}
+	if rec.Output.DeletedAt != nil {
+		s.outputDeleted = rec.Output.DeletedAt.UnixNano()
+	}
+	return s
+}
+
+// coreSum digests a record's JSON but for what sums keeps apart.
+func coreSum(rec *hold.HoldRecord) [16]byte {
+	r := *rec
+	r.Events, r.EventsDigest, r.DataDeletedAt, r.Output.DeletedAt = nil, "", nil, nil
+	// goccy/go-json writes what encoding/json does, at twice the speed, and
+	// an encoder writes from its own pooled buffer straight into the hash:
+	// a sum is taken of every record as its job ends, in the fold.
+	h := sha256.New()
+	if err := gojson.NewEncoder(h).Encode(&r); err != nil {
+		return [16]byte{} // matches no record: the comparison derives it again
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return [16]byte(d[:16])
+}
+
+// matches reports whether a ledger's record says what the sums stand for:
+// then the two records agree field by field.
+func (s sums) matches(l *hold.HoldRecord) bool {
+	var evs eventSum
+	for i, e := range l.Events {
+		d, err := hex.DecodeString(strings.TrimPrefix(e.Digest, "sha256:"))
+		if err != nil || len(d) != 32 || i > 0 && e.Seq <= l.Events[i-1].Seq {
+			return false
+		}
+		evs.add(e.Seq, e.Type, [32]byte(d))
+	}
+	listed := ""
+	if len(l.Events) > 0 {
+		listed = eventsDigest(l.Events)
+	}
+	at := func(t *time.Time) int64 {
+		if t == nil {
+			return 0
+		}
+		return t.UnixNano()
+	}
+	return evs == s.events && l.EventsDigest == listed && coreSum(l) == s.core &&
+		at(l.DataDeletedAt) == s.dataDeleted && at(l.Output.DeletedAt) == s.outputDeleted
+}
+
+// Compare checks the ledger's records against the rebuilt ones, as
+// Report.Compare does, once Finish has been called. With Options.Forget,
+// where the audit kept sums of each record and not the record, a ledger's
+// record that agrees with them agrees field by field; the history of a
+// job whose record does not is read again from the log (js), up to where
+// the audit read it, to say what differs. With Forget, the ledger's
+// records may come a page at a time, one call each, all given with the
+// last (which may be empty): the audit remembers which it has seen.
+func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []*hold.HoldRecord, all bool) error {
+	r := &a.rep
+	if !a.opts.Forget {
+		r.Compare(ledger, all)
+		return nil
+	}
+	if a.openSeen == nil {
+		a.openSeen = map[string]bool{}
+	}
+	open := a.openSeen
+	for _, l := range ledger {
+		t, ended := a.ended[l.Job]
+		if ended {
+			t.matched = true
+			a.ended[l.Job] = t
+		}
+		_, isOpen := r.Records[l.Job]
+		if isOpen {
+			open[l.Job] = true
+		}
+		if n := len(l.Events); n > 0 && l.Events[n-1].Seq > r.LastSeq {
+			r.Moving++
+			continue
+		}
+		var mine *hold.HoldRecord
+		switch {
+		case ended && t.sums.matches(l):
+			r.Compared++
+			continue
+		case isOpen:
+			mine = r.Records[l.Job]
+		case !ended:
+			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: ExtraRec, Detail: "the ledger has a record for a job with no events in the log"})
+			continue
+		default:
+			rec, err := a.again(ctx, js, l.Job)
+			if err != nil {
+				return err
+			}
+			mine = rec
+		}
+		r.Compared++
+		if mine == nil {
+			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: "the ledger's record is not the one rebuilt from the log, whose events for this job could not be read again to say how"})
+			continue
+		}
+		for _, d := range differences(l, mine) {
+			r.Findings = append(r.Findings, Finding{Job: l.Job, Seq: d.seq, Kind: Mismatch, Detail: d.text})
+		}
+	}
+	if !all || r.Moving > 0 {
+		return nil
+	}
+	var missing []string
+	for id, t := range a.ended {
+		if !t.matched {
+			missing = append(missing, id)
+		}
+	}
+	for id := range r.Records {
+		if !open[id] {
+			missing = append(missing, id)
+		}
+	}
+	sort.Strings(missing)
+	for _, id := range missing {
+		r.Findings = append(r.Findings, Finding{Job: id, Kind: MissingRec, Detail: "the log has this job but the ledger has no record of it"})
+	}
+	return nil
+}
+
+// again derives one job's record anew from its history in the log, up to
+// where the audit read it.
+func (a *Auditor) again(ctx context.Context, js jetstream.JetStream, job string) (*hold.HoldRecord, error) {
+	a.readAgain++
+	one := New(Options{})
+	for m, err := range bus.Stored(ctx, js, events.JobSubject(job), 1) {
+		if err != nil {
+			return nil, fmt.Errorf("read job %s again: %w", job, err)
+		}
+		if m.Sequence > a.rep.LastSeq {
+			break
+		}
+		one.Add(Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data})
+	}
+	return one.Finish().Records[job], nil
 }

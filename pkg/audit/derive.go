@@ -3,6 +3,7 @@ package audit
 import (
 	"crypto/sha256"
 	"fmt"
+	"hash"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -58,20 +59,35 @@ func (at *attempt) meter(releasedAt time.Time) {
 	at.a.GPUSeconds = float64(at.a.Held.GPU) * s
 }
 
-// derive builds one job's record from its whole history and checks the
+// derived is one job's record rebuilt from its history, and what is wrong
+// with the history.
+type derived struct {
+	rec      *hold.HoldRecord
+	findings []Finding
+	// setAside counts the facts set aside: requests after the first.
+	setAside int
+	// end is the fact that ended the job, nil while it is not over.
+	end *fact
+}
+
+// derive builds one job's record from its history so far and checks the
 // history against the life of a job.
 //
 // unreadableAt, when not 0, is where the job's first request is, which
-// could not be read. It returns how many of the job's facts it set aside:
-// requests after the first.
-func derive(jobID string, facts []fact, unreadableAt uint64) (*hold.HoldRecord, []Finding, int) {
+// could not be read. Without list, the record does not list its events
+// (nor their digest): a record that is checked and let go of needs
+// neither, and writing each digest out is a good part of the cost.
+func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived {
 	var findings []Finding
 	setAside := 0
 	bad := func(f fact, kind, format string, args ...any) {
 		findings = append(findings, Finding{Job: jobID, Seq: f.seq, Kind: kind, Detail: fmt.Sprintf(format, args...)})
 	}
-	rec := &hold.HoldRecord{Job: jobID, State: hold.StateSubmitted, Output: hold.Output{Missing: []string{}}, Events: make([]hold.EventRef, 0, len(facts))}
-	sum := sha256.New()
+	rec := &hold.HoldRecord{Job: jobID, State: hold.StateSubmitted, Output: hold.Output{Missing: []string{}}}
+	var sum hash.Hash
+	if list {
+		rec.Events, sum = make([]hold.EventRef, 0, len(facts)), sha256.New()
+	}
 	byNumber := map[int]*attempt{}
 	var attempts []*attempt
 	ph := unrequested
@@ -94,8 +110,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*hold.HoldRecord, 
 			setAside++
 			continue
 		}
-		rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
-		sum.Write(f.digest[:])
+		if list {
+			rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
+			sum.Write(f.digest[:])
+		}
 		if f.repeat {
 			continue
 		}
@@ -249,7 +267,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*hold.HoldRecord, 
 			}
 		}
 	}
-	if len(rec.Events) > 0 {
+	if list && len(rec.Events) > 0 {
 		rec.EventsDigest = digestText(sum.Sum(nil))
 	}
 	if rec.State == hold.StateRejected || rec.State == hold.StateCancelled || (len(attempts) == 0 && endOutcome != "") {
@@ -275,7 +293,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64) (*hold.HoldRecord, 
 			rec.Outcome, rec.Reason = lastA.Outcome, lastA.Reason
 		}
 	}
-	return rec, findings, setAside
+	if ph != over {
+		end = nil
+	}
+	return derived{rec: rec, findings: findings, setAside: setAside, end: end}
 }
 
 func requestOf(s events.JobSpec) hold.Request {

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/hold"
 )
 
 // This file implements pkg/chain/SPEC.md, written from that text and not
@@ -22,9 +23,15 @@ import (
 // canonical bytes (SPEC.md, "Event digest"). Everything before the body is
 // laid out in a buffer on the stack, and the body is hashed where it lies.
 func Digest(m Raw) [32]byte {
-	var buf [512]byte
+	// Most messages fit the buffer whole, and are hashed in one call that
+	// allocates nothing: the audit takes a digest of every message.
+	var buf [2048]byte
+	b := head(buf[:0], m)
+	if len(b)+len(m.Body) <= len(buf) {
+		return sha256.Sum256(append(b, m.Body...))
+	}
 	h := sha256.New()
-	h.Write(head(buf[:0], m))
+	h.Write(b)
 	h.Write(m.Body)
 	var d [32]byte
 	h.Sum(d[:0])
@@ -93,10 +100,10 @@ type HashChain struct {
 // Add moves the chain past a message with sequence seq and digest d:
 // H_n = SHA-256(H_{n-1} ‖ d).
 func (c *HashChain) Add(seq uint64, d [32]byte) {
-	link := sha256.New()
-	link.Write(c.value[:])
-	link.Write(d[:])
-	link.Sum(c.value[:0])
+	var link [64]byte
+	copy(link[:32], c.value[:])
+	copy(link[32:], d[:])
+	c.value = sha256.Sum256(link[:])
 	c.seq = seq
 }
 
@@ -111,3 +118,18 @@ func (c *HashChain) Head() chain.Head {
 
 // digestText is how a record writes a digest: "sha256:<hex>".
 func digestText(d []byte) string { return "sha256:" + hex.EncodeToString(d) }
+
+// eventsDigest is a record's events_digest (SPEC.md), over the event
+// digests it lists: what a record kept after its job ended shows once an
+// event is listed after the end.
+func eventsDigest(refs []hold.EventRef) string {
+	sum := sha256.New()
+	for _, r := range refs {
+		d, err := hex.DecodeString(strings.TrimPrefix(r.Digest, "sha256:"))
+		if err != nil {
+			continue // the audit writes every digest it lists
+		}
+		sum.Write(d)
+	}
+	return digestText(sum.Sum(nil))
+}

@@ -9,9 +9,29 @@
 // chain with code of its own from the written definition (pkg/chain/SPEC.md,
 // checked against its golden vectors like the ledger's),
 // groups messages by job, and derives each record from the job's whole
-// history at once, where the ledger folds events one by one as they come.
-// Two independent derivations that agree field by field are the evidence
-// that the records follow from the log.
+// history at once when the job is over, where the ledger folds events one
+// by one as they come. Two independent derivations that agree field by
+// field are the evidence that the records follow from the log.
+//
+// # Streaming
+//
+// The audit reads the log once, in order, at about the rate the log can be
+// read at all: one goroutine pulls batches of stored messages (an
+// ephemeral consumer on the audit's own inbox, see readLog), a worker per
+// core digests and decodes a batch at a time, and one folder takes the
+// batches in the order they were read, whichever worker finished first.
+// A job's history is held until the job ends (released for good, rejected
+// or cancelled); then its record is derived and checked, and the history
+// let go of. With Options.Forget the record goes too, and what remains of
+// the job is a tomb of a few dozen bytes: how it ended, to judge what the
+// log says of it afterwards (a cancel asked again, retention's deletions,
+// which the record lists; anything else is a finding), and sums of its
+// record, which Auditor.Compare holds the ledger's record against,
+// reading the job again from the log only when they differ. What the
+// audit holds is then the jobs still open, not the log's history. An
+// event of a job's life stored again after the job ended is found as an
+// event after the end, not as a duplicate: the job's ids went with its
+// history.
 //
 // # What the audit checks
 //

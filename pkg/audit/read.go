@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
 )
@@ -84,11 +84,10 @@ func (it *item) decode(d *decoded) error {
 }
 
 // ReadStream feeds the Auditor every message of the event log, from the
-// first to the last there was when it started, exactly as stored. It reads
-// with batched direct gets (bus.Stored), not with the consumer the ledger
-// follows the log with, and not with nats.go's: those take a stored
-// message with an empty body and a Status header for a status of their
-// own and never hand it over, and any tenant can store one.
+// first to the last there was when it started, exactly as stored (see
+// readLog for how). One goroutine reads, Workers decode and digest batches
+// of messages, and one folds them in log order; a failure in any ends them
+// all.
 func (a *Auditor) ReadStream(ctx context.Context, js jetstream.JetStream) error {
 	last, err := bus.LastSeq(ctx, js)
 	if err != nil {
@@ -97,22 +96,8 @@ func (a *Auditor) ReadStream(ctx context.Context, js jetstream.JetStream) error 
 	if last == 0 {
 		return nil
 	}
-	return a.pipeline(func(emit func(item)) error {
-		read := uint64(0)
-		for m, err := range bus.Stored(ctx, js, "", 1) {
-			if err != nil {
-				return fmt.Errorf("read the log after #%d: %w", read, err)
-			}
-			if m.Sequence > last {
-				break
-			}
-			emit(item{raw: Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data}})
-			read = m.Sequence
-		}
-		if read < last {
-			return fmt.Errorf("read the log: it ended at #%d, but held #%d when the audit started", read, last)
-		}
-		return nil
+	return a.pipeline(ctx, func(ctx context.Context, emit func(item) error) error {
+		return readLog(ctx, js, last, func(m Raw) error { return emit(item{raw: m}) })
 	})
 }
 
@@ -121,14 +106,16 @@ func (a *Auditor) ReadStream(ctx context.Context, js jetstream.JetStream) error 
 func (a *Auditor) ReadExport(r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
-	return a.pipeline(func(emit func(item)) error {
+	return a.pipeline(context.Background(), func(ctx context.Context, emit func(item) error) error {
 		n := 0
 		for sc.Scan() {
 			n++
 			if len(sc.Bytes()) == 0 {
 				continue
 			}
-			emit(item{line: append([]byte(nil), sc.Bytes()...), n: n})
+			if err := emit(item{line: append([]byte(nil), sc.Bytes()...), n: n}); err != nil {
+				return err
+			}
 		}
 		if err := sc.Err(); err != nil {
 			return fmt.Errorf("after line %d: %w", n, err)
@@ -137,73 +124,102 @@ func (a *Auditor) ReadExport(r io.Reader) error {
 	})
 }
 
-// pipeline decodes what produce emits on every core and ingests it in the
-// order it was emitted. Decoding (JSON, digests) is nearly all of the cost
-// of an audit; ingesting is a few map lookups.
-func (a *Auditor) pipeline(produce func(emit func(item)) error) error {
+// pipeline decodes what produce emits on every core and folds it in the
+// order it was emitted. Decoding (JSON, digests) is most of the audit's
+// own cost; folding is a few map lookups, and a record derived when its
+// job is over. Batches are handed to the folder through a queue of
+// channels in the order they were read, one channel per batch, so that
+// however the decoders race, the fold sees the log's order: the checks of
+// order, gaps and the chain depend on it.
+func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context, emit func(item) error) error) error {
 	workers := a.opts.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	type work struct {
 		items []item
-		out   chan result
+		out   chan<- result
 	}
-	todo := make(chan work, 2*workers)
-	inOrder := make(chan chan result, 4*workers)
-	var wg sync.WaitGroup
+	g, ctx := errgroup.WithContext(ctx)
+	// Enough batches in flight for every decoder to have the next one at
+	// hand, and no more: each is held in memory until folded.
+	todo := make(chan work, workers)
+	inOrder := make(chan chan result, 2*workers+1)
+	g.Go(func() error { // the reader
+		defer close(todo)
+		defer close(inOrder)
+		batch := make([]item, 0, readBatch)
+		flush := func() error {
+			ch := make(chan result, 1)
+			select {
+			case inOrder <- ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case todo <- work{items: batch, out: ch}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			batch = make([]item, 0, readBatch)
+			return nil
+		}
+		err := produce(ctx, func(it item) error {
+			batch = append(batch, it)
+			if len(batch) == readBatch {
+				return flush()
+			}
+			return nil
+		})
+		if err == nil && len(batch) > 0 {
+			err = flush()
+		}
+		return err
+	})
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		g.Go(func() error { // a decoder
 			for w := range todo {
-				res := result{ds: make([]decoded, len(w.items))}
+				res := result{ds: decodedPool.Get().([]decoded)[:len(w.items)]}
 				for i := range w.items {
 					if err := w.items[i].decode(&res.ds[i]); err != nil {
 						res.ds, res.err = res.ds[:i], err
 						break
 					}
 				}
-				w.out <- res
+				w.out <- res // buffered: never waits
 			}
-		}()
+			return nil
+		})
 	}
-	ingested := make(chan error, 1)
-	go func() {
-		var first error
+	g.Go(func() error { // the folder
 		for ch := range inOrder {
-			res := <-ch
-			if first != nil {
-				continue
+			var res result
+			select {
+			case res = <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 			for i := range res.ds {
 				a.ingest(&res.ds[i])
 			}
-			first = res.err
+			if res.err != nil {
+				return res.err
+			}
+			// What the fold keeps of a message it has copied out: the
+			// batch's room serves the next one.
+			clear(res.ds)
+			decodedPool.Put(res.ds[:0]) //nolint:staticcheck // a slice header is small; the array is what is reused
+
 		}
-		ingested <- first
-	}()
-	batch := make([]item, 0, readBatch)
-	flush := func() {
-		ch := make(chan result, 1)
-		inOrder <- ch
-		todo <- work{items: batch, out: ch}
-		batch = make([]item, 0, readBatch)
-	}
-	err := produce(func(it item) {
-		batch = append(batch, it)
-		if len(batch) == readBatch {
-			flush()
-		}
+		return nil
 	})
-	if len(batch) > 0 {
-		flush()
-	}
-	close(todo)
-	close(inOrder)
-	wg.Wait()
-	return errors.Join(err, <-ingested)
+	return g.Wait()
 }
+
+// decodedPool holds the room of batches folded, for batches to come: a
+// decoded message is large, and a million of them allocated anew cost more
+// in the allocator and collector than they do to decode.
+var decodedPool = sync.Pool{New: func() any { return make([]decoded, 0, readBatch) }}
 
 // result is one batch decoded, up to the first line that is not an export.
 type result struct {

@@ -27,7 +27,9 @@ func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, 
 	if err != nil {
 		return nil, err
 	}
-	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head})
+	// Forget: the audit keeps sums of each record once its job is over,
+	// not the record, and compares through them (audit.Auditor.Compare).
+	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true})
 	if err := au.ReadStream(ctx, c.js); err != nil {
 		return nil, err
 	}
@@ -36,7 +38,9 @@ func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, 
 	if err != nil {
 		return nil, err
 	}
-	rep.Compare(recs, true)
+	if err := au.Compare(ctx, c.js, recs, true); err != nil {
+		return nil, err
+	}
 	return rep, nil
 }
 
