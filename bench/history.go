@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -16,8 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/broker"
-	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/stack"
 )
@@ -68,31 +65,13 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	}
 	// Finer heap samples: the server's share is taken out by them.
 	runtime.MemProfileRate = 64 << 10
-	dir, err := os.MkdirTemp("", "e31-bench-history-")
+	ls, err := startLogServer(ctx, "history", o.Keep, events.StreamOptions{})
 	if err != nil {
 		return err
 	}
-	if !o.Keep {
-		defer os.RemoveAll(dir)
-	}
-	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	defer b.Shutdown(context.Background())
-	nc, err := b.Connect("bench")
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	defer nc.Close()
-	js, err := connect.Ready(ctx, nc)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), dir)
+	defer ls.Close()
+	nc, js := ls.nc, ls.js
+	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), ls.dir)
 	start := time.Now()
 	n, jobs, err := writeSyntheticLog(ctx, js, o.Jobs*8)
 	if err != nil {

@@ -18,8 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/audit"
-	"github.com/e31net/e31/pkg/broker"
-	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
@@ -46,31 +44,13 @@ type LedgerOptions struct {
 // its chain head, or its error wraps ErrFailed. The last line it writes is
 // one machine-readable summary ("bench-ledger events=…").
 func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
-	dir, err := os.MkdirTemp("", "e31-bench-ledger-")
+	ls, err := startLogServer(ctx, "ledger", o.Keep, events.StreamOptions{})
 	if err != nil {
 		return err
 	}
-	if !o.Keep {
-		defer os.RemoveAll(dir)
-	}
-	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	defer b.Shutdown(context.Background())
-	nc, err := b.Connect("bench")
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	defer nc.Close()
-	js, err := connect.Ready(ctx, nc)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
-		return fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	fmt.Fprintf(out, "e31 bench ledger: %d cores, sync=interval, in %s\n", runtime.NumCPU(), dir)
+	defer ls.Close()
+	nc, js := ls.nc, ls.js
+	fmt.Fprintf(out, "e31 bench ledger: %d cores, sync=interval, in %s\n", runtime.NumCPU(), ls.dir)
 
 	start := time.Now()
 	n, jobs, err := writeSyntheticLog(ctx, js, o.Events)

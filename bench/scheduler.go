@@ -15,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
@@ -76,28 +75,12 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	fmt.Fprintf(out, "scheduler (in memory): %.0f bytes of heap per queued job; one decision costs %.1f µs with %d queued and %.1f µs with %d queued\n",
 		perJob, short, min(jobs, 1000), deep, jobs)
 
-	dir, err := os.MkdirTemp("", "e31-bench-sched-")
+	ls, err := startLogServer(ctx, "sched", false, events.StreamOptions{LeaseTTL: benchLeaseTTL})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	b, err := broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"})
-	if err != nil {
-		return err
-	}
-	defer b.Shutdown(context.Background())
-	nc, err := b.Connect("bench")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := connect.Ready(ctx, nc)
-	if err != nil {
-		return err
-	}
-	if err := events.Setup(ctx, js, events.StreamOptions{LeaseTTL: benchLeaseTTL}); err != nil {
-		return err
-	}
+	defer ls.Close()
+	nc, js := ls.nc, ls.js
 	kv, err := js.KeyValue(ctx, events.LeasesBucket)
 	if err != nil {
 		return err
@@ -146,7 +129,7 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	// The releaser stands in for RELEASE, a service of its own: it has
 	// its own connection, so that what it reads does not queue behind what
 	// RENT reads on RENT's.
-	rnc, err := b.Connect("bench")
+	rnc, err := ls.srv.Connect("bench")
 	if err != nil {
 		return err
 	}
