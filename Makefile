@@ -33,8 +33,11 @@ unit:
 # hostile tenant that knows it only as a submitter does; neither could
 # import it.
 OUTSIDE_MODULES := e2e/upstream e2e/hostile
+# A cold machine builds Prometheus from its module first (~8 minutes on 2
+# cores, once per version): the end-to-end tests get the time for it.
+E2E_TIMEOUT ?= 30m
 e2e:
-	$(GO) test $(TEST_FLAGS) ./e2e/...
+	$(GO) test $(TEST_FLAGS) -timeout $(E2E_TIMEOUT) ./e2e/...
 	@set -e; for m in $(OUTSIDE_MODULES); do echo "== go test ./$$m/..."; (cd $$m && GOWORK=off $(GO) test $(TEST_FLAGS) ./...); done
 
 ## bench: N trivial jobs through the whole life in e31 dev (BENCH_N, default 2000), then

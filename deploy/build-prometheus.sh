@@ -16,8 +16,13 @@ version="${E31_PROMETHEUS_VERSION:-v0.316.0}"
 cache="${E31_PROMETHEUS_CACHE:-$(go env GOCACHE)/../e31-prometheus}"
 dir="$cache/$version"
 
+mkdir -p "$cache"
+# One build at a time: the tests and deploy/build-images.sh may ask at once,
+# and two cold builds side by side on 2 cores take twice as long; the one
+# that waits finds the binaries made.
+exec 9>"$cache/.lock"
+flock 9
 if [ ! -x "$dir/prometheus" ] || [ ! -x "$dir/promtool" ]; then
-	mkdir -p "$cache"
 	tmp=$(mktemp -d "$cache/.build.XXXXXX")
 	trap 'rm -rf "$tmp"' EXIT
 	# Outside any module or workspace: the module's own go.mod decides
