@@ -278,7 +278,10 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 	// The headers of the messages whose publish is over are used again
 	// (events.ReleaseMsg): a message's header map is most of what
 	// appending an event allocates. A publish cut short by ctx may still
-	// be retried by the client, so its message is left alone.
+	// be retried by the client, so its message is left alone. Once a
+	// future has resolved, nats.go reads its message only in the ack and
+	// error callbacks (jetstream.WithPublishAsyncAckHandler, …ErrHandler),
+	// which no JetStream context e31 makes sets.
 	done := make([]*nats.Msg, 0, len(batch))
 	defer func() {
 		for _, m := range done {

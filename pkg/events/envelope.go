@@ -73,10 +73,10 @@ func New(subject string, ev Event, source string, at time.Time) Envelope {
 
 // Msg encodes the envelope as the NATS message that is published.
 func (e Envelope) Msg() (*nats.Msg, error) {
-	// goccy/go-json writes what encoding/json writes, byte for byte (the
-	// goldens are checked both ways), in about half the time and a third
-	// of the garbage: RENT encodes a hold, the job's whole spec in it, for
-	// every decision.
+	// goccy/go-json writes what encoding/json writes, byte for byte
+	// (TestMsgBodyIsEncodingJSON), in about half the cpu (the bench
+	// scheduler's profile): RENT encodes a hold, the job's whole spec in
+	// it, for every decision.
 	body, err := gojson.Marshal(e.Event)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", e.Type, err)
