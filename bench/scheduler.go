@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -275,10 +275,8 @@ func releaseHolds(ctx context.Context, js jetstream.JetStream, pub *bus.Publishe
 		if err != nil || subj.Space != events.SpaceJob {
 			continue
 		}
-		// goccy/go-json skips the spec it does not need without decoding
-		// it, where encoding/json would walk every byte of it.
 		var h events.Hold
-		if err := gojson.Unmarshal(m.Data(), &h); err != nil {
+		if err := json.Unmarshal(m.Data(), &h); err != nil {
 			continue
 		}
 		rel := bus.Pending{Subject: subj.Job, Event: &events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true}}

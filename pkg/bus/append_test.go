@@ -2,8 +2,6 @@ package bus_test
 
 import (
 	"errors"
-	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -197,55 +195,5 @@ func TestAppendBatchReportsEachResult(t *testing.T) {
 	}
 	if errs[1] != nil || envs[1].Seq == 0 {
 		t.Errorf("new job: %v, seq %d", errs[1], envs[1].Seq)
-	}
-}
-
-// TestAppendBatchHeadersStartEmpty appends a batch whose events carry a
-// trace and an expected sequence, then one whose events carry neither: the
-// second batch's messages, which may be built on the first's header maps
-// (AppendBatch gives them back for reuse), are stored with their own
-// headers only.
-func TestAppendBatchHeadersStartEmpty(t *testing.T) {
-	t.Parallel()
-	srv := natstest.Start(t)
-	js := srv.JetStream(t)
-	ctx := natstest.Context(t, 10*time.Second)
-	pub := bus.NewPublisher(js, "e31/test", nil)
-
-	trace := events.Trace{Parent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", State: "k=v"}
-	var first []bus.Pending
-	for _, id := range []string{"a1", "a2", "a3"} {
-		first = append(first, bus.Pending{Subject: id, Event: submitted(), ExpectSet: true, Trace: trace})
-	}
-	for round := 0; round < 3; round++ {
-		if _, errs := pub.AppendBatch(ctx, first); errors.Join(errs...) != nil && round == 0 {
-			t.Fatal(errors.Join(errs...))
-		}
-		var second []bus.Pending
-		for _, id := range []string{"b1", "b2", "b3"} {
-			second = append(second, bus.Pending{Subject: fmt.Sprintf("%s-%d", id, round), Event: submitted()})
-		}
-		stored, errs := pub.AppendBatch(ctx, second)
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
-		st, err := js.Stream(ctx, events.Stream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, env := range stored {
-			m, err := st.GetMsg(ctx, env.Seq)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for k := range m.Header {
-				if strings.HasPrefix(k, "Nats-Expected") || k == events.HeaderTraceParent || k == events.HeaderTraceState {
-					t.Errorf("#%d (%s) was stored with %s: %q, left from an earlier append", env.Seq, env.ID, k, m.Header.Get(k))
-				}
-			}
-			if got := m.Header.Get(events.HeaderID); got != env.ID {
-				t.Errorf("#%d was stored with %s %q, want %q", env.Seq, events.HeaderID, got, env.ID)
-			}
-		}
 	}
 }

@@ -275,19 +275,6 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 		return envs, errs
 	}
 	futures := make([]jetstream.PubAckFuture, len(batch))
-	// The headers of the messages whose publish is over are used again
-	// (events.ReleaseMsg): a message's header map is most of what
-	// appending an event allocates. A publish cut short by ctx may still
-	// be retried by the client, so its message is left alone. Once a
-	// future has resolved, nats.go reads its message only in the ack and
-	// error callbacks (jetstream.WithPublishAsyncAckHandler, …ErrHandler),
-	// which no JetStream context e31 makes sets.
-	done := make([]*nats.Msg, 0, len(batch))
-	defer func() {
-		for _, m := range done {
-			events.ReleaseMsg(m)
-		}
-	}()
 	for i, b := range batch {
 		envs[i] = events.New(b.Subject, b.Event, p.source, p.now())
 		envs[i].Trace = b.Trace
@@ -301,9 +288,7 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 		if b.ExpectSet {
 			popts = append(popts, jetstream.WithExpectLastSequenceForSubject(b.Expect, events.JobSubject(b.Subject)))
 		}
-		if futures[i], errs[i] = p.js.PublishMsgAsync(m, popts...); errs[i] != nil {
-			done = append(done, m)
-		}
+		futures[i], errs[i] = p.js.PublishMsgAsync(m, popts...)
 	}
 	for i, f := range futures {
 		if f == nil {
@@ -311,7 +296,6 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 		}
 		select {
 		case ack := <-f.Ok():
-			done = append(done, f.Msg())
 			if ack.Duplicate {
 				var popts []jetstream.PublishOpt
 				if batch[i].ExpectSet {
@@ -334,7 +318,6 @@ func (p *Publisher) AppendBatch(ctx context.Context, batch []Pending) ([]events.
 			}
 			envs[i].Seq = ack.Sequence
 		case err := <-f.Err():
-			done = append(done, f.Msg())
 			if isWrongLastSequence(err) {
 				errs[i] = fmt.Errorf("append %s: %w", envs[i].ID, ErrConflict)
 			} else {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"time"
 
 	gojson "github.com/goccy/go-json"
@@ -73,11 +72,7 @@ func New(subject string, ev Event, source string, at time.Time) Envelope {
 
 // Msg encodes the envelope as the NATS message that is published.
 func (e Envelope) Msg() (*nats.Msg, error) {
-	// goccy/go-json writes what encoding/json writes, byte for byte
-	// (TestMsgBodyIsEncodingJSON), in about half the cpu (the bench
-	// scheduler's profile): RENT encodes a hold, the job's whole spec in
-	// it, for every decision.
-	body, err := gojson.Marshal(e.Event)
+	body, err := json.Marshal(e.Event)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", e.Type, err)
 	}
@@ -89,12 +84,7 @@ func (e Envelope) Msg() (*nats.Msg, error) {
 	// grows the map entry by entry and allocates each value apart, most
 	// of what appending an event allocates.
 	// Room for the publish's own headers too (an expected sequence).
-	// A header given back with ReleaseMsg is used again: a map of that
-	// size is most of what building a message costs.
-	h, _ := headers.Get().(nats.Header)
-	if h == nil {
-		h = make(nats.Header, 12)
-	}
+	h := make(nats.Header, 12)
 	vals := make([]string, 0, 10)
 	set := func(k, v string) {
 		vals = append(vals, v)
@@ -115,23 +105,6 @@ func (e Envelope) Msg() (*nats.Msg, error) {
 		}
 	}
 	return &nats.Msg{Subject: subj, Header: h, Data: body}, nil
-}
-
-// headers holds message headers given back by ReleaseMsg, emptied.
-var headers sync.Pool
-
-// ReleaseMsg gives back the header of m, a message Msg made, to be used
-// again by a later Msg. Call it only once nothing reads m any more: the
-// publish was acknowledged or failed for good, and no retry of it can be
-// under way. m's header is nil afterwards.
-func ReleaseMsg(m *nats.Msg) {
-	if m == nil || m.Header == nil || len(m.Header) > 16 {
-		return
-	}
-	h := m.Header
-	m.Header = nil
-	clear(h)
-	headers.Put(h)
 }
 
 // Trace is a W3C trace context as the CloudEvents distributed-tracing
