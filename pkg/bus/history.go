@@ -133,22 +133,24 @@ func stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 	}
 }
 
-// StoredJob is Stored for the subjects of one job, bounded by the job's own
-// messages: whatever the length of the log, the server reads no further
-// than the job's last message. A batch that asks for more messages than the job has
-// left makes the server look for the next one to the end of the log: it
-// loads and scans every block after the job's last message (it skips
-// blocks by its subject index only while the log has fewer than 64k
-// subjects, a few thousand jobs), and the batch's end recounts what is
-// pending. nats-server 2.15 honours up_to_seq only in multi_last requests,
-// so the bound is the count: a first batch of one message says how many
-// the job has (the server counts from the start of the log by its subject
-// index, without reading a block), and the next asks for exactly that
-// many, again from the start, so that its count is as cheap. The messages
-// read are the job's at the time of the first batch: Last is then the
-// job's true last sequence, and anything newer makes an append that
-// expects it conflict. Messages before from are read and dropped: reading
-// from the start costs the server less than counting from the middle.
+// StoredJob yields the messages of one job (all of its subjects) from
+// sequence from, as they were when it started reading, exactly as stored,
+// in stream order: the last one it yields is the job's true last message
+// then, and anything newer makes an append that expects it conflict. What
+// it costs the server is bounded by the job's messages, whatever the length
+// of the log.
+//
+// A batch that asks for more messages than the job has left makes the
+// server look for the next one to the end of the log, block after block
+// (its subject index skips blocks only while the log has fewer than 64k
+// subjects: a few thousand jobs), and nats-server 2.15 honours up_to_seq
+// in multi_last requests only. So the bound is the count: a batch of one
+// says how many messages the job has, counted from the start of the log,
+// where the server counts by its subject index without reading a block;
+// the next asks for exactly that many, from the start again, where its
+// count is as cheap. Messages before from are read and dropped: counting
+// from the middle of the log costs the server more than the few messages a
+// job has before it.
 func StoredJob(ctx context.Context, js jetstream.JetStream, job string, from uint64) iter.Seq2[*jetstream.RawStreamMsg, error] {
 	filter := events.JobSubject(job)
 	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
