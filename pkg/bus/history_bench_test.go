@@ -19,6 +19,8 @@ import (
 // A log of many jobs' lives, interleaved as on a busy pool, built once per
 // size for the benchmarks that read one job out of it.
 type benchLog struct {
+	srv  *broker.Server
+	dir  string
 	js   jetstream.JetStream
 	jobs int
 	// seqs are the sequences of each job's events, by job index.
@@ -38,8 +40,8 @@ func logOf(b *testing.B, n int) *benchLog {
 	if l := benchLogs[n]; l != nil {
 		return l
 	}
-	// The server outlives the benchmark that made it: the next one of the
-	// same size reads the same log.
+	// The server outlives the benchmark that made it, so that the next one
+	// of the same size reads the same log: TestMain stops it.
 	dir, err := os.MkdirTemp("", "e31-bench-history-")
 	if err != nil {
 		b.Fatal(err)
@@ -60,7 +62,7 @@ func logOf(b *testing.B, n int) *benchLog {
 	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	l := &benchLog{js: js, jobs: n, seqs: make([][8]uint64, n)}
+	l := &benchLog{srv: srv, dir: dir, js: js, jobs: n, seqs: make([][8]uint64, n)}
 	start := time.Now()
 	if err := writeJobs(ctx, js, n, l.seqs); err != nil {
 		b.Fatal(err)
@@ -68,6 +70,18 @@ func logOf(b *testing.B, n int) *benchLog {
 	b.Logf("wrote %d jobs' events in %v", n, time.Since(start).Round(time.Millisecond))
 	benchLogs[n] = l
 	return l
+}
+
+// TestMain stops the servers of the benchmarks' logs and removes them.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, l := range benchLogs {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = l.srv.Shutdown(ctx)
+		cancel()
+		_ = os.RemoveAll(l.dir)
+	}
+	os.Exit(code)
 }
 
 // benchJob is the id of the i-th job of a bench log.
@@ -273,5 +287,44 @@ func BenchmarkCatchUp(b *testing.B) {
 			b.ReportMetric(float64(cpu()-c0)/float64(done), "cpu-ns/job")
 			b.ReportMetric(time.Since(t0).Seconds()/float64(b.N), "s/catch-up")
 		})
+	}
+}
+
+// BenchmarkFirstRequest reads one job's first request (SUBMIT and OUTPUT
+// do for every job), as a batch of one (before) and as one message.
+func BenchmarkFirstRequest(b *testing.B) {
+	for _, n := range benchSizes() {
+		for _, where := range []struct {
+			name string
+			at   func(n int) int
+		}{{"first", func(int) int { return 0 }}, {"middle", func(n int) int { return n / 2 }}, {"last", func(n int) int { return n - 1 }}} {
+			for _, how := range []struct {
+				name string
+				read func(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error)
+			}{
+				{"batch-of-one", func(ctx context.Context, js jetstream.JetStream, job string) (*jetstream.RawStreamMsg, error) {
+					for m, err := range stored(ctx, js, events.RequestSubject(job, "*"), 1, 1) {
+						return m, err
+					}
+					return nil, jetstream.ErrMsgNotFound
+				}},
+				{"FirstRequest", FirstRequest},
+			} {
+				b.Run(fmt.Sprintf("jobs=%d/at=%s/read=%s", n, where.name, how.name), func(b *testing.B) {
+					l := logOf(b, n)
+					i := where.at(n)
+					ctx := context.Background()
+					b.ResetTimer()
+					c0 := cpu()
+					for range b.N {
+						m, err := how.read(ctx, l.js, benchJob(i))
+						if err != nil || m.Sequence != l.seqs[i][0] {
+							b.Fatalf("first request %v, %v; want #%d", m, err, l.seqs[i][0])
+						}
+					}
+					b.ReportMetric(float64(cpu()-c0)/float64(b.N), "cpu-ns/op")
+				})
+			}
+		}
 	}
 }
