@@ -49,7 +49,10 @@ type LifeOptions struct {
 	// the registry gathered every scrapeEvery, as deploy/'s Prometheus
 	// scrapes it.
 	Metrics bool
-	// Profile, if set, is where a CPU profile of the burst is written.
+	// Profile, if set, is where a CPU profile of the burst is written, and
+	// allocation profiles to Profile+".alloc0" (when it starts) and
+	// Profile+".alloc" (when it ends): `go tool pprof -base FILE.alloc0
+	// FILE.alloc` shows what the burst allocated.
 	Profile string
 	// NoFloor skips measuring the fork/exec floor (2 s), for runs that
 	// compare e31 with itself.
@@ -160,6 +163,9 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 	}
 
 	if o.Profile != "" {
+		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
+			return lifeResult{}, err
+		}
 		f, err := os.Create(o.Profile)
 		if err != nil {
 			return lifeResult{}, err
@@ -222,6 +228,11 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 		}
 		if t.released.After(last) {
 			last = t.released
+		}
+	}
+	if o.Profile != "" {
+		if err := writeAllocs(o.Profile + ".alloc"); err != nil {
+			return lifeResult{}, err
 		}
 	}
 	perSec := float64(len(burst)) / last.Sub(first).Seconds()
