@@ -285,7 +285,15 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 	case *events.RunStarted:
 		holdLogs(h, e.Attempt)
 	case *events.RunStopped:
-		holdLogs(h, e.Attempt)
+		if stage.EmptyLog(e.Logs) {
+			// An attempt that wrote nothing stored no log (stage.JobLog):
+			// there is nothing of it to keep, and a job that holds
+			// nothing else needs no retention timer, one durable write
+			// fewer for every trivial job.
+			delete(h.Logs, e.Attempt)
+		} else {
+			holdLogs(h, e.Attempt)
+		}
 		r.holdOutput(h, e.Output.Manifest, e.Output.Files)
 	case *events.OutputReturned:
 		r.holdOutput(h, e.Manifest, e.Files)
