@@ -58,7 +58,14 @@ func (s *Service) follow(ctx context.Context) error {
 // rebuilt logs the end of the catching up: the log as it was when the
 // ledger started is folded in.
 func (s *Service) rebuilt(context.Context) {
-	close(s.caughtUp)
+	s.mu.Lock()
+	s.live = true
+	s.mu.Unlock()
+	first := false
+	s.caughtOnce.Do(func() { first = true; close(s.caughtUp) })
+	if !first {
+		return // started again from another instance's checkpoint
+	}
 	info := s.info(0)
 	from, folded := s.Started()
 	if info.Applied == 0 {

@@ -52,16 +52,22 @@ type Service struct {
 
 	queries *query.Server
 
-	// tail reads the log into proj and says how far proj is: a waiter
-	// takes its Changed channel before it reads proj, so that a fold it
-	// did not see wakes it. Run makes it, from the checkpoint, before it
-	// serves queries.
-	tail     *bus.Tail
-	caughtUp chan struct{}
-	start    time.Time // of the catching up
+	// tail reads the log into proj. Run makes it from the checkpoint, and
+	// again from a newer one whenever another instance wrote one first
+	// (errConflict); only Run's goroutines use it.
+	tail       *bus.Tail
+	caughtUp   chan struct{}
+	caughtOnce sync.Once
+	start      time.Time // of the catching up
 
 	mu   sync.Mutex
 	proj *Projection
+	// changed is closed, and made again, whenever proj moves: a waiter
+	// takes it with what proj has applied, under mu, so that a fold it
+	// did not see wakes it. live says the projection has caught up with
+	// the log once.
+	changed chan struct{}
+	live    bool
 	// from is the checkpoint Run started from, and folded the messages it
 	// has applied since: a restart folds in what the log holds after its
 	// checkpoint, not the whole log.
@@ -80,7 +86,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.FlushEvery = time.Second
 	}
 	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
-		proj: NewProjection(), caughtUp: make(chan struct{})}
+		proj: NewProjection(), caughtUp: make(chan struct{}), changed: make(chan struct{})}
 	s.queries = query.New(nc, query.Config{Name: "e31-ledger", Version: "0.4.0", Description: "hold records",
 		Metadata: map[string]string{"source": cfg.Source}, Limits: cfg.Queries, Logger: s.log})
 	// Every endpoint is served for every user, e31.api.*.ledger.<endpoint>:
@@ -122,34 +128,30 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
-	proj, err := openProjection(st)
-	if err != nil {
-		return fmt.Errorf("ledger: start from the checkpoint: %w", err)
+	if err := s.open(ctx, st); err != nil {
+		return err
 	}
-	if last, err := bus.LastSeq(ctx, s.js); err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	} else if proj.Applied() > last {
-		return fmt.Errorf("ledger: its checkpoint is as of #%d, past the end of the log (#%d): the log was made again since; "+
-			"purge the ledger's bucket (%s) for it to fold the new log in from its first message", proj.Applied(), last, events.LedgerBucket)
-	}
-	s.mu.Lock()
-	s.proj, s.from, s.folded = proj, proj.Applied(), 0
-	s.mu.Unlock()
-	s.tail = s.newTail(proj.Applied() + 1)
 	if err := s.queries.Start(ctx); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	defer s.queries.Stop()
 	s.dropOldConsumer(ctx)
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := s.follow(gctx); err != nil && gctx.Err() == nil {
-			return fmt.Errorf("ledger: follow the log: %w", err)
+	for {
+		err = s.runFrom(ctx)
+		if !isConflict(err) || ctx.Err() != nil {
+			break
 		}
-		return nil
-	})
-	g.Go(func() error { return s.flushEvery(gctx) })
-	err = g.Wait()
+		// Another instance wrote a checkpoint this one did not build on:
+		// what it has in memory may disagree with the bucket, so it
+		// starts again from the bucket's checkpoint.
+		s.log.Info("another instance of the ledger wrote the bucket first: starting again from its checkpoint", "err", err)
+		if err = s.open(ctx, st); err != nil {
+			break
+		}
+	}
+	if isConflict(err) {
+		err = nil // ctx ended while starting again
+	}
 	// What changed since the last flush, so that the next start folds in
 	// nothing it need not: with a context of its own, ctx is over.
 	s.mu.Lock()
@@ -159,6 +161,62 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// open makes the projection from the bucket's checkpoint, and a tail to
+// follow the log from there. A bucket written while it reads it is read
+// again.
+func (s *Service) open(ctx context.Context, st *store) error {
+	for {
+		proj, err := openProjection(st)
+		if isConflict(err) && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("ledger: start from the checkpoint: %w", err)
+		}
+		if last, err := bus.LastSeq(ctx, s.js); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		} else if proj.Applied() > last {
+			return fmt.Errorf("ledger: its checkpoint is as of #%d, past the end of the log (#%d): the log was made again since; "+
+				"purge the ledger's bucket (%s) for it to fold the new log in from its first message", proj.Applied(), last, events.LedgerBucket)
+		}
+		s.mu.Lock()
+		s.proj, s.from, s.folded = proj, proj.Applied(), 0
+		s.moved()
+		s.mu.Unlock()
+		s.tail = s.newTail(proj.Applied() + 1)
+		return nil
+	}
+}
+
+// runFrom follows the log with the tail open made, flushing as it goes,
+// until ctx ends or the reading, the fold or a flush fails: errConflict
+// if another instance wrote the bucket first.
+func (s *Service) runFrom(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.follow(gctx); err != nil && gctx.Err() == nil {
+			return fmt.Errorf("ledger: follow the log: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return s.flushEvery(gctx) })
+	return g.Wait()
+}
+
+// moved wakes the waiters: proj has moved. mu is held.
+func (s *Service) moved() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// changedSince is what proj has applied, and a channel closed once it
+// moves.
+func (s *Service) changedSince() (uint64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proj.Applied(), s.changed
 }
 
 // flushEvery flushes what changed at least every FlushEvery, so that a
@@ -175,6 +233,9 @@ func (s *Service) flushEvery(ctx context.Context) error {
 		s.mu.Lock()
 		err := s.proj.Flush()
 		s.mu.Unlock()
+		if isConflict(err) {
+			return err
+		}
 		if err != nil && ctx.Err() == nil {
 			// The next tick tries again with all of it; the fold goes on.
 			s.log.Warn("could not write the records to the ledger's bucket", "err", err)
@@ -227,6 +288,7 @@ func (s *Service) applyBatch(xs []Prepared) error {
 	defer s.mu.Unlock()
 	s.proj.prefetched = prefetched
 	defer func() { s.proj.prefetched = nil }()
+	defer s.moved()
 	gaps := s.proj.gaps
 	for _, x := range xs {
 		if err := s.proj.ApplyPrepared(x); err != nil {
@@ -250,7 +312,7 @@ func (s *Service) applyBatch(xs []Prepared) error {
 // holding every long poll it may.
 func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uint64, error) {
 	for {
-		applied, ch := s.tail.Changed()
+		applied, ch := s.changedSince()
 		if applied >= seq {
 			return applied, nil
 		}
@@ -259,7 +321,8 @@ func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uin
 			return applied, err
 		}
 		if !changed {
-			return s.tail.Applied(), nil
+			applied, _ := s.changedSince()
+			return applied, nil
 		}
 	}
 }
@@ -364,7 +427,7 @@ func (s *Service) serveRecord(r *query.Request) {
 		return
 	}
 	for {
-		_, ch := s.tail.Changed()
+		_, ch := s.changedSince()
 		s.mu.Lock()
 		reply := wire.RecordReply{Applied: shown(r, s.proj.Applied(), q.MinSeq)}
 		rec, owner, known, err := s.proj.Lookup(q.Job)
@@ -424,7 +487,7 @@ func (s *Service) serveList(r *query.Request) {
 		// Re-count at most four times a second: a count reads every record.
 		deadline := r.Deadline(waitOf(q.Wait))
 		for {
-			_, ch := s.tail.Changed()
+			_, ch := s.changedSince()
 			s.mu.Lock()
 			pending := s.proj.Pending(q)
 			s.mu.Unlock()
@@ -534,7 +597,7 @@ func (s *Service) serveEvents(r *query.Request) {
 	// also after its end, when deletions come.
 	var over bool
 	for {
-		_, ch := s.tail.Changed()
+		_, ch := s.changedSince()
 		s.mu.Lock()
 		rec, owner, known, err := s.proj.Lookup(q.Job)
 		if err != nil {
@@ -601,7 +664,7 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 // info says how far the ledger has read, against the log's last sequence.
 func (s *Service) info(last uint64) wire.LedgerInfo {
 	s.mu.Lock()
-	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.tail.Live(), Head: s.proj.Head()}
+	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.live, Head: s.proj.Head()}
 	s.mu.Unlock()
 	if last > info.Applied {
 		info.Behind = last - info.Applied

@@ -271,7 +271,7 @@ func TestACrashBetweenWritesLeavesTheLastCheckpoint(t *testing.T) {
 	if len(msgs) < 3 {
 		t.Fatalf("a flush of %d writes: nothing to crash in the middle of", len(msgs))
 	}
-	if err := publishAtomic(ctx, nc, msgs, false); err != nil {
+	if _, err := publishAtomic(ctx, nc, msgs, false); err != nil {
 		t.Fatal(err)
 	}
 

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,6 +41,22 @@ import (
 // so the records always agree with the checkpoint, and the ledger starts
 // again from the checkpoint's sequence and folds the rest of the log in as
 // the first time.
+//
+// Several instances share the bucket, each folding the log on its own, at
+// its own pace. Each builds on one checkpoint, its base: the one it
+// started from or last wrote. Every key of the bucket whose revision is
+// at most the base holds what it held as of that checkpoint, and every job
+// the instance changed since is in its memory: together, its records as of
+// where it has read. A flush is written only over the instance's own
+// base: its checkpoint carries Nats-Expected-Last-Subject-Sequence, so
+// that if another instance wrote a flush since, the server refuses the
+// whole batch. Likewise a key read with a revision past the base was
+// written by another instance as of a point the reader is not at. Either
+// way the instance has lost the race (errConflict): it drops what it has
+// in memory and starts again from the newer checkpoint. Without this, an
+// instance behind another wrote records as of a point older than the
+// checkpoint beside them, or folded events into records that already held
+// them.
 const (
 	keyRecord     = "rec."
 	keyMade       = "made."
@@ -72,6 +89,14 @@ type checkpoint struct {
 	Closed  map[string]*wire.Totals `json:"closed"`
 }
 
+// errConflict is a bucket another instance of the ledger wrote past this
+// one's base: the instance must start again from the bucket's checkpoint.
+var errConflict = errors.New("another instance of the ledger wrote a newer checkpoint: starting again from it")
+
+// isConflict reports whether err means the instance must start again from
+// the bucket's checkpoint.
+func isConflict(err error) bool { return errors.Is(err, errConflict) }
+
 // shardOf is the key of the open-jobs list a job is under.
 func shardOf(job string) int {
 	h := fnv.New32a()
@@ -90,6 +115,14 @@ type store struct {
 	// from queries, which carry no context of their own down here.
 	ctx     context.Context
 	timeout time.Duration
+	// base is the revision of the checkpoint the instance builds on (0:
+	// none); set while the fold holds the lock, read by the prefetch
+	// without it.
+	base atomic.Uint64
+	// stale is set once a read found the bucket written past base: the
+	// instance must start again from the newer checkpoint, even if it
+	// has nothing to write that would find out.
+	stale atomic.Bool
 }
 
 // openStore opens the ledger's bucket, made by events.Setup.
@@ -112,11 +145,25 @@ func (s *store) call() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.ctx, s.timeout)
 }
 
+// get reads a key as of the base: errConflict if another instance wrote
+// it since (the value as of the base is gone: the bucket keeps one).
+func (s *store) get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	kve, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if base := s.base.Load(); kve.Revision() > base {
+		s.stale.Store(true)
+		return nil, fmt.Errorf("%s is at revision %d, past the checkpoint this instance builds on (%d): %w", key, kve.Revision(), base, errConflict)
+	}
+	return kve, nil
+}
+
 // load reads a job's entry; nil if the bucket has none.
 func (s *store) load(job string) (*entry, error) {
 	ctx, cancel := s.call()
 	defer cancel()
-	kve, err := s.kv.Get(ctx, keyRecord+job)
+	kve, err := s.get(ctx, keyRecord+job)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
 	}
@@ -230,19 +277,25 @@ func (s *store) each(owner, after string, fn func(job string) (bool, error)) err
 		return fmt.Errorf("read the index: %w", err)
 	}
 	defer msgs.Stop()
+	base := s.base.Load()
 	for {
 		m, err := msgs.Next()
 		if err != nil {
 			return fmt.Errorf("read the index: %w", err)
 		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("read the index: %w", err)
+		}
+		if md.Sequence.Stream > base {
+			// Made by another instance past the base: the records this
+			// instance made since are its fresh ones, in memory.
+			return nil
+		}
 		subject := m.Subject()
 		more, err := fn(subject[strings.LastIndexByte(subject, '.')+1:])
 		if err != nil || !more {
 			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("read the index: %w", err)
 		}
 		if md.NumPending == 0 {
 			return nil
@@ -250,17 +303,21 @@ func (s *store) each(owner, after string, fn func(job string) (bool, error)) err
 	}
 }
 
-// loadCheckpoint reads the checkpoint; nil if there is none yet.
+// loadCheckpoint reads the checkpoint, which becomes the base; nil if
+// there is none yet (the base is then 0).
 func (s *store) loadCheckpoint() (*checkpoint, error) {
 	ctx, cancel := s.call()
 	defer cancel()
+	s.stale.Store(false)
 	kve, err := s.kv.Get(ctx, keyCheckpoint)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.base.Store(0)
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the checkpoint: %w", err)
 	}
+	s.base.Store(kve.Revision())
 	var c checkpoint
 	if err := json.Unmarshal(kve.Value(), &c); err != nil {
 		return nil, fmt.Errorf("read the checkpoint: %w", err)
@@ -274,7 +331,7 @@ func (s *store) openJobs() ([]string, error) {
 	defer cancel()
 	var jobs []string
 	for shard := range openShards {
-		kve, err := s.kv.Get(ctx, keyOpen+strconv.Itoa(shard))
+		kve, err := s.get(ctx, keyOpen+strconv.Itoa(shard))
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
 		}
@@ -296,15 +353,23 @@ type flush struct {
 	ckpt    checkpoint
 }
 
-// save writes f in one atomic batch, the checkpoint last.
+// save writes f in one atomic batch, the checkpoint last, over the base:
+// errConflict if another instance wrote a checkpoint since. The
+// checkpoint written becomes the base.
 func (s *store) save(f *flush) error {
 	msgs, err := s.messages(f)
 	if err != nil {
 		return err
 	}
+	msgs[len(msgs)-1].Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.base.Load(), 10))
 	ctx, cancel := s.call()
 	defer cancel()
-	return publishAtomic(ctx, s.nc, msgs, true)
+	seq, err := publishAtomic(ctx, s.nc, msgs, true)
+	if err != nil {
+		return err
+	}
+	s.base.Store(seq)
+	return nil
 }
 
 // messages are the writes of f, the checkpoint last.
@@ -337,29 +402,39 @@ func (s *store) messages(f *flush) ([]*nats.Msg, error) {
 	return msgs, nil
 }
 
+// The server's codes for a message refused for its
+// Nats-Expected-Last-Subject-Sequence: the subject is at another sequence
+// (JSStreamWrongLastSequenceErrF), or being written by a batch in flight
+// (JSStreamWrongLastSequenceConstantErr, in a cluster).
+const (
+	errWrongLastSequence         = 10071
+	errWrongLastSequenceInFlight = 10164
+)
+
 // publishAtomic publishes msgs as one atomic batch (JetStream's
 // Nats-Batch-Id): the stream stores all of them, in order, or none. Only
-// the last, the commit, is acknowledged; a message refused before it
-// makes the commit fail. Without commit it stops before the last message,
-// as a crash would: for tests.
-func publishAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, commit bool) error {
+// the last, the commit, is acknowledged, with its sequence, which it
+// returns; a message refused before it makes the commit fail, and one
+// refused for the sequence it expects is errConflict. Without commit it
+// stops before the last message, as a crash would: for tests.
+func publishAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, commit bool) (uint64, error) {
 	id := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
 		if i == len(msgs)-1 && !commit {
-			return nc.Flush()
+			return 0, nc.Flush()
 		}
 		if i < len(msgs)-1 {
 			if err := nc.PublishMsg(m); err != nil {
-				return fmt.Errorf("write the ledger's bucket: %w", err)
+				return 0, fmt.Errorf("write the ledger's bucket: %w", err)
 			}
 			continue
 		}
 		m.Header.Set("Nats-Batch-Commit", "1")
 		reply, err := nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
-			return fmt.Errorf("write the ledger's bucket: commit a batch of %d: %w", len(msgs), err)
+			return 0, fmt.Errorf("write the ledger's bucket: commit a batch of %d: %w", len(msgs), err)
 		}
 		var ack struct {
 			Error *struct {
@@ -367,16 +442,21 @@ func publishAtomic(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg, commit 
 				ErrCode     int    `json:"err_code"`
 				Description string `json:"description"`
 			} `json:"error"`
-			Count int `json:"count"`
+			Seq   uint64 `json:"seq"`
+			Count int    `json:"count"`
 		}
 		if err := json.Unmarshal(reply.Data, &ack); err != nil {
-			return fmt.Errorf("write the ledger's bucket: the commit's answer: %w", err)
+			return 0, fmt.Errorf("write the ledger's bucket: the commit's answer: %w", err)
+		}
+		if ack.Error != nil && (ack.Error.ErrCode == errWrongLastSequence || ack.Error.ErrCode == errWrongLastSequenceInFlight) {
+			return 0, fmt.Errorf("write the ledger's bucket: %s: %w", ack.Error.Description, errConflict)
 		}
 		if ack.Error != nil {
-			return fmt.Errorf("write the ledger's bucket: a batch of %d refused: %s (%d)", len(msgs), ack.Error.Description, ack.Error.ErrCode)
+			return 0, fmt.Errorf("write the ledger's bucket: a batch of %d refused: %s (%d)", len(msgs), ack.Error.Description, ack.Error.ErrCode)
 		}
+		return ack.Seq, nil
 	}
-	return nil
+	return 0, nil
 }
 
 // checkpointOf is the projection's checkpoint.
@@ -434,7 +514,15 @@ func (p *Projection) changed() int { return len(p.dirty) + len(p.fresh) }
 // the checkpoint, and forgets those that are not open. Nothing without a
 // store. After an error nothing is forgotten: the next flush writes it all.
 func (p *Projection) Flush() error {
-	if p.store == nil || len(p.dirty) == 0 && p.flushed == p.applied {
+	if p.store == nil {
+		return nil
+	}
+	if p.store.stale.Load() {
+		// A read found the bucket written by another instance: even with
+		// nothing to write, this instance must start again from there.
+		return fmt.Errorf("write the ledger's bucket: %w", errConflict)
+	}
+	if len(p.dirty) == 0 && p.flushed == p.applied {
 		return nil
 	}
 	if err := p.store.save(p.flushOf()); err != nil {
