@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 )
@@ -160,7 +161,7 @@ output: [done.txt]
 // waitForEvent follows a job's events over NATS until one of type ceType.
 func waitForEvent(t *testing.T, url, job, ceType string, opts ...nats.Option) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
@@ -171,16 +172,20 @@ func waitForEvent(t *testing.T, url, job, ceType string, opts ...nats.Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.JobSubject(job)}})
+	// bus.Follow, not nats.go's ordered consumer: it is asked right after
+	// a server restart, and the follower makes its consumer again if the
+	// first one is lost or silent rather than waiting on it.
+	f, err := bus.Follow(ctx, js, []string{events.JobSubject(job)}, 1)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiting for %s of %s: %v", ceType, job, err)
 	}
+	defer f.Stop()
 	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(time.Minute))
+		m, _, err := f.Next()
 		if err != nil {
 			t.Fatalf("waiting for %s of %s: %v", ceType, job, err)
 		}
-		if m.Headers().Get(events.HeaderType) == ceType {
+		if m.Header.Get(events.HeaderType) == ceType {
 			return
 		}
 	}

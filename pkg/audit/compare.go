@@ -348,7 +348,7 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 func (a *Auditor) again(ctx context.Context, js jetstream.JetStream, job string) (*hold.HoldRecord, error) {
 	a.readAgain++
 	one := New(Options{})
-	for m, err := range bus.Stored(ctx, js, events.JobSubject(job), 1) {
+	for m, err := range bus.StoredJob(ctx, js, job, 1) {
 		if err != nil {
 			return nil, fmt.Errorf("read job %s again: %w", job, err)
 		}

@@ -34,9 +34,12 @@
 // may stop a job or a reader:
 //
 //   - A job's history is read with batched direct gets (ReadHistory,
-//     Stored), which create nothing on the server, and ends at the true last
-//     message of the job's subjects, junk included: that is what React
-//     expects, so junk never makes an append conflict for ever.
+//     StoredJob), which create nothing on the server, and ends at the true
+//     last message of the job's subjects, junk included: that is what React
+//     expects, so junk never makes an append conflict for ever. The server
+//     is asked for exactly as many messages as the job has, so that it never
+//     looks past the job's last one to the end of the log: what a read costs
+//     is bounded by the job, junk included, not by the log.
 //   - An append the server takes for a duplicate is checked: a forged
 //     Nats-Msg-Id on a tenant's subject does not keep the event out.
 //   - The Subscriber pulls with plain pull requests (see puller) and tells

@@ -31,13 +31,15 @@ type History struct {
 }
 
 // ReadHistory reads the messages of one job from stream sequence from
-// onwards (1 for all of them). It reads with batched direct gets, so that
-// no read leaves anything behind on the server: a job's history is read on
-// every conflict, and a consumer per read is what a hostile tenant's junk
-// once turned into a flood of consumers.
+// onwards (1 for all of them), as they are at the time of the call. It
+// reads with batched direct gets, so that no read leaves anything behind
+// on the server: a job's history is read on every conflict, and a consumer
+// per read is what a hostile tenant's junk once turned into a flood of
+// consumers. Its cost is bounded by the job's span in the log, whatever
+// the length of the log: see storedJob.
 func ReadHistory(ctx context.Context, js jetstream.JetStream, job string, from uint64) (History, error) {
 	var h History
-	for m, err := range Stored(ctx, js, events.JobSubject(job), from) {
+	for m, err := range StoredJob(ctx, js, job, from) {
 		if err != nil {
 			return History{}, fmt.Errorf("read job %s: %w", job, err)
 		}
@@ -74,11 +76,13 @@ const (
 	directWait = 5 * time.Second
 )
 
-// Headers the server adds to a message it answers a batched direct get
-// with; the stored message never had them, and a reader must see the
-// message as it was stored.
-var directHeaders = [...]string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader,
-	jetstream.TimeStampHeaer, "Nats-Num-Pending", "Nats-Last-Sequence"}
+// Headers the server adds to a message it answers a direct get with, one
+// message (singleHeaders) or a batch (batchHeaders); the stored message
+// never had them, and a reader must see the message as it was stored.
+var (
+	singleHeaders = []string{jetstream.StreamHeader, jetstream.SubjectHeader, jetstream.SequenceHeader, jetstream.TimeStampHeaer}
+	batchHeaders  = append(singleHeaders[:len(singleHeaders):len(singleHeaders)], "Nats-Num-Pending", "Nats-Last-Sequence")
+)
 
 // directRequest is the JSON of a direct get request.
 type directRequest struct {
@@ -105,31 +109,15 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 // stored is Stored, batch messages per request.
 func stored(ctx context.Context, js jetstream.JetStream, filter string, from uint64, batch int) iter.Seq2[*jetstream.RawStreamMsg, error] {
 	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
-		nc := js.Conn()
-		// A callback, not NextMsg: NextMsg turns any empty message with a
-		// 503 Status header into nats.ErrNoResponders and drops it, and a
-		// tenant may store one.
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		in := make(chan *nats.Msg, batch)
-		sub, err := nc.Subscribe(nc.NewInbox(), func(m *nats.Msg) {
-			select {
-			case in <- m:
-			case <-ctx.Done():
-			}
-		})
-		if err == nil {
-			err = sub.SetPendingLimits(-1, -1)
-		}
+		g, err := newGetter(ctx, js, batch)
 		if err != nil {
 			yield(nil, fmt.Errorf("direct get on %s: %w", filter, err))
 			return
 		}
-		defer func() { _ = sub.Unsubscribe() }()
-		subject := apiPrefix(js.Options()) + "DIRECT.GET." + events.Stream
+		defer g.close()
 		seq := max(from, 1)
 		for {
-			next, more, err := directBatchGet(ctx, nc, in, sub.Subject, subject, filter, seq, batch, yield)
+			next, pending, err := g.batch(filter, seq, batch, yield)
 			if errors.Is(err, errStopped) {
 				return
 			}
@@ -137,7 +125,7 @@ func stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 				yield(nil, fmt.Errorf("direct get on %s from #%d: %w", filter, seq, err))
 				return
 			}
-			if !more {
+			if pending == 0 || next == seq {
 				return
 			}
 			seq = next
@@ -145,61 +133,204 @@ func stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 	}
 }
 
-// directBatchGet asks for one batch from seq and hands each message to
-// yield. It returns the sequence to ask from next and whether the server
-// said more messages match.
-func directBatchGet(ctx context.Context, nc *nats.Conn, in <-chan *nats.Msg, inbox, subject, filter string, seq uint64, batch int,
-	yield func(*jetstream.RawStreamMsg, error) bool) (uint64, bool, error) {
-	req, err := json.Marshal(directRequest{Seq: seq, NextFor: filter, Batch: batch, MaxBytes: directMaxBytes})
-	if err != nil {
-		return 0, false, err
-	}
-	if err := nc.PublishRequest(subject, inbox, req); err != nil {
-		return 0, false, err
-	}
-	next := seq
-	wait := time.NewTimer(directWait)
-	defer wait.Stop()
-	for {
-		var r *nats.Msg
-		select {
-		case r = <-in:
-			wait.Reset(directWait)
-		case <-ctx.Done():
-			return 0, false, ctx.Err()
-		case <-wait.C:
-			return 0, false, nats.ErrTimeout
+// StoredJob yields the messages of one job (all of its subjects) from
+// sequence from, as they were when it started reading, exactly as stored,
+// in stream order: the last one it yields is the job's true last message
+// then, and anything newer makes an append that expects it conflict. What
+// it costs the server is bounded by the job's messages, whatever the length
+// of the log.
+//
+// A batch that asks for more messages than the job has left makes the
+// server look for the next one to the end of the log, block after block
+// (its subject index skips blocks only while the log has fewer than 64k
+// subjects: a few thousand jobs), and nats-server 2.15 honours up_to_seq
+// in multi_last requests only. So the bound is the count: a batch of one
+// says how many messages the job has, counted from the start of the log,
+// where the server counts by its subject index without reading a block;
+// the next asks for exactly that many, from the start again, where its
+// count is as cheap. Messages before from are read and dropped: counting
+// from the middle of the log costs the server more than the few messages a
+// job has before it.
+func StoredJob(ctx context.Context, js jetstream.JetStream, job string, from uint64) iter.Seq2[*jetstream.RawStreamMsg, error] {
+	filter := events.JobSubject(job)
+	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
+		g, err := newGetter(ctx, js, directBatch)
+		if err != nil {
+			yield(nil, fmt.Errorf("direct get on %s: %w", filter, err))
+			return
 		}
+		defer g.close()
+		var first *jetstream.RawStreamMsg
+		_, pending, err := g.batch(filter, 1, 1, func(m *jetstream.RawStreamMsg, _ error) bool {
+			first = m
+			return true
+		})
+		if err != nil {
+			yield(nil, fmt.Errorf("direct get on %s: %w", filter, err))
+			return
+		}
+		if first == nil {
+			return // no message on the job's subjects
+		}
+		total := pending + 1
+		read := uint64(0)
+		pass := func(m *jetstream.RawStreamMsg, _ error) bool {
+			read++
+			return m.Sequence < from || yield(m, nil)
+		}
+		if total == 1 {
+			pass(first, nil)
+			return
+		}
+		// Past the first batch (a job with more than a batch of messages:
+		// a tenant's junk), each batch goes on from the last message.
+		for seq := uint64(1); read < total; {
+			next, _, err := g.batch(filter, seq, int(min(total-read, directBatch)), pass)
+			if errors.Is(err, errStopped) {
+				return
+			}
+			if err != nil {
+				yield(nil, fmt.Errorf("direct get on %s from #%d: %w", filter, seq, err))
+				return
+			}
+			if next == seq {
+				return // nothing came: the log is append only, so never
+			}
+			seq = next
+		}
+	}
+}
+
+// getter makes direct get requests and takes their replies in a callback,
+// not NextMsg: NextMsg turns any empty message with a 503 Status header
+// into nats.ErrNoResponders and drops it, and a tenant may store one.
+type getter struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	in      chan *nats.Msg
+	subject string
+}
+
+// newGetter subscribes to the replies of direct gets of up to batch
+// messages each; close unsubscribes.
+func newGetter(ctx context.Context, js jetstream.JetStream, batch int) (*getter, error) {
+	g := &getter{nc: js.Conn(), in: make(chan *nats.Msg, batch+1),
+		subject: apiPrefix(js.Options()) + "DIRECT.GET." + events.Stream}
+	g.ctx, g.cancel = context.WithCancel(ctx)
+	sub, err := g.nc.Subscribe(g.nc.NewInbox(), func(m *nats.Msg) {
+		select {
+		case g.in <- m:
+		case <-g.ctx.Done():
+		}
+	})
+	if err == nil {
+		err = sub.SetPendingLimits(-1, -1)
+	}
+	if err != nil {
+		g.cancel()
+		return nil, err
+	}
+	g.sub = sub
+	return g, nil
+}
+
+func (g *getter) close() {
+	g.cancel()
+	_ = g.sub.Unsubscribe()
+}
+
+// batch asks for one batch of the messages on filter from seq and hands
+// each to yield. It returns the sequence to ask from next (seq if nothing
+// came) and how many more messages match after the last one it handed
+// over, as the server counted them.
+func (g *getter) batch(filter string, seq uint64, batch int, yield func(*jetstream.RawStreamMsg, error) bool) (uint64, uint64, error) {
+	next := seq
+	var pending uint64
+	err := g.ask(directRequest{Seq: seq, NextFor: filter, Batch: batch, MaxBytes: directMaxBytes}, func(r *nats.Msg) (bool, error) {
 		// A stored message comes with the server's Nats-Sequence; a status
 		// (end of batch, nothing found, an error) never does. A status
 		// header a publisher put in its own message is no status.
 		if len(r.Header.Values(jetstream.SequenceHeader)) == 0 {
 			switch status := r.Header.Get("Status"); status {
 			case "204": // end of batch
-				pending, _ := strconv.ParseUint(r.Header.Get("Nats-Num-Pending"), 10, 64)
-				return next, pending > 0 && next > seq, nil
+				pending, _ = strconv.ParseUint(r.Header.Get("Nats-Num-Pending"), 10, 64)
+				return true, nil
 			case "404": // nothing matches from seq on
-				return next, false, nil
+				return true, nil
 			case "503":
-				return 0, false, nats.ErrNoResponders
+				return true, nats.ErrNoResponders
 			default:
-				return 0, false, fmt.Errorf("direct get: status %s %s", status, r.Header.Get("Description"))
+				return true, fmt.Errorf("direct get: status %s %s", status, r.Header.Get("Description"))
 			}
 		}
-		m, err := storedOf(r)
+		m, err := storedOf(r, batchHeaders)
 		if err != nil {
-			return 0, false, err
+			return true, err
 		}
 		next = m.Sequence + 1
 		if !yield(m, nil) {
-			return 0, false, errStopped
+			return true, errStopped
+		}
+		return false, nil
+	})
+	return next, pending, err
+}
+
+// one is the first message on filter from seq, without a batch: the
+// server then counts nothing. jetstream.ErrMsgNotFound if there is none.
+func (g *getter) one(filter string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	var m *jetstream.RawStreamMsg
+	err := g.ask(directRequest{Seq: seq, NextFor: filter}, func(r *nats.Msg) (bool, error) {
+		if len(r.Header.Values(jetstream.SequenceHeader)) == 0 {
+			switch status := r.Header.Get("Status"); status {
+			case "404":
+				return true, jetstream.ErrMsgNotFound
+			case "503":
+				return true, nats.ErrNoResponders
+			default:
+				return true, fmt.Errorf("direct get: status %s %s", status, r.Header.Get("Description"))
+			}
+		}
+		var err error
+		m, err = storedOf(r, singleHeaders)
+		return true, err
+	})
+	return m, err
+}
+
+// ask sends one direct get request and hands its replies to take until
+// take says that was the last, or fails.
+func (g *getter) ask(req directRequest, take func(*nats.Msg) (bool, error)) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if err := g.nc.PublishRequest(g.subject, g.sub.Subject, body); err != nil {
+		return err
+	}
+	wait := time.NewTimer(directWait)
+	defer wait.Stop()
+	for {
+		var r *nats.Msg
+		select {
+		case r = <-g.in:
+			wait.Reset(directWait)
+		case <-g.ctx.Done():
+			return g.ctx.Err()
+		case <-wait.C:
+			return nats.ErrTimeout
+		}
+		if last, err := take(r); last || err != nil {
+			return err
 		}
 	}
 }
 
 // storedOf is the stored message a direct get answered with, without the
-// headers the server added to say where it was stored.
-func storedOf(r *nats.Msg) (*jetstream.RawStreamMsg, error) {
+// headers (added) the server added to say where it was stored.
+func storedOf(r *nats.Msg, added []string) (*jetstream.RawStreamMsg, error) {
 	h := r.Header
 	last := func(key string) string {
 		vs := h.Values(key)
@@ -226,7 +357,7 @@ func storedOf(r *nats.Msg) (*jetstream.RawStreamMsg, error) {
 	for k, vs := range h {
 		stored[k] = vs
 	}
-	for _, k := range directHeaders {
+	for _, k := range added {
 		if vs := stored.Values(k); len(vs) > 1 {
 			stored[k] = vs[:len(vs)-1]
 		} else {

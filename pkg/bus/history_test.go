@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -335,5 +336,122 @@ func TestTheFirstRequestIsReadWhateverItIs(t *testing.T) {
 	}
 	if owner, err := bus.Owner(ctx, js, "mine"); err != nil || owner != "mallory" {
 		t.Errorf("owner = %q, %v; want mallory", owner, err)
+	}
+}
+
+// A job's history is read without asking the server for more messages than
+// the job has: a batch that asks for more makes it look for the next one
+// to the end of the log, block after block. Every direct get request is
+// watched on its subject: the batches asked for add up to the job's
+// messages plus the one that counted them, whatever the junk, however
+// many batches it takes, and from wherever the read starts.
+func TestAJobsHistoryIsReadWithoutLookingPastIt(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+
+	sub, err := pub.Append(ctx, "j", submitted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 1 + junk(t, ctx, js, "j", "mallory", true)
+	// Another job's messages after it, as in any log, and more than a
+	// batch of the job's own in between.
+	for i := range 300 {
+		if _, err := js.Publish(ctx, "e31.job.other.cancel.x", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "e31.job.j.cancel.mallory", []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	held := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"}
+	last, err := pub.Append(ctx, "j", &held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n++
+	for range 10 {
+		if _, err := js.Publish(ctx, "e31.job.other.cancel.x", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	asked := make(chan int, 64)
+	watch, err := js.Conn().Subscribe("$JS.API.DIRECT.GET."+events.Stream, func(m *nats.Msg) {
+		var req struct {
+			Batch int `json:"batch"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Errorf("direct get request %q: %v", m.Data, err)
+		}
+		select {
+		case asked <- req.Batch:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []uint64{1, sub.Seq + 1, last.Seq} {
+		h, err := bus.ReadHistory(ctx, js, "j", from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Last != last.Seq || len(h.Events) == 0 || h.Events[len(h.Events)-1].Seq != last.Seq {
+			t.Errorf("from #%d: last #%d, %d events; want the hold #%d last", from, h.Last, len(h.Events), last.Seq)
+		}
+		if want := map[uint64]int{1: 2, sub.Seq + 1: 1, last.Seq: 1}[from]; len(h.Events) != want {
+			t.Errorf("from #%d: %d events, want %d", from, len(h.Events), want)
+		}
+		// A request without a reply, which the server does not answer,
+		// after the read's: once the watch has it, it has them all.
+		if err := js.Conn().Publish("$JS.API.DIRECT.GET."+events.Stream, []byte(`{"batch":-1}`)); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for b := 0; b != -1; total += b {
+			select {
+			case b = <-asked:
+			case <-ctx.Done():
+				t.Fatalf("from #%d: the watch never had the marker: %v", from, ctx.Err())
+			}
+		}
+		total++ // the marker's -1
+		if total != n+1 {
+			t.Errorf("from #%d: asked for %d messages in all, want the job's %d and one to count them", from, total, n)
+		}
+	}
+	_ = watch.Unsubscribe()
+}
+
+// A message read on its own (a job's first request) keeps the headers its
+// publisher set, even those of the names the server adds to a batch.
+func TestTheFirstRequestKeepsItsOwnHeaders(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	m := nats.NewMsg("e31.job.mine.requested.mallory")
+	m.Data = []byte("x")
+	m.Header.Set("Nats-Num-Pending", "7")
+	m.Header.Set("Nats-Last-Sequence", "8")
+	m.Header.Set(jetstream.SequenceHeader, "999")
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	got, err := bus.FirstRequest(ctx, js, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := nats.Header{"Nats-Num-Pending": {"7"}, "Nats-Last-Sequence": {"8"}, jetstream.SequenceHeader: {"999"}}
+	if fmt.Sprint(got.Header) != fmt.Sprint(want) || string(got.Data) != "x" || got.Sequence != 1 {
+		t.Errorf("first request #%d %q %v, want #1 \"x\" %v", got.Sequence, got.Data, got.Header, want)
 	}
 }

@@ -198,13 +198,17 @@ func FirstRequest(ctx context.Context, js jetstream.JetStream, job string) (*jet
 }
 
 // first is the first message stored on filter; jetstream.ErrMsgNotFound
-// if there is none. Read like a job's history: nats.go's GetMsg takes a
-// stored empty message with a 503 Status header, which a tenant may
-// publish, for "no responders", and a retry would fail the same way for
+// if there is none. Read with a direct get of one message, not a batch
+// (a batch's end counts what is pending after it, which costs the server
+// more than finding the message), and not with nats.go's GetMsg, which
+// takes a stored empty message with a 503 Status header, which a tenant
+// may publish, for "no responders": a retry would fail the same way for
 // ever.
 func first(ctx context.Context, js jetstream.JetStream, filter string) (*jetstream.RawStreamMsg, error) {
-	for m, err := range stored(ctx, js, filter, 1, 1) {
-		return m, err
+	g, err := newGetter(ctx, js, 1)
+	if err != nil {
+		return nil, err
 	}
-	return nil, jetstream.ErrMsgNotFound
+	defer g.close()
+	return g.one(filter, 1)
 }

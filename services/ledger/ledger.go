@@ -643,7 +643,7 @@ func (s *Service) serveEvents(r *query.Request) {
 func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) ([]wire.StoredEvent, bool, error) {
 	out := []wire.StoredEvent{}
 	size := 0
-	for m, err := range bus.Stored(ctx, s.js, events.JobSubject(job), after+1) {
+	for m, err := range bus.StoredJob(ctx, s.js, job, after+1) {
 		if err != nil {
 			return nil, false, fmt.Errorf("read the events of %s: %w", job, err)
 		}
