@@ -56,6 +56,17 @@
 // (Service.Started says how much). With an empty bucket (a new one, or
 // purged on purpose) it folds the whole log in from the first message.
 //
+// Several instances share the bucket, each folding the log at its own
+// pace, so each builds on one checkpoint, the one it started from or last
+// wrote, and writes only over it: its checkpoint message carries
+// Nats-Expected-Last-Subject-Sequence, and the server refuses the whole
+// batch if another instance wrote a checkpoint since. A key read with a
+// revision past that checkpoint was likewise written by another instance.
+// Either way the instance drops what it holds and starts again from the
+// bucket's checkpoint, newer or older than where it was (store.go). A
+// lagging instance never writes records older than the checkpoint beside
+// them, nor folds events into a record that already holds them.
+//
 // The bucket is the ledger's own, made by `e31 setup` with the streams,
 // written in atomic batches and read by its credentials alone (pkg/auth):
 // a submitter cannot read others' records there. It is derived from the
