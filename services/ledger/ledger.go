@@ -170,6 +170,14 @@ func (s *Service) open(ctx context.Context, st *store) error {
 	for {
 		proj, err := openProjection(st)
 		if isConflict(err) && ctx.Err() == nil {
+			// Written while read: read it again, after a pause, so that a
+			// key written outside the ledger's batches, which would make
+			// every reading fail, costs a warning a second, not a core.
+			s.log.Warn("the ledger's bucket changed while it was read: reading it again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		if err != nil {
