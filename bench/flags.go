@@ -21,7 +21,7 @@ func (o *LifeOptions) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Nodes, "nodes", 1, "compute nodes")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
 	fs.BoolVar(&o.Metrics, "metrics", false, "observe every handler and the scheduler and gather the metrics as deploy/'s Prometheus scrapes them")
-	fs.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the burst to this file")
+	fs.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the burst to this file, and allocation profiles to FILE.alloc0 (start) and FILE.alloc (end)")
 }
 
 // Flags defines o's flags on fs.

@@ -49,7 +49,10 @@ type LifeOptions struct {
 	// the registry gathered every scrapeEvery, as deploy/'s Prometheus
 	// scrapes it.
 	Metrics bool
-	// Profile, if set, is where a CPU profile of the burst is written.
+	// Profile, if set, is where a CPU profile of the burst is written, and
+	// allocation profiles to Profile+".alloc0" (when it starts) and
+	// Profile+".alloc" (when it ends): `go tool pprof -base FILE.alloc0
+	// FILE.alloc` shows what the burst allocated.
 	Profile string
 	// NoFloor skips measuring the fork/exec floor (2 s), for runs that
 	// compare e31 with itself.
@@ -160,6 +163,9 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 	}
 
 	if o.Profile != "" {
+		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
+			return lifeResult{}, err
+		}
 		f, err := os.Create(o.Profile)
 		if err != nil {
 			return lifeResult{}, err
@@ -224,6 +230,11 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 			last = t.released
 		}
 	}
+	if o.Profile != "" {
+		if err := writeAllocs(o.Profile + ".alloc"); err != nil {
+			return lifeResult{}, err
+		}
+	}
 	perSec := float64(len(burst)) / last.Sub(first).Seconds()
 	res := lifeResult{perSec: perSec, failed: failed, cpuPerJob: (cpuTime() - cpu0) / time.Duration(len(burst))}
 
@@ -241,8 +252,12 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 	}
 	floor := forkFloor(2 * time.Second)
 	fmt.Fprintf(out, "floor: plain fork/exec of /bin/true, %d at once: %.0f/s\n", runtime.NumCPU(), floor)
-	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d\n",
-		len(burst), perSec, floor, perSec/floor, pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(bStart, 50), pct(bRel, 99), o.Sync, o.Executor, failed)
+	// cpu_per_job_ms is e31's own CPU (every service and the embedded
+	// server, not the jobs) per job of the burst: steadier than the rate
+	// on a machine others share.
+	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d cpu_per_job_ms=%.2f\n",
+		len(burst), perSec, floor, perSec/floor, pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(bStart, 50), pct(bRel, 99), o.Sync, o.Executor, failed,
+		float64(res.cpuPerJob.Microseconds())/1000)
 	if failed > 0 {
 		return res, fmt.Errorf("%w: %d of %d jobs did not succeed", ErrFailed, failed, len(burst))
 	}

@@ -142,7 +142,8 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		relErr <- releaseHolds(rctx, rjs, bus.NewPublisher(rjs, "e31/bench", nil), &held, int64(nodes*4), int64(nodes*4+decisions), firstHolds, done)
 	}()
 
-	svc, err := rent.New(nc, js, rent.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "bench"})
+	obs := &passCounter{}
+	svc, err := rent.New(nc, js, rent.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "bench", Observer: obs})
 	if err != nil {
 		return err
 	}
@@ -185,6 +186,7 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	// a decision costs whatever else the machine runs, where the rate
 	// depends on how much of the cores the bench gets.
 	cpu0 := cpuTime()
+	passes0 := obs.passes.Load()
 	if o.Profile != "" {
 		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
 			return err
@@ -200,6 +202,7 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	}
 	steady, err := wait(done, "deciding with a deep queue")
 	cpuPer := float64((cpuTime() - cpu0).Microseconds()) / float64(decisions)
+	passes := obs.passes.Load() - passes0
 	if o.Profile != "" {
 		pprof.StopCPUProfile()
 		if err := writeAllocs(o.Profile + ".alloc"); err != nil {
@@ -210,12 +213,20 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		return err
 	}
 	rate := float64(decisions) / (steady - fill).Seconds()
-	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end, %.0f µs of cpu each (server and releaser included; %.0f/s if the bench had %d cores to itself)\n",
-		decisions, jobs-nodes*4-decisions, rate, cpuPer, float64(runtime.NumCPU())*1e6/cpuPer, runtime.NumCPU())
+	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end, %.0f µs of cpu each (server and releaser included; %.0f/s if the bench had %d cores to itself); %d passes of the pool, %.1f holds each\n",
+		decisions, jobs-nodes*4-decisions, rate, cpuPer, float64(runtime.NumCPU())*1e6/cpuPer, runtime.NumCPU(), passes, float64(decisions)/float64(max(passes, 1)))
 	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f cpu_us_per_decision=%.0f\n",
 		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds(), cpuPer)
 	return nil
 }
+
+// passCounter counts the pool's passes (calls of its decision), to say how
+// many holds one pass makes: a pass has a cost of its own, whatever it holds.
+type passCounter struct{ passes atomic.Int64 }
+
+func (c *passCounter) Decided(time.Duration)  { c.passes.Add(1) }
+func (c *passCounter) Waiting(map[string]int) {}
+func (c *passCounter) Leading(bool)           {}
 
 // writeAllocs writes the allocation profile of the process so far.
 // It collects first: the profile is as of the last collection.

@@ -70,6 +70,28 @@ request: {cpu: 0.5, memory: 64MiB, limit: %s}
 	}
 }
 
+// A job that writes nothing has an empty, complete log (nothing of it is
+// stored, its stop says 0 and 0 bytes): `e31 logs` shows nothing and
+// succeeds, as it would for a log stored empty.
+func TestLogsOfAJobThatWroteNothing(t *testing.T) {
+	t.Parallel()
+	ts := startSystem(t, t.TempDir(), 1)
+	id := ts.submit(writeJob(t, `
+work: {command: ["/bin/true"]}
+request: {cpu: 0.5, memory: 64MiB, limit: 1m}
+`, nil))
+	rec, _ := ts.wait(id)
+	if rec.Outcome != events.Succeeded {
+		t.Fatalf("outcome %s (%s), want succeeded", rec.Outcome, rec.Reason)
+	}
+	if l := rec.Logs; l == nil || l.StdoutBytes != 0 || l.StderrBytes != 0 || l.Truncated {
+		t.Errorf("record's logs = %+v, want 0 and 0 bytes", rec.Logs)
+	}
+	if out, errOut := ts.logsOf(id); out != "" || errOut != "" {
+		t.Errorf("e31 logs wrote %q to stdout and %q to stderr, want nothing", out, errOut)
+	}
+}
+
 // A stream past the node's cap keeps its head and its tail, the last line
 // among it, with a line where the rest was.
 func TestLogsPastTheCapKeepTheHeadAndTheTail(t *testing.T) {

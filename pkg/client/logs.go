@@ -89,7 +89,7 @@ func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 	}
 	f := &logFollower{store: store, job: rec.Job, attempt: attempt, out: o.Stdout, errOut: o.Stderr}
 	if !follow {
-		x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
+		x, err := stage.ReadLogIndexOf(ctx, store, rec.Job, attempt, attemptLogs(rec, attempt))
 		if err == nil {
 			return f.fromIndex(ctx, x)
 		}
@@ -112,7 +112,7 @@ func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 		return fmt.Errorf("follow the logs of %s: %w", rec.Job, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt); err == nil {
+	if x, err := stage.ReadLogIndexOf(ctx, store, rec.Job, attempt, attemptLogs(rec, attempt)); err == nil {
 		return f.fromIndex(ctx, x)
 	}
 	if err := f.head(ctx); err != nil {
@@ -138,13 +138,24 @@ func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 			if err != nil || !attemptOver(rec, attempt) {
 				continue
 			}
-			x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
+			x, err := stage.ReadLogIndexOf(ctx, store, rec.Job, attempt, attemptLogs(rec, attempt))
 			if err != nil {
 				return &PartialLogsError{Job: rec.Job, Attempt: attempt, State: rec.State, NodeStopped: true}
 			}
 			return f.fromIndex(ctx, x)
 		}
 	}
+}
+
+// attemptLogs is what the record says the attempt wrote (its stop's logs),
+// nil if it does not say.
+func attemptLogs(rec *hold.HoldRecord, attempt int) *events.Logs {
+	for _, a := range rec.Attempts {
+		if a.Attempt == attempt {
+			return a.Logs
+		}
+	}
+	return nil
 }
 
 // attemptOver reports whether the attempt's compute is released (or the
@@ -255,7 +266,7 @@ func (c *Client) StderrTail(ctx context.Context, rec *hold.HoldRecord, n int) []
 		return nil
 	}
 	attempt := rec.Attempts[len(rec.Attempts)-1].Attempt
-	x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
+	x, err := stage.ReadLogIndexOf(ctx, store, rec.Job, attempt, attemptLogs(rec, attempt))
 	if err != nil || len(x.Stderr.Chunks) == 0 {
 		return nil
 	}

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/e31net/e31/pkg/events"
 )
 
 // A job's log is what one attempt wrote to its stdout and stderr, kept in
@@ -27,7 +29,8 @@ import (
 //
 // RUN writes it with a JobLog, which flushes while the job runs (so that
 // the submitter can follow it) and once more, marked done, when it stops;
-// the CLI reads it with ReadLogIndex and ReadLogChunk.
+// the CLI reads it with ReadLogIndexOf and ReadLogChunk. A job that wrote
+// nothing stores no log at all: its RunStopped says 0 and 0 bytes.
 
 // The streams of a job's log.
 const (
@@ -102,6 +105,23 @@ func ReadLogIndex(ctx context.Context, store Store, job string, attempt int) (Lo
 		return x, fmt.Errorf("log index of %s attempt %d: %w: %v", job, attempt, ErrBadManifest, err)
 	}
 	return x, nil
+}
+
+// ReadLogIndexOf is ReadLogIndex for an attempt whose stop says how much it
+// wrote (RunStopped's logs, the hold record's attempt's Logs; nil if it did
+// not stop on its node): a log the stop says is empty has no index, since
+// nothing of it is stored, and is returned as an empty, complete one.
+func ReadLogIndexOf(ctx context.Context, store Store, job string, attempt int, logs *events.Logs) (LogIndex, error) {
+	x, err := ReadLogIndex(ctx, store, job, attempt)
+	if errors.Is(err, ErrNotFound) && EmptyLog(logs) {
+		return LogIndex{Version: 1, Done: true, Stdout: LogStream{Chunks: []LogChunk{}}, Stderr: LogStream{Chunks: []LogChunk{}}}, nil
+	}
+	return x, err
+}
+
+// EmptyLog reports whether a stop's logs say the attempt wrote nothing.
+func EmptyLog(logs *events.Logs) bool {
+	return logs != nil && logs.StdoutBytes == 0 && logs.StderrBytes == 0 && !logs.Truncated
 }
 
 // ReadLogChunk returns the bytes of one chunk an index lists. It fails
@@ -327,6 +347,14 @@ func (l *JobLog) Flush(ctx context.Context, done bool) error {
 		return nil
 	}
 	l.mu.Lock()
+	if l.streams[0].total == 0 && l.streams[1].total == 0 {
+		// A job that wrote nothing (most trivial jobs) stores nothing:
+		// its stop's logs, 0 and 0 bytes, say the log is empty and
+		// complete (ReadLogIndexOf), and an index here would cost the
+		// node a read and two durable writes per job.
+		l.mu.Unlock()
+		return nil
+	}
 	x := LogIndex{Version: 1, Done: true}
 	for _, s := range l.streams {
 		st := x.Stream(s.name)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -178,5 +179,47 @@ func TestDeleteLogRemovesHeadTailAndIndex(t *testing.T) {
 	}
 	if out, _ := readLog(t, e, "kept", stage.Stdout); out != "still here\n" {
 		t.Errorf("another job's log: %q", out)
+	}
+}
+
+// A job that wrote nothing stores no log, and its stop's logs (0 and 0
+// bytes) make it read as empty and complete; a stop that says nothing, or
+// says bytes were written, still finds nothing stored.
+func TestJobLogOfNothingStoresNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	l := stage.NewJobLog(e.store, "quiet", 1, 1<<20)
+	if err := l.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stage.ReadLogIndex(e.ctx, e.store, "quiet", 1); !errors.Is(err, stage.ErrNotFound) {
+		t.Fatalf("an empty log stored an index: %v", err)
+	}
+	x, err := stage.ReadLogIndexOf(e.ctx, e.store, "quiet", 1, &events.Logs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, s := range []string{stage.Stdout, stage.Stderr} {
+		if _, err := stage.CopyLog(e.ctx, e.store, "quiet", 1, x, s, 0, &b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !x.Done || b.Len() != 0 || x.Stdout.Truncated() || x.Stderr.Truncated() {
+		t.Errorf("empty log read as done %v, %q, truncated %v %v", x.Done, b.String(), x.Stdout.Truncated(), x.Stderr.Truncated())
+	}
+	for _, logs := range []*events.Logs{nil, {StderrBytes: 5}, {Truncated: true}} {
+		if _, err := stage.ReadLogIndexOf(e.ctx, e.store, "quiet", 1, logs); !errors.Is(err, stage.ErrNotFound) {
+			t.Errorf("logs %+v: a log that is not stored read as %v, want ErrNotFound", logs, err)
+		}
+	}
+	// The same log with a byte in it is stored as before.
+	one := stage.NewJobLog(e.store, "one", 1, 1<<20)
+	fmt.Fprint(one.Stderr(), "x")
+	if err := one.Flush(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := readLog(t, e, "one", stage.Stderr); got != "x" {
+		t.Errorf("stderr %q, want x", got)
 	}
 }

@@ -123,7 +123,7 @@ func (p *Page) logsTail(ctx context.Context, rec *hold.HoldRecord) *logTail {
 		t.Err = err.Error()
 		return t
 	}
-	x, err := stage.ReadLogIndex(ctx, store, rec.Job, attempt)
+	x, err := stage.ReadLogIndexOf(ctx, store, rec.Job, attempt, rec.Attempts[len(rec.Attempts)-1].Logs)
 	if errors.Is(err, stage.ErrNotFound) {
 		t.Err = "nothing stored yet"
 		return t

@@ -206,3 +206,28 @@ func TestHandleRecordsNothingWhenItCannotTell(t *testing.T) {
 		t.Errorf("after the retry, returned %+v, want one success", ret)
 	}
 }
+
+// TestHandleReturnsNothingWithoutAskingTheStore: a stop that collected
+// nothing is returned as an empty output at once, without finding whose
+// store it would be in: here no submitter can be found (the job has no
+// request and no JobSubmitted), and a store asked for would fail.
+func TestHandleReturnsNothingWithoutAskingTheStore(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	svc, err := output.New(f.js, output.Config{Stores: stage.NewTenants(f.js, false), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Handle(f.ctx, f.stop(t, "quiet", events.Succeeded)); err != nil {
+		t.Fatal(err)
+	}
+	ret := f.returned(t, "quiet")
+	if len(ret) != 1 || ret[0].Outcome != events.Succeeded || ret[0].Files == nil || len(ret[0].Files) != 0 || ret[0].Manifest != "" {
+		t.Fatalf("returned %+v, want one empty output", ret)
+	}
+	// A stop that lists a file still needs its submitter's store.
+	file := events.OutputFile{Path: "result.csv", Bytes: 1, Digest: "sha256:" + strings.Repeat("0", 64)}
+	if err := svc.Handle(f.ctx, f.stop(t, "loud", events.Succeeded, file)); err == nil {
+		t.Fatal("a stop with a file of no known submitter was returned")
+	}
+}

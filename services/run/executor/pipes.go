@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -17,6 +18,10 @@ type Pipes struct {
 	readers        [2]*os.File
 	done           chan struct{}
 }
+
+// copyBufs are the buffers the copies read the job's output into, kept
+// from one job to the next.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // OpenPipes starts copying into stdout and stderr.
 func OpenPipes(stdout, stderr io.Writer) (*Pipes, error) {
@@ -36,7 +41,11 @@ func OpenPipes(stdout, stderr io.Writer) (*Pipes, error) {
 		go func() {
 			// A write error (none, for RUN's copy) must not stop the
 			// reading: the job would block on a full pipe.
-			_, _ = io.Copy(w, r)
+			buf := copyBufs.Get().(*[]byte)
+			// Hidden behind a plain Reader: *os.File's WriteTo would
+			// copy with a new 32 KiB buffer of its own, two per job.
+			_, _ = io.CopyBuffer(w, struct{ io.Reader }{r}, *buf)
+			copyBufs.Put(buf)
 			_, _ = io.Copy(io.Discard, r)
 			p.done <- struct{}{}
 		}()

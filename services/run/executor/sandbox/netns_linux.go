@@ -21,7 +21,10 @@ import (
 type netns struct {
 	fd    int
 	files []fileAt // netnsFiles, -1 for those the kernel lacks
-	base  [][]byte
+	base  [][]byte // sockstat's masked (maskSockstat)
+	// buf is what dirty reads into: one job at a time uses the namespace,
+	// and a new 32 KiB for each job is most of what it allocates.
+	buf []byte
 }
 
 // netnsFiles are the /proc/net files that show whatever a job without
@@ -78,15 +81,19 @@ func makeNetns() (*netns, error) {
 		n.files = append(n.files, f)
 	}
 	n.base = make([][]byte, len(n.files))
+	n.buf = make([]byte, procNetMax)
 	for i, f := range n.files {
 		if f.fd < 0 {
 			continue
 		}
-		b, err := readProcNet(f, nil)
+		b, err := readProcNet(f, n.buf)
 		if err != nil {
 			return fail(err)
 		}
-		n.base[i] = b
+		if netnsFiles[i] == "sockstat" {
+			b = maskSockstat(b)
+		}
+		n.base[i] = bytes.Clone(b)
 	}
 	return n, nil
 }
@@ -94,19 +101,18 @@ func makeNetns() (*netns, error) {
 // dirty says what a job left in the namespace, or "" if it left nothing: it
 // is called once no process of the job is left.
 func (n *netns) dirty() string {
-	buf := make([]byte, procNetMax)
 	for i, f := range n.files {
 		if f.fd < 0 {
 			continue
 		}
-		b, err := readProcNet(f, buf)
+		b, err := readProcNet(f, n.buf)
 		if err != nil {
 			return err.Error()
 		}
 		name := netnsFiles[i]
 		if name == "sockstat" {
 			b = maskSockstat(b)
-			if !bytes.Equal(b, maskSockstat(n.base[i])) {
+			if !bytes.Equal(b, n.base[i]) {
 				return "sockets: " + strings.Join(strings.Fields(string(b)), " ")
 			}
 			continue

@@ -445,27 +445,34 @@ func LogPaths(j executor.Job) (stdout, stderr string) {
 
 func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	spec := j.spec
-	files, err := j.ws.Stdio()
-	if err != nil {
-		return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+	var files []*os.File
+	var pipes *executor.Pipes
+	if spec.Stdout != nil && spec.Stderr != nil {
+		// RUN keeps the job's output: it goes there, through pipes, not
+		// into files in the job's writable space, which are then not
+		// made at all (two files made and removed per job on the job
+		// disk).
+		in, err := os.Open(os.DevNull)
+		if err != nil {
+			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+		}
+		if pipes, err = executor.OpenPipes(spec.Stdout, spec.Stderr); err != nil {
+			in.Close()
+			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+		}
+		defer pipes.Close()
+		files = []*os.File{in, pipes.Stdout, pipes.Stderr}
+	} else {
+		var err error
+		if files, err = j.ws.Stdio(); err != nil {
+			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+		}
 	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	var pipes *executor.Pipes
-	if spec.Stdout != nil && spec.Stderr != nil {
-		// RUN keeps the job's output: it goes there, through pipes, not
-		// into files in the job's writable space.
-		if pipes, err = executor.OpenPipes(spec.Stdout, spec.Stderr); err != nil {
-			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
-		}
-		defer pipes.Close()
-		files[1].Close()
-		files[2].Close()
-		files[1], files[2] = pipes.Stdout, pipes.Stderr
-	}
 	env, path := jobEnv(spec)
 	binds := append([]bind(nil), e.binds...)
 	binds = append(binds,
