@@ -39,6 +39,7 @@ func benchCmd(a *app) *cobra.Command {
 	cmd.AddCommand(benchSchedulerCmd(a))
 	cmd.AddCommand(benchStageCmd(a))
 	cmd.AddCommand(benchLedgerCmd(a))
+	cmd.AddCommand(benchHistoryCmd(a))
 	cmd.AddCommand(benchObserveCmd(a))
 	return cmd
 }
@@ -125,6 +126,15 @@ func benchLedgerCmd(a *app) *cobra.Command {
 			return benchErr(bench.Ledger(cmd.Context(), a.out, o))
 		},
 	}
+	goFlags(cmd.Flags(), o.Flags)
+	return cmd
+}
+
+func benchHistoryCmd(a *app) *cobra.Command {
+	var o bench.HistoryOptions
+	cmd := &cobra.Command{Use: "history", Short: "Measure each service's heap and restart time after a long history of jobs",
+		Long: help("bench-history"), Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return benchErr(bench.History(cmd.Context(), a.out, o)) }}
 	goFlags(cmd.Flags(), o.Flags)
 	return cmd
 }

@@ -97,7 +97,7 @@ func servicePermissions(g *grant, id Identity) {
 	// Every service sets up (finds) the streams and buckets on start, reads
 	// job histories from the log (React), and may move a message it can
 	// never handle to the poison stream.
-	for _, s := range []string{events.Stream, events.PoisonStream, events.TimerStream, kvStream(events.LeasesBucket)} {
+	for _, s := range []string{events.Stream, events.PoisonStream, events.TimerStream, kvStream(events.LeasesBucket), kvStream(events.LedgerBucket)} {
 		g.pub(streamInfo(s))
 	}
 	g.pub(readMessages(events.Stream)...)
@@ -145,6 +145,12 @@ func servicePermissions(g *grant, id Identity) {
 		g.pub(consume(events.TimerStream, true)...)
 		g.serve(wire.OutputStoredService)
 	case LedgerService:
+		// Its own bucket: records, their index and its checkpoint,
+		// written in atomic batches and read back (direct gets, ordered
+		// consumers). No other identity may read it: it holds every
+		// tenant's records.
+		g.pub(kvRead(events.LedgerBucket)...)
+		g.pub("$KV." + events.LedgerBucket + ".>")
 		for _, e := range wire.LedgerEndpoints {
 			g.serve(wire.LedgerSubject("*", e))
 		}

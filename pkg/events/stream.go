@@ -28,6 +28,13 @@ const (
 	// LeasesBucket is the KV bucket of leases: node.<name> for each live run
 	// node and leader.<service> for the one instance that decides.
 	LeasesBucket = "E31_LEASES"
+	// LedgerBucket is the LEDGER's own store, a KV bucket: the records of
+	// jobs that are over (and of every job as of its last checkpoint), an
+	// index of them in the order the log made them, and the checkpoint
+	// that says which sequence of the log all of it is as of. It is made
+	// from the log and can be made again from it; only the LEDGER reads it.
+	LedgerBucket = "E31_LEDGER"
+
 	// DefaultLeaseTTL is how long a lease lives without renewal: how long a
 	// dead node or scheduler goes unnoticed.
 	DefaultLeaseTTL = 10 * time.Second
@@ -82,6 +89,31 @@ func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 		LimitMarkerTTL: max(ttl, time.Second),
 		Storage:        jetstream.FileStorage,
 		Replicas:       max(o.Replicas, 1),
+	}
+}
+
+// LedgerBucketConfig is the configuration of the stream behind the
+// ledger's bucket: a KV bucket with one revision a key (nats.go's own KV
+// stream, as jetstream.KeyValueConfig{History: 1} makes it) that also
+// takes atomic batches, so that the records and the checkpoint they are
+// as of are stored together or not at all.
+func LedgerBucketConfig(o StreamOptions) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:               "KV_" + LedgerBucket,
+		Description:        "e31 ledger: hold records of finished jobs and the checkpoint they are as of",
+		Subjects:           []string{"$KV." + LedgerBucket + ".>"},
+		Storage:            jetstream.FileStorage,
+		Replicas:           max(o.Replicas, 1),
+		MaxMsgsPerSubject:  1,
+		MaxMsgs:            -1,
+		MaxBytes:           -1,
+		MaxConsumers:       -1,
+		Discard:            jetstream.DiscardNew,
+		AllowRollup:        true,
+		DenyDelete:         true,
+		AllowDirect:        true,
+		Duplicates:         DuplicateWindow,
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -209,7 +241,7 @@ func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // who made the log three-way replicated must not have a service that was
 // started with the defaults make it single again.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
-	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o)} {
+	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o), LedgerBucketConfig(o)} {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
 			continue
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {

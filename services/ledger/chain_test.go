@@ -200,7 +200,7 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 	life("c1", "carol", hold("n3", 1, 1, 0), "120s", "")     // still held
 	p := project(h.envs)
 
-	got := p.Totals(wire.TotalsRequest{Since: at("60s"), Until: at("200s")})
+	got := totals(t, p, wire.TotalsRequest{Since: at("60s"), Until: at("200s")})
 	want := []wire.Totals{
 		{Submitter: "alice", Jobs: 2, Attempts: 2, HeldSeconds: 50, CPUCoreSeconds: 90, MemoryGiBSeconds: 100, GPUSeconds: 10},
 		{Submitter: "bob", Jobs: 1, Attempts: 1, HeldSeconds: 10, CPUCoreSeconds: 40, MemoryGiBSeconds: 20},
@@ -218,13 +218,13 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 		}
 		return 0
 	}
-	all := bob(p.Totals(wire.TotalsRequest{}))
-	first := bob(p.Totals(wire.TotalsRequest{Until: at("200s")}))
-	rest := bob(p.Totals(wire.TotalsRequest{Since: at("200s")}))
+	all := bob(totals(t, p, wire.TotalsRequest{}))
+	first := bob(totals(t, p, wire.TotalsRequest{Until: at("200s")}))
+	rest := bob(totals(t, p, wire.TotalsRequest{Since: at("200s")}))
 	if first != 40 || rest != 240 || all != 280 {
 		t.Errorf("bob: %v + %v core-seconds, in all %v; want 40 + 240 = 280", first, rest, all)
 	}
-	if only := p.Totals(wire.TotalsRequest{Submitter: "bob"}); len(only) != 1 || only[0].Jobs != 2 {
+	if only := totals(t, p, wire.TotalsRequest{Submitter: "bob"}); len(only) != 1 || only[0].Jobs != 2 {
 		t.Errorf("bob alone: %+v", only)
 	}
 }
@@ -346,4 +346,14 @@ func projectStored(t *testing.T, js jetstream.JetStream) *ledger.Projection {
 		p.ApplyStored(ledger.Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data})
 	}
 	return p
+}
+
+// totals asks p for totals, failing the test on an error.
+func totals(t *testing.T, p *ledger.Projection, q wire.TotalsRequest) []wire.Totals {
+	t.Helper()
+	out, err := p.Totals(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -31,28 +31,58 @@
 // time and signs it with a key of its own, somewhere else. The head query is
 // the hook for such a witness; writing into the log would add nothing.
 //
-// # Rebuild
+// # Records out of memory, and a checkpoint
 //
-// The ledger keeps no state of its own: it rebuilds every record from the
-// first message of the log on every start, reading raw messages through an
-// ordered consumer, digesting and decoding them in parallel and folding
-// them in stream order, then follows the log with the same consumer. It
-// answers queries from the first moment, saying how far it has read
-// (LedgerInfo.Behind); a query can ask it to wait until it has applied a
-// given sequence, so that a client that saw an event reads a record that
-// includes it.
+// The ledger keeps in memory only the jobs still open and those changed
+// since its last flush. At least every second (and whenever a few hundred
+// jobs have changed) it flushes: it writes every changed job's entry (its
+// record, the ce-ids and the running digest behind it) to its own KV
+// bucket, events.LedgerBucket, with the index of records in the order they
+// were made (what listings page through), the list of open jobs, and a
+// checkpoint: the log's sequence all of it is as of, the hash chain there,
+// the counts, and the running sums of the totals of every job that is not
+// open. Then it forgets the jobs that are over. A query about one of them
+// reads the bucket; a list pages through the index; totals without a
+// period add the running sums to the open jobs; totals of a period read
+// every record.
 //
-// It does not start from a snapshot. A snapshot would have to be verified
-// against the log before it could be trusted, and the only verification
-// that is not trust in the snapshot's own claim is recomputing the chain up
-// to its sequence: reading and digesting every message, which is most of
-// what a rebuild costs (see `e31 bench ledger`). A second copy of the
-// records on disk would also be a second source of truth to keep in step
-// with the log, and one more thing for an auditor to doubt.
+// A flush is one JetStream atomic batch, the checkpoint last: the server
+// stores all of it or none (a batch cut by a crash is dropped, or completed
+// when the server restarts). So the records and the checkpoint never
+// disagree, and on start the ledger loads the checkpoint and the open jobs,
+// reads the log from the message after the checkpoint and folds it in
+// exactly as the first time: nothing it folds was in the bucket already.
+// A start folds in what was logged since the last flush, not the whole log
+// (Service.Started says how much). With an empty bucket (a new one, or
+// purged on purpose) it folds the whole log in from the first message.
 //
-// Nor does it use a durable consumer: the records are rebuilt on every
-// start, so there is nothing to acknowledge, and an ordered consumer
-// delivers every message once, in order, without gaps, recreating itself
-// where a delivery was lost, which a running hash needs. A redelivered or
-// late message is recognized by its sequence and changes nothing.
+// Several instances share the bucket, each folding the log at its own
+// pace, so each builds on one checkpoint, the one it started from or last
+// wrote, and writes only over it: its checkpoint message carries
+// Nats-Expected-Last-Subject-Sequence, and the server refuses the whole
+// batch if another instance wrote a checkpoint since. A key read with a
+// revision past that checkpoint was likewise written by another instance.
+// Either way the instance drops what it holds and starts again from the
+// bucket's checkpoint, newer or older than where it was (store.go). A
+// lagging instance never writes records older than the checkpoint beside
+// them, nor folds events into a record that already holds them.
+//
+// The bucket is the ledger's own, made by `e31 setup` with the streams,
+// written in atomic batches and read by its credentials alone (pkg/auth):
+// a submitter cannot read others' records there. It is derived from the
+// log and is not a second source of truth. The audit never reads it:
+// pkg/audit rebuilds every record from the log's first message and
+// compares them with the records the ledger serves, so a bucket that was
+// tampered with (by whoever may write it: the operator) shows up as
+// records that do not match, and a chain head the ledger continued from a
+// false checkpoint does not match the head the audit computes. That is the
+// same trust an auditor placed in a ledger that rebuilt everything: the
+// evidence is the log and a head held by someone else, not the ledger.
+//
+// The ledger follows the log with an ordered consumer, not a durable one:
+// where to go on from is the checkpoint's, stored with what it derived,
+// and an ordered consumer delivers every message once, in order, without
+// gaps, recreating itself where a delivery was lost, which a running hash
+// needs. A redelivered or late message is recognized by its sequence and
+// changes nothing.
 package ledger

@@ -17,9 +17,10 @@ import (
 // folding. A live event is handed over at once, alone.
 const batchSize = 1024
 
-// newTail is how the ledger follows the log: every message from the first.
-func (s *Service) newTail() *bus.Tail {
-	return bus.NewTail(s.js, bus.TailOptions{Batch: batchSize, Logger: s.log, CaughtUp: s.rebuilt})
+// newTail is how the ledger follows the log: every message from from, the
+// one after its checkpoint.
+func (s *Service) newTail(from uint64) *bus.Tail {
+	return bus.NewTail(s.js, bus.TailOptions{From: from, Batch: batchSize, Logger: s.log, CaughtUp: s.rebuilt})
 }
 
 // follow reads every message of the stream from the first, for ever, and
@@ -50,20 +51,28 @@ func (s *Service) follow(ctx context.Context) error {
 			}
 			wg.Wait()
 		}
-		s.applyBatch(out)
-		return nil
+		return s.applyBatch(out)
 	})
 }
 
-// rebuilt logs the end of the rebuild: the log as it was when the ledger
-// started is folded in.
+// rebuilt logs the end of the catching up: the log as it was when the
+// ledger started is folded in.
 func (s *Service) rebuilt(context.Context) {
+	s.mu.Lock()
+	s.live = true
+	s.mu.Unlock()
+	first := false
+	s.caughtOnce.Do(func() { first = true; close(s.caughtUp) })
+	if !first {
+		return // started again from another instance's checkpoint
+	}
 	info := s.info(0)
+	from, folded := s.Started()
 	if info.Applied == 0 {
-		s.log.Info("the log is empty: nothing to rebuild")
+		s.log.Info("the log is empty: nothing to fold in")
 		return
 	}
 	took := time.Since(s.start)
-	s.log.Info("records rebuilt from the log", "records", info.Records, "seq", info.Applied,
-		"took", took.Round(time.Millisecond), "events_per_s", int(float64(info.Applied)/max(took.Seconds(), 1e-9)))
+	s.log.Info("records caught up with the log", "records", info.Records, "seq", info.Applied, "from_checkpoint", from,
+		"folded", folded, "took", took.Round(time.Millisecond), "events_per_s", int(float64(folded)/max(took.Seconds(), 1e-9)))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
@@ -33,6 +34,11 @@ type Config struct {
 	// Queries bounds what askers may hold of the query endpoints at once
 	// (zero fields: query's defaults).
 	Queries query.Limits
+	// FlushEvery is how often the records changed since the last flush are
+	// written to the ledger's bucket with a checkpoint, at the latest
+	// (default 1 s): what a restart folds in again. A flush also comes
+	// whenever a few hundred jobs have changed.
+	FlushEvery time.Duration
 }
 
 // Service is the LEDGER. Several may run; each keeps its own projection.
@@ -46,14 +52,26 @@ type Service struct {
 
 	queries *query.Server
 
-	// tail reads the log into proj and says how far proj is: a waiter
-	// takes its Changed channel before it reads proj, so that a fold it
-	// did not see wakes it.
-	tail  *bus.Tail
-	start time.Time // of the rebuild
+	// tail reads the log into proj. Run makes it from the checkpoint, and
+	// again from a newer one whenever another instance wrote one first
+	// (errConflict); only Run's goroutines use it.
+	tail       *bus.Tail
+	caughtUp   chan struct{}
+	caughtOnce sync.Once
+	start      time.Time // of the catching up
 
 	mu   sync.Mutex
 	proj *Projection
+	// changed is closed, and made again, whenever proj moves: a waiter
+	// takes it with what proj has applied, under mu, so that a fold it
+	// did not see wakes it. live says the projection has caught up with
+	// the log once.
+	changed chan struct{}
+	live    bool
+	// from is the checkpoint Run started from, and folded the messages it
+	// has applied since: a restart folds in what the log holds after its
+	// checkpoint, not the whole log.
+	from, folded uint64
 }
 
 // New returns a Service.
@@ -64,9 +82,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = events.DefaultSource("ledger")
 	}
+	if cfg.FlushEvery <= 0 {
+		cfg.FlushEvery = time.Second
+	}
 	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
-		proj: NewProjection()}
-	s.tail = s.newTail()
+		proj: NewProjection(), caughtUp: make(chan struct{}), changed: make(chan struct{})}
 	s.queries = query.New(nc, query.Config{Name: "e31-ledger", Version: "0.4.0", Description: "hold records",
 		Metadata: map[string]string{"source": cfg.Source}, Limits: cfg.Queries, Logger: s.log})
 	// Every endpoint is served for every user, e31.api.*.ledger.<endpoint>:
@@ -84,13 +104,31 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 }
 
 // CaughtUp is closed once the ledger has applied the whole log as it was
-// when it started reading: the end of the rebuild.
-func (s *Service) CaughtUp() <-chan struct{} { return s.tail.CaughtUp() }
+// when it started reading: the end of its catching up.
+func (s *Service) CaughtUp() <-chan struct{} { return s.caughtUp }
 
-// Run serves queries at once, rebuilds the records from the log, then
-// follows it until ctx ends. The queries being answered end with it.
+// Started says where Run started: the log's sequence its checkpoint was
+// as of (0: none, the whole log is folded in), and how many messages it
+// has applied since.
+func (s *Service) Started() (from, folded uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.from, s.folded
+}
+
+// Run opens the records where the last checkpoint left them, serves
+// queries, folds in the rest of the log, then follows it until ctx ends,
+// writing what changed to the ledger's bucket as it goes and once more at
+// the end. The queries being answered end with it.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
+		return err
+	}
+	st, err := openStore(ctx, s.nc, s.js)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if err := s.open(ctx, st); err != nil {
 		return err
 	}
 	if err := s.queries.Start(ctx); err != nil {
@@ -98,17 +136,126 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer s.queries.Stop()
 	s.dropOldConsumer(ctx)
-	if err := s.follow(ctx); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("ledger: follow the log: %w", err)
+	for {
+		err = s.runFrom(ctx)
+		if !isConflict(err) || ctx.Err() != nil {
+			break
+		}
+		// Another instance wrote a checkpoint this one did not build on:
+		// what it has in memory may disagree with the bucket, so it
+		// starts again from the bucket's checkpoint.
+		s.log.Info("another instance of the ledger wrote the bucket first: starting again from its checkpoint", "err", err)
+		if err = s.open(ctx, st); err != nil {
+			break
+		}
 	}
-	return nil
+	if isConflict(err) {
+		err = nil // ctx ended while starting again
+	}
+	// What changed since the last flush, so that the next start folds in
+	// nothing it need not: with a context of its own, ctx is over.
+	s.mu.Lock()
+	st.ctx = context.Background()
+	if ferr := s.proj.Flush(); ferr != nil && err == nil {
+		s.log.Warn("could not write the last records before stopping: the next start folds them in again", "err", ferr)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// open makes the projection from the bucket's checkpoint, and a tail to
+// follow the log from there. A bucket written while it reads it is read
+// again.
+func (s *Service) open(ctx context.Context, st *store) error {
+	for {
+		proj, err := openProjection(st)
+		if isConflict(err) && ctx.Err() == nil {
+			// Written while read: read it again, after a pause, so that a
+			// key written outside the ledger's batches, which would make
+			// every reading fail, costs a warning a second, not a core.
+			s.log.Warn("the ledger's bucket changed while it was read: reading it again", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("ledger: start from the checkpoint: %w", err)
+		}
+		if last, err := bus.LastSeq(ctx, s.js); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		} else if proj.Applied() > last {
+			return fmt.Errorf("ledger: its checkpoint is as of #%d, past the end of the log (#%d): the log was made again since; "+
+				"purge the ledger's bucket (%s) for it to fold the new log in from its first message", proj.Applied(), last, events.LedgerBucket)
+		}
+		s.mu.Lock()
+		s.proj, s.from, s.folded = proj, proj.Applied(), 0
+		s.moved()
+		s.mu.Unlock()
+		s.tail = s.newTail(proj.Applied() + 1)
+		return nil
+	}
+}
+
+// runFrom follows the log with the tail open made, flushing as it goes,
+// until ctx ends or the reading, the fold or a flush fails: errConflict
+// if another instance wrote the bucket first.
+func (s *Service) runFrom(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.follow(gctx); err != nil && gctx.Err() == nil {
+			return fmt.Errorf("ledger: follow the log: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error { return s.flushEvery(gctx) })
+	return g.Wait()
+}
+
+// moved wakes the waiters: proj has moved. mu is held.
+func (s *Service) moved() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// changedSince is what proj has applied, and a channel closed once it
+// moves.
+func (s *Service) changedSince() (uint64, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proj.Applied(), s.changed
+}
+
+// flushEvery flushes what changed at least every FlushEvery, so that a
+// restart folds in little, and the jobs that ended leave memory.
+func (s *Service) flushEvery(ctx context.Context) error {
+	t := time.NewTicker(s.cfg.FlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		s.mu.Lock()
+		err := s.proj.Flush()
+		s.mu.Unlock()
+		if isConflict(err) {
+			return err
+		}
+		if err != nil && ctx.Err() == nil {
+			// The next tick tries again with all of it; the fold goes on.
+			s.log.Warn("could not write the records to the ledger's bucket", "err", err)
+		}
+	}
 }
 
 // Ready reports whether the ledger has rebuilt its records from the log
 // and follows it: until then its answers would be behind.
 func (s *Service) Ready(context.Context) error {
 	select {
-	case <-s.tail.CaughtUp():
+	case <-s.caughtUp:
 		return nil
 	default:
 		return errors.New("ledger: rebuilding the hold records from the log")
@@ -129,18 +276,43 @@ func (s *Service) dropOldConsumer(ctx context.Context) {
 	}
 }
 
-// applyBatch folds prepared messages in; the tail wakes the queries
-// waiting for them once it returns.
-func (s *Service) applyBatch(xs []Prepared) {
+// applyBatch folds prepared messages in, flushing whenever the changed
+// jobs would no longer fit in one flush; the tail wakes the queries
+// waiting for them once it returns. The jobs of the batch that are not in
+// memory are read from the bucket first, together, without the lock.
+func (s *Service) applyBatch(xs []Prepared) error {
+	s.mu.Lock()
+	missing := s.proj.missing(xs)
+	st := s.proj.store
+	s.mu.Unlock()
+	var prefetched map[string]*entry
+	if st != nil && len(missing) > 0 {
+		var err error
+		if prefetched, err = st.loadMany(missing); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.proj.prefetched = prefetched
+	defer func() { s.proj.prefetched = nil }()
+	defer s.moved()
 	gaps := s.proj.gaps
 	for _, x := range xs {
-		s.proj.ApplyPrepared(x)
+		if err := s.proj.ApplyPrepared(x); err != nil {
+			return err
+		}
+		s.folded++
+		if s.proj.changed() >= flushAt {
+			if err := s.proj.Flush(); err != nil {
+				return err
+			}
+		}
 	}
 	if s.proj.gaps != gaps {
 		s.log.Warn("the log has a gap: a message's sequence does not follow the one before", "seq", s.proj.Applied())
 	}
+	return nil
 }
 
 // waitFor waits until the projection has applied seq, or until deadline,
@@ -148,7 +320,7 @@ func (s *Service) applyBatch(xs []Prepared) {
 // holding every long poll it may.
 func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uint64, error) {
 	for {
-		applied, ch := s.tail.Changed()
+		applied, ch := s.changedSince()
 		if applied >= seq {
 			return applied, nil
 		}
@@ -157,7 +329,8 @@ func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uin
 			return applied, err
 		}
 		if !changed {
-			return s.tail.Applied(), nil
+			applied, _ := s.changedSince()
+			return applied, nil
 		}
 	}
 }
@@ -234,12 +407,13 @@ func shown(r *query.Request, applied, minSeq uint64) uint64 {
 // about one that does not exist: a submitter learns nothing of others' jobs.
 func noSuchJob(job string) string { return "no such job: " + job }
 
-// mayRead reports whether user may be told about job. Call with mu held.
-func (s *Service) mayRead(user, job string) bool {
+// mayRead reports whether user may be told about job (known, owner: as
+// Projection.Lookup says).
+func mayRead(user string, known bool, owner string) bool {
 	if auth.SeesAll(user) {
-		return s.proj.Known(job) || s.proj.Record(job) != nil
+		return known
 	}
-	return user != "" && s.proj.Owner(job) == user
+	return user != "" && owner == user
 }
 
 func (s *Service) serveRecord(r *query.Request) {
@@ -261,12 +435,14 @@ func (s *Service) serveRecord(r *query.Request) {
 		return
 	}
 	for {
-		_, ch := s.tail.Changed()
+		_, ch := s.changedSince()
 		s.mu.Lock()
 		reply := wire.RecordReply{Applied: shown(r, s.proj.Applied(), q.MinSeq)}
-		rec := s.proj.Record(q.Job)
+		rec, owner, known, err := s.proj.Lookup(q.Job)
 		switch {
-		case !s.mayRead(r.User, q.Job):
+		case err != nil:
+			reply.Error = err.Error()
+		case !mayRead(r.User, known, owner):
 			reply.Error, reply.Code = noSuchJob(q.Job), wire.CodeNoSuchJob
 		case rec == nil && !q.UntilOver:
 			reply.Error = "job " + q.Job + " has no record yet: its request could not be read"
@@ -319,7 +495,7 @@ func (s *Service) serveList(r *query.Request) {
 		// Re-count at most four times a second: a count reads every record.
 		deadline := r.Deadline(waitOf(q.Wait))
 		for {
-			_, ch := s.tail.Changed()
+			_, ch := s.changedSince()
 			s.mu.Lock()
 			pending := s.proj.Pending(q)
 			s.mu.Unlock()
@@ -342,7 +518,11 @@ func (s *Service) serveList(r *query.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recs, more := s.proj.List(q)
+	recs, more, err := s.proj.List(q)
+	if err != nil {
+		r.Respond(wire.ListReply{Error: err.Error()})
+		return
+	}
 	reply := wire.ListReply{Records: recs, More: more, Applied: s.proj.Applied()}
 	if applied < want {
 		reply.Applied, reply.CatchingUp = applied, true
@@ -373,7 +553,12 @@ func (s *Service) serveTotals(r *query.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r.Respond(wire.TotalsReply{Submitters: s.proj.Totals(q), Applied: shown(r, applied, q.MinSeq), CatchingUp: applied < want})
+	totals, err := s.proj.Totals(q)
+	if err != nil {
+		r.Respond(wire.TotalsReply{Error: err.Error()})
+		return
+	}
+	r.Respond(wire.TotalsReply{Submitters: totals, Applied: shown(r, applied, q.MinSeq), CatchingUp: applied < want})
 }
 
 // serveHead says how far the ledger has read, how many records it has and
@@ -420,14 +605,19 @@ func (s *Service) serveEvents(r *query.Request) {
 	// also after its end, when deletions come.
 	var over bool
 	for {
-		_, ch := s.tail.Changed()
+		_, ch := s.changedSince()
 		s.mu.Lock()
-		if !s.mayRead(r.User, q.Job) {
+		rec, owner, known, err := s.proj.Lookup(q.Job)
+		if err != nil {
+			s.mu.Unlock()
+			r.Respond(wire.EventsReply{Applied: shown(r, applied, q.After), Error: err.Error()})
+			return
+		}
+		if !mayRead(r.User, known, owner) {
 			s.mu.Unlock()
 			r.Respond(wire.EventsReply{Applied: shown(r, applied, q.After), Error: noSuchJob(q.Job), Code: wire.CodeNoSuchJob})
 			return
 		}
-		rec := s.proj.Record(q.Job)
 		over = rec != nil && rec.Over()
 		newer := rec == nil || len(rec.Events) == 0 || rec.Events[len(rec.Events)-1].Seq > q.After
 		applied = s.proj.Applied()
@@ -482,7 +672,7 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 // info says how far the ledger has read, against the log's last sequence.
 func (s *Service) info(last uint64) wire.LedgerInfo {
 	s.mu.Lock()
-	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.tail.Live(), Head: s.proj.Head()}
+	info := wire.LedgerInfo{Applied: s.proj.Applied(), LastSeq: last, Records: s.proj.Len(), CaughtUp: s.live, Head: s.proj.Head()}
 	s.mu.Unlock()
 	if last > info.Applied {
 		info.Behind = last - info.Applied

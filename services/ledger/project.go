@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"hash"
 	"strings"
 	"time"
@@ -24,18 +25,38 @@ const gib = 1 << 30
 // Fed stored messages (ApplyStored, ApplyPrepared), it also keeps the hash
 // chain over the log and the digests of the events behind every record; fed
 // decoded events (Apply), it builds the same records without them.
+//
+// Made with NewProjection it keeps every job in memory. Over the ledger's
+// bucket (store.go) it keeps in memory only the jobs still open and those
+// changed since the last Flush: a flush writes the changed ones to the
+// store, with a checkpoint of everything else the projection derived,
+// and forgets those that are over. Lookups of the others go to the store.
 type Projection struct {
-	records map[string]*hold.HoldRecord
-	jobs    map[string]*jobState
-	order   []string       // jobs by their first event, for listing
-	pos     map[string]int // each job's place in order, for paging
+	// jobs are the jobs in memory: every job without a store; with one,
+	// the open ones and every job changed since the last flush.
+	jobs map[string]*entry
+	// fresh are the jobs whose record was made since the last flush, in
+	// the order they were made (without a store: every job), and pos each
+	// one's place in it, for paging.
+	fresh []string
+	pos   map[string]int
+	// dirty are the jobs changed since the last flush.
+	dirty map[string]*entry
+	// shards marks the shards of the open-jobs list whose membership
+	// changed since the last flush.
+	shards map[int]bool
+	store  *store
+
 	applied uint64
-	// owners is the submitter of each job the log has a message of: the
-	// identity that ends the subject of the job's first message, if that
-	// is a request ("" otherwise). The server binds that token to who
-	// published it, so it says whose the job is even when the request's
-	// body cannot be read, and nothing logged later changes it.
-	owners map[string]string
+	flushed uint64 // applied as of the last flush
+	// prefetched are jobs read from the store for the batch being applied
+	// (nil: not in the store), so that they are looked up together.
+	prefetched map[string]*entry
+	records    int // jobs with a record
+	// closed is the running sum, per submitter, of the meter of every job
+	// that is not open (Totals without a period); the open ones are added
+	// when asked.
+	closed map[string]*wire.Totals
 
 	chain   hashChain
 	read    uint64 // messages hashed into the chain
@@ -43,62 +64,128 @@ type Projection struct {
 	gaps    uint64 // times a message's sequence did not follow the last one
 }
 
-// jobState is what the projection keeps about a job beyond its record.
-type jobState struct {
-	ids    []string  // the ce-id of every event listed in the record
-	digest hash.Hash // running SHA-256 over the listed events' digests
+// entry is what the projection keeps of one job: its record and what
+// folding more events into it needs: what the ledger's bucket stores of it.
+type entry struct {
+	Job string `json:"job"`
+	// Owner is the submitter of the job: the identity that ends the
+	// subject of the job's first message, if that is a request ("" else).
+	// The server binds that token to who published it, so it says whose
+	// the job is even when the request's body cannot be read, and nothing
+	// logged later changes it.
+	Owner string `json:"owner,omitempty"`
+	// Made is the sequence at which the job's record was made: its place
+	// in listings (0: no record yet).
+	Made   uint64           `json:"made,omitempty"`
+	Record *hold.HoldRecord `json:"record,omitempty"`
+	// IDs is the ce-id of every event listed in the record.
+	IDs []string `json:"ids,omitempty"`
+	// Digest is the state of the running SHA-256 over the listed events'
+	// digests, as stored (digest, in memory).
+	Digest []byte    `json:"digest,omitempty"`
+	digest hash.Hash `json:"-"`
 }
 
-// NewProjection returns an empty projection.
+// open reports whether the job is still going: it has a record that is
+// not over. Only open jobs stay in memory over a store.
+func (e *entry) open() bool { return e.Record != nil && !e.Record.Over() }
+
+// NewProjection returns an empty projection that keeps everything in memory.
 func NewProjection() *Projection {
-	return &Projection{records: map[string]*hold.HoldRecord{}, jobs: map[string]*jobState{}, pos: map[string]int{}, owners: map[string]string{}}
+	return &Projection{jobs: map[string]*entry{}, pos: map[string]int{}, dirty: map[string]*entry{},
+		shards: map[int]bool{}, closed: map[string]*wire.Totals{}}
 }
 
 // Applied is the last sequence applied.
 func (p *Projection) Applied() uint64 { return p.applied }
 
-// Record returns the record of a job, or nil.
-func (p *Projection) Record(job string) *hold.HoldRecord { return p.records[job] }
+// lookup finds a job: in memory, else in the store; nil if the log has no
+// message of it.
+func (p *Projection) lookup(job string) (*entry, error) {
+	if e := p.jobs[job]; e != nil {
+		return e, nil
+	}
+	if p.store == nil {
+		return nil, nil
+	}
+	if e, ok := p.prefetched[job]; ok {
+		return e, nil
+	}
+	return p.store.load(job)
+}
 
-// Owner is the submitter whose job this is, "" if the log says of no one:
-// see Projection.owners. A job whose first message is no request (written
-// by the operator) belongs to the submitter its record names.
+// Record returns the record of a job, or nil (also when the store could
+// not be read: see Lookup).
+func (p *Projection) Record(job string) *hold.HoldRecord {
+	rec, _, _, _ := p.Lookup(job)
+	return rec
+}
+
+// Lookup returns the record of a job (nil if it has none), whose job it is
+// (see Owner) and whether the log has any message of it.
+func (p *Projection) Lookup(job string) (rec *hold.HoldRecord, owner string, known bool, err error) {
+	e, err := p.lookup(job)
+	if err != nil || e == nil {
+		return nil, "", false, err
+	}
+	return e.Record, e.owner(), true, nil
+}
+
+// owner is the submitter whose job this is, "" if the log says of no one:
+// see entry.Owner. A job whose first message is no request (written by
+// the operator) belongs to the submitter its record names.
+func (e *entry) owner() string {
+	if e.Owner != "" || e.Record == nil {
+		return e.Owner
+	}
+	return e.Record.Submitter
+}
+
+// Owner is the submitter whose job this is, "" if the log says of no one.
 func (p *Projection) Owner(job string) string {
-	if o := p.owners[job]; o != "" {
-		return o
-	}
-	if r := p.records[job]; r != nil {
-		return r.Submitter
-	}
-	return ""
+	_, owner, _, _ := p.Lookup(job)
+	return owner
 }
 
 // Known reports whether the log has any message of job.
 func (p *Projection) Known(job string) bool {
-	_, ok := p.owners[job]
-	return ok
+	_, _, known, _ := p.Lookup(job)
+	return known
 }
 
-// noteOwner records whose job a message's subject says it is, if it is the
-// job's first message. It runs for every message of a rebuild: past the
-// first of a job it costs one map lookup and allocates nothing.
-func (p *Projection) noteOwner(subject string) {
+// job returns the entry of the job a message's subject names, making it if
+// this is the job's first message: then the subject also says whose the
+// job is. It returns nil for a message about no job.
+func (p *Projection) job(subject string) (*entry, error) {
 	s, err := events.ParseSubject(subject)
 	if err != nil || s.Space != events.SpaceJob {
-		return
+		return nil, nil
 	}
-	if _, seen := p.owners[s.Job]; seen {
-		return
+	e, err := p.lookup(s.Job)
+	if err != nil || e != nil {
+		return e, err
 	}
 	owner := ""
 	if s.IsRequest() {
 		owner = strings.Clone(s.Identity)
 	}
-	p.owners[strings.Clone(s.Job)] = owner
+	e = &entry{Job: strings.Clone(s.Job), Owner: owner}
+	p.touch(e)
+	return e, nil
+}
+
+// touch marks e changed: it stays in memory until the next flush writes it.
+func (p *Projection) touch(e *entry) {
+	if _, ok := p.jobs[e.Job]; !ok {
+		p.jobs[e.Job] = e
+	}
+	if p.store != nil {
+		p.dirty[e.Job] = e
+	}
 }
 
 // Len is the number of records.
-func (p *Projection) Len() int { return len(p.records) }
+func (p *Projection) Len() int { return p.records }
 
 // Head is the hash chain over every stored message applied so far; empty
 // for a projection fed only decoded events.
@@ -132,14 +219,20 @@ func Prepare(m Stored) Prepared {
 }
 
 // ApplyStored applies one stored message: see ApplyPrepared.
-func (p *Projection) ApplyStored(m Stored) { p.ApplyPrepared(Prepare(m)) }
+func (p *Projection) ApplyStored(m Stored) error { return p.ApplyPrepared(Prepare(m)) }
 
 // ApplyPrepared moves the chain past a prepared message and folds its event
 // in. A message that does not decode is in the chain but in no record:
 // nobody can say what it means, but nobody may remove it unseen either.
-func (p *Projection) ApplyPrepared(x Prepared) {
+// The error is the store's, when a job could not be read from it: the
+// message is then not applied.
+func (p *Projection) ApplyPrepared(x Prepared) error {
 	if x.seq <= p.applied {
-		return
+		return nil
+	}
+	e, err := p.job(x.subject)
+	if err != nil {
+		return fmt.Errorf("ledger: apply #%d: %w", x.seq, err)
 	}
 	if p.applied > 0 && x.seq != p.applied+1 {
 		p.gaps++
@@ -147,29 +240,33 @@ func (p *Projection) ApplyPrepared(x Prepared) {
 	p.chain.add(x.seq, x.digest)
 	p.read++
 	p.applied = x.seq
-	p.noteOwner(x.subject)
 	if x.err != nil {
 		p.skipped++
-		return
+		return nil
 	}
-	p.fold(x.env, &x.digest)
+	p.fold(e, x.env, &x.digest)
+	return nil
 }
 
 // Apply folds one decoded event in. It does not move the chain: use it for
 // events whose stored bytes are not at hand, never mixed with ApplyStored.
-func (p *Projection) Apply(env events.Envelope) {
+func (p *Projection) Apply(env events.Envelope) error {
 	if env.Seq != 0 && env.Seq <= p.applied {
-		return
-	}
-	if env.Seq > p.applied {
-		p.applied = env.Seq
+		return nil
 	}
 	subject := env.NATSSubject
 	if subject == "" {
 		subject, _ = events.SubjectOf(env.Subject, env.Event)
 	}
-	p.noteOwner(subject)
-	p.fold(env, nil)
+	e, err := p.job(subject)
+	if err != nil {
+		return fmt.Errorf("ledger: apply #%d: %w", env.Seq, err)
+	}
+	if env.Seq > p.applied {
+		p.applied = env.Seq
+	}
+	p.fold(e, env, nil)
+	return nil
 }
 
 // fold adds one event to its job's record.
@@ -179,38 +276,45 @@ func (p *Projection) Apply(env events.Envelope) {
 // same ce-id, stored again after the duplicate window) is listed but
 // changes nothing, except a repeated JobRequested, a client's request
 // under a used id, which SUBMIT refuses and which is no part of the job.
-func (p *Projection) fold(env events.Envelope, digest *[32]byte) {
-	if isNodeEvent(env) {
+func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
+	if e == nil || isNodeEvent(env) {
 		return
 	}
-	job := env.Subject
-	r, js := p.records[job], p.jobs[job]
+	before := p.closedShare(e)
+	wasOpen := e.open()
+	defer func() {
+		p.moveClosed(before, p.closedShare(e))
+		if e.open() != wasOpen {
+			p.shards[shardOf(e.Job)] = true
+		}
+	}()
+	p.touch(e)
+	r := e.Record
 	if r == nil {
 		// Strings decoded from headers share the message's header block:
 		// what the projection keeps is copied, so that it keeps no message.
-		job = strings.Clone(job)
-		r = &hold.HoldRecord{Job: job, State: hold.StateSubmitted, Output: hold.Output{Missing: []string{}}, Events: []hold.EventRef{}}
-		js = &jobState{}
-		p.records[job], p.jobs[job] = r, js
-		p.pos[job] = len(p.order)
-		p.order = append(p.order, job)
+		r = &hold.HoldRecord{Job: e.Job, State: hold.StateSubmitted, Output: hold.Output{Missing: []string{}}, Events: []hold.EventRef{}}
+		e.Record, e.Made = r, env.Seq
+		p.records++
+		p.pos[e.Job] = len(p.fresh)
+		p.fresh = append(p.fresh, e.Job)
 	}
 	repeated := false
-	for _, id := range js.ids {
+	for _, id := range e.IDs {
 		repeated = repeated || id == env.ID
 	}
 	if repeated && env.Type == events.TypeJobRequested {
 		return
 	}
-	js.ids = append(js.ids, strings.Clone(env.ID))
+	e.IDs = append(e.IDs, strings.Clone(env.ID))
 	ref := hold.EventRef{Seq: env.Seq, Type: events.Name(env.Type)}
 	if digest != nil {
-		if js.digest == nil {
-			js.digest = sha256.New()
+		if e.digest == nil {
+			e.digest = sha256.New()
 		}
-		js.digest.Write(digest[:])
+		e.digest.Write(digest[:])
 		ref.Digest = sha256Text(digest[:])
-		r.EventsDigest = sha256Text(js.digest.Sum(nil))
+		r.EventsDigest = sha256Text(e.digest.Sum(nil))
 	}
 	r.Events = append(r.Events, ref)
 	if repeated {
@@ -344,45 +448,95 @@ func requestOf(s events.JobSpec) hold.Request {
 		DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
 }
 
-// List returns records matching q in the order their jobs first appeared,
-// and whether more follow.
-func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool) {
+// List returns records matching q in the order their records were made
+// (the order their jobs first appeared in the log), and whether more
+// follow.
+func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool, error) {
 	limit := q.Limit
 	// A page must fit in one NATS message (1 MiB): records run to a few KiB.
 	if limit <= 0 || limit > 200 {
 		limit = 200
 	}
-	start := 0
-	if i, ok := p.pos[q.After]; ok && q.After != "" {
-		start = i + 1
-	}
-	var out []*hold.HoldRecord
-	for i := start; i < len(p.order); i++ {
-		r := p.records[p.order[i]]
-		if !p.matches(r, q) {
-			continue
+	out := []*hold.HoldRecord{}
+	more := false
+	err := p.each(q.Submitter, q.After, func(e *entry) bool {
+		if !p.matches(e, q) {
+			return true
 		}
 		if len(out) == limit {
-			return out, true
+			more = true
+			return false
 		}
-		out = append(out, r)
+		out = append(out, e.Record)
+		return true
+	})
+	if len(out) == 0 {
+		out = nil
 	}
-	return out, false
+	return out, more, err
 }
 
-// Pending counts the records matching q (every page) that are not over.
+// each calls fn with every job that has a record, in the order the records
+// were made, from the one after job after (from the first if after is no
+// such job), until fn returns false. With owner, it may leave out jobs
+// that are not owner's (it still calls fn with some that are not). The
+// stored jobs come first: every one of them was made before the last
+// flush, and every fresh one after it.
+func (p *Projection) each(owner, after string, fn func(e *entry) bool) error {
+	start := 0
+	if i, ok := p.pos[after]; ok && after != "" {
+		start = i + 1
+	} else if p.store != nil {
+		stopped := false
+		afterKey := ""
+		if after != "" {
+			if e, err := p.lookup(after); err != nil {
+				return err
+			} else if e != nil && e.Record != nil {
+				afterKey = madeKey(e)
+			}
+		}
+		err := p.store.each(owner, afterKey, func(job string) (bool, error) {
+			e, err := p.lookup(job)
+			if err != nil {
+				return false, err
+			}
+			if e == nil || e.Record == nil {
+				return true, nil
+			}
+			stopped = !fn(e)
+			return !stopped, nil
+		})
+		if err != nil || stopped {
+			return err
+		}
+	}
+	for i := start; i < len(p.fresh); i++ {
+		if e := p.jobs[p.fresh[i]]; e != nil && e.Record != nil && !fn(e) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Pending counts the records matching q (every page) that are not over:
+// only open jobs, which are all in memory.
 func (p *Projection) Pending(q wire.ListRequest) int {
 	n := 0
-	for _, job := range p.order {
-		if r := p.records[job]; p.matches(r, q) && !r.Over() {
+	for _, e := range p.jobs {
+		if e.open() && p.matches(e, q) {
 			n++
 		}
 	}
 	return n
 }
 
-func (p *Projection) matches(r *hold.HoldRecord, q wire.ListRequest) bool {
-	if q.Submitter != "" && p.Owner(r.Job) != q.Submitter {
+func (p *Projection) matches(e *entry, q wire.ListRequest) bool {
+	r := e.Record
+	if r == nil {
+		return false
+	}
+	if q.Submitter != "" && e.owner() != q.Submitter {
 		return false
 	}
 	if q.Sweep != "" && (r.Sweep == nil || r.Sweep.ID != q.Sweep) {
@@ -411,4 +565,25 @@ func firstTime(r *hold.HoldRecord) *time.Time {
 		return r.SubmittedAt
 	}
 	return r.HeldAt
+}
+
+// missing lists the jobs of xs that are neither in memory nor known to be
+// absent: those to read from the store before the batch is applied.
+func (p *Projection) missing(xs []Prepared) []string {
+	if p.store == nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, x := range xs {
+		s, err := events.ParseSubject(x.subject)
+		if err != nil || s.Space != events.SpaceJob || seen[s.Job] {
+			continue
+		}
+		seen[s.Job] = true
+		if _, ok := p.jobs[s.Job]; !ok {
+			out = append(out, strings.Clone(s.Job))
+		}
+	}
+	return out
 }

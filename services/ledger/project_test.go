@@ -298,7 +298,10 @@ func TestProjectionList(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			recs, more := p.List(tt.q)
+			recs, more, err := p.List(tt.q)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var got []string
 			for _, r := range recs {
 				got = append(got, r.Job)
@@ -314,7 +317,10 @@ func TestProjectionList(t *testing.T) {
 		var got []string
 		q := wire.ListRequest{Limit: 2}
 		for range 10 {
-			recs, more := p.List(q)
+			recs, more, err := p.List(q)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, r := range recs {
 				got = append(got, r.Job)
 			}

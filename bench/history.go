@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/stack"
+)
+
+// HistoryOptions is what History measures.
+type HistoryOptions struct {
+	// Jobs is the number of finished jobs written (default 1,000,000).
+	Jobs int
+	// Keep keeps the temporary directory.
+	Keep bool
+	// Services are those measured, of ledger, rent and output (default
+	// all three); the others' figures are 0.
+	Services []string
+	// HeapProfile, if set, is where each service's heap profile is
+	// written once it has caught up, as HeapProfile.<service>.
+	HeapProfile string
+	// Logger is given to the services (default: discard).
+	Logger *slog.Logger
+}
+
+// Flags defines o's flags on fs.
+func (o *HistoryOptions) Flags(fs *flag.FlagSet) {
+	fs.IntVar(&o.Jobs, "jobs", 1_000_000, "finished jobs written")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
+	fs.Func("services", "measure only these, comma separated (default ledger,rent,output)", func(v string) error {
+		o.Services = strings.Split(v, ",")
+		return nil
+	})
+	fs.StringVar(&o.HeapProfile, "heapprofile", "", "write each service's heap profile, once it has caught up, to FILE.<service>")
+}
+
+// History writes o.Jobs finished jobs' worth of events (the synthetic log
+// of Ledger, about 8 events a job) into an embedded server, then starts
+// the services that keep something per job (LEDGER, RENT, OUTPUT), one at
+// a time, each alone in this process with the server: it catches up with
+// the whole log, and its heap is measured after a forced GC, as the live
+// heap of the process less what it was before the service started (the
+// server's own share, reading the log for it, is in the figure: it is what
+// the service costs a process that runs it). The LEDGER and RENT are then
+// stopped and started again, timed until they have caught up: a restart.
+// The last line it writes is one machine-readable summary ("history jobs=…").
+func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
+	if o.Jobs <= 0 {
+		o.Jobs = 1_000_000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	// Finer heap samples: the server's share is taken out by them.
+	runtime.MemProfileRate = 64 << 10
+	ls, err := startLogServer(ctx, "history", o.Keep, events.StreamOptions{})
+	if err != nil {
+		return err
+	}
+	defer ls.Close()
+	nc, js := ls.nc, ls.js
+	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), ls.dir)
+	start := time.Now()
+	n, jobs, err := writeSyntheticLog(ctx, js, o.Jobs*8)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "wrote %d events (%d jobs) in %s\n", n, jobs, time.Since(start).Round(time.Millisecond))
+
+	heap := map[string]float64{}
+	restart := map[string]time.Duration{}
+	if len(o.Services) == 0 {
+		o.Services = []string{"ledger", "rent", "output"}
+	}
+	for _, name := range o.Services {
+		switch name {
+		case "ledger", "rent", "output":
+		default:
+			return fmt.Errorf("%w: bench history measures ledger, rent and output, not %q", ErrUsage, name)
+		}
+	}
+	for _, name := range o.Services {
+		baseAll, baseOwn := liveHeap()
+		start := time.Now()
+		stop, err := startService(ctx, nc, js, name, o.Logger)
+		if err != nil {
+			return err
+		}
+		took := time.Since(start)
+		all, own := liveHeap()
+		heap[name] = max(float64(own)-float64(baseOwn), 0) / (1 << 20)
+		if o.HeapProfile != "" {
+			if err := writeHeapProfile(o.HeapProfile + "." + name); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(out, "%s: caught up with the log in %s; heap %.1f MiB (the process's, the embedded server's included, grew by %.1f MiB)\n",
+			name, took.Round(time.Millisecond), heap[name], (float64(all)-float64(baseAll))/(1<<20))
+		if err := stop(); err != nil {
+			return err
+		}
+		if name == "output" {
+			continue
+		}
+		start = time.Now()
+		stop, err = startService(ctx, nc, js, name, o.Logger)
+		if err != nil {
+			return err
+		}
+		restart[name] = time.Since(start)
+		fmt.Fprintf(out, "%s: restarted in %s\n", name, restart[name].Round(time.Millisecond))
+		if err := stop(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f\n",
+		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds())
+	return nil
+}
+
+// liveHeap is the heap in use after a forced collection, and what of it
+// was allocated outside the embedded NATS server (no frame of its package
+// on the stack), from the heap profile, scaled as pprof scales it: an
+// estimate, but of the small part, so a close one. The server keeps an
+// index of every subject of every stream and caches of what was read,
+// which grow with the log and are the server's, not the service's: run
+// apart, they would not be in its process.
+func liveHeap() (all, own uint64) {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	var recs []runtime.MemProfileRecord
+	n, _ := runtime.MemProfile(nil, true)
+	for {
+		recs = make([]runtime.MemProfileRecord, n+64)
+		var ok bool
+		if n, ok = runtime.MemProfile(recs, true); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	var outside float64
+	rate := float64(runtime.MemProfileRate)
+	for i := range recs {
+		r := &recs[i]
+		count, bytes := r.InUseObjects(), r.InUseBytes()
+		if count <= 0 || bytes <= 0 || serverStack(r.Stack()) {
+			continue
+		}
+		outside += float64(bytes) / (1 - math.Exp(-float64(bytes)/float64(count)/rate))
+	}
+	return m.HeapAlloc, uint64(outside)
+}
+
+// serverStack reports whether a stack is the NATS server's.
+func serverStack(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.Contains(f.Function, "nats-io/nats-server/") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// startService runs one service, as the stack builds it, until it has
+// caught up with the log: it says it is ready (if it can say so), and no
+// consumer of the log has anything left to deliver. stop ends it.
+func startService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name string, log *slog.Logger) (stop func() error, err error) {
+	svc, err := stack.NewService(name, nc, js, stack.Configs{}, log)
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	stop = func() error {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("bench history: %s: %w", name, err)
+		}
+		return nil
+	}
+	ready, _ := svc.(interface{ Ready(context.Context) error })
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			cancel()
+			return nil, fmt.Errorf("bench history: %s stopped: %w", name, err)
+		case <-ctx.Done():
+			_ = stop()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		if ready != nil && ready.Ready(ctx) != nil {
+			continue
+		}
+		// A service reads the log through consumers of its own: none yet is
+		// not caught up.
+		if left, n, err := undelivered(ctx, js); err == nil && n > 0 && left == 0 {
+			return stop, nil
+		}
+	}
+}
+
+// undelivered is what the log's consumers have left to deliver or to see
+// acknowledged, and how many consumers there are.
+func undelivered(ctx context.Context, js jetstream.JetStream) (left uint64, n int, err error) {
+	st, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		return 0, 0, err
+	}
+	cons := st.ListConsumers(ctx)
+	for info := range cons.Info() {
+		left += info.NumPending + uint64(info.NumAckPending)
+		n++
+	}
+	return left, n, cons.Err()
+}

@@ -1,0 +1,70 @@
+package auth_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/auth"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// TestOnlyTheLedgerReadsItsBucket: the ledger's bucket holds every
+// tenant's records. The LEDGER reads and writes it; a submitter, with a
+// plain NATS client and its own credentials, can neither read a key, nor
+// list or watch them, nor learn the bucket's size.
+func TestOnlyTheLedgerReadsItsBucket(t *testing.T) {
+	t.Parallel()
+	tr := startTrusted(t)
+	ctx := ctxFor(t)
+	ledger := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService})
+	kv, err := ledger.KeyValue(ctx, events.LedgerBucket)
+	if err != nil {
+		t.Fatalf("the ledger opens its bucket: %v", err)
+	}
+	if _, err := kv.Put(ctx, "rec.bobs-job", []byte(`{"job":"bobs-job","owner":"bob"}`)); err != nil {
+		t.Fatalf("the ledger writes its bucket: %v", err)
+	}
+	if e, err := kv.Get(ctx, "rec.bobs-job"); err != nil || len(e.Value()) == 0 {
+		t.Fatalf("the ledger reads its bucket: %v", err)
+	}
+
+	alice := tr.conn(t, auth.Identity{Role: auth.Submitter, Name: "alice"})
+	stream := "KV_" + events.LedgerBucket
+	for _, subject := range []string{
+		"$JS.API.DIRECT.GET." + stream + ".$KV." + events.LedgerBucket + ".rec.bobs-job",
+		"$JS.API.DIRECT.GET." + stream,
+		"$JS.API.STREAM.MSG.GET." + stream,
+		"$JS.API.STREAM.INFO." + stream,
+		"$JS.API.CONSUMER.CREATE." + stream,
+	} {
+		m, err := alice.Request(subject, []byte(`{"last_by_subj":"$KV.E31_LEDGER.rec.bobs-job","seq":1}`), 500*time.Millisecond)
+		if err == nil && (m.Header.Get("Nats-Subject") != "" || bytes.Contains(m.Data, []byte("bobs-job")) || bytes.Contains(m.Data, []byte(stream))) {
+			t.Errorf("alice asked %s and was told of the ledger's bucket: %s", subject, m.Data)
+		}
+	}
+	aliceJS, err := jetstream.New(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if akv, err := aliceJS.KeyValue(short, events.LedgerBucket); err == nil {
+		if e, err := akv.Get(short, "rec.bobs-job"); err == nil {
+			t.Errorf("alice read bob's entry from the ledger's bucket: %s", e.Value())
+		}
+	}
+	// Nor does a service that needs no records: RELEASE finds the bucket
+	// on start (events.Setup) but reads nothing of it.
+	release := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.ReleaseService, Name: auth.ReleaseService})
+	rkv, err := release.KeyValue(ctx, events.LedgerBucket)
+	if err != nil {
+		t.Fatalf("release finds the bucket on start: %v", err)
+	}
+	if e, err := rkv.Get(short, "rec.bobs-job"); err == nil {
+		t.Errorf("release read an entry of the ledger's bucket: %s", e.Value())
+	}
+}
