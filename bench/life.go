@@ -139,7 +139,16 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 		defer stop()
 	}
 	w := newWatcher()
-	go func() { _ = w.follow(ctx, js) }()
+	wctx, stopWatching := context.WithCancel(ctx)
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		_ = w.follow(wctx, js)
+	}()
+	defer func() {
+		stopWatching()
+		<-watching
+	}()
 	pub := bus.NewPublisher(js, "e31/bench", nil)
 	spec := events.JobSpec{Name: "bench", Work: events.Work{Command: []string{"/bin/true"}},
 		Request: events.Request{CPU: 0.01, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, LimitSeconds: 60}}
@@ -285,7 +294,9 @@ func (w *watcher) expect(id string) <-chan *timing {
 
 func (w *watcher) follow(ctx context.Context, js jetstream.JetStream) error {
 	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.JobSubjects}, DeliverPolicy: jetstream.DeliverNewPolicy})
+		// From the start: the log is the bench's own, and a consumer made
+		// while the first jobs are submitted would miss their requests.
+		FilterSubjects: []string{events.JobSubjects}, DeliverPolicy: jetstream.DeliverAllPolicy})
 	if err != nil {
 		return err
 	}
