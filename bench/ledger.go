@@ -297,8 +297,14 @@ func syntheticJobs(round int, base time.Time) [][]events.Envelope {
 		var evs []events.Event
 		add := func(e ...events.Event) { evs = append(evs, e...) }
 		run := func(h events.Hold, outcome events.Outcome, exit *int, final bool) {
+			// As RUN reports them: a job that succeeded wrote nothing
+			// (and stored no log), one that failed said why on stderr.
+			logs := &events.Logs{}
+			if outcome == events.Failed {
+				logs.StderrBytes = 120
+			}
 			add(&events.ComputeHeld{Hold: h, Submitter: who, Spec: s}, &events.RunStarted{Hold: h},
-				&events.RunStopped{Hold: h, Outcome: outcome, ExitCode: exit, Usage: events.Usage{CPUSeconds: 0.5, MaxRSSBytes: 64 << 20}, Output: none},
+				&events.RunStopped{Hold: h, Outcome: outcome, ExitCode: exit, Usage: events.Usage{CPUSeconds: 0.5, MaxRSSBytes: 64 << 20}, Output: none, Logs: logs},
 				&events.OutputReturned{Hold: h, Outcome: outcome, Files: []events.OutputFile{}, Missing: []string{}},
 				&events.ComputeReleased{Hold: h, Outcome: outcome, Final: final})
 		}
