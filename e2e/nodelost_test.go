@@ -49,6 +49,15 @@ output: [ok.txt]
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Both nodes in the log before the job: RENT judges a job against the
+	// nodes announced before it, and with run-1 not yet there, no node
+	// could ever hold it.
+	for _, node := range []string{"run-1", "run-2"} {
+		nextEvent(ctx, t, js, "e31.node."+node+".>", func(env events.Envelope) bool {
+			_, ok := env.Event.(*events.NodeAnnounced)
+			return ok
+		})
+	}
 	submitAll(ctx, t, js, "nodelost", job.Spec, []string{first})
 	held := nextEvent(ctx, t, js, events.JobSubject(first), func(env events.Envelope) bool {
 		_, ok := env.Event.(*events.RunStarted)
