@@ -86,14 +86,18 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		}
 	}
 	heap := watchHeap()
+	// As `e31 audit` runs it (audit.TuneGC), and only while it runs.
+	restoreGC := audit.TuneGC()
 	start, cpu0 = time.Now(), cpuTime()
 	au := audit.New(auditOptions)
 	if err := au.ReadStream(ctx, js); err != nil {
 		heap()
+		restoreGC()
 		return err
 	}
 	rep := au.Finish()
 	auditTook, auditCPU := time.Since(start), cpuTime()-cpu0
+	restoreGC()
 	auditHeap := heap()
 	if o.Profile != "" {
 		pprof.StopCPUProfile()

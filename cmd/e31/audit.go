@@ -28,6 +28,8 @@ func auditCmd(a *app) *cobra.Command {
 		Long:  help("audit"),
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The process audits and does little else.
+			defer audit.TuneGC()()
 			ctx := cmd.Context()
 			var heads []chain.Head
 			for _, s := range sinceHeads {
