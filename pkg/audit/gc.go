@@ -1,9 +1,6 @@
 package audit
 
-import (
-	"os"
-	"runtime/debug"
-)
+import "github.com/e31net/e31/pkg/gctune"
 
 // GCPercent is the collector's target (debug.SetGCPercent) for a process
 // that runs one audit, unless its environment says otherwise.
@@ -21,10 +18,4 @@ const GCPercent = 400
 // operator's choice stands), and returns what restores the setting before.
 // It is for a process that audits and does little else (`e31 audit`, the
 // bench): the setting is the process's, not the auditor's.
-func TuneGC() (restore func()) {
-	if _, set := os.LookupEnv("GOGC"); set {
-		return func() {}
-	}
-	old := debug.SetGCPercent(GCPercent)
-	return func() { debug.SetGCPercent(old) }
-}
+func TuneGC() (restore func()) { return gctune.Set(GCPercent) }

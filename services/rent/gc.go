@@ -1,9 +1,6 @@
 package rent
 
-import (
-	"os"
-	"runtime/debug"
-)
+import "github.com/e31net/e31/pkg/gctune"
 
 // GCPercent is the collector's target (debug.SetGCPercent) that a process
 // running RENT alone runs with, unless its environment says otherwise.
@@ -25,10 +22,4 @@ const GCPercent = 400
 // TuneGC sets GCPercent for the process, unless GOGC is set (the
 // operator's choice stands), and returns what restores the setting before.
 // It is for a main that runs RENT alone: the setting is the process's.
-func TuneGC() (restore func()) {
-	if _, set := os.LookupEnv("GOGC"); set {
-		return func() {}
-	}
-	old := debug.SetGCPercent(GCPercent)
-	return func() { debug.SetGCPercent(old) }
-}
+func TuneGC() (restore func()) { return gctune.Set(GCPercent) }
