@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
@@ -178,34 +179,21 @@ func (s *store) load(job string) (*entry, error) {
 // Jobs the bucket does not have map to nil.
 func (s *store) loadMany(jobs []string) (map[string]*entry, error) {
 	out := make(map[string]*entry, len(jobs))
-	if len(jobs) == 0 {
-		return out, nil
-	}
 	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-		next  = make(chan string)
+		mu sync.Mutex
+		g  errgroup.Group
 	)
-	for range min(8, len(jobs)) {
-		wg.Go(func() {
-			for job := range next {
-				e, err := s.load(job)
-				mu.Lock()
-				out[job] = e
-				if err != nil && first == nil {
-					first = err
-				}
-				mu.Unlock()
-			}
+	g.SetLimit(8)
+	for _, job := range jobs {
+		g.Go(func() error {
+			e, err := s.load(job)
+			mu.Lock()
+			out[job] = e
+			mu.Unlock()
+			return err
 		})
 	}
-	for _, job := range jobs {
-		next <- job
-	}
-	close(next)
-	wg.Wait()
-	return out, first
+	return out, g.Wait()
 }
 
 func decodeEntry(job string, data []byte) (*entry, error) {
