@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 )
@@ -172,21 +171,5 @@ func waitForEvent(t *testing.T, url, job, ceType string, opts ...nats.Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// bus.Follow, not nats.go's ordered consumer: it is asked right after
-	// a server restart, and the follower makes its consumer again if the
-	// first one is lost or silent rather than waiting on it.
-	f, err := bus.Follow(ctx, js, []string{events.JobSubject(job)}, 1)
-	if err != nil {
-		t.Fatalf("waiting for %s of %s: %v", ceType, job, err)
-	}
-	defer f.Stop()
-	for {
-		m, _, err := f.Next()
-		if err != nil {
-			t.Fatalf("waiting for %s of %s: %v", ceType, job, err)
-		}
-		if m.Header.Get(events.HeaderType) == ceType {
-			return
-		}
-	}
+	nextEvent(ctx, t, js, events.JobSubject(job), func(env events.Envelope) bool { return env.Type == ceType })
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/jobfile"
@@ -119,41 +120,29 @@ output: [ok.txt]
 }
 
 // nextEvent reads the log on subject from its start until an event that
-// match accepts, and returns it; it fails the test if ctx ends first.
+// match accepts, and returns it; it fails the test if ctx ends first. It
+// follows with bus.Follow, not nats.go's ordered consumer: it is asked
+// right after a NATS restart too, and the follower makes its consumer again
+// if the first one is lost or silent rather than waiting on it.
 func nextEvent(ctx context.Context, t *testing.T, js jetstream.JetStream, subject string, match func(events.Envelope) bool) events.Envelope {
 	t.Helper()
-	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	f, err := bus.Follow(ctx, js, []string{subject}, 1)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("waiting for an event on %s: %v", subject, err)
 	}
+	defer f.Stop()
 	for {
-		wait := time.Until(deadlineOf(ctx))
-		if wait <= 0 {
-			t.Fatalf("no such event on %s before the deadline", subject)
-		}
-		m, err := cons.Next(jetstream.FetchMaxWait(wait))
+		m, _, err := f.Next()
 		if err != nil {
 			t.Fatalf("waiting for an event on %s: %v", subject, err)
 		}
-		meta, err := m.Metadata()
-		if err != nil {
-			t.Fatal(err)
-		}
-		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
 		if err != nil {
 			continue
 		}
-		env.Seq = meta.Sequence.Stream
+		env.Seq = m.Sequence
 		if match(env) {
 			return env
 		}
 	}
-}
-
-// deadlineOf is ctx's deadline; a minute from now if it has none.
-func deadlineOf(ctx context.Context) time.Time {
-	if d, ok := ctx.Deadline(); ok {
-		return d
-	}
-	return time.Now().Add(time.Minute)
 }
