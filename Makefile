@@ -56,7 +56,7 @@ images:
 ## file parser, the event decoder and the folder manifest decoder, which all
 ## read what anyone allowed on the bus may write.
 FUZZTIME ?= 1m
-FUZZERS := ./pkg/jobfile/:FuzzParse ./pkg/events/:FuzzDecode ./pkg/events/:FuzzParseSubject ./pkg/stage/:FuzzDecodeManifest
+FUZZERS := ./pkg/jobfile/:FuzzParse ./pkg/events/:FuzzDecode ./pkg/events/:FuzzParseSubject ./pkg/events/:FuzzShapeAgreesWithStream ./pkg/stage/:FuzzDecodeManifest
 fuzz:
 	@set -e; for f in $(FUZZERS); do echo "== fuzz $$f for $(FUZZTIME)"; $(GO) test $${f%%:*} -run '^$$' -fuzz "^$${f##*:}$$" -fuzztime $(FUZZTIME); done
 

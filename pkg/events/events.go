@@ -32,6 +32,9 @@ const (
 	NodeLost     Outcome = "node_lost"
 )
 
+// Outcomes are the outcomes of DESIGN.md, every one, in the order above.
+var Outcomes = [...]Outcome{Succeeded, Failed, LimitExceeded, OutOfMemory, DiskExceeded, Cancelled, Rejected, NodeLost}
+
 // MaxAttempts bounds how often a job is held again after its node was lost.
 // A lost node is not the job's fault, so those attempts count against nothing
 // the submitter declared; the bound only stops a job that kills every node it
@@ -386,25 +389,26 @@ type kind struct {
 	perHold   bool
 	newEvent  func() Event
 	shortName string // the Go-independent name shown in hold records and the CLI
+	shape     *shape // of its body (see decodeBody)
 }
 
 // kinds is the registry of every decodable type. Old versions stay here for ever.
 var kinds = map[string]kind{
-	TypeJobRequested:    {"requested", false, func() Event { return new(JobRequested) }, "JobRequested"},
-	TypeJobSubmitted:    {"submitted", false, func() Event { return new(JobSubmitted) }, "JobSubmitted"},
-	TypeJobRejected:     {"rejected", false, func() Event { return new(JobRejected) }, "JobRejected"},
-	TypeComputeHeld:     {"held", true, func() Event { return new(ComputeHeld) }, "ComputeHeld"},
-	TypeRunStarted:      {"started", true, func() Event { return new(RunStarted) }, "RunStarted"},
-	TypeRunStopped:      {"stopped", true, func() Event { return new(RunStopped) }, "RunStopped"},
-	TypeOutputReturned:  {"returned", true, func() Event { return new(OutputReturned) }, "OutputReturned"},
-	TypeComputeReleased: {"released", true, func() Event { return new(ComputeReleased) }, "ComputeReleased"},
-	TypeCancelRequested: {"cancel", false, func() Event { return new(CancelRequested) }, "CancelRequested"},
-	TypeJobCancelled:    {"cancelled", false, func() Event { return new(JobCancelled) }, "JobCancelled"},
-	TypeNodeAnnounced:   {"announced", false, func() Event { return new(NodeAnnounced) }, "NodeAnnounced"},
-	TypeNodeExpired:     {"expired", false, func() Event { return new(NodeExpired) }, "NodeExpired"},
-	TypeHoldLost:        {"lost", true, func() Event { return new(HoldLost) }, "HoldLost"},
-	TypeDeleteRequested: {"delete", false, func() Event { return new(DeleteRequested) }, "DeleteRequested"},
-	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted"},
+	TypeJobRequested:    {"requested", false, func() Event { return new(JobRequested) }, "JobRequested", shapeOf[JobRequested]()},
+	TypeJobSubmitted:    {"submitted", false, func() Event { return new(JobSubmitted) }, "JobSubmitted", shapeOf[JobSubmitted]()},
+	TypeJobRejected:     {"rejected", false, func() Event { return new(JobRejected) }, "JobRejected", shapeOf[JobRejected]()},
+	TypeComputeHeld:     {"held", true, func() Event { return new(ComputeHeld) }, "ComputeHeld", shapeOf[ComputeHeld]()},
+	TypeRunStarted:      {"started", true, func() Event { return new(RunStarted) }, "RunStarted", shapeOf[RunStarted]()},
+	TypeRunStopped:      {"stopped", true, func() Event { return new(RunStopped) }, "RunStopped", shapeOf[RunStopped]()},
+	TypeOutputReturned:  {"returned", true, func() Event { return new(OutputReturned) }, "OutputReturned", shapeOf[OutputReturned]()},
+	TypeComputeReleased: {"released", true, func() Event { return new(ComputeReleased) }, "ComputeReleased", shapeOf[ComputeReleased]()},
+	TypeCancelRequested: {"cancel", false, func() Event { return new(CancelRequested) }, "CancelRequested", shapeOf[CancelRequested]()},
+	TypeJobCancelled:    {"cancelled", false, func() Event { return new(JobCancelled) }, "JobCancelled", shapeOf[JobCancelled]()},
+	TypeNodeAnnounced:   {"announced", false, func() Event { return new(NodeAnnounced) }, "NodeAnnounced", shapeOf[NodeAnnounced]()},
+	TypeNodeExpired:     {"expired", false, func() Event { return new(NodeExpired) }, "NodeExpired", shapeOf[NodeExpired]()},
+	TypeHoldLost:        {"lost", true, func() Event { return new(HoldLost) }, "HoldLost", shapeOf[HoldLost]()},
+	TypeDeleteRequested: {"delete", false, func() Event { return new(DeleteRequested) }, "DeleteRequested", shapeOf[DeleteRequested]()},
+	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted", shapeOf[Deleted]()},
 }
 
 // Types lists every event type this package can decode.

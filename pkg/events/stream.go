@@ -34,6 +34,13 @@ const (
 	// that says which sequence of the log all of it is as of. It is made
 	// from the log and can be made again from it; only the LEDGER reads it.
 	LedgerBucket = "E31_LEDGER"
+	// RentBucket is RENT's own KV bucket: its checkpoint (RentCheckpointKey),
+	// what lets a RENT that starts read the log from the oldest live job's
+	// submission rather than from the beginning. It is made from the log;
+	// without it RENT reads the whole log, as before it had one.
+	RentBucket = "E31_RENT"
+	// RentCheckpointKey is the key of RENT's checkpoint in RentBucket.
+	RentCheckpointKey = "checkpoint"
 
 	// DefaultLeaseTTL is how long a lease lives without renewal: how long a
 	// dead node or scheduler goes unnoticed.
@@ -89,6 +96,18 @@ func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 		LimitMarkerTTL: max(ttl, time.Second),
 		Storage:        jetstream.FileStorage,
 		Replicas:       max(o.Replicas, 1),
+	}
+}
+
+// RentBucketConfig is the configuration of RENT's bucket: one revision a
+// key, on disk, replicated as the log is.
+func RentBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      RentBucket,
+		Description: "e31 RENT: where a RENT that starts may begin to read the log",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
 	}
 }
 
@@ -251,12 +270,14 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	if _, err := js.KeyValue(ctx, LeasesBucket); errors.Is(err, jetstream.ErrBucketNotFound) {
-		if _, err := js.CreateKeyValue(ctx, LeasesBucketConfig(o)); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("set up leases %s: %w", LeasesBucket, err)
+	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o)} {
+		if _, err := js.KeyValue(ctx, cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
+			if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+				return fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
 		}
-	} else if err != nil {
-		return fmt.Errorf("set up leases %s: %w", LeasesBucket, err)
 	}
 	return nil
 }

@@ -272,6 +272,58 @@ func PoisonSubject(service string) string {
 	return Subject{Space: SpacePoison, Service: service}.String()
 }
 
+// storedOn reports whether subj is SubjectOf(id, ev), ev being of kind k,
+// without building it: Decode checks the subject of every event it reads.
+func storedOn(subj, id string, k kind, ev Event) bool {
+	if !ValidID(id) {
+		return false
+	}
+	prefix := "e31.job."
+	if _, ok := ev.(interface{ boot() string }); ok {
+		prefix = "e31.node."
+	}
+	rest, ok := strings.CutPrefix(subj, prefix)
+	if !ok {
+		return false
+	}
+	if rest, ok = cutToken(rest, id); !ok {
+		return false
+	}
+	tail, _, ok := tailOf(ev)
+	if !ok {
+		return rest == k.token
+	}
+	rest, ok = cutToken(rest, k.token)
+	return ok && rest == tail && ValidID(tail)
+}
+
+// cutToken cuts tok and the dot after it from the front of s.
+func cutToken(s, tok string) (string, bool) {
+	if len(s) <= len(tok) || s[:len(tok)] != tok || s[len(tok)] != '.' {
+		return "", false
+	}
+	return s[len(tok)+1:], true
+}
+
+// tailOf is the token some kinds of job event end with, and what it names:
+// the node a hold is for, so that each node's consumer sees its own holds;
+// the submitter of a request and the sender of a cancel or a deletion, so
+// that the server's permissions (alice may publish only ...requested.alice)
+// bind the identity to the event. ok is false for the other kinds.
+func tailOf(ev Event) (tail, what string, ok bool) {
+	switch e := ev.(type) {
+	case *ComputeHeld:
+		return e.Node, "node", true
+	case *JobRequested:
+		return e.Submitter, "submitter", true
+	case *CancelRequested:
+		return e.By, "by", true
+	case *DeleteRequested:
+		return e.By, "by", true
+	}
+	return "", "", false
+}
+
 // SubjectOf is where an event about subject (a job or node id) is stored.
 func SubjectOf(subject string, ev Event) (string, error) {
 	if !ValidID(subject) {
@@ -285,25 +337,17 @@ func SubjectOf(subject string, ev Event) (string, error) {
 		return Subject{Space: SpaceNode, Node: subject, Kind: k.token}.String(), nil
 	}
 	s := Subject{Space: SpaceJob, Job: subject, Kind: k.token}
-	// Some kinds end with one more token: the node a hold is for, so that
-	// each node's consumer sees its own holds; the submitter of a request
-	// and the sender of a cancel, so that the server's permissions (alice
-	// may publish only ...requested.alice) bind the identity to the event.
-	var tail, what string
-	switch e := ev.(type) {
-	case *ComputeHeld:
-		s.Node, tail, what = e.Node, e.Node, "node"
-	case *JobRequested:
-		s.Identity, tail, what = e.Submitter, e.Submitter, "submitter"
-	case *CancelRequested:
-		s.Identity, tail, what = e.By, e.By, "by"
-	case *DeleteRequested:
-		s.Identity, tail, what = e.By, e.By, "by"
-	default:
+	tail, what, ok := tailOf(ev)
+	if !ok {
 		return s.String(), nil
 	}
 	if !ValidID(tail) {
 		return "", fmt.Errorf("events: %s %q is not a valid id (letters, digits, '-' and '_', at most 64)", what, tail)
+	}
+	if what == "node" {
+		s.Node = tail
+	} else {
+		s.Identity = tail
 	}
 	return s.String(), nil
 }
