@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -62,8 +63,12 @@ func (f *Follower) Pending() uint64 { return f.pending }
 
 // start makes a consumer that delivers from f.next on and pulls from it.
 func (f *Follower) start() error {
+	filters, err := f.filtering()
+	if err != nil {
+		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
+	}
 	cfg := jetstream.ConsumerConfig{
-		AckPolicy: jetstream.AckNonePolicy, FilterSubjects: f.filters, DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy: jetstream.AckNonePolicy, FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy,
 		InactiveThreshold: followInactive, MemoryStorage: true, Replicas: 1,
 	}
 	if f.next > 1 {
@@ -89,6 +94,34 @@ func (f *Follower) start() error {
 		f.started, f.pending = true, cons.CachedInfo().NumPending
 	}
 	return nil
+}
+
+// filtering is the filter the consumer is made with: none when f's filters
+// are the stream's subjects, every one of them. A consumer with several
+// filters has the server match each message's subject against each of
+// them, on the server's goroutine that reads the stream for it: in a
+// catch-up with the whole log (RENT's and the LEDGER's, on every start) a
+// large share of the server's work, to deliver every message anyway. The
+// stream's subjects are asked of the server each time a consumer is made,
+// so that a stream given more subjects later is filtered again.
+func (f *Follower) filtering() ([]string, error) {
+	st, err := f.js.Stream(f.ctx, events.Stream)
+	if err != nil {
+		return nil, err
+	}
+	if sameSet(st.CachedInfo().Config.Subjects, f.filters) {
+		return nil, nil
+	}
+	return f.filters, nil
+}
+
+// sameSet reports whether a and b, neither empty, hold the same strings,
+// in any order and however often.
+func sameSet(a, b []string) bool {
+	within := func(a, b []string) bool {
+		return !slices.ContainsFunc(a, func(s string) bool { return !slices.Contains(b, s) })
+	}
+	return len(a) > 0 && len(b) > 0 && within(a, b) && within(b, a)
 }
 
 // restart drops the current consumer and makes another from where the

@@ -1,6 +1,7 @@
 package bus_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -128,5 +129,69 @@ func TestFollowAsKeepsItsNameAndReplacesOneLeftBehind(t *testing.T) {
 	}
 	if _, err := js.Consumer(ctx, events.Stream, "reader-1"); err != nil {
 		t.Errorf("the consumer made again under its name: %v", err)
+	}
+}
+
+// TestFollowOfTheWholeLogFiltersNothing: a follower of every subject the
+// stream has reads on a consumer with no filter (the server matches no
+// subject for it) and still reads every message, job and node alike; one
+// of a part of the log keeps its filter and reads that part only.
+func TestFollowOfTheWholeLogFiltersNothing(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	subjects := []string{"e31.job.a.cancel.alice", "e31.node.n1.announced", "e31.job.b.cancel.bob", "e31.node.n2.announced"}
+	for _, subject := range subjects {
+		if _, err := js.Publish(ctx, subject, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	follow := func(name string, filters []string) (*bus.Follower, []string) {
+		t.Helper()
+		f, err := bus.FollowAs(ctx, js, name, filters, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(f.Stop)
+		cons, err := js.Consumer(ctx, events.Stream, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := cons.CachedInfo().Config
+		return f, append(cfg.FilterSubjects, cfg.FilterSubject)
+	}
+	read := func(f *bus.Follower, want []string) {
+		t.Helper()
+		for i, subject := range want {
+			m, _, err := f.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Subject != subject {
+				t.Fatalf("message %d: %s, want %s", i, m.Subject, subject)
+			}
+		}
+	}
+
+	for _, filters := range [][]string{nil, {events.NodeSubjects, events.JobSubjects}} {
+		f, filtered := follow("whole", filters)
+		if slices.ContainsFunc(filtered, func(s string) bool { return s != "" }) {
+			t.Errorf("following %q: the consumer filters on %q, want nothing", filters, filtered)
+		}
+		read(f, subjects)
+		f.Stop()
+	}
+
+	f, filtered := follow("jobs", []string{events.JobSubjects})
+	if !slices.Contains(filtered, events.JobSubjects) {
+		t.Errorf("following the jobs: the consumer filters on %q, want %s", filtered, events.JobSubjects)
+	}
+	read(f, []string{subjects[0], subjects[2]})
+	if _, err := js.Publish(ctx, subjects[0], nil); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := f.Next(); err != nil || m.Sequence != 5 {
+		t.Fatalf("next job message: %v (%v), want #5, the node messages skipped", m, err)
 	}
 }

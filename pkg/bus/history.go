@@ -86,10 +86,11 @@ var (
 
 // directRequest is the JSON of a direct get request.
 type directRequest struct {
-	Seq      uint64 `json:"seq"`
-	NextFor  string `json:"next_by_subj,omitempty"`
-	Batch    int    `json:"batch"`
-	MaxBytes int    `json:"max_bytes,omitempty"`
+	Seq       uint64   `json:"seq"`
+	NextFor   string   `json:"next_by_subj,omitempty"`
+	MultiLast []string `json:"multi_last,omitempty"`
+	Batch     int      `json:"batch"`
+	MaxBytes  int      `json:"max_bytes,omitempty"`
 }
 
 // errStopped ends a batch early: the caller stopped ranging.
@@ -109,7 +110,7 @@ func Stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 // stored is Stored, batch messages per request.
 func stored(ctx context.Context, js jetstream.JetStream, filter string, from uint64, batch int) iter.Seq2[*jetstream.RawStreamMsg, error] {
 	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
-		g, err := newGetter(ctx, js, batch)
+		g, err := newGetter(ctx, js, events.Stream, batch)
 		if err != nil {
 			yield(nil, fmt.Errorf("direct get on %s: %w", filter, err))
 			return
@@ -154,7 +155,7 @@ func stored(ctx context.Context, js jetstream.JetStream, filter string, from uin
 func StoredJob(ctx context.Context, js jetstream.JetStream, job string, from uint64) iter.Seq2[*jetstream.RawStreamMsg, error] {
 	filter := events.JobSubject(job)
 	return func(yield func(*jetstream.RawStreamMsg, error) bool) {
-		g, err := newGetter(ctx, js, directBatch)
+		g, err := newGetter(ctx, js, events.Stream, directBatch)
 		if err != nil {
 			yield(nil, fmt.Errorf("direct get on %s: %w", filter, err))
 			return
@@ -213,11 +214,11 @@ type getter struct {
 	subject string
 }
 
-// newGetter subscribes to the replies of direct gets of up to batch
-// messages each; close unsubscribes.
-func newGetter(ctx context.Context, js jetstream.JetStream, batch int) (*getter, error) {
+// newGetter subscribes to the replies of direct gets in stream of up to
+// batch messages each; close unsubscribes.
+func newGetter(ctx context.Context, js jetstream.JetStream, stream string, batch int) (*getter, error) {
 	g := &getter{nc: js.Conn(), in: make(chan *nats.Msg, batch+1),
-		subject: apiPrefix(js.Options()) + "DIRECT.GET." + events.Stream}
+		subject: apiPrefix(js.Options()) + "DIRECT.GET." + stream}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	sub, err := g.nc.Subscribe(g.nc.NewInbox(), func(m *nats.Msg) {
 		select {
@@ -247,8 +248,20 @@ func (g *getter) close() {
 // over, as the server counted them.
 func (g *getter) batch(filter string, seq uint64, batch int, yield func(*jetstream.RawStreamMsg, error) bool) (uint64, uint64, error) {
 	next := seq
-	var pending uint64
-	err := g.ask(directRequest{Seq: seq, NextFor: filter, Batch: batch, MaxBytes: directMaxBytes}, func(r *nats.Msg) (bool, error) {
+	pending, err := g.batched(directRequest{Seq: seq, NextFor: filter, Batch: batch, MaxBytes: directMaxBytes}, func(m *jetstream.RawStreamMsg) bool {
+		next = m.Sequence + 1
+		return yield(m, nil)
+	})
+	return next, pending, err
+}
+
+// batched sends one direct get that the server answers with a batch and
+// hands each stored message to each, until the end of the batch; each
+// returning false ends it with errStopped. It returns how many more
+// messages matched past those sent, as the end of the batch counts them
+// (0 when none matched at all).
+func (g *getter) batched(req directRequest, each func(*jetstream.RawStreamMsg) bool) (pending uint64, err error) {
+	err = g.ask(req, func(r *nats.Msg) (bool, error) {
 		// A stored message comes with the server's Nats-Sequence; a status
 		// (end of batch, nothing found, an error) never does. A status
 		// header a publisher put in its own message is no status.
@@ -257,7 +270,7 @@ func (g *getter) batch(filter string, seq uint64, batch int, yield func(*jetstre
 			case "204": // end of batch
 				pending, _ = strconv.ParseUint(r.Header.Get("Nats-Num-Pending"), 10, 64)
 				return true, nil
-			case "404": // nothing matches from seq on
+			case "404": // nothing matches
 				return true, nil
 			case "503":
 				return true, nats.ErrNoResponders
@@ -269,13 +282,42 @@ func (g *getter) batch(filter string, seq uint64, batch int, yield func(*jetstre
 		if err != nil {
 			return true, err
 		}
-		next = m.Sequence + 1
-		if !yield(m, nil) {
+		if !each(m) {
 			return true, errStopped
 		}
 		return false, nil
 	})
-	return next, pending, err
+	return pending, err
+}
+
+// MaxLastOf is the most subjects LastOf reads at once: the server answers
+// at most 1,024 in one request.
+const MaxLastOf = 1024
+
+// LastOf reads the last message of each of subjects (at most MaxLastOf: a
+// bucket's keys) in stream with one direct get, in stream order, exactly
+// as stored; a subject without one is left out. All come from one replica
+// at one moment, which may lag the stream's leader: read a key whose
+// revision is known with them, as a witness (the ledger reads its
+// checkpoint). whole is false if the answer was cut short (the server
+// stops at directMaxBytes): the subjects it did not reach are left out too.
+func LastOf(ctx context.Context, js jetstream.JetStream, stream string, subjects []string) (msgs []*jetstream.RawStreamMsg, whole bool, err error) {
+	if len(subjects) > MaxLastOf {
+		return nil, false, fmt.Errorf("bus: the last messages of %d subjects asked at once, more than %d", len(subjects), MaxLastOf)
+	}
+	g, err := newGetter(ctx, js, stream, len(subjects))
+	if err != nil {
+		return nil, false, fmt.Errorf("direct get in %s: %w", stream, err)
+	}
+	defer g.close()
+	pending, err := g.batched(directRequest{MultiLast: subjects, MaxBytes: directMaxBytes}, func(m *jetstream.RawStreamMsg) bool {
+		msgs = append(msgs, m)
+		return true
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("direct get of the last messages of %d subjects in %s: %w", len(subjects), stream, err)
+	}
+	return msgs, pending == 0, nil
 }
 
 // one is the first message on filter from seq, without a batch: the

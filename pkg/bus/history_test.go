@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -453,5 +455,137 @@ func TestTheFirstRequestKeepsItsOwnHeaders(t *testing.T) {
 	want := nats.Header{"Nats-Num-Pending": {"7"}, "Nats-Last-Sequence": {"8"}, jetstream.SequenceHeader: {"999"}}
 	if fmt.Sprint(got.Header) != fmt.Sprint(want) || string(got.Data) != "x" || got.Sequence != 1 {
 		t.Errorf("first request #%d %q %v, want #1 \"x\" %v", got.Sequence, got.Data, got.Header, want)
+	}
+}
+
+// Last gives the message stored last on its subject, whatever came after
+// it on the job's other subjects, and says plainly when there is none: OUTPUT
+// takes it for a job's last return to leave a stop it read in the log alone.
+func TestLastIsTheNewestMessageOnItsSubject(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	publish := func(subject, body string) uint64 {
+		t.Helper()
+		ack, err := js.Publish(ctx, subject, []byte(body))
+		if err != nil {
+			t.Fatalf("publish on %s: %v", subject, err)
+		}
+		return ack.Sequence
+	}
+	publish("e31.job.j1.returned", "first")
+	want := publish("e31.job.j1.returned", "second")
+	publish("e31.job.j1.released", "after it")
+	publish("e31.job.j2.returned", "another job's")
+
+	m, err := bus.Last(ctx, js, "e31.job.j1.returned")
+	if err != nil {
+		t.Fatalf("last: %v", err)
+	}
+	if m.Sequence != want || string(m.Data) != "second" || m.Subject != "e31.job.j1.returned" {
+		t.Errorf("last = #%d %s %q; want #%d e31.job.j1.returned \"second\"", m.Sequence, m.Subject, m.Data, want)
+	}
+	if _, err := bus.Last(ctx, js, "e31.job.j3.returned"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("last of a subject with no message: %v; want ErrMsgNotFound", err)
+	}
+}
+
+// TestLeaderLastIsTheNewestMessageOnItsSubject: LeaderLast answers as Last
+// does, headers included, from the stream's leader, for any stream.
+func TestLeaderLastIsTheNewestMessageOnItsSubject(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "node.n1", []byte("boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Put(ctx, "node.n1", []byte("boot-2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "node.n2"); err != nil {
+		t.Fatal(err)
+	}
+	stream := "KV_" + events.LeasesBucket
+	m, err := bus.LeaderLast(ctx, js, stream, "$KV."+events.LeasesBucket+".node.n1")
+	if err != nil {
+		t.Fatalf("leader last: %v", err)
+	}
+	if m.Sequence != rev || string(m.Data) != "boot-2" || m.Subject != "$KV."+events.LeasesBucket+".node.n1" {
+		t.Errorf("leader last = #%d %s %q; want #%d node.n1 \"boot-2\"", m.Sequence, m.Subject, m.Data, rev)
+	}
+	deleted, err := bus.LeaderLast(ctx, js, stream, "$KV."+events.LeasesBucket+".node.n2")
+	if err != nil {
+		t.Fatalf("leader last of a deleted key: %v", err)
+	}
+	if op := deleted.Header.Get("KV-Operation"); op != "DEL" {
+		t.Errorf("the deleted key's marker has KV-Operation %q, want DEL", op)
+	}
+	if _, err := bus.LeaderLast(ctx, js, stream, "$KV."+events.LeasesBucket+".node.n3"); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("leader last of a subject with no message: %v; want ErrMsgNotFound", err)
+	}
+}
+
+// TestLastOfReadsManyKeysInOneRequest: the last message of each subject
+// asked, in stream order and as stored (a deletion's marker too, the
+// server's headers gone), none for a subject without one; an answer the
+// server cuts short says so, and leaves out what it did not reach.
+func TestLastOfReadsManyKeysInOneRequest(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, put := range []struct{ key, value string }{{"node.n1", "boot-1"}, {"node.n4", "boot-1"}, {"node.n1", "boot-2"}} {
+		if _, err := kv.Put(ctx, put.key, []byte(put.value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := kv.Delete(ctx, "node.n2"); err != nil {
+		t.Fatal(err)
+	}
+	key := func(k string) string { return "$KV." + events.LeasesBucket + "." + k }
+	msgs, whole, err := bus.LastOf(ctx, js, "KV_"+events.LeasesBucket, []string{key("node.n1"), key("node.n2"), key("node.n3"), key("node.n4")})
+	if err != nil || !whole {
+		t.Fatalf("last of four keys: whole %v, %v", whole, err)
+	}
+	var got []string
+	for _, m := range msgs {
+		got = append(got, fmt.Sprintf("#%d %s %q %s", m.Sequence, strings.TrimPrefix(m.Subject, key("")), m.Data, m.Header.Get("KV-Operation")))
+		if m.Header.Get(jetstream.SequenceHeader) != "" || m.Header.Get("Nats-Num-Pending") != "" {
+			t.Errorf("#%d keeps the server's headers: %v", m.Sequence, m.Header)
+		}
+	}
+	if want := []string{`#2 node.n4 "boot-1" `, `#3 node.n1 "boot-2" `, `#4 node.n2 "" DEL`}; !slices.Equal(got, want) {
+		t.Errorf("last of four keys:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if msgs, whole, err := bus.LastOf(ctx, js, "KV_"+events.LeasesBucket, []string{key("node.n9")}); err != nil || !whole || len(msgs) != 0 {
+		t.Errorf("last of a key without a message: %d messages, whole %v, %v; want none, whole", len(msgs), whole, err)
+	}
+
+	// Twelve messages of 900 KB: more than the server sends in one answer
+	// (directMaxBytes, 8 MiB).
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	var subjects []string
+	for i := range 12 {
+		subjects = append(subjects, fmt.Sprintf("big.%d", i))
+		if _, err := js.Publish(ctx, subjects[i], make([]byte, 900<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs, whole, err = bus.LastOf(ctx, js, "BIG", subjects)
+	if err != nil || whole || len(msgs) == 0 || len(msgs) == len(subjects) {
+		t.Errorf("last of twelve large messages: %d of them, whole %v, %v; want some, cut short", len(msgs), whole, err)
 	}
 }

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -207,35 +206,11 @@ func (p *Publisher) unlessForged(ctx context.Context, m *nats.Msg, ack *jetstrea
 // stored it yet, and a real duplicate taken for a forgery would be stored
 // twice.
 func (p *Publisher) subjectAt(ctx context.Context, seq uint64) (string, error) {
-	req, err := json.Marshal(map[string]uint64{"seq": seq})
+	m, err := leaderGet(ctx, p.js, events.Stream, map[string]uint64{"seq": seq})
 	if err != nil {
 		return "", err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, directWait)
-		defer cancel()
-	}
-	r, err := p.js.Conn().RequestWithContext(ctx, apiPrefix(p.js.Options())+"STREAM.MSG.GET."+events.Stream, req)
-	if err != nil {
-		return "", err
-	}
-	var resp struct {
-		Message *struct {
-			Subject string `json:"subject"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(r.Data, &resp); err != nil {
-		return "", err
-	}
-	if resp.Error != nil {
-		return "", resp.Error
-	}
-	if resp.Message == nil {
-		return "", errors.New("no message in the answer")
-	}
-	return resp.Message.Subject, nil
+	return m.Subject, nil
 }
 
 func isWrongLastSequence(err error) bool {

@@ -2,11 +2,14 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/events"
@@ -205,10 +208,102 @@ func FirstRequest(ctx context.Context, js jetstream.JetStream, job string) (*jet
 // may publish, for "no responders": a retry would fail the same way for
 // ever.
 func first(ctx context.Context, js jetstream.JetStream, filter string) (*jetstream.RawStreamMsg, error) {
-	g, err := newGetter(ctx, js, 1)
+	g, err := newGetter(ctx, js, events.Stream, 1)
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
 	return g.one(filter, 1)
+}
+
+// Last is the last message stored on subject, a literal subject (one kind
+// of one job's events), whether it decodes or not;
+// jetstream.ErrMsgNotFound if there is none. The server finds it in its
+// index of subjects, however long the log: one direct get of the last
+// message for the subject, where reading the job's history from a
+// sequence on makes the server scan the log after it. For subjects only
+// e31's services publish on: a reply that is a status is taken for one,
+// and a tenant may store a message that looks like a status on its own
+// tail of a job's subjects (see first).
+func Last(ctx context.Context, js jetstream.JetStream, subject string) (*jetstream.RawStreamMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, directWait)
+	defer cancel()
+	r, err := js.Conn().RequestWithContext(ctx, apiPrefix(js.Options())+"DIRECT.GET."+events.Stream+"."+subject, nil)
+	if err != nil {
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	// A stored message comes with its Nats-Sequence; a status never does.
+	if len(r.Header.Values(jetstream.SequenceHeader)) == 0 {
+		if status := r.Header.Get("Status"); status != "404" {
+			return nil, fmt.Errorf("last message on %s: direct get: status %s %s", subject, status, r.Header.Get("Description"))
+		}
+		return nil, fmt.Errorf("last message on %s: %w", subject, jetstream.ErrMsgNotFound)
+	}
+	m, err := storedOf(r, singleHeaders)
+	if err != nil {
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	return m, nil
+}
+
+// LeaderLast is the newest message stored on subject (a literal subject)
+// in stream, as the stream's leader says; jetstream.ErrMsgNotFound if
+// there is none. A direct get is answered by any replica, and one that
+// lags answers with an older message on the subject, or none: for a reader
+// that must see what was written last (a projection's own store, read
+// right after another instance wrote it), the leader's answer is the one
+// that counts.
+func LeaderLast(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	m, err := leaderGet(ctx, js, stream, map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return nil, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	return m, nil
+}
+
+// leaderGet is the message of stream that req (a STREAM.MSG.GET request)
+// asks for, as the stream's leader has it, headers decoded;
+// jetstream.ErrMsgNotFound if there is none.
+func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req any) (*jetstream.RawStreamMsg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, directWait)
+		defer cancel()
+	}
+	r, err := js.Conn().RequestWithContext(ctx, apiPrefix(js.Options())+"STREAM.MSG.GET."+stream, body)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &resp); err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, errors.New("no message in the answer")
+	}
+	m := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq, Data: resp.Message.Data, Time: resp.Message.Time}
+	if len(resp.Message.Header) > 0 {
+		if m.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }

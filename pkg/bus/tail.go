@@ -85,6 +85,16 @@ func NewTail(js jetstream.JetStream, opts TailOptions) *Tail {
 	return &Tail{js: js, opts: opts, next: from, applied: from - 1, changed: make(chan struct{}), caughtUp: make(chan struct{})}
 }
 
+// StartAt makes the Tail read from seq on, for a projection that learned
+// from a state it kept what comes before, once the Tail was made. It is
+// for before Run.
+func (t *Tail) StartAt(seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.next = max(seq, 1)
+	t.applied = t.next - 1
+}
+
 // Run reads the log and applies it until ctx ends (then it returns nil),
 // apply fails, or the reading fails and Again is not set. A consumer lost
 // on the way is made again where the reading is (see Follower).
