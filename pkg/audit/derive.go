@@ -88,7 +88,9 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 	if list {
 		rec.Events, sum = make([]hold.EventRef, 0, len(facts)), sha256.New()
 	}
-	byNumber := map[int]*attempt{}
+	// The attempts held, in the order they were: a job has one, and at
+	// most a few (events.MaxAttempts), so they are looked up by number
+	// along the list rather than through a map made for every job.
 	var attempts []*attempt
 	ph := unrequested
 	last := 0 // the highest attempt held
@@ -123,13 +125,18 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 		}
 		t := f.at
 		if h, ok := events.HoldOf(f.ev); ok {
-			at := byNumber[h.Attempt]
+			var at *attempt
+			for _, a := range attempts {
+				if a.a.Attempt == h.Attempt {
+					at = a
+					break
+				}
+			}
 			if at == nil {
 				if f.typ != events.TypeComputeHeld {
 					bad(f, Order, "%s for attempt %d, which was never held", name, h.Attempt)
 				}
 				at = &attempt{a: hold.Attempt{Attempt: h.Attempt}}
-				byNumber[h.Attempt] = at
 				attempts = append(attempts, at)
 			} else if at.step >= held && h != at.hold {
 				bad(f, Inconsistent, "%s for attempt %d names node %s with %g cpu, %d bytes, %d gpu, %d disk, but it was held on %s with %g cpu, %d bytes, %d gpu, %d disk at #%d",

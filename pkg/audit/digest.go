@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/e31net/e31/pkg/chain"
@@ -53,14 +52,13 @@ func head(b []byte, m Raw) []byte {
 	b = append(b, chain.Version+"\n"...)
 	b = binary.BigEndian.AppendUint64(b, m.Seq)
 	b = str(b, m.Subject)
-	var kept [16]string
-	names := attributes(kept[:0], m.Headers)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(names)))
-	for _, name := range names {
-		values := m.Headers[name]
-		b = str(b, name)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(values)))
-		for _, v := range values {
+	var kept [16]header
+	hs := attributes(kept[:0], m.Headers)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(hs)))
+	for _, h := range hs {
+		b = str(b, h.name)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(h.values)))
+		for _, v := range h.values {
 			b = str(b, v)
 		}
 	}
@@ -72,21 +70,38 @@ func str(b []byte, s string) []byte {
 	return append(binary.BigEndian.AppendUint32(b, uint32(len(s))), s...)
 }
 
-// attributes appends to names the names of the headers the digest keeps,
-// sorted as bytes: the CloudEvents attributes ("ce-" anything, in any
-// case) and content-type, written as stored.
-func attributes(names []string, headers map[string][]string) []string {
-	for name := range headers {
-		// Compared without folding the name into a copy: every message
-		// has a Nats-Msg-Id, and the audit reads every message.
-		ce := len(name) >= len("ce-") && strings.EqualFold(name[:len("ce-")], "ce-")
-		if ce || strings.EqualFold(name, "content-type") {
-			names = append(names, name)
+// header is one header the digest keeps, with its values as stored.
+type header struct {
+	name   string
+	values []string
+}
+
+// attributes appends to kept the headers the digest keeps, sorted by name
+// as bytes: the CloudEvents attributes ("ce-" anything, in any case) and
+// content-type, written as stored. The audit digests every message: the
+// values are taken as the map is walked rather than looked up again, and
+// the handful of names are sorted by insertion, in place.
+func attributes(kept []header, headers map[string][]string) []header {
+	for name, values := range headers {
+		// Both kinds start with a c: most other names (Nats-Msg-Id, on
+		// every message) are passed over without comparing further, and
+		// compared without folding the name into a copy.
+		if name == "" || name[0]|0x20 != 'c' {
+			continue
 		}
+		ce := len(name) >= len("ce-") && strings.EqualFold(name[:len("ce-")], "ce-")
+		if !ce && !strings.EqualFold(name, "content-type") {
+			continue
+		}
+		// Go compares strings bytewise, which is what the spec asks.
+		i := len(kept)
+		kept = append(kept, header{})
+		for ; i > 0 && kept[i-1].name > name; i-- {
+			kept[i] = kept[i-1]
+		}
+		kept[i] = header{name, values}
 	}
-	// Go compares strings bytewise, which is what the spec asks.
-	sort.Strings(names)
-	return names
+	return kept
 }
 
 // HashChain is the hash chain over a log (SPEC.md, "Hash chain"): it

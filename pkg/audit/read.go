@@ -148,7 +148,7 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 	g.Go(func() error { // the reader
 		defer close(todo)
 		defer close(inOrder)
-		batch := make([]item, 0, readBatch)
+		batch := itemPool.Get().([]item)
 		flush := func() error {
 			ch := make(chan result, 1)
 			select {
@@ -161,7 +161,7 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			batch = make([]item, 0, readBatch)
+			batch = itemPool.Get().([]item)
 			return nil
 		}
 		err := produce(ctx, func(it item) error {
@@ -187,6 +187,8 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 					}
 				}
 				w.out <- res // buffered: never waits
+				clear(w.items)
+				itemPool.Put(w.items[:0]) //nolint:staticcheck // a slice header is small; the array is what is reused
 			}
 			return nil
 		})
@@ -220,6 +222,12 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 // decoded message is large, and a million of them allocated anew cost more
 // in the allocator and collector than they do to decode.
 var decodedPool = sync.Pool{New: func() any { return make([]decoded, 0, readBatch) }}
+
+// itemPool holds the room of batches decoded, for batches to be read: what
+// a message decodes to holds what it needs of its item, so the item's room
+// serves the next batch as soon as the batch is decoded, rather than a
+// new one of 45 KiB for every 512 messages.
+var itemPool = sync.Pool{New: func() any { return make([]item, 0, readBatch) }}
 
 // result is one batch decoded, up to the first line that is not an export.
 type result struct {
