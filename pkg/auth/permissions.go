@@ -97,7 +97,7 @@ func servicePermissions(g *grant, id Identity) {
 	// Every service sets up (finds) the streams and buckets on start, reads
 	// job histories from the log (React), and may move a message it can
 	// never handle to the poison stream.
-	for _, s := range []string{events.Stream, events.PoisonStream, events.TimerStream, kvStream(events.LeasesBucket), kvStream(events.LedgerBucket)} {
+	for _, s := range []string{events.Stream, events.PoisonStream, events.TimerStream, kvStream(events.LeasesBucket), kvStream(events.LedgerBucket), kvStream(events.RentBucket)} {
 		g.pub(streamInfo(s))
 	}
 	g.pub(readMessages(events.Stream)...)
@@ -124,6 +124,9 @@ func servicePermissions(g *grant, id Identity) {
 		// which nodes live.
 		g.pub(kvRead(events.LeasesBucket)...)
 		g.pub(kvKey(events.LeasesBucket, "leader."+RentService))
+		// Its checkpoint, read on start and written as it goes.
+		g.pub(kvRead(events.RentBucket)...)
+		g.pub(kvKey(events.RentBucket, events.RentCheckpointKey))
 		g.serve(wire.RentWhySubject("*"))
 	case RunService:
 		// The node's own lease; inputs staged in, output collected out.

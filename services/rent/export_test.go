@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/query/wire"
@@ -63,4 +65,22 @@ func (s *Service) Why(id string) wire.WhyReply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.pool.Why(id)
+}
+
+// Follow hands msgs to the service as its tail does, and reports whether
+// that woke the scheduler.
+func (s *Service) Follow(ctx context.Context, msgs ...*jetstream.RawStreamMsg) (woke bool, err error) {
+	select {
+	case <-s.kick:
+	default:
+	}
+	if err := s.follow(nil)(ctx, msgs); err != nil {
+		return false, err
+	}
+	select {
+	case <-s.kick:
+		return true, nil
+	default:
+		return false, nil
+	}
 }

@@ -32,14 +32,7 @@ func TestRentForgetsEndedJobsAndStaysRight(t *testing.T) {
 	go func() { done <- svc.Run(rctx) }()
 	t.Cleanup(func() { stop(); <-done })
 
-	appendStep := func(s step) events.Envelope {
-		t.Helper()
-		env, err := pub.Append(ctx, s.subject, s.ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return env
-	}
+	appendStep := appender(t, ctx, js)
 	heldThenReleased := func(job string, outcome events.Outcome) events.Envelope {
 		t.Helper()
 		appendStep(submit(job, 2))

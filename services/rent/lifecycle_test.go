@@ -24,10 +24,13 @@ func noLeaks(t *testing.T) {
 
 // instance is one RENT running in the background.
 type instance struct {
+	svc  *rent.Service
 	stop func()
 	done chan error
 }
 
+// runRent runs one RENT as it is deployed, its consumer and scheduler
+// included, until the test ends.
 func runRent(t *testing.T, srv *natstest.Server, js jetstream.JetStream, name string) *instance {
 	t.Helper()
 	svc, err := rent.New(srv.Conn(t), js, rent.Config{Instance: name, Logger: quiet})
@@ -35,7 +38,7 @@ func runRent(t *testing.T, srv *natstest.Server, js jetstream.JetStream, name st
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	in := &instance{stop: stop, done: make(chan error, 1)}
+	in := &instance{svc: svc, stop: stop, done: make(chan error, 1)}
 	go func() { in.done <- svc.Run(ctx) }()
 	t.Cleanup(func() { stop(); <-in.done })
 	return in

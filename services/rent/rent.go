@@ -194,6 +194,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.dropOldConsumer(ctx)
 	start := time.Now()
+	checkpoints, err := s.js.KeyValue(ctx, events.RentBucket)
+	if err != nil {
+		return fmt.Errorf("rent: checkpoints: %w", err)
+	}
+	from, made, err := s.restore(ctx, checkpoints)
+	if err != nil {
+		return fmt.Errorf("rent: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, ctx := errgroup.WithContext(ctx)
@@ -219,8 +227,9 @@ func (s *Service) Run(ctx context.Context) error {
 	s.rebuilt.Store(true)
 	defer s.rebuilt.Store(false)
 	s.mu.Lock()
-	s.log.Info("pool rebuilt from the log", "seq", s.tail.Applied(), "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("pool rebuilt from the log", "from", from, "seq", s.tail.Applied(), "nodes", s.pool.Nodes(), "waiting", s.pool.Waiting(), "took", time.Since(start).Round(time.Millisecond))
 	s.mu.Unlock()
+	g.Go(func() error { s.checkpoints(ctx, checkpoints, made); return nil })
 
 	// Served for every user, e31.api.*.rent.why: the user is read from the
 	// subject each request came on.
@@ -269,7 +278,8 @@ func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope
 	}
 }
 
-// follow is the tail's Apply: every message decoded and handled, in order,
+// follow is the tail's Apply: every message counted as its job's last
+// (touch), and every event the pool applies decoded and handled, in order,
 // except the events this instance appended itself, which schedule applied
 // the moment they were stored. Decoding those again (a hold carries the
 // job's whole spec) would be a third of the leader's reading for nothing:
@@ -288,22 +298,56 @@ func (s *Service) follow(o bus.Observer) bus.Apply {
 		// the tail: the tail has it in hand.
 		s.read = max(s.read, msgs[len(msgs)-1].Sequence)
 		s.mu.Unlock()
-		for i := 0; i < len(msgs); {
+		moved := false
+		for i, m := range msgs {
 			if skip[i] {
-				i++
 				continue
 			}
-			j := i + 1
-			for j < len(msgs) && !skip[j] {
-				j++
+			apply, touched := s.touch(m)
+			moved = moved || touched
+			if !apply {
+				continue
 			}
-			if err := decoded(ctx, msgs[i:j]); err != nil {
+			if err := decoded(ctx, msgs[i:i+1]); err != nil {
 				return err
 			}
-			i = j
+		}
+		if moved {
+			// A decision made before one of these was read conflicted
+			// and waits to be made again. Handle wakes the scheduler for
+			// the events it applies; a message the pool does not apply
+			// (a request, a deletion, a tenant's junk) would wake no one,
+			// and the job would wait for an unrelated event to be held.
+			s.wake()
 		}
 		return nil
 	}
+}
+
+// unapplied are the event types the pool does nothing with, whose bodies
+// are not decoded: JobRequested, a job's whole spec, is an eighth of the
+// log and the largest of its bodies, and the job is the pool's only once
+// SUBMIT accepted it (JobSubmitted carries the spec again); a deletion
+// comes once a job's data or output is no longer wanted and decides
+// nothing about compute.
+var unapplied = map[string]bool{
+	events.TypeJobRequested:    true,
+	events.TypeDeleteRequested: true,
+	events.TypeDeleted:         true,
+}
+
+// touch counts m as the last message of its job, if it is on a job's
+// subjects (Pool.Touch), whatever it holds, and reports whether it is of
+// a type the pool applies, by its type header (one that says otherwise is
+// no event the pool would apply either, since Decode refuses an event on
+// another type's subject), and whether it moved a known job's last.
+func (s *Service) touch(m *jetstream.RawStreamMsg) (apply, moved bool) {
+	if subject, err := events.ParseSubject(m.Subject); err == nil && subject.Space == events.SpaceJob {
+		s.mu.Lock()
+		moved = s.pool.Touch(subject.Job, m.Sequence)
+		s.mu.Unlock()
+	}
+	return !unapplied[m.Header.Get(events.HeaderType)], moved
 }
 
 // dropOldConsumer deletes the durable consumer earlier versions followed
@@ -689,8 +733,9 @@ func (s *Service) schedule(ctx context.Context) error {
 					holds++
 				}
 			case errors.Is(err, bus.ErrConflict):
-				// The job moved on; the event that moved it is on its way to
-				// this handler and the pool decides again then.
+				// The job moved on; the message that moved it is on its way
+				// to the tail, which wakes the scheduler once it has counted
+				// it (follow), and the pool decides again then.
 				s.log.Debug("decision overtaken", "job", decisions[i].Job, "err", err)
 			default:
 				failed = append(failed, err)

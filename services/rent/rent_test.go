@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -186,19 +187,7 @@ func TestRunHoldsOnceWhenASubmissionIsDeliveredAgain(t *testing.T) {
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, 15*time.Second)
 	pub := bus.NewPublisher(js, "e31/test", nil)
-	svc, err := rent.New(srv.Conn(t), js, rent.Config{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	svc := runRent(t, srv, js, "").svc
 
 	for _, s := range []step{announce("n1", 4), submit("job-1", 1)} {
 		env, err := pub.Append(ctx, s.subject, s.ev)
@@ -228,6 +217,20 @@ func TestRunHoldsOnceWhenASubmissionIsDeliveredAgain(t *testing.T) {
 	}
 }
 
+// appender appends steps as the other steps' services would, each with
+// the next sequence of js's log, and returns what it stored.
+func appender(t *testing.T, ctx context.Context, js jetstream.JetStream) func(step) events.Envelope {
+	pub := bus.NewPublisher(js, "e31/test", nil)
+	return func(s step) events.Envelope {
+		t.Helper()
+		env, err := pub.Append(ctx, s.subject, s.ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+}
+
 // waitFor returns the job's first event of type ceType, waiting for it to be
 // logged until ctx ends.
 func waitFor(t *testing.T, ctx context.Context, js jetstream.JetStream, job, ceType string) events.Envelope {
@@ -251,5 +254,86 @@ func waitFor(t *testing.T, ctx context.Context, js jetstream.JetStream, job, ceT
 		if err == nil && env.Type == ceType {
 			return env
 		}
+	}
+}
+
+// TestRentHoldsAJobAfterMessagesItDoesNotApply: what anyone allowed to
+// publish on a job's subjects may store there (no event at all, a body
+// that is not its type's, an event RENT does nothing with) moves the job's
+// last sequence, which every hold is appended against. RENT counts it, and
+// holds the job once there is room.
+func TestRentHoldsAJobAfterMessagesItDoesNotApply(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 20*time.Second)
+	runRent(t, srv, js, "")
+	appendStep := appender(t, ctx, js)
+
+	// The one node is full: the job waits.
+	appendStep(announce("n1", 1))
+	appendStep(submit("first", 1))
+	held := waitFor(t, ctx, js, "first", events.TypeComputeHeld).Event.(*events.ComputeHeld)
+	appendStep(submit("job", 1))
+	appendStep(step{"job", &events.DeleteRequested{What: events.WhatOutput, By: "alice"}})
+	junk := []*nats.Msg{
+		{Subject: "e31.job.job.requested.mallory", Data: []byte("not an event")},
+		{Subject: "e31.job.job.cancel.mallory", Header: nats.Header{events.HeaderType: {events.TypeJobRequested}}, Data: []byte("{")},
+	}
+	for _, m := range junk {
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	appendStep(release("first", held.Attempt, "n1", 1, true))
+	if h := waitFor(t, ctx, js, "job", events.TypeComputeHeld).Event.(*events.ComputeHeld); h.Node != "n1" {
+		t.Errorf("job held on %s, want n1", h.Node)
+	}
+}
+
+// TestAHoldOvertakenByJunkIsDecidedAgainOnceTheJunkIsRead: a tenant's junk
+// stored on a job's subjects after RENT last read them makes the hold it
+// decides conflict. Reading the junk must wake the scheduler, which holds
+// the job then; nothing else may ever come to wake it.
+func TestAHoldOvertakenByJunkIsDecidedAgainOnceTheJunkIsRead(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	f.handle(t, f.rent, f.append(t, announce("n1", 1)))
+	f.handle(t, f.rent, f.append(t, submit("first", 1)))
+	first := f.holds(t, "first")
+	if len(first) != 1 {
+		t.Fatalf("first held %d times, want once", len(first))
+	}
+	f.handle(t, f.rent, f.append(t, submit("job", 1)))
+	ack, err := f.js.Publish(f.ctx, "e31.job.job.requested.mallory", []byte("not an event"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handle(t, f.rent, f.append(t, release("first", first[0].Attempt, "n1", 1, true)))
+	if h := f.holds(t, "job"); len(h) != 0 {
+		t.Fatalf("job held over junk RENT had not read: %+v", h[0].Hold)
+	}
+
+	stream, err := f.js.Stream(f.ctx, events.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk, err := stream.GetMsg(f.ctx, ack.Sequence)
+	if err != nil {
+		t.Fatal(err)
+	}
+	woke, err := f.rent.Follow(f.ctx, junk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !woke {
+		t.Fatal("reading the junk did not wake the scheduler: the job waits for some other event to be held")
+	}
+	if err := f.rent.Schedule(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.holds(t, "job"); len(h) != 1 || h[0].Node != "n1" {
+		t.Fatalf("job after the junk was read: %d holds, want one on n1", len(h))
 	}
 }

@@ -1,0 +1,212 @@
+package rent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Checkpoint is where a pool can be rebuilt from without reading the whole
+// log: the pool that reads the node events before From, is given Early,
+// and reads every message from From on, knows every live job and node as
+// the pool it was taken from did, and decides as it would. Jobs that ended
+// before From are not known to it; one that a job runs after is read from
+// the log when needed (Unresolved), as one forgotten is.
+//
+// A checkpoint stays true as the log grows: the jobs live later were live
+// then, and so since From, or were submitted after it. RENT writes one to
+// its bucket as it goes (events.RentBucket), and one that is missing or
+// unreadable only means reading the whole log.
+type Checkpoint struct {
+	// Log is when the log was made (its stream's creation time): a
+	// checkpoint of another log, one made anew since, says nothing of
+	// this one.
+	Log time.Time `json:"log"`
+	// From is the first sequence the pool needs of a job: the oldest
+	// live job's submission; the one after Applied when no job is live.
+	From uint64 `json:"from"`
+	// Applied is the last sequence the pool had applied.
+	Applied uint64 `json:"applied"`
+	// Early are the cancels that came before their job's submission,
+	// which the log holds before From: of the live jobs, and of jobs not
+	// submitted yet (or never to be), newest last.
+	Early []EarlyCancel `json:"early,omitempty"`
+}
+
+// EarlyCancel is who asked to cancel a job before it was submitted.
+type EarlyCancel struct {
+	Job string   `json:"job"`
+	By  []string `json:"by"`
+}
+
+// maxEarly bounds the early cancels a checkpoint keeps, the newest: its
+// entry must fit one message. More than a few are cancels of jobs that
+// ended long ago, or of none, which change nothing.
+const maxEarly = 4096
+
+// Checkpoint is where the pool can be rebuilt from, as of now, given that
+// it read everything of the log up to read. The pool may have applied
+// later events (its own decisions, applied as soon as stored), and not
+// the ones stored between: From is never past read+1.
+func (p *Pool) Checkpoint(read uint64) Checkpoint {
+	c := Checkpoint{From: min(p.applied, read) + 1, Applied: p.applied}
+	for _, j := range p.jobs {
+		c.From = min(c.From, j.order)
+		// A live job's cancel decided nothing yet, or it would not be
+		// live; its submission is read again, and finds the cancel
+		// waiting.
+		if by := p.liveEarly[j.id]; len(by) > 0 && len(c.Early) < maxEarly {
+			c.Early = append(c.Early, EarlyCancel{Job: j.id, By: by})
+		}
+	}
+	slices.SortFunc(c.Early, func(a, b EarlyCancel) int { return strings.Compare(a.Job, b.Job) })
+	var waiting []EarlyCancel // newest first
+	for id := range p.earlyOrder.newestFirst() {
+		if len(c.Early)+len(waiting) == maxEarly {
+			break
+		}
+		if early := p.early[id]; early != nil && early.seq < c.From {
+			waiting = append(waiting, EarlyCancel{Job: id, By: early.by})
+		}
+	}
+	slices.Reverse(waiting)
+	c.Early = append(c.Early, waiting...)
+	return c
+}
+
+// Restore gives an empty pool what c holds that the log after c.From does
+// not: the early cancels. The pool then stands as one that applied the log
+// up to c.From-1: its next checkpoint starts no earlier than c.
+func (p *Pool) Restore(c Checkpoint) {
+	for _, e := range c.Early {
+		for _, by := range e.By {
+			p.cancelEarly(e.Job, 0, by)
+		}
+	}
+	p.applied = max(p.applied, c.From-1)
+}
+
+// checkpointEvery is how often the leader writes its checkpoint: a RENT
+// that starts reads what was stored since, besides the live jobs.
+const checkpointEvery = 30 * time.Second
+
+// restore starts the pool from the checkpoint in kv when there is one of
+// this log: it applies the node events stored before its From, gives the
+// pool its early cancels, and makes the tail read from From. It returns
+// From, 1 when the pool is to be made from the whole log, and when the log
+// was made, which the checkpoints it writes say.
+func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint64, made time.Time, err error) {
+	stream, err := s.js.Stream(ctx, events.Stream)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("the log: %w", err)
+	}
+	info := stream.CachedInfo()
+	// Any checkpoint of this log is true, an older one too (see
+	// Checkpoint): one a lagging replica answers with only costs more
+	// reading.
+	e, err := kv.Get(ctx, events.RentCheckpointKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 1, info.Created, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("read the checkpoint: %w", err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		s.log.Warn("the checkpoint does not read: the pool is made from the whole log", "err", err)
+		return 1, info.Created, nil
+	}
+	if !c.Log.Equal(info.Created) || c.From > info.State.LastSeq+1 || c.From <= 1 {
+		s.log.Warn("the checkpoint is not of this log: the pool is made from the whole log",
+			"checkpoint_log", c.Log, "log", info.Created, "from", c.From, "last", info.State.LastSeq)
+		return 1, info.Created, nil
+	}
+	if err := s.nodesBefore(ctx, c.From); err != nil {
+		return 0, time.Time{}, err
+	}
+	s.mu.Lock()
+	s.pool.Restore(c)
+	s.mu.Unlock()
+	s.tail.StartAt(c.From)
+	return c.From, info.Created, nil
+}
+
+// nodesBefore applies the node events stored before from. They are read
+// on a consumer, which the stream's leader serves, not with direct gets,
+// which a replica catching up may answer (nats-server lets one that is 90%
+// there): an announcement it does not have yet would be read by no one,
+// and the node never used.
+func (s *Service) nodesBefore(ctx context.Context, from uint64) error {
+	f, err := bus.Follow(ctx, s.js, []string{events.NodeSubjects}, 1)
+	if err != nil {
+		return fmt.Errorf("read the node events before #%d: %w", from, err)
+	}
+	defer f.Stop()
+	for more := f.Pending() > 0; more; {
+		m, pending, err := f.Next()
+		if err != nil {
+			return fmt.Errorf("read the node events before #%d: %w", from, err)
+		}
+		if m.Sequence >= from {
+			break
+		}
+		more = pending > 0
+		env, err := events.Decode(m.Subject, m.Header, m.Data)
+		if err != nil {
+			continue // as the tail skips it
+		}
+		env.Seq = m.Sequence
+		s.mu.Lock()
+		s.pool.Apply(env)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// checkpoints writes the pool's checkpoint to kv every checkpointEvery
+// while this instance leads, and once more when ctx ends, whether it leads
+// or not: a checkpoint of any instance is true (see Checkpoint), and the
+// RENT that starts next reads the less for it.
+func (s *Service) checkpoints(ctx context.Context, kv jetstream.KeyValue, log time.Time) {
+	tick := time.NewTicker(checkpointEvery)
+	defer tick.Stop()
+	var written []byte
+	write := func(ctx context.Context) {
+		s.mu.Lock()
+		c := s.pool.Checkpoint(s.tail.Applied())
+		s.mu.Unlock()
+		c.Log = log
+		body, err := json.Marshal(c)
+		if err != nil || bytes.Equal(body, written) {
+			return
+		}
+		if _, err := kv.Put(ctx, events.RentCheckpointKey, body); err != nil {
+			s.log.Warn("could not write the checkpoint", "err", err)
+			return
+		}
+		written = body
+	}
+	for {
+		if s.leading() {
+			write(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			write(stop)
+			cancel()
+			return
+		case <-tick.C:
+		}
+	}
+}
