@@ -146,6 +146,9 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	if !ok {
 		return nil
 	}
+	if s.pub.Now().Sub(env.Time) > historyAge && s.returnedAlready(ctx, env.Subject, stopped.Attempt) {
+		return nil
+	}
 	vctx, span := trace.Child(ctx, "output verify", trace.KeyJob.String(env.Subject), trace.KeyAttempt.Int(stopped.Attempt))
 	c, err := s.check(vctx, env.Subject, stopped)
 	trace.End(span, err)
@@ -162,6 +165,37 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 		s.log.Info("output returned", "job", env.Subject, "attempt", stopped.Attempt, "files", stopped.Output.FileCount(), "seq", e.Seq)
 	}
 	return nil
+}
+
+// historyAge is how old a stop is, when OUTPUT first sees it, for OUTPUT
+// to look first for its return. Such a stop is from the log's history
+// (OUTPUT catching up after a restart, or starting over a long log) and
+// was most likely returned already: a look at the job's last return is
+// one lookup in the server's index of subjects, where doing the return
+// again verifies the files, then fails to append behind the job's later
+// events and reads them all to find the return. A stop seen at once has
+// no return yet: the look would be one request more for nothing.
+const historyAge = 30 * time.Second
+
+// returnedAlready reports whether the last return recorded for job is
+// attempt's. Anything else (no return, another attempt's, one that does
+// not decode, no answer) is false: the stop is then handled as any other,
+// which finds out for sure.
+func (s *Service) returnedAlready(ctx context.Context, job string, attempt int) bool {
+	subject, err := events.SubjectOf(job, &events.OutputReturned{})
+	if err != nil {
+		return false
+	}
+	m, err := bus.Last(ctx, s.js, subject)
+	if err != nil {
+		return false
+	}
+	env, err := events.Decode(m.Subject, m.Header, m.Data)
+	if err != nil {
+		return false
+	}
+	r, ok := env.Event.(*events.OutputReturned)
+	return ok && r.Attempt == attempt
 }
 
 // checked is what verifying a stop's output found.

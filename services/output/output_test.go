@@ -231,3 +231,74 @@ func TestHandleReturnsNothingWithoutAskingTheStore(t *testing.T) {
 		t.Fatal("a stop with a file of no known submitter was returned")
 	}
 }
+
+// countingVerifier counts the files it is asked to verify.
+type countingVerifier struct {
+	output.Verifier
+	asked atomic.Int64
+}
+
+func (v *countingVerifier) VerifyFile(ctx context.Context, f events.OutputFile) error {
+	v.asked.Add(1)
+	return v.Verifier.VerifyFile(ctx, f)
+}
+
+// TestHandleOfHistoryLooksForTheReturnFirst: an OUTPUT that starts over a
+// long log sees every stop in it again. A stop from the log's history that
+// was returned is left as it is, without verifying its files again; one
+// that was not returned, or whose job's last return is another attempt's,
+// is returned, once.
+func TestHandleOfHistoryLooksForTheReturnFirst(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	file := f.upload(t, "result.csv", "a,b\n1,2\n")
+	done := f.stop(t, "done", events.Succeeded, file)
+	if err := f.service(t, storeVerifier{f.store}).Handle(f.ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	notYet := f.stop(t, "not-yet", events.Succeeded, file)
+	// A job whose last return is of an earlier attempt than this stop's.
+	other := f.stop(t, "other", events.Succeeded, file)
+	if err := f.service(t, storeVerifier{f.store}).Handle(f.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	h := events.Hold{Attempt: 2, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
+	second, err := f.pub.Append(f.ctx, "other", &events.RunStopped{Hold: h, Outcome: events.Succeeded,
+		Output: events.Collected{Files: []events.OutputFile{file}, Missing: []string{}, Bytes: file.Bytes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// An hour later, OUTPUT starts again and reads the log's history.
+	v := &countingVerifier{Verifier: storeVerifier{f.store}}
+	later, err := output.New(f.js, output.Config{Verifier: v, Logger: slog.New(slog.DiscardHandler),
+		Now: func() time.Time { return time.Now().Add(time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := later.Handle(f.ctx, done); err != nil {
+		t.Fatal(err)
+	}
+	if n := v.asked.Load(); n != 0 {
+		t.Errorf("a stop returned already: %d file(s) verified again, want none", n)
+	}
+	if ret := f.returned(t, "done"); len(ret) != 1 {
+		t.Errorf("a stop returned already: returned %d times, want once", len(ret))
+	}
+
+	for _, stop := range []events.Envelope{notYet, second} {
+		before := v.asked.Load()
+		if err := later.Handle(f.ctx, stop); err != nil {
+			t.Fatal(err)
+		}
+		if v.asked.Load() == before {
+			t.Errorf("%s: the stop's files were not verified", stop)
+		}
+	}
+	if ret := f.returned(t, "not-yet"); len(ret) != 1 || ret[0].Outcome != events.Succeeded {
+		t.Errorf("a stop from history not returned yet: returned %+v, want one success", ret)
+	}
+	if ret := f.returned(t, "other"); len(ret) != 2 || ret[1].Attempt != 2 {
+		t.Errorf("a second attempt after a first one's return: returned %+v, want attempts 1 and 2", ret)
+	}
+}

@@ -47,6 +47,14 @@ func startWorld(t *testing.T) *world {
 // for keepDeleted (zero: its default).
 func startWorldKeeping(t *testing.T, keepDeleted time.Duration) *world {
 	t.Helper()
+	w := newWorld(t, keepDeleted)
+	w.run(t)
+	return w
+}
+
+// newWorld is startWorldKeeping before OUTPUT runs.
+func newWorld(t *testing.T, keepDeleted time.Duration) *world {
+	t.Helper()
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)
@@ -56,7 +64,6 @@ func startWorldKeeping(t *testing.T, keepDeleted time.Duration) *world {
 	}
 	w := &world{fixture: &fixture{ctx: ctx, js: js, pub: bus.NewPublisher(js, "e31/test", nil), store: stage.NewObjectStore(bucket)}, bucket: bucket,
 		keepDeleted: keepDeleted}
-	w.run(t)
 	return w
 }
 
@@ -467,5 +474,56 @@ func TestRetentionDeletesTheLogsWithTheOutput(t *testing.T) {
 	}
 	if d := w.deleted(t, "job-k"); len(d) != 0 {
 		t.Errorf("job-k, whose retention has not passed, has deletions %+v", d)
+	}
+}
+
+// TestAStartSetsTheTimersOfEveryJobInTheLog: the jobs whose retention passed
+// while OUTPUT was down, more than it sets at once, all have their output
+// deleted once it is back, each once.
+func TestAStartSetsTheTimersOfEveryJobInTheLog(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 0)
+	const n = 300
+	spec := events.JobSpec{RetentionSeconds: 1}
+	for i := range n {
+		job := fmt.Sprintf("job-%03d", i)
+		h := events.Hold{Attempt: 1, Node: "n1", CPU: 1}
+		for _, ev := range []events.Event{
+			&events.JobSubmitted{Submitter: "alice", Spec: spec},
+			&events.RunStarted{Hold: h},
+			&events.RunStopped{Hold: h, Outcome: events.Failed, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}},
+				Logs: &events.Logs{StderrBytes: 12}},
+			&events.OutputReturned{Hold: h, Outcome: events.Failed, Files: []events.OutputFile{}, Missing: []string{}},
+			&events.ComputeReleased{Hold: h, Outcome: events.Failed, Final: true},
+		} {
+			w.append(t, job, ev)
+		}
+	}
+	ctx, cancel := context.WithTimeout(w.ctx, 40*time.Second)
+	defer cancel()
+	cons, err := w.js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.KindSubject(events.TypeDeleted)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.run(t)
+	deleted := map[string]int{}
+	for len(deleted) < n {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatalf("%d of %d jobs had their output deleted: %v", len(deleted), n, err)
+		}
+		env, err := events.Decode(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := env.Event.(*events.Deleted); ok && d.What == events.WhatOutput && d.Cause == events.CauseExpired {
+			deleted[env.Subject]++
+		}
+	}
+	for job, times := range deleted {
+		if times != 1 {
+			t.Errorf("%s: output deleted %d times, want once", job, times)
+		}
 	}
 }

@@ -26,7 +26,7 @@ func DecideDelete(history []events.Envelope, now time.Time) []events.Event {
 		if what == events.WhatOutput {
 			d.Files, d.Bytes = h.OutputFiles, h.OutputBytes
 		}
-		by, asked := h.Requested[what]
+		by, asked := h.Requested.By(what)
 		switch {
 		case asked:
 			d.Cause, d.By = events.CauseRequested, by

@@ -63,18 +63,22 @@ func (s *Service) caughtUpNow(ctx context.Context) {
 	s.setTimers(ctx, timers)
 }
 
-// setTimers schedules timers, retrying for a while (retry.Timers): a timer
-// that is not set is set again on the next start, but a deletion should
-// not wait that long.
+// setTimers schedules timers, timersAtOnce at a time, each batch retried
+// for a while (retry.Timers): a timer that is not set is set again on the
+// next start, but a deletion should not wait that long. A batch that still
+// fails leaves the rest to the next start too.
 func (s *Service) setTimers(ctx context.Context, timers []Timer) {
-	if len(timers) == 0 {
-		return
-	}
-	err := retry.Do(ctx, retry.Timers, func() error { return s.schedule(ctx, timers) }, retry.If(retry.Always),
-		retry.OnRetry(func(err error, in time.Duration) {
-			s.log.Warn("retention: setting timers failed; retrying", "in", in, "err", err)
-		}))
-	if err != nil && ctx.Err() == nil {
-		s.log.Error("retention: timers not set; they are set again when OUTPUT restarts", "timers", len(timers), "err", err)
+	for i := 0; i < len(timers); i += timersAtOnce {
+		batch := timers[i:min(i+timersAtOnce, len(timers))]
+		err := retry.Do(ctx, retry.Timers, func() error { return s.schedule(ctx, batch) }, retry.If(retry.Always),
+			retry.OnRetry(func(err error, in time.Duration) {
+				s.log.Warn("retention: setting timers failed; retrying", "in", in, "err", err)
+			}))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("retention: timers not set; they are set again when OUTPUT restarts", "timers", len(timers)-i, "err", err)
+			}
+			return
+		}
 	}
 }

@@ -22,7 +22,10 @@ type Root struct {
 
 // Held is what one job keeps in the store, as the log tells it. Its maps
 // are nil until something is put in them: most jobs hold little, and the
-// projection holds every job still within its retention.
+// projection holds every job still within its retention. Nothing in it
+// shares memory with the events it was folded from: a string of a decoded
+// event may share the buffer the whole event was read into, which would
+// then stay as long as the job.
 type Held struct {
 	Job       string
 	Name      string
@@ -35,29 +38,100 @@ type Held struct {
 
 	// Data and Output are the roots the job holds, until they are deleted.
 	Data, Output map[Root]bool
-	// Logs are the attempts that ran, whose logs (what they wrote to stdout
-	// and stderr, stage.JobLog) may be stored: they are part of the output,
-	// and go with it. Logs are not shared, so they are not counted.
-	Logs map[int]bool
+	// Logs are the attempts that ran, in order, whose logs (what they
+	// wrote to stdout and stderr, stage.JobLog) may be stored: they are
+	// part of the output, and go with it. Logs are not shared, so they are
+	// not counted.
+	Logs []int
 	// What the submitter sees: the staged inputs, and what the last
 	// attempt returned.
 	DataFiles, OutputFiles int
 	DataBytes, OutputBytes int64
 
 	// Requested says what a DeleteRequested asked to delete (and who).
-	Requested map[string]string
+	Requested Requests
 	// Deleted says when each of data and output was deleted.
-	Deleted map[string]time.Time
+	Deleted Deletions
 	// Dropped are the roots deleted: their objects go at the next sweep,
 	// unless another job holds them.
 	Dropped map[Root]bool
-	// DroppedLogs are the attempts whose logs were deleted with the
-	// output: they leave the store at the next sweep.
-	DroppedLogs map[int]bool
+	// DroppedLogs are the attempts, in order, whose logs were deleted
+	// with the output: they leave the store at the next sweep.
+	DroppedLogs []int
 
 	// tombstone says the job is over, holds nothing and waits in
 	// Refs.deleted to be forgotten.
 	tombstone bool
+}
+
+// Requests says what DeleteRequested events asked to delete of a job:
+// its data, its output, and who asked first for each.
+type Requests struct {
+	Data, Output     bool
+	DataBy, OutputBy string
+}
+
+// By is who asked to delete what (WhatData or WhatOutput), and whether
+// anyone did.
+func (q *Requests) By(what string) (by string, asked bool) {
+	switch what {
+	case events.WhatData:
+		return q.DataBy, q.Data
+	case events.WhatOutput:
+		return q.OutputBy, q.Output
+	}
+	return "", false
+}
+
+// ask records that by asked to delete what, unless someone did first.
+func (q *Requests) ask(what, by string) {
+	switch {
+	case what == events.WhatData && !q.Data:
+		q.Data, q.DataBy = true, strings.Clone(by)
+	case what == events.WhatOutput && !q.Output:
+		q.Output, q.OutputBy = true, strings.Clone(by)
+	}
+}
+
+// Deletions says when each of a job's data and output was deleted: zero
+// while it was not.
+type Deletions struct {
+	Data, Output time.Time
+}
+
+// At is when what (WhatData or WhatOutput) was deleted, and whether it was.
+func (d *Deletions) At(what string) (time.Time, bool) {
+	at := d.Output
+	if what == events.WhatData {
+		at = d.Data
+	}
+	return at, !at.IsZero()
+}
+
+// record records that what (WhatData or WhatOutput) was deleted at at, and
+// reports whether that is news: not for a second deletion, nor for one that
+// names neither.
+func (d *Deletions) record(what string, at time.Time) bool {
+	switch {
+	case what == events.WhatData && d.Data.IsZero():
+		d.Data = at
+	case what == events.WhatOutput && d.Output.IsZero():
+		d.Output = at
+	default:
+		return false
+	}
+	return true
+}
+
+// Any reports whether anything was deleted.
+func (d *Deletions) Any() bool { return !d.Data.IsZero() || !d.Output.IsZero() }
+
+// Last is when the last deletion was; zero if there was none.
+func (d *Deletions) Last() time.Time {
+	if d.Data.After(d.Output) {
+		return d.Data
+	}
+	return d.Output
 }
 
 // Expires is when the job's data and output are due to be deleted; zero
@@ -72,7 +146,7 @@ func (h *Held) Expires() time.Time {
 // holds reports whether the job still holds something of what (WhatData or
 // WhatOutput) that is not deleted.
 func (h *Held) holds(what string) bool {
-	if _, gone := h.Deleted[what]; gone {
+	if _, gone := h.Deleted.At(what); gone {
 		return false
 	}
 	return len(h.roots(what)) > 0 || what == events.WhatOutput && len(h.Logs) > 0
@@ -196,7 +270,7 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		// Strings kept are copied: a decoded event's strings share the
 		// buffers it was read into, which would stay as long as the job.
 		h = &Held{Job: strings.Clone(env.Subject), Retention: events.DefaultRetention}
-		r.jobs[env.Subject] = h
+		r.jobs[h.Job] = h
 	}
 	timers := r.apply(h, env)
 	if r.forget {
@@ -212,12 +286,7 @@ func (r *Refs) settle(h *Held) {
 	if !h.Over || h.holds(events.WhatData) || h.holds(events.WhatOutput) || r.jobs[h.Job] != h {
 		return
 	}
-	var last time.Time
-	for _, at := range h.Deleted {
-		if at.After(last) {
-			last = at
-		}
-	}
+	last := h.Deleted.Last()
 	if last.IsZero() {
 		delete(r.jobs, h.Job)
 		return
@@ -253,9 +322,7 @@ func (r *Refs) Swept(job string, roots []Root, logs []int, now time.Time) {
 	for _, root := range roots {
 		delete(h.Dropped, root)
 	}
-	for _, attempt := range logs {
-		delete(h.DroppedLogs, attempt)
-	}
+	h.DroppedLogs = slices.DeleteFunc(h.DroppedLogs, func(attempt int) bool { return slices.Contains(logs, attempt) })
 	if len(h.Dropped) == 0 {
 		h.Dropped = nil
 	}
@@ -290,7 +357,7 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 			// there is nothing of it to keep, and a job that holds
 			// nothing else needs no retention timer, one durable write
 			// fewer for every trivial job.
-			delete(h.Logs, e.Attempt)
+			h.Logs = slices.DeleteFunc(h.Logs, func(attempt int) bool { return attempt == e.Attempt })
 		} else {
 			holdLogs(h, e.Attempt)
 		}
@@ -305,18 +372,15 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 			return nil
 		}
 		for _, what := range whats(e.What) {
-			if _, asked := h.Requested[what]; !asked {
-				h.Requested = put(h.Requested, what, e.By)
-			}
+			h.Requested.ask(what, e.By)
 		}
 		if h.Over {
 			return []Timer{{Kind: timerDelete, Job: h.Job, At: env.Time}}
 		}
 	case *events.Deleted:
-		if _, done := h.Deleted[e.What]; done {
+		if !h.Deleted.record(e.What, env.Time) {
 			return nil
 		}
-		h.Deleted = put(h.Deleted, e.What, env.Time)
 		for root := range h.roots(e.What) {
 			r.release(root)
 			h.Dropped = put(h.Dropped, root, true)
@@ -327,8 +391,8 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 			h.Output = nil
 		}
 		if e.What == events.WhatOutput {
-			for attempt := range h.Logs {
-				h.DroppedLogs = put(h.DroppedLogs, attempt, true)
+			for _, attempt := range h.Logs {
+				h.DroppedLogs = insertSorted(h.DroppedLogs, attempt)
 			}
 			h.Logs = nil
 		}
@@ -352,8 +416,8 @@ func (r *Refs) Pending(h *Held) []Timer {
 	if h.holds(events.WhatData) || h.holds(events.WhatOutput) {
 		out = append(out, Timer{Kind: timerExpire, Job: h.Job, At: h.Expires()})
 	}
-	for what := range h.Requested {
-		if h.holds(what) {
+	for _, what := range []string{events.WhatData, events.WhatOutput} {
+		if _, asked := h.Requested.By(what); asked && h.holds(what) {
 			out = append(out, Timer{Kind: timerDelete, Job: h.Job, At: h.End})
 			break
 		}
@@ -383,7 +447,7 @@ func whats(what string) []string {
 // name the same data, except that SUBMIT resolves from_job into a folder;
 // what either names is held. What the submitter sees is the submission's.
 func (r *Refs) holdData(h *Held, data []events.DataRef) {
-	if _, gone := h.Deleted[events.WhatData]; gone {
+	if _, gone := h.Deleted.At(events.WhatData); gone {
 		return
 	}
 	h.DataFiles, h.DataBytes = 0, 0
@@ -404,16 +468,26 @@ func (r *Refs) holdData(h *Held, data []events.DataRef) {
 // holdLogs records that an attempt ran, and so may have stored its log,
 // unless the output (which the logs are part of) was deleted already.
 func holdLogs(h *Held, attempt int) {
-	if _, gone := h.Deleted[events.WhatOutput]; gone || attempt <= 0 {
+	if _, gone := h.Deleted.At(events.WhatOutput); gone || attempt <= 0 {
 		return
 	}
-	h.Logs = put(h.Logs, attempt, true)
+	h.Logs = insertSorted(h.Logs, attempt)
+}
+
+// insertSorted adds n to the sorted set s, unless it is in it already,
+// and returns s.
+func insertSorted(s []int, n int) []int {
+	i, found := slices.BinarySearch(s, n)
+	if found {
+		return s
+	}
+	return slices.Insert(s, i, n)
 }
 
 // holdOutput records output: its manifest, which names every file, or the
 // files listed, for an event written before manifests.
 func (r *Refs) holdOutput(h *Held, manifest string, files []events.OutputFile) {
-	if _, gone := h.Deleted[events.WhatOutput]; gone {
+	if _, gone := h.Deleted.At(events.WhatOutput); gone {
 		return
 	}
 	if manifest != "" {

@@ -239,11 +239,11 @@ func TestTheLogsGoWithTheOutput(t *testing.T) {
 		r.Apply(e)
 	}
 	h := r.Job("j")
-	if !reflect.DeepEqual(h.Logs, map[int]bool{1: true, 2: true}) || len(h.DroppedLogs) != 0 {
+	if !reflect.DeepEqual(h.Logs, []int{1, 2}) || len(h.DroppedLogs) != 0 {
 		t.Fatalf("after the data went: logs %v, dropped %v; want both attempts' logs held", h.Logs, h.DroppedLogs)
 	}
 	r.Apply(history("j", 7, &events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired})[0])
-	if len(h.Logs) != 0 || !reflect.DeepEqual(h.DroppedLogs, map[int]bool{1: true, 2: true}) {
+	if len(h.Logs) != 0 || !reflect.DeepEqual(h.DroppedLogs, []int{1, 2}) {
 		t.Errorf("after the output went: logs %v, dropped %v; want both attempts' logs dropped", h.Logs, h.DroppedLogs)
 	}
 }

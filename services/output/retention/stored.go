@@ -101,7 +101,7 @@ func (s *Service) serveStored(r *query.Request) {
 			continue
 		}
 		keeps := h.holds(events.WhatData) || h.holds(events.WhatOutput)
-		if !keeps && (!q.Deleted || len(h.Deleted) == 0) {
+		if !keeps && (!q.Deleted || !h.Deleted.Any()) {
 			continue // nothing left, or nothing ever stored
 		}
 		if len(reply.Jobs) == maxStoredPage {
@@ -124,7 +124,7 @@ func storedOf(h *Held) wire.Stored {
 		st.Expires = &t
 	}
 	for what, part := range map[string]*wire.StoredPart{events.WhatData: &st.Data, events.WhatOutput: &st.Output} {
-		if at, ok := h.Deleted[what]; ok {
+		if at, ok := h.Deleted.At(what); ok {
 			part.DeletedAt = &at
 		}
 	}

@@ -103,7 +103,7 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 	var submitter string
 	if h != nil {
 		dropped = slices.Collect(maps.Keys(h.Dropped))
-		logs = slices.Sorted(maps.Keys(h.DroppedLogs))
+		logs = slices.Clone(h.DroppedLogs)
 		submitter = h.Submitter
 	}
 	live := s.refs.Live()
@@ -118,7 +118,7 @@ func (s *Service) Sweep(ctx context.Context, job string) error {
 		}
 		if h := heldBy(history); h != nil {
 			dropped = slices.Collect(maps.Keys(h.Dropped))
-			logs = slices.Sorted(maps.Keys(h.DroppedLogs))
+			logs = slices.Clone(h.DroppedLogs)
 			submitter = h.Submitter
 		}
 	}

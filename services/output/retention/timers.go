@@ -38,25 +38,55 @@ type timerBody struct {
 	At   time.Time `json:"at"`
 }
 
-// schedule sets timers. A schedule has a precision of one second, so the
-// time is rounded up: a timer never fires before its time.
+// timersAtOnce is how many timers setTimers hands schedule at once, to be
+// in flight together: one synchronous publish each made setting every
+// timer on a start a round trip per job within its retention.
+const timersAtOnce = 256
+
+// timerAckWait is how long a timer set waits for the server to store it.
+const timerAckWait = 30 * time.Second
+
+// schedule sets timers with asynchronous publishes, and waits for each to
+// be stored: a few for one job, or a batch of at most timersAtOnce
+// (setTimers). A schedule has a precision of one second, so the time is
+// rounded up: a timer never fires before its time.
 func (s *Service) schedule(ctx context.Context, timers []Timer) error {
 	var errs []error
-	for _, t := range timers {
-		when := t.At.UTC().Truncate(time.Second)
-		if when.Before(t.At) {
-			when = when.Add(time.Second)
+	futures := make([]jetstream.PubAckFuture, len(timers))
+	when := make([]time.Time, len(timers))
+	for i, t := range timers {
+		when[i] = t.At.UTC().Truncate(time.Second)
+		if when[i].Before(t.At) {
+			when[i] = when[i].Add(time.Second)
 		}
-		body, err := json.Marshal(timerBody{Kind: t.Kind, Job: t.Job, At: when})
-		if err != nil {
-			return err
+		body, err := json.Marshal(timerBody{Kind: t.Kind, Job: t.Job, At: when[i]})
+		if err == nil {
+			futures[i], err = s.js.PublishAsync(events.TimerSubject(t.Kind, t.Job, false), body,
+				jetstream.WithScheduleAt(when[i]),
+				jetstream.WithScheduleTarget(events.TimerSubject(t.Kind, t.Job, true)),
+				jetstream.WithScheduleTTL(events.TimerDueTTL))
 		}
-		_, err = s.js.Publish(ctx, events.TimerSubject(t.Kind, t.Job, false), body,
-			jetstream.WithScheduleAt(when),
-			jetstream.WithScheduleTarget(events.TimerSubject(t.Kind, t.Job, true)),
-			jetstream.WithScheduleTTL(events.TimerDueTTL))
 		if err != nil {
-			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when.Format(time.RFC3339), err))
+			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when[i].Format(time.RFC3339), err))
+		}
+	}
+	wait := time.NewTimer(timerAckWait)
+	defer wait.Stop()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		t := timers[i]
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when[i].Format(time.RFC3339), err))
+		case <-wait.C:
+			// The rest are not known to be stored: they are set again.
+			errs = append(errs, fmt.Errorf("set %d timers from the %s timer of %s on: not stored in %s", len(timers)-i, t.Kind, t.Job, timerAckWait))
+			return errors.Join(errs...)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return errors.Join(errs...)
@@ -107,8 +137,12 @@ func (s *Service) Settle(ctx context.Context, job string) error {
 		return err
 	}
 	now := s.now()
-	stored, err := s.pub.React(ctx, history[len(history)-1], func(after []events.Envelope) ([]events.Event, error) {
-		return DecideDelete(append(history[:len(history):len(history)], after...), now), nil
+	// after is what React read behind history, on a conflict: what it
+	// stored follows it in the log.
+	var after []events.Envelope
+	stored, err := s.pub.React(ctx, history[len(history)-1], func(read []events.Envelope) ([]events.Event, error) {
+		after = read
+		return DecideDelete(append(history[:len(history):len(history)], read...), now), nil
 	})
 	if err != nil {
 		return fmt.Errorf("settle retention of %s: %w", job, err)
@@ -117,10 +151,13 @@ func (s *Service) Settle(ctx context.Context, job string) error {
 		d := e.Event.(*events.Deleted)
 		s.log.Info("deleted", "job", job, "what", d.What, "cause", d.Cause, "files", d.Files, "bytes", d.Bytes, "seq", e.Seq)
 	}
+	// The job's history is now what was read and what was stored, and
+	// nothing is read again: a Deleted is appended at the end of the log,
+	// and a read of the job up to it makes the server look through all
+	// the log after the job's earlier events, on every deletion of a job
+	// that ended long ago.
 	if len(stored) > 0 {
-		if history, err = s.readJob(ctx, job); err != nil {
-			return err
-		}
+		history = append(append(history, after...), stored...)
 	}
 	h := heldBy(history)
 	if h == nil || !h.Over {
@@ -130,13 +167,7 @@ func (s *Service) Settle(ctx context.Context, job string) error {
 	if h.holds(events.WhatData) || h.holds(events.WhatOutput) {
 		next = append(next, Timer{Kind: timerExpire, Job: job, At: h.Expires()})
 	}
-	var last time.Time
-	for _, at := range h.Deleted {
-		if at.After(last) {
-			last = at
-		}
-	}
-	if !last.IsZero() {
+	if last := h.Deleted.Last(); !last.IsZero() {
 		next = append(next, Timer{Kind: timerSweep, Job: job, At: last.Add(s.grace)})
 	}
 	return s.schedule(ctx, next)
