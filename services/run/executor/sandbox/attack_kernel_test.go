@@ -160,3 +160,28 @@ echo done=1
 		}
 	}
 }
+
+// TestNoDataIsAnEmptyReadOnlyDir: a job given no data finds /data empty
+// and cannot write to it, and what a job before it staged is not there.
+func TestNoDataIsAnEmptyReadOnlyDir(t *testing.T) {
+	t.Parallel()
+	e := newExecutor(t, Config{})
+	script := sh(`
+echo "files=$(ls -A /data | tr '\n' ,)"
+(echo pwned > /data/x) 2>/dev/null && echo wrote=x
+mkdir /data/d 2>/dev/null && echo wrote=d
+echo done=1
+`)
+	runJob(t, e, spec("with-data", script), func(ws executor.Job) { writeFile(t, filepath.Join(ws.Dirs().DataDir, "in"), "input") })
+	r := runJob(t, e, spec("no-data", script), nil)
+	got := lines(r.stdout)
+	if got["done"] != "1" {
+		t.Fatalf("the job did not run to its end: %q %s", r.stdout, r.stderr)
+	}
+	if got["files"] != "" {
+		t.Errorf("a job given no data sees %q in /data", got["files"])
+	}
+	if w, ok := got["wrote"]; ok {
+		t.Errorf("a job given no data wrote /data/%s", w)
+	}
+}

@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -14,7 +15,8 @@ import (
 )
 
 // BenchmarkSandboxTrue is the whole per-job cost of the sandbox: Prepare,
-// Run and Release of /bin/true. Besides the wall time it reports the CPU
+// Run and Release of /bin/true, its output going through pipes, as RUN
+// runs jobs. Besides the wall time it reports the CPU
 // time per job of this process and the jobs (cpu-µs/op), which does not
 // depend on what else the machine runs.
 func BenchmarkSandboxTrue(b *testing.B) {
@@ -23,7 +25,8 @@ func BenchmarkSandboxTrue(b *testing.B) {
 	defer reportCPU(b)()
 	for i := 0; b.Loop(); i++ {
 		ws, err := e.Prepare(ctx, executor.Spec{JobID: "bench", Attempt: i, Command: []string{"/bin/true"},
-			CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second})
+			CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second,
+			Stdout: io.Discard, Stderr: io.Discard})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -50,7 +53,8 @@ func BenchmarkSandboxTrueParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			ws, err := e.Prepare(ctx, executor.Spec{JobID: "benchp", Attempt: n.next(), Command: []string{"/bin/true"},
-				CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second})
+				CPU: 1, MemoryBytes: 64 << 20, DiskBytes: 16 << 20, Limit: time.Minute, Grace: time.Second,
+				Stdout: io.Discard, Stderr: io.Discard})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -18,7 +18,9 @@
 //     the host's /usr, /bin, /lib* (Config.SystemDirs) read-only and nosuid,
 //     a generated read-only /etc (passwd, group, hosts plus the files in
 //     Config.EtcFiles; a tmpfs of its own), the staged data read-only at
-//     /data, /out and /tmp writable (nosuid, nodev), /proc of its own pid
+//     /data (a job given none finds there the empty directory of the root's
+//     read-only tmpfs, which saves a new overlay per job), /out and /tmp
+//     writable (nosuid, nodev), /proc of its own pid
 //     namespace and a /dev of null, zero, full, random, urandom and tty
 //     (/dev/shm is /tmp). The host's mount tree is detached after
 //     pivot_root: nothing else of the node and nothing of another job is
@@ -86,10 +88,12 @@
 //
 //  0. Once, at New: a mount namespace is made whose only mounts are a small
 //     read-only tmpfs holding the mount points, /dev's nodes and the links
-//     of a job's root, and the read-only tmpfs of /etc (the host's tree is
-//     pivoted away and detached). Every
-//     job's mount namespace is a copy of it, so no job ever copies the
-//     host's mount table or has to unmount it.
+//     of a job's root, the read-only tmpfs of /etc and the system
+//     directories (read-only, nosuid, nodev clones of the host's; the
+//     host's tree is then pivoted away and detached). Every job's mount
+//     namespace is a copy of it, so no job ever copies the host's mount
+//     table or has to unmount it, and the system directories, the same for
+//     every job, come with the copy rather than being mounted for each.
 //  1. Prepare takes a slot (see below): a workspace, a cgroup and a network
 //     namespace that earlier jobs may have used, emptied. It bounds the
 //     slot's writable space for the job's /out and /tmp (one ioctl: the
@@ -100,8 +104,8 @@
 //     capability bounding set and installed the seccomp filter when it was
 //     made — all of which a child inherits at fork — and is kept from job
 //     to job (see launchers). Still in the host's view, it clones the job's
-//     directories (open_tree) and makes the clones read-only, nosuid, nodev
-//     as due (mount_setattr); the staged data it mounts anew, as a
+//     own directories, /out and /tmp (open_tree), and makes the clones
+//     nosuid, nodev (mount_setattr); the staged data it mounts anew, as a
 //     read-only overlay (see bind.overlay).
 //  3. The thread enters the template namespace and unshares new mount, pid,
 //     IPC and UTS namespaces, joins the slot's network namespace (setns),
@@ -142,7 +146,7 @@
 // also needs cgo (its nsexec) in a binary we build static.
 // Forking from a prepared thread pays one exec, the job's own, and needs
 // nothing installed on the node: the per-job overhead is a few namespaces,
-// about twenty mount syscalls, a quota ioctl and a few cgroup file writes. Measure
+// about seventeen mount syscalls, a quota ioctl and a few cgroup file writes. Measure
 // it with
 //
 //	go test -run '^$' -bench 'SandboxTrue|ForkExec' -cpu 2,8 ./executor/sandbox/

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -171,14 +172,27 @@ func waitExit(pid int) (unix.WaitStatus, error) {
 	}
 }
 
-func (l *launch) start() (int, error) {
-	// The host's /proc, kept open to find the job's pid namespace once the
-	// host's mounts are out of this thread's view.
-	hostProc, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+// hostProcDir is the host's /proc, opened once for the process (O_PATH): a
+// launcher thread finds the job's pid namespace through it once the host's
+// mounts are out of its view. An open and a close per job saved.
+var hostProcDir = sync.OnceValues(func() (int, error) {
+	fd, err := unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, fmt.Errorf("open /proc: %w", err)
+		return -1, fmt.Errorf("open /proc: %w", err)
 	}
-	defer unix.Close(hostProc)
+	return fd, nil
+})
+
+// devNull is /dev/null opened once for the process, read-only: every job's
+// stdin is a copy of it (the child's own descriptor, at its fork), which
+// saves an open, four fcntls and a close per job. It is never closed.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
+
+func (l *launch) start() (int, error) {
+	hostProc, err := hostProcDir()
+	if err != nil {
+		return 0, err
+	}
 	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
@@ -295,27 +309,11 @@ func (l *launch) enterRoot() error {
 		return fmt.Errorf("unshare fs: %w", err)
 	}
 	for _, b := range l.binds {
-		var fd int
-		var err error
-		if b.overlay {
-			fd, err = mountOverlay(b.src, b.emptyDir)
-		} else {
-			fd, err = unix.OpenTree(unix.AT_FDCWD, b.src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		}
+		fd, err := b.clone()
 		if err != nil {
-			return fmt.Errorf("clone %s: %w", b.src, err)
+			return err
 		}
 		clones = append(clones, fd)
-		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
-		if b.readOnly || b.overlay {
-			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-		}
-		if b.noexec {
-			attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
-		}
-		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-			return fmt.Errorf("restrict %s: %w", b.src, err)
-		}
 	}
 	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template mount namespace: %w", err)
@@ -342,6 +340,34 @@ func (l *launch) enterRoot() error {
 		return fmt.Errorf("chdir /: %w", err)
 	}
 	return nil
+}
+
+// clone makes the mount b describes, detached (open_tree, or a new overlay),
+// and restricts it (mount_setattr): nosuid, nodev, and read-only or noexec
+// as b says. It returns the mount, for move_mount to attach.
+func (b bind) clone() (int, error) {
+	var fd int
+	var err error
+	if b.overlay {
+		fd, err = mountOverlay(b.src, b.emptyDir)
+	} else {
+		fd, err = unix.OpenTree(unix.AT_FDCWD, b.src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", b.src, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
+	if b.readOnly || b.overlay {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if b.noexec {
+		attr.Attr_set |= unix.MOUNT_ATTR_NOEXEC
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("restrict %s: %w", b.src, err)
+	}
+	return fd, nil
 }
 
 // mountOverlay makes a detached, read-only overlay of dir over the empty
@@ -379,25 +405,32 @@ func mountOverlay(dir, empty string) (int, error) {
 // buildTemplate makes the mount namespace every job's is copied from: its
 // root is a read-only tmpfs holding the mount points (dirs), the device
 // nodes of /dev and the links, with a read-only copy of the directory etc
-// at /etc; the host's mount tree is detached from it.
+// at /etc and the system directories (system: the same for every job)
+// mounted; the host's mount tree is detached from it.
 // mountpoint is a host directory to mount that tmpfs on (in the new
 // namespace only). It returns a file descriptor of the namespace, which
 // keeps it alive.
-func buildTemplate(mountpoint, etc string, dirs []string, links []link) (int, error) {
+//
+// The system directories are mounted here once, not for each job: every
+// job's namespace is a copy of this one, and gets copies of their mounts
+// with it (read-only, nosuid, nodev, as they are here), for none of the
+// open_tree, mount_setattr, move_mount and close a job would otherwise
+// make for each.
+func buildTemplate(mountpoint, etc string, dirs []string, links []link, system []bind) (int, error) {
 	type result struct {
 		fd  int
 		err error
 	}
 	rc := make(chan result, 1)
 	go onOwnThread(func() {
-		fd, err := makeTemplate(mountpoint, etc, dirs, links)
+		fd, err := makeTemplate(mountpoint, etc, dirs, links, system)
 		rc <- result{fd, err}
 	})
 	r := <-rc
 	return r.fd, r.err
 }
 
-func makeTemplate(root, etc string, dirs []string, links []link) (int, error) {
+func makeTemplate(root, etc string, dirs []string, links []link, system []bind) (int, error) {
 	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); err != nil {
 		return -1, fmt.Errorf("unshare mount namespace: %w", err)
 	}
@@ -473,6 +506,19 @@ func makeTemplate(root, etc string, dirs []string, links []link) (int, error) {
 	}
 	if err := unix.Mount("", root, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
 		return fail(fmt.Errorf("make template read-only: %w", err))
+	}
+	// Cloned from the host's tree, which is still in view until the
+	// pivot below.
+	for _, b := range system {
+		fd, err := b.clone()
+		if err != nil {
+			return fail(err)
+		}
+		err = unix.MoveMount(fd, "", unix.AT_FDCWD, filepath.Join(root, b.dst), unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(fd)
+		if err != nil {
+			return fail(fmt.Errorf("mount %s at /%s: %w", b.src, b.dst, err))
+		}
 	}
 	// pivot_root(".", ".") stacks the old root on top of the new one; the
 	// lazy unmount then takes the whole host tree out of the namespace.

@@ -43,7 +43,9 @@ type Executor struct {
 	rootTag string
 	capLast int
 	filter  []unix.SockFilter
-	binds   []bind // system directories, in mount order
+	// system are the system directories (Config.SystemDirs that are
+	// directories), in mount order: mounted once, in the template.
+	system []bind
 	// template is a file descriptor of the mount namespace every job's root
 	// is copied from; see buildTemplate.
 	template int
@@ -170,7 +172,7 @@ func New(cfg Config) (*Executor, error) {
 			}
 			links = append(links, link{name: rel, target: target})
 		} else if fi.IsDir() {
-			e.binds = append(e.binds, bind{src: d, dst: rel, readOnly: true})
+			e.system = append(e.system, bind{src: d, dst: rel, readOnly: true})
 		}
 	}
 	if err := e.makeEtc(); err != nil {
@@ -190,7 +192,7 @@ func New(cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
 	dirs := []string{"etc", "data", "out", "tmp"}
-	for _, b := range e.binds {
+	for _, b := range e.system {
 		dirs = append(dirs, b.dst)
 	}
 	links = append(links,
@@ -198,7 +200,7 @@ func New(cfg Config) (*Executor, error) {
 		link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
 		link{"dev/shm", "/tmp"})
 	// Root itself is the template's mount point, in its namespace only.
-	if e.template, err = buildTemplate(root, e.etcDir, dirs, links); err != nil {
+	if e.template, err = buildTemplate(root, e.etcDir, dirs, links, e.system); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}
 	// A node agent that died (SIGKILL, a crash) took its jobs with it
@@ -452,12 +454,11 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		// into files in the job's writable space, which are then not
 		// made at all (two files made and removed per job on the job
 		// disk).
-		in, err := os.Open(os.DevNull)
+		in, err := devNull()
 		if err != nil {
 			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
 		}
 		if pipes, err = executor.OpenPipes(spec.Stdout, spec.Stderr); err != nil {
-			in.Close()
 			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
 		}
 		defer pipes.Close()
@@ -467,21 +468,27 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		if files, err = j.ws.Stdio(); err != nil {
 			return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
 		}
+		defer func() {
+			for _, f := range files {
+				f.Close()
+			}
+		}()
 	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
 	env, path := jobEnv(spec)
-	binds := append([]bind(nil), e.binds...)
-	binds = append(binds,
-		// From the executor's own record, not from ws, whose fields RUN
-		// could change: only the job's workspace is ever mounted.
-		bind{src: j.ws.Data, dst: "data", readOnly: true, overlay: !e.bindData, emptyDir: e.emptyDir},
-		bind{src: j.ws.Out, dst: "out"},
-		bind{src: j.ws.Tmp, dst: "tmp"},
-	)
+	// The system directories are in the template already: only the job's
+	// workspace is mounted for it. From the executor's own record, not
+	// from ws, whose fields RUN could change.
+	binds := []bind{{src: j.ws.Out, dst: "out"}, {src: j.ws.Tmp, dst: "tmp"}}
+	// A job given no data (most) gets the template's own /data, an empty
+	// directory of its read-only tmpfs, the same to the job as an empty
+	// overlay, which would cost a new overlay file system per job.
+	noData, err := j.ws.DataEmpty()
+	if err != nil {
+		return executor.Result{}, fmt.Errorf("sandbox: run %s: %w", spec.JobID, err)
+	}
+	if !noData {
+		binds = append(binds, bind{src: j.ws.Data, dst: "data", readOnly: true, overlay: !e.bindData, emptyDir: e.emptyDir})
+	}
 	l := &launch{
 		template: e.template,
 		binds:    binds,

@@ -86,9 +86,11 @@ func (d *Dir) Attach(disk *Disk) error {
 }
 
 // Mount gives a created or cleared workspace a new, empty writable space of
-// diskBytes on RW holding out/ and tmp/, which belong to uid, and log/: its
+// diskBytes on RW holding out/ and tmp/, which belong to uid: its
 // subvolume (Attach) with a quota of diskBytes, or else a new tmpfs of
-// diskBytes.
+// diskBytes. log/ is made by Stdio, for a job whose output goes to files:
+// RUN's goes through pipes, and a directory made and removed per job on
+// the job disk would be for nothing.
 func (d *Dir) Mount(diskBytes int64, uid int) error {
 	if d.space != nil {
 		if err := d.space.limit(diskBytes); err != nil {
@@ -106,7 +108,7 @@ func (d *Dir) Mount(diskBytes int64, uid int) error {
 		path  string
 		mode  uint32
 		owned bool
-	}{{d.Out, 0o755, true}, {d.Tmp, 0o1777, true}, {d.Log, 0o755, false}} {
+	}{{d.Out, 0o755, true}, {d.Tmp, 0o1777, true}} {
 		// The space is empty and ours alone: plain syscalls, no need for
 		// the os package's care.
 		if err := unix.Mkdir(x.path, 0o700); err != nil {
@@ -187,13 +189,8 @@ func (d *Dir) Remove() error {
 func (d *Dir) Clear() error {
 	if d.space != nil {
 		// Only root can write in RW itself: what is there is out/, tmp/
-		// and log/ with whatever the job put in them. Most jobs leave
-		// out/ and tmp/ empty: try the cheap way first.
-		for _, f := range []string{"stdout", "stderr"} {
-			if err := unix.Unlink(filepath.Join(d.Log, f)); err != nil && !errors.Is(err, unix.ENOENT) {
-				return fmt.Errorf("clear writable space: %w", err)
-			}
-		}
+		// and, if Stdio made it, log/, with whatever the job put in them.
+		// Most jobs leave out/ and tmp/ empty: try the cheap way first.
 		for _, dir := range []string{d.Out, d.Tmp, d.Log} {
 			if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
 				if err := os.RemoveAll(dir); err != nil {
@@ -276,6 +273,12 @@ func (d *Dir) Quota() bool { return d.space != nil }
 
 // emptyDir removes everything in dir, which may be missing.
 func emptyDir(dir string) error {
+	// Nearly always empty (a job that staged no data): one getdents says
+	// so, without the os package's directory file (an open, four fcntls,
+	// two getdents and a close).
+	if empty, err := isEmptyDir(dir); err != nil || empty {
+		return err
+	}
 	f, err := os.Open(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -296,9 +299,45 @@ func emptyDir(dir string) error {
 	return nil
 }
 
+// DataEmpty reports whether nothing is staged in Data.
+func (d *Dir) DataEmpty() (bool, error) { return isEmptyDir(d.Data) }
+
+// isEmptyDir reports whether dir holds nothing; a missing dir is empty.
+func isEmptyDir(dir string) (bool, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer unix.Close(fd)
+	// The first batch has "." and ".." and, if there is any, at least one
+	// other entry: a buffer this size holds many.
+	var buf [4096]byte
+	for {
+		n, err := unix.Getdents(fd, buf[:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", dir, err)
+		}
+		_, count, _ := unix.ParseDirent(buf[:n], 1, nil)
+		return count == 0, nil
+	}
+}
+
 // Stdio opens the job's stdin (/dev/null) and its stdout and stderr files in
-// Log.
+// Log, which it makes.
 func (d *Dir) Stdio() ([]*os.File, error) {
+	if err := unix.Mkdir(d.Log, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("make workspace: mkdir %s: %w", d.Log, err)
+	}
+	// Whatever the umask.
+	if err := unix.Chmod(d.Log, 0o755); err != nil {
+		return nil, fmt.Errorf("make workspace: chmod %s: %w", d.Log, err)
+	}
 	in, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
