@@ -319,7 +319,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject))
+		return kind(ErrNotRunning, fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject)))
 	case err != nil && busy != nil && !errors.Is(context.Cause(gctx), nats.ErrPermissionViolation) && ctx.Err() == nil:
 		return fmt.Errorf("%s: %w (%s)", subject, busy, timeout)
 	case err != nil:

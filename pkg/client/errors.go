@@ -19,6 +19,9 @@ var (
 	ErrCredentials = errors.New("client: bad credentials")
 	// ErrAuthentication: the server refused the connection's credentials.
 	ErrAuthentication = errors.New("client: credentials refused")
+	// ErrNotRunning: no instance of the service asked is listening: it is
+	// down, or starting (it listens once it has read its state).
+	ErrNotRunning = errors.New("client: nothing answers")
 	// ErrUnreachable: no NATS server answered.
 	ErrUnreachable = errors.New("client: NATS unreachable")
 	// ErrFull: staging did not fit the submitter's max-data, or the event
