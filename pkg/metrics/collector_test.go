@@ -206,6 +206,11 @@ e31_nodes{isolation="sandbox",state="up"} 1
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "e31_held_seconds_total", "e31_jobs", "e31_node_capacity", "e31_nodes"); err != nil {
 		t.Error(err)
 	}
+	// Every outcome has its series before a job ends so: a rate or an
+	// alert over one (disk_exceeded too) exists from the start.
+	if n := testutil.CollectAndCount(c, "e31_jobs_finished_total"); n != len(events.Outcomes) {
+		t.Errorf("e31_jobs_finished_total has %d series, want one for each of the %d outcomes", n, len(events.Outcomes))
+	}
 	if n := testutil.CollectAndCount(c, "e31_job_wait_seconds", "e31_job_start_seconds", "e31_job_release_seconds"); n != 3 {
 		t.Errorf("%d histograms, want 3", n)
 	}

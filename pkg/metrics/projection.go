@@ -29,10 +29,10 @@ var States = []string{hold.StateSubmitted, hold.StateWaiting, hold.StateHeld, ho
 	hold.StateReturned, hold.StateReleased, hold.StateRejected, hold.StateCancelled}
 
 // Outcomes are the final outcomes e31_jobs_finished_total always reports,
-// so that a rate over them exists before the first job ends so; any other
-// outcome the log shows is reported too.
-var Outcomes = []events.Outcome{events.Succeeded, events.Failed, events.LimitExceeded, events.OutOfMemory,
-	events.Cancelled, events.Rejected, events.NodeLost}
+// so that a rate over them exists before the first job ends so: every
+// outcome there is (events.Outcomes). Any other the log shows, a newer
+// writer's, is reported too.
+var Outcomes = events.Outcomes[:]
 
 // DurationBuckets are the upper bounds, in seconds, of the histograms of a
 // job's steps: from a few milliseconds (a free pool) to a day (a long queue).
