@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -31,6 +33,10 @@ type HistoryOptions struct {
 	// HeapProfile, if set, is where each service's heap profile is
 	// written once it has caught up, as HeapProfile.<service>.
 	HeapProfile string
+	// CPUProfile, if set, is where the CPU profile of each service's
+	// catch-up is written, as CPUProfile.<service>, and of its restart, as
+	// CPUProfile.<service>.restart.
+	CPUProfile string
 	// Logger is given to the services (default: discard).
 	Logger *slog.Logger
 }
@@ -44,10 +50,12 @@ func (o *HistoryOptions) Flags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.HeapProfile, "heapprofile", "", "write each service's heap profile, once it has caught up, to FILE.<service>")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each service's catch-up to FILE.<service>, and of its restart to FILE.<service>.restart")
 }
 
 // History writes o.Jobs finished jobs' worth of events (the synthetic log
-// of Ledger, about 8 events a job) into an embedded server, then starts
+// of Ledger, about 8 events a job, one job every historyJobGap up to now,
+// with OUTPUT's deletions) into an embedded server, then starts
 // the services that keep something per job (LEDGER, RENT, OUTPUT), one at
 // a time, each alone in this process with the server: it catches up with
 // the whole log, and its heap is measured after a forced GC, as the live
@@ -55,6 +63,9 @@ func (o *HistoryOptions) Flags(fs *flag.FlagSet) {
 // server's own share, reading the log for it, is in the figure: it is what
 // the service costs a process that runs it). The LEDGER and RENT are then
 // stopped and started again, timed until they have caught up: a restart.
+// Each catch-up and restart is also given in CPU-seconds (user and system)
+// of the whole process, the server's reading for the service included: on
+// a machine others share, the figure that the times depend on.
 // The last line it writes is one machine-readable summary ("history jobs=…").
 func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	if o.Jobs <= 0 {
@@ -73,7 +84,7 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	nc, js := ls.nc, ls.js
 	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), ls.dir)
 	start := time.Now()
-	n, jobs, err := writeSyntheticLog(ctx, js, o.Jobs*8)
+	n, jobs, err := writeHistory(ctx, js, o.Jobs, historyJobGap, func(_, jobs int) bool { return jobs >= o.Jobs })
 	if err != nil {
 		return err
 	}
@@ -93,12 +104,10 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	}
 	for _, name := range o.Services {
 		baseAll, baseOwn := liveHeap()
-		start := time.Now()
-		stop, err := startService(ctx, nc, js, name, o.Logger)
+		stop, took, cpu, err := timeService(ctx, nc, js, name, o.Logger, profilePath(o.CPUProfile, name))
 		if err != nil {
 			return err
 		}
-		took := time.Since(start)
 		all, own := liveHeap()
 		heap[name] = max(float64(own)-float64(baseOwn), 0) / (1 << 20)
 		if o.HeapProfile != "" {
@@ -106,21 +115,19 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 				return err
 			}
 		}
-		fmt.Fprintf(out, "%s: caught up with the log in %s; heap %.1f MiB (the process's, the embedded server's included, grew by %.1f MiB)\n",
-			name, took.Round(time.Millisecond), heap[name], (float64(all)-float64(baseAll))/(1<<20))
+		fmt.Fprintf(out, "%s: caught up with the log in %s (%.1f cpu-seconds, server included); heap %.1f MiB (the process's, the embedded server's included, grew by %.1f MiB)\n",
+			name, took.Round(time.Millisecond), cpu.Seconds(), heap[name], (float64(all)-float64(baseAll))/(1<<20))
 		if err := stop(); err != nil {
 			return err
 		}
 		if name == "output" {
 			continue
 		}
-		start = time.Now()
-		stop, err = startService(ctx, nc, js, name, o.Logger)
+		stop, restart[name], cpu, err = timeService(ctx, nc, js, name, o.Logger, profilePath(o.CPUProfile, name+".restart"))
 		if err != nil {
 			return err
 		}
-		restart[name] = time.Since(start)
-		fmt.Fprintf(out, "%s: restarted in %s\n", name, restart[name].Round(time.Millisecond))
+		fmt.Fprintf(out, "%s: restarted in %s (%.1f cpu-seconds, server included)\n", name, restart[name].Round(time.Millisecond), cpu.Seconds())
 		if err := stop(); err != nil {
 			return err
 		}
@@ -128,6 +135,34 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f\n",
 		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds())
 	return nil
+}
+
+// profilePath is where the CPU profile of what is named goes: nowhere if
+// no profile was asked for.
+func profilePath(profile, what string) string {
+	if profile == "" {
+		return ""
+	}
+	return profile + "." + what
+}
+
+// timeService is startService timed, in wall time and in the process's CPU
+// time, and profiled to profile if it is not "".
+func timeService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name string, log *slog.Logger, profile string) (stop func() error, took, cpu time.Duration, err error) {
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("bench history: cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, 0, 0, fmt.Errorf("bench history: cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	stop, err = startService(ctx, nc, js, name, log)
+	return stop, time.Since(start), cpuTime() - cpu0, err
 }
 
 // liveHeap is the heap in use after a forced collection, and what of it

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"slices"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/ledger"
+	"github.com/e31net/e31/services/output/retention"
 )
 
 // LedgerOptions is what Ledger measures.
@@ -348,24 +350,48 @@ func syntheticJobs(round int, base time.Time) [][]events.Envelope {
 	return out
 }
 
+// historyJobGap is the time between two jobs of the synthetic log: about
+// 2,900 jobs a day, a million a year. A history is made over time, and
+// what a service keeps by time (OUTPUT keeps each job's stored data and
+// logs until its retention passes) is bounded by the jobs of that time,
+// not by the history: with every job of a long history stamped within the
+// last minutes, the log would be one that no site writes, in which every
+// job is still within its retention.
+const historyJobGap = 30 * time.Second
+
+// outputSource is the source of the deletions OUTPUT would have recorded.
+const outputSource = "e31/output/bench"
+
 // writeSyntheticLog publishes at least n events: node announcements, then
-// rounds of jobs whose lives interleave, as jobs on a busy pool do. It
-// publishes asynchronously, waiting for acknowledgements now and then.
+// rounds of jobs whose lives interleave, as jobs on a busy pool do, with
+// what OUTPUT records about them (see writeHistory). It publishes
+// asynchronously, waiting for acknowledgements now and then. It is
+// writeHistory for a number of events.
 func writeSyntheticLog(ctx context.Context, js jetstream.JetStream, n int) (written, jobs int, err error) {
-	base := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	tick := func() time.Time {
-		base = base.Add(10 * time.Microsecond)
-		return base
-	}
+	return writeHistory(ctx, js, (n+7)/8, historyJobGap, func(written, _ int) bool { return written >= n })
+}
+
+// writeHistory publishes the synthetic log until enough says so; about
+// jobs jobs (it may be off a little) place the log's last event at about
+// now: the first job started jobs×gap ago. Each job's life is
+// the one syntheticJobs gives, and the log also carries what OUTPUT would
+// have recorded of it, decided by OUTPUT's own rules (retention.DecideDelete):
+// the deletion its submitter asked for once it is over, and the expiry of
+// what it stored once its retention has passed, for every job whose
+// retention passed before now.
+func writeHistory(ctx context.Context, js jetstream.JetStream, jobs int, gap time.Duration, enough func(written, jobs int) bool) (written, wrote int, err error) {
+	const perBatch = 48 // eight rounds of six jobs
+	end := time.Now().UTC()
+	batches := (jobs + perBatch - 1) / perBatch
+	clock := end.Add(-time.Duration(batches*perBatch) * gap)
 	pending := 0
 	publish := func(env events.Envelope) error {
-		env.Time = tick()
 		m, err := env.Msg()
 		if err != nil {
 			return err
 		}
 		if _, err := js.PublishMsgAsync(m); err != nil {
-			return fmt.Errorf("bench ledger: publish: %w", err)
+			return fmt.Errorf("bench: publish: %w", err)
 		}
 		written++
 		if pending++; pending == 2000 {
@@ -380,24 +406,50 @@ func writeSyntheticLog(ctx context.Context, js jetstream.JetStream, n int) (writ
 	}
 	for i := 0; i < 16; i++ {
 		name := fmt.Sprintf("node-%02d", i)
-		if err := publish(events.New(name, &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 16, MemoryBytes: 64 << 30, GPU: 4, DiskBytes: 1 << 40}, "e31/bench", base)); err != nil {
-			return written, jobs, err
+		if err := publish(events.New(name, &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 16, MemoryBytes: 64 << 30, GPU: 4, DiskBytes: 1 << 40}, "e31/bench", clock)); err != nil {
+			return written, wrote, err
 		}
 	}
-	// Eight rounds at a time: 48 jobs whose events interleave.
-	for round := 0; written < n; round += 8 {
-		var lives [][]events.Envelope
-		for r := round; r < round+8; r++ {
-			lives = append(lives, syntheticJobs(r, base)...)
+	// The expiries OUTPUT records, in order of time (each batch's come
+	// after the batch before's): each is published in the first batch at
+	// or after its time, stamped with that batch's start.
+	var due []events.Envelope
+	flush := func(until time.Time) error {
+		n := 0
+		for n < len(due) && !due[n].Time.After(until) {
+			due[n].Time = clock
+			if err := publish(due[n]); err != nil {
+				return err
+			}
+			n++
 		}
-		jobs += len(lives)
-		for step := 0; ; step++ {
+		due = due[n:]
+		return nil
+	}
+	for round := 0; !enough(written, wrote); round += perBatch / 6 {
+		if err := flush(clock); err != nil {
+			return written, wrote, err
+		}
+		var lives [][]events.Envelope
+		for r := round; r < round+perBatch/6; r++ {
+			lives = append(lives, syntheticJobs(r, clock)...)
+		}
+		wrote += len(lives)
+		// The batch's events are spread evenly over its jobs' time.
+		count := 0
+		for _, life := range lives {
+			count += len(life)
+		}
+		step := perBatch * gap / time.Duration(count)
+		for k := 0; ; k++ {
 			more := false
 			for _, life := range lives {
-				if step < len(life) {
+				if k < len(life) {
 					more = true
-					if err := publish(life[step]); err != nil {
-						return written, jobs, err
+					clock = clock.Add(step)
+					life[k].Time = clock
+					if err := publish(life[k]); err != nil {
+						return written, wrote, err
 					}
 				}
 			}
@@ -405,13 +457,51 @@ func writeSyntheticLog(ctx context.Context, js jetstream.JetStream, n int) (writ
 				break
 			}
 		}
+		// The deletions asked for are recorded as the jobs end: after
+		// the batch.
+		var expired []events.Envelope
+		for _, life := range lives {
+			asked, later := outputDeletions(life, end)
+			for _, env := range asked {
+				env.Time = clock
+				if err := publish(env); err != nil {
+					return written, wrote, err
+				}
+			}
+			expired = append(expired, later...)
+		}
+		slices.SortStableFunc(expired, func(a, b events.Envelope) int { return a.Time.Compare(b.Time) })
+		due = append(due, expired...)
+	}
+	// Those due since the last batch began, up to now.
+	if err := flush(end); err != nil {
+		return written, wrote, err
 	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-ctx.Done():
-		return written, jobs, ctx.Err()
+		return written, wrote, ctx.Err()
 	}
-	return written, jobs, nil
+	return written, wrote, nil
+}
+
+// outputDeletions are the Deleted events OUTPUT records about a job whose
+// life is given, before end: at its end, those its submitter asked for
+// (asked); a retention later, those of what it still stores (expired).
+// Each is stamped with the time it is due.
+func outputDeletions(life []events.Envelope, end time.Time) (asked, expired []events.Envelope) {
+	job, over := life[0].Subject, life[len(life)-1].Time
+	for _, ev := range retention.DecideDelete(life, over) {
+		asked = append(asked, events.New(job, ev, outputSource, over))
+	}
+	expires := over.Add(events.DefaultRetention)
+	if expires.After(end) {
+		return asked, nil
+	}
+	for _, ev := range retention.DecideDelete(append(slices.Clip(life), asked...), expires) {
+		expired = append(expired, events.New(job, ev, outputSource, expires))
+	}
+	return asked, expired
 }
 
 // cpuTime is the CPU time this process has used, user and system: on a
