@@ -87,7 +87,7 @@ type Options struct {
 	Workers int
 	// Forget keeps no record of a job once the job is over and its record
 	// checked, only sums of it: the audit's memory is then bounded by the
-	// jobs still open, and a few dozen bytes for each job that ended (to
+	// jobs still open, and about 200 bytes for each job that ended (to
 	// judge what the log says of it afterwards, and to compare). Report.
 	// Records then holds only the jobs still open at the end: compare
 	// with Auditor.Compare, not Report.Compare.

@@ -23,12 +23,15 @@
 // A job's history is held until the job ends (released for good, rejected
 // or cancelled); then its record is derived and checked, and the history
 // let go of. With Options.Forget the record goes too, and what remains of
-// the job is a tomb of a few dozen bytes: how it ended, to judge what the
+// the job is a tomb of about 200 bytes (map entry and key included): how
+// it ended, to judge what the
 // log says of it afterwards (a cancel asked again, retention's deletions,
 // which the record lists; anything else is a finding), and sums of its
 // record, which Auditor.Compare holds the ledger's record against,
 // reading the job again from the log only when they differ. What the
-// audit holds is then the jobs still open, not the log's history. An
+// audit holds is then the jobs still open and a tomb per job that ended
+// (24 MB after 118,000 jobs in `e31 bench ledger`), not the jobs'
+// histories: it grows with the log by a tomb a job, not by its events. An
 // event of a job's life stored again after the job ended is found as an
 // event after the end, not as a duplicate: the job's ids went with its
 // history.
