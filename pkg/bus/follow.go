@@ -36,6 +36,15 @@ type Follower struct {
 // followInactive is how long an abandoned follower's consumer outlives it.
 const followInactive = time.Minute
 
+// followRequest bounds each request the follower makes of the JetStream
+// API. nats.go bounds one by its DefaultTimeout only when the context has
+// no deadline; a follower's may carry a far one (a test's, a command's
+// --timeout), and a request that no server answers (one taken by a server
+// killed in a cluster, or sent while the stream's leader is elected) then
+// waited for it, the reading stopped meanwhile: the cluster test's
+// follower stood still for minutes after a NATS server was killed.
+const followRequest = 5 * time.Second
+
 // Follow starts reading the stream's messages on filters (every job and
 // node event if none) from sequence from (1 or 0: the first), until ctx
 // ends or Stop is called.
@@ -63,7 +72,9 @@ func (f *Follower) Pending() uint64 { return f.pending }
 
 // start makes a consumer that delivers from f.next on and pulls from it.
 func (f *Follower) start() error {
-	filters, err := f.filtering()
+	ctx, cancel := context.WithTimeout(f.ctx, followRequest)
+	defer cancel()
+	filters, err := f.filtering(ctx)
 	if err != nil {
 		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
 	}
@@ -75,11 +86,11 @@ func (f *Follower) start() error {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, f.next
 	}
 	cfg.Name = f.fixed
-	cons, err := f.js.CreateConsumer(f.ctx, events.Stream, cfg)
+	cons, err := f.js.CreateConsumer(ctx, events.Stream, cfg)
 	if f.fixed != "" && (errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse)) {
 		// Left behind, reading from elsewhere: replace it.
-		if derr := f.js.DeleteConsumer(f.ctx, events.Stream, f.fixed); derr == nil || errors.Is(derr, jetstream.ErrConsumerNotFound) {
-			cons, err = f.js.CreateConsumer(f.ctx, events.Stream, cfg)
+		if derr := f.js.DeleteConsumer(ctx, events.Stream, f.fixed); derr == nil || errors.Is(derr, jetstream.ErrConsumerNotFound) {
+			cons, err = f.js.CreateConsumer(ctx, events.Stream, cfg)
 		}
 	}
 	if err != nil {
@@ -104,8 +115,8 @@ func (f *Follower) start() error {
 // large share of the server's work, to deliver every message anyway. The
 // stream's subjects are asked of the server each time a consumer is made,
 // so that a stream given more subjects later is filtered again.
-func (f *Follower) filtering() ([]string, error) {
-	st, err := f.js.Stream(f.ctx, events.Stream)
+func (f *Follower) filtering(ctx context.Context) ([]string, error) {
+	st, err := f.js.Stream(ctx, events.Stream)
 	if err != nil {
 		return nil, err
 	}

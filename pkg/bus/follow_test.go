@@ -1,11 +1,14 @@
 package bus_test
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
@@ -193,5 +196,43 @@ func TestFollowOfTheWholeLogFiltersNothing(t *testing.T) {
 	}
 	if m, _, err := f.Next(); err != nil || m.Sequence != 5 {
 		t.Fatalf("next job message: %v (%v), want #5, the node messages skipped", m, err)
+	}
+}
+
+// TestFollowGivesUpARequestNoServerAnswers: a request of the JetStream API
+// that no server answers (taken by a server that is then killed, or sent
+// while a stream's leader is elected) ends in its own time, whatever the
+// deadline of the follower's context: the follower then tries again, or
+// says why it cannot follow, rather than standing still until that
+// deadline. Here every request of the API is taken and never answered.
+func TestFollowGivesUpARequestNoServerAnswers(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := srv.Conn(t)
+	sink, err := nc.Subscribe("sink.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sink.Unsubscribe() }()
+	js, err := jetstream.NewWithAPIPrefix(nc, "sink")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := natstest.Context(t, 10*time.Minute) // far: a command's, a test's
+	done := make(chan error, 1)
+	go func() {
+		f, err := bus.Follow(ctx, js, nil, 1)
+		if err == nil {
+			f.Stop()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("follow with nothing answering: %v, want a request that timed out", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("follow still waits for an answer after a minute: its request is bounded only by its context's deadline")
 	}
 }
