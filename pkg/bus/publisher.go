@@ -73,16 +73,56 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 		futures = append(futures, f)
 	}
 	var errs []error
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
+	for i, err := range AwaitAcks(context.Background(), futures, ackWait) {
+		if err != nil {
 			errs = append(errs, fmt.Errorf("publish %s to %s: %w", msgs[i].UUID, topic, err))
-		case <-time.After(30 * time.Second):
-			errs = append(errs, fmt.Errorf("publish %s to %s: no acknowledgement in 30s", msgs[i].UUID, topic))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ackWait is how long AwaitAcks' callers here give asynchronous publishes
+// to be stored.
+const ackWait = 30 * time.Second
+
+// ErrNoAck is a publish the server did not acknowledge in time: whether it
+// was stored is not known.
+var ErrNoAck = errors.New("bus: no acknowledgement in time")
+
+// AwaitAcks waits for the asynchronous publishes futures to be stored, for
+// at most wait in all, and gives each one's error: nil once stored, the
+// server's refusal, ErrNoAck for those still waiting when wait is over,
+// ctx's error for those still waiting when it ends. A nil future is
+// skipped (its publish failed at once), its error nil.
+func AwaitAcks(ctx context.Context, futures []jetstream.PubAckFuture, wait time.Duration) []error {
+	errs := make([]error, len(futures))
+	timeout := time.NewTimer(wait)
+	defer timeout.Stop()
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = err
+		case <-timeout.C:
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil {
+					errs[j] = fmt.Errorf("%w (%s)", ErrNoAck, wait)
+				}
+			}
+			return errs
+		case <-ctx.Done():
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil {
+					errs[j] = ctx.Err()
+				}
+			}
+			return errs
+		}
+	}
+	return errs
 }
 
 // Close stops the Publisher; later calls fail with ErrClosed.

@@ -51,7 +51,7 @@ const timerAckWait = 30 * time.Second
 // (setTimers). A schedule has a precision of one second, so the time is
 // rounded up: a timer never fires before its time.
 func (s *Service) schedule(ctx context.Context, timers []Timer) error {
-	var errs []error
+	failed := make([]error, len(timers))
 	futures := make([]jetstream.PubAckFuture, len(timers))
 	when := make([]time.Time, len(timers))
 	for i, t := range timers {
@@ -66,27 +66,21 @@ func (s *Service) schedule(ctx context.Context, timers []Timer) error {
 				jetstream.WithScheduleTarget(events.TimerSubject(t.Kind, t.Job, true)),
 				jetstream.WithScheduleTTL(events.TimerDueTTL))
 		}
+		failed[i] = err
+	}
+	for i, err := range bus.AwaitAcks(ctx, futures, timerAckWait) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when[i].Format(time.RFC3339), err))
+			failed[i] = err
 		}
 	}
-	wait := time.NewTimer(timerAckWait)
-	defer wait.Stop()
-	for i, f := range futures {
-		if f == nil {
-			continue
-		}
-		t := timers[i]
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", t.Kind, t.Job, when[i].Format(time.RFC3339), err))
-		case <-wait.C:
-			// The rest are not known to be stored: they are set again.
-			errs = append(errs, fmt.Errorf("set %d timers from the %s timer of %s on: not stored in %s", len(timers)-i, t.Kind, t.Job, timerAckWait))
-			return errors.Join(errs...)
-		case <-ctx.Done():
-			return ctx.Err()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// Those not known to be stored are set again.
+	var errs []error
+	for i, err := range failed {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("set %s timer of %s at %s: %w", timers[i].Kind, timers[i].Job, when[i].Format(time.RFC3339), err))
 		}
 	}
 	return errors.Join(errs...)
