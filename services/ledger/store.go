@@ -151,11 +151,26 @@ func (s *store) get(ctx context.Context, key string) (*jetstream.RawStreamMsg, e
 	if err != nil {
 		return nil, err
 	}
-	if base := s.base.Load(); kve.Sequence > base {
-		s.stale.Store(true)
-		return nil, fmt.Errorf("%s is at revision %d, past the checkpoint this instance builds on (%d): %w", key, kve.Sequence, base, errConflict)
+	if err := s.pastBase(key, kve.Sequence); err != nil {
+		return nil, err
 	}
 	return kve, nil
+}
+
+// pastBase is errConflict, and marks the store stale, if key's revision
+// rev is past the base: another instance wrote it since.
+func (s *store) pastBase(key string, rev uint64) error {
+	if base := s.base.Load(); rev > base {
+		s.stale.Store(true)
+		return fmt.Errorf("%s is at revision %d, past the checkpoint this instance builds on (%d): %w", key, rev, base, errConflict)
+	}
+	return nil
+}
+
+// deletion reports whether m, a key's last message, deleted the key.
+func deletion(m *jetstream.RawStreamMsg) bool {
+	op := m.Header.Get("KV-Operation")
+	return op == "DEL" || op == "PURGE"
 }
 
 // last reads a key as the bucket's stream leader has it (its value the
@@ -175,8 +190,7 @@ func (s *store) last(ctx context.Context, key string) (*jetstream.RawStreamMsg, 
 	if err != nil {
 		return nil, err
 	}
-	switch m.Header.Get("KV-Operation") {
-	case "DEL", "PURGE":
+	if deletion(m) {
 		return nil, jetstream.ErrKeyNotFound
 	}
 	return m, nil
@@ -269,11 +283,10 @@ func (s *store) readBatch(jobs []string, out map[string]*entry) (rest []string, 
 		}
 		found[strings.TrimPrefix(m.Subject, s.prefix+keyRecord)] = m
 	}
-	switch {
-	case witness > base:
-		s.stale.Store(true)
-		return nil, fmt.Errorf("the checkpoint is at revision %d, past the one this instance builds on (%d): %w", witness, base, errConflict)
-	case witness < base:
+	if err := s.pastBase(keyCheckpoint, witness); err != nil {
+		return nil, err
+	}
+	if witness < base {
 		return jobs, nil // a replica behind the base: the leader reads them all
 	}
 	for _, job := range jobs {
@@ -286,12 +299,10 @@ func (s *store) readBatch(jobs []string, out map[string]*entry) (rest []string, 
 			rest = append(rest, job) // not reached by an answer cut short
 			continue
 		}
-		if m.Sequence > base {
-			s.stale.Store(true)
-			return nil, fmt.Errorf("%s%s is at revision %d, past the checkpoint this instance builds on (%d): %w", keyRecord, job, m.Sequence, base, errConflict)
+		if err := s.pastBase(keyRecord+job, m.Sequence); err != nil {
+			return nil, err
 		}
-		switch m.Header.Get("KV-Operation") {
-		case "DEL", "PURGE":
+		if deletion(m) {
 			out[job] = nil
 			continue
 		}
