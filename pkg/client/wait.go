@@ -8,6 +8,7 @@ import (
 
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // longPoll is how long one request of a wait may be held by the ledger.
@@ -29,46 +30,17 @@ func withTimeout(ctx context.Context, timeout time.Duration) (context.Context, c
 	return ctx, func() {}
 }
 
-// ledgerAbsence is how long a wait keeps asking while no ledger answers
-// (one restarting, or being upgraded), asking again every ledgerRetry.
-const (
-	ledgerAbsence = 30 * time.Second
-	ledgerRetry   = 200 * time.Millisecond
-)
-
-// absence is how long no ledger has answered a wait. A ledger that
-// starts listens once it has read its bucket: a wait rides that out, and
-// fails only if none comes back within ledgerAbsence.
-type absence struct{ since time.Time }
-
-// rideOut reports whether err says that no ledger listens and the wait
-// should ask again, after a pause it takes; any other outcome ends the
-// absence.
-func (a *absence) rideOut(ctx context.Context, err error) bool {
-	if !errors.Is(err, ErrNotRunning) || ctx.Err() != nil {
-		a.since = time.Time{}
-		return false
-	}
-	if a.since.IsZero() {
-		a.since = time.Now()
-	}
-	if time.Since(a.since) >= ledgerAbsence {
-		return false
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(ledgerRetry):
-	}
-	return true
-}
+// notRunning is whether err says that no instance of the service listens,
+// which a wait rides out (retry.Absent).
+func notRunning(err error) bool { return errors.Is(err, ErrNotRunning) }
 
 // Wait waits until a job is over (its compute released, or it was
 // rejected or cancelled) and returns its hold record, asking the ledger in
 // long polls: waiting needs no access to the log, only to one's own
-// records. While no ledger answers (one restarting), it asks again for up
-// to ledgerAbsence, then fails with ErrNotRunning. After timeout (0: no
-// limit) it gives up with an error that says where the job is. An id that is no job wraps ErrNoSuchJob (a sweep's id
-// is not: see WaitSweep).
+// records. While no ledger answers (one restarting), it asks again for a
+// while (retry.Absent), then fails with ErrNotRunning. After timeout (0: no
+// limit) it gives up with an error that says where the job is. An id that
+// is no job wraps ErrNoSuchJob (a sweep's id is not: see WaitSweep).
 func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*hold.HoldRecord, error) {
 	if err := validJob(job); err != nil {
 		return nil, err
@@ -77,15 +49,15 @@ func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*
 	defer cancel()
 	q := wire.RecordRequest{Job: job, Fresh: true, UntilOver: true}
 	var rec *hold.HoldRecord
-	var gone absence
 	for {
 		q.Wait = pollWait(wctx)
-		r, _, err := c.AskRecord(wctx, q)
+		var r *hold.HoldRecord
+		err := retry.Do(wctx, retry.Absent, func() (err error) {
+			r, _, err = c.AskRecord(wctx, q)
+			return err
+		}, retry.If(notRunning))
 		if errors.Is(err, ErrNoSuchJob) && q.Fresh {
 			return nil, err
-		}
-		if gone.rideOut(wctx, err) {
-			continue
 		}
 		if err != nil && wctx.Err() == nil {
 			return nil, err
@@ -109,20 +81,18 @@ func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*
 
 // WaitSweep waits until every job of a sweep is over, asking the ledger in
 // long polls, and returns their records. It rides out a ledger that is not
-// listening as Wait does. After timeout (0: no limit) it
-// gives up with an error that says how far the sweep got.
+// listening as Wait does. After timeout (0: no limit) it gives up with an
+// error that says how far the sweep got.
 func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Duration) ([]*hold.HoldRecord, error) {
 	wctx, cancel := withTimeout(ctx, timeout)
 	defer cancel()
 	q := wire.ListRequest{Sweep: sweep, Fresh: true, UntilOver: true, Limit: 1}
-	var gone absence
 	for {
 		q.Wait = pollWait(wctx)
 		var reply wire.ListReply
-		err := c.request(wctx, c.ledger(wire.EndpointList), q, &reply, q.Wait+10*time.Second)
-		if gone.rideOut(wctx, err) {
-			continue
-		}
+		err := retry.Do(wctx, retry.Absent, func() error {
+			return c.request(wctx, c.ledger(wire.EndpointList), q, &reply, q.Wait+10*time.Second)
+		}, retry.If(notRunning))
 		if err != nil && wctx.Err() == nil {
 			return nil, err
 		}

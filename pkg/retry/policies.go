@@ -57,6 +57,11 @@ var (
 	// failure is tried again until the command's --timeout.
 	Setup = Policy{First: 100 * time.Millisecond, Max: 2 * time.Second}
 
+	// Absent asks a service that nothing answers for again, for a client
+	// that waits on it (`e31 wait`): one restarting, or being upgraded,
+	// listens again once it has read its state.
+	Absent = Policy{First: 200 * time.Millisecond, Max: time.Second, For: 30 * time.Second}
+
 	// Ready asks a fresh server or cluster whether JetStream answers yet.
 	Ready = Policy{First: 50 * time.Millisecond, Max: 500 * time.Millisecond}
 )
