@@ -84,7 +84,12 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	nc, js := ls.nc, ls.js
 	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), ls.dir)
 	start := time.Now()
+	stopProfile, err := startCPUProfile(profilePath(o.CPUProfile, "write"))
+	if err != nil {
+		return err
+	}
 	n, jobs, err := writeHistory(ctx, js, o.Jobs, historyJobGap, func(_, jobs int) bool { return jobs >= o.Jobs })
+	stopProfile()
 	if err != nil {
 		return err
 	}
@@ -149,20 +154,31 @@ func profilePath(profile, what string) string {
 // timeService is startService timed, in wall time and in the process's CPU
 // time, and profiled to profile if it is not "".
 func timeService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name string, log *slog.Logger, profile string) (stop func() error, took, cpu time.Duration, err error) {
-	if profile != "" {
-		f, err := os.Create(profile)
-		if err != nil {
-			return nil, 0, 0, fmt.Errorf("bench history: cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, 0, 0, fmt.Errorf("bench history: cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(profile)
+	if err != nil {
+		return nil, 0, 0, err
 	}
+	defer stopProfile()
 	start, cpu0 := time.Now(), cpuTime()
 	stop, err = startService(ctx, nc, js, name, log)
 	return stop, time.Since(start), cpuTime() - cpu0, err
+}
+
+// startCPUProfile profiles the process's CPU to path until stop is
+// called; with no path, stop does nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench history: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench history: cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // liveHeap is the heap in use after a forced collection, and what of it

@@ -120,9 +120,6 @@ func benchLedgerCmd(a *app) *cobra.Command {
 			if err := o.Check(); err != nil {
 				return benchErr(err)
 			}
-			if err := o.Check(); err != nil {
-				return benchErr(err)
-			}
 			return benchErr(bench.Ledger(cmd.Context(), a.out, o))
 		},
 	}
