@@ -23,7 +23,7 @@ import (
 // first needed, with as many replicas as the event log.
 var Streams = []string{
 	events.Stream, events.PoisonStream, events.TimerStream,
-	"KV_" + events.LeasesBucket, "KV_" + events.LedgerBucket, "KV_" + events.RentBucket, limits.Stream,
+	"KV_" + events.LeasesBucket, "KV_" + events.LedgerBucket, "KV_" + events.RentBucket, "KV_" + events.OutputBucket, limits.Stream,
 }
 
 // Provision creates the streams and buckets that are missing, as o says.

@@ -5,47 +5,82 @@ import (
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/limits"
 )
 
-// TestOnlyRentWritesItsCheckpoint: RENT's checkpoint says where a RENT
-// that starts begins to read the log. One written past a waiting job would
-// leave that job out of the pool for good, so RENT alone writes it: a
-// submitter or a node, with a plain NATS client and its own credentials,
-// can neither put it nor purge the bucket.
-func TestOnlyRentWritesItsCheckpoint(t *testing.T) {
+// TestOnlyTheServiceWritesItsCheckpoint: RENT's and OUTPUT's checkpoints
+// say where the service that starts begins to read the log. One written
+// past a waiting job would leave that job out of RENT's pool for good; one
+// written past a job whose output is kept would leave its output out of
+// OUTPUT's count, for a sweep to delete while another job still holds it.
+// So each service alone writes its own: a submitter, a node or another
+// service, with a plain NATS client and its own credentials, can neither
+// put it nor purge or delete the bucket.
+func TestOnlyTheServiceWritesItsCheckpoint(t *testing.T) {
 	t.Parallel()
 	tr := startTrusted(t)
 	ctx := ctxFor(t)
-	rent := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.RentService, Name: auth.RentService})
-	kv, err := rent.KeyValue(ctx, events.RentBucket)
-	if err != nil {
-		t.Fatalf("rent opens its bucket: %v", err)
-	}
-	const honest = `{"from":1}`
-	if _, err := kv.Put(ctx, events.RentCheckpointKey, []byte(honest)); err != nil {
-		t.Fatalf("rent writes its checkpoint: %v", err)
-	}
-	if e, err := kv.Get(ctx, events.RentCheckpointKey); err != nil || string(e.Value()) != honest {
-		t.Fatalf("rent reads its checkpoint: %v", err)
-	}
-
-	for _, who := range []auth.Identity{
-		{Role: auth.Submitter, Name: "alice"},
-		{Role: auth.Service, Service: auth.RunService, Name: "node-1"},
-		{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService},
+	for _, c := range []struct {
+		service, bucket, key string
+	}{
+		{auth.RentService, events.RentBucket, events.RentCheckpointKey},
+		{auth.OutputService, events.OutputBucket, events.OutputCheckpointKey},
 	} {
-		nc := tr.conn(t, who)
-		for _, subject := range []string{
-			"$KV." + events.RentBucket + "." + events.RentCheckpointKey,
-			"$JS.API.STREAM.PURGE.KV_" + events.RentBucket,
-			"$JS.API.STREAM.DELETE.KV_" + events.RentBucket,
+		owner := tr.js(t, auth.Identity{Role: auth.Service, Service: c.service, Name: c.service})
+		kv, err := owner.KeyValue(ctx, c.bucket)
+		if err != nil {
+			t.Fatalf("%s opens its bucket: %v", c.service, err)
+		}
+		const honest = `{"from":1}`
+		if _, err := kv.Put(ctx, c.key, []byte(honest)); err != nil {
+			t.Fatalf("%s writes its checkpoint: %v", c.service, err)
+		}
+		if e, err := kv.Get(ctx, c.key); err != nil || string(e.Value()) != honest {
+			t.Fatalf("%s reads its checkpoint: %v", c.service, err)
+		}
+		for _, who := range []auth.Identity{
+			{Role: auth.Submitter, Name: "alice"},
+			{Role: auth.Service, Service: auth.RunService, Name: "node-1"},
+			{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService},
+			{Role: auth.Service, Service: auth.RentService, Name: auth.RentService},
+			{Role: auth.Service, Service: auth.OutputService, Name: auth.OutputService},
 		} {
-			if !refused(t, nc, subject) {
-				t.Errorf("%s may publish on %s", who.Name, subject)
+			if who.Service == c.service {
+				continue
+			}
+			nc := tr.conn(t, who)
+			for _, subject := range []string{
+				"$KV." + c.bucket + "." + c.key,
+				"$JS.API.STREAM.PURGE.KV_" + c.bucket,
+				"$JS.API.STREAM.DELETE.KV_" + c.bucket,
+			} {
+				if !refused(t, nc, subject) {
+					t.Errorf("%s may publish on %s", who.Name, subject)
+				}
 			}
 		}
+		if e, err := kv.Get(ctx, c.key); err != nil || string(e.Value()) != honest {
+			t.Fatalf("%s's checkpoint after others tried to write it: %v", c.service, err)
+		}
 	}
-	if e, err := kv.Get(ctx, events.RentCheckpointKey); err != nil || string(e.Value()) != honest {
-		t.Fatalf("rent's checkpoint after others tried to write it: %v", err)
+}
+
+// TestOutputPurgesOnlySubmittersBuckets: OUTPUT purges what retention
+// deletes from a submitter's bucket, and may purge nothing else: not the
+// log, its timers or any bucket of e31's own. A wildcard allows the
+// buckets (their streams are named after their submitters), and each of
+// e31's streams is denied by name.
+func TestOutputPurgesOnlySubmittersBuckets(t *testing.T) {
+	t.Parallel()
+	tr := startTrusted(t)
+	nc := tr.conn(t, auth.Identity{Role: auth.Service, Service: auth.OutputService, Name: auth.OutputService})
+	for _, stream := range []string{events.Stream, events.PoisonStream, events.TimerStream, limits.Stream,
+		"KV_" + events.LeasesBucket, "KV_" + events.LedgerBucket, "KV_" + events.RentBucket, "KV_" + events.OutputBucket} {
+		if subject := "$JS.API.STREAM.PURGE." + stream; !refused(t, nc, subject) {
+			t.Errorf("output may purge %s", stream)
+		}
+	}
+	if subject := "$JS.API.STREAM.PURGE.OBJ_" + events.DataBucketFor("alice"); refused(t, nc, subject) {
+		t.Errorf("output may not purge alice's bucket, which retention deletes from")
 	}
 }

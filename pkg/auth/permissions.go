@@ -97,8 +97,10 @@ func servicePermissions(g *grant, id Identity) {
 	// Every service sets up (finds) the streams and buckets on start, reads
 	// job histories from the log (React), and may move a message it can
 	// never handle to the poison stream.
-	for _, s := range []string{events.Stream, events.PoisonStream, events.TimerStream, kvStream(events.LeasesBucket), kvStream(events.LedgerBucket), kvStream(events.RentBucket)} {
-		g.pub(streamInfo(s))
+	for _, s := range systemStreams {
+		if s != limits.Stream { // read by those that need the limits (kvRead)
+			g.pub(streamInfo(s))
+		}
 	}
 	g.pub(readMessages(events.Stream)...)
 	g.pub(consume(events.Stream, true)...)
@@ -142,11 +144,21 @@ func servicePermissions(g *grant, id Identity) {
 		// submitter's bucket; its retention timers; what jobs keep, asked
 		// per user on e31.api.<user>.output.stored.
 		g.pub(allDataBuckets(true)...)
+		// Purging is a submitter's bucket only: a bucket's stream is named
+		// after its submitter, and a wildcard cannot say "OBJ_ streams",
+		// so every stream of e31's own is denied by name. Without it,
+		// OUTPUT's credentials would purge the log.
 		g.pub(streamPurge("*"))
+		for _, s := range systemStreams {
+			g.deny(streamPurge(s))
+		}
 		g.pub(events.TimerAtSubjects)
 		g.pub(streamInfo(events.TimerStream))
 		g.pub(consume(events.TimerStream, true)...)
 		g.serve(wire.OutputStoredService)
+		// Its checkpoint, read on start and written as it goes.
+		g.pub(kvRead(events.OutputBucket)...)
+		g.pub(kvKey(events.OutputBucket, events.OutputCheckpointKey))
 	case LedgerService:
 		// Its own bucket: records, their index and its checkpoint,
 		// written in atomic batches and read back (direct gets, ordered
@@ -205,8 +217,16 @@ const jsAPI = "$JS.API."
 
 func streamInfo(stream string) string  { return jsAPI + "STREAM.INFO." + stream }
 func streamPurge(stream string) string { return jsAPI + "STREAM.PURGE." + stream }
-func kvStream(bucket string) string    { return "KV_" + bucket }
-func objStream(bucket string) string   { return "OBJ_" + bucket }
+
+// systemStreams are e31's own streams, the buckets' included: every one
+// but the submitters' data buckets (OBJ_E31_DATA_<name>).
+var systemStreams = []string{
+	events.Stream, events.PoisonStream, events.TimerStream, limits.Stream,
+	kvStream(events.LeasesBucket), kvStream(events.LedgerBucket), kvStream(events.RentBucket), kvStream(events.OutputBucket),
+}
+
+func kvStream(bucket string) string  { return "KV_" + bucket }
+func objStream(bucket string) string { return "OBJ_" + bucket }
 
 // readMessages is getting single messages of a stream: direct gets (last
 // by subject is the subject's tokens after the stream's), and the API get.
@@ -301,11 +321,15 @@ func subjectOf(ceType, id, tail string) string {
 // grant collects permissions.
 type grant struct {
 	pubs, subs []string
-	respond    bool
+	// denied are subjects refused to publish on although an allowed
+	// wildcard matches them: NATS applies a deny over any allow.
+	denied  []string
+	respond bool
 }
 
-func (g *grant) pub(s ...string) { g.pubs = append(g.pubs, s...) }
-func (g *grant) sub(s ...string) { g.subs = append(g.subs, s...) }
+func (g *grant) pub(s ...string)  { g.pubs = append(g.pubs, s...) }
+func (g *grant) deny(s ...string) { g.denied = append(g.denied, s...) }
+func (g *grant) sub(s ...string)  { g.subs = append(g.subs, s...) }
 
 // serve is answering requests on subjects, as a micro service: the
 // endpoints and the micro discovery subjects, with the right to publish
@@ -319,6 +343,7 @@ func (g *grant) serve(subjects ...string) {
 func (g *grant) permissions() jwt.Permissions {
 	var p jwt.Permissions
 	p.Pub.Allow.Add(dedup(g.pubs)...)
+	p.Pub.Deny.Add(dedup(g.denied)...)
 	p.Sub.Allow.Add(dedup(g.subs)...)
 	if g.respond {
 		p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: responseTTL}

@@ -41,6 +41,15 @@ const (
 	RentBucket = "E31_RENT"
 	// RentCheckpointKey is the key of RENT's checkpoint in RentBucket.
 	RentCheckpointKey = "checkpoint"
+	// OutputBucket is OUTPUT's own KV bucket: the checkpoint of its
+	// retention (OutputCheckpointKey), what lets an OUTPUT that starts
+	// read the log from the first event of the oldest job whose stored
+	// data retention still keeps, rather than from the beginning. It is
+	// made from the log; without it OUTPUT reads the whole log.
+	OutputBucket = "E31_OUTPUT"
+	// OutputCheckpointKey is the key of OUTPUT's checkpoint in
+	// OutputBucket.
+	OutputCheckpointKey = "checkpoint"
 
 	// DefaultLeaseTTL is how long a lease lives without renewal: how long a
 	// dead node or scheduler goes unnoticed.
@@ -105,6 +114,18 @@ func RentBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      RentBucket,
 		Description: "e31 RENT: where a RENT that starts may begin to read the log",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+	}
+}
+
+// OutputBucketConfig is the configuration of OUTPUT's bucket: one
+// revision a key, on disk, replicated as the log is.
+func OutputBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      OutputBucket,
+		Description: "e31 OUTPUT: where an OUTPUT that starts may begin to read the log",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(o.Replicas, 1),
@@ -270,7 +291,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o)} {
+	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o), OutputBucketConfig(o)} {
 		if _, err := js.KeyValue(ctx, cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 			if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 				return fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
