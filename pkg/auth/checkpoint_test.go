@@ -84,3 +84,36 @@ func TestOutputPurgesOnlySubmittersBuckets(t *testing.T) {
 		t.Errorf("output may not purge alice's bucket, which retention deletes from")
 	}
 }
+
+// TestEveryCredentialFitsAConnect: a client sends its JWT in its CONNECT,
+// and a NATS server takes a CONNECT of up to 4 KiB (max_control_line)
+// before it drops the connection, which the client sees as "read/write on
+// closed pipe". Every identity's JWT leaves room for the rest of the
+// CONNECT (its signature, name and options): a grant that grows past it
+// fails here, not on a node that cannot connect.
+func TestEveryCredentialFitsAConnect(t *testing.T) {
+	t.Parallel()
+	k, _, err := auth.InitKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []auth.Identity{{Role: auth.Submitter, Name: "a-submitter-with-a-long-name"}, {Role: auth.Auditor, Name: "auditor"}, {Role: auth.Operator, Name: "operator"}}
+	for _, s := range auth.Services {
+		name := s
+		if s == auth.RunService {
+			name = "node-with-a-long-name-01"
+		}
+		ids = append(ids, auth.Identity{Role: auth.Service, Service: s, Name: name})
+	}
+	// The rest of a CONNECT takes about 300 bytes (the signature is 86).
+	const room = 4096 - 512
+	for _, id := range ids {
+		c, err := k.Issue(id, 0)
+		if err != nil {
+			t.Fatalf("issue %s: %v", id, err)
+		}
+		if len(c.JWT) > room {
+			t.Errorf("%s: a JWT of %d bytes, over the %d a CONNECT has room for", id, len(c.JWT), room)
+		}
+	}
+}

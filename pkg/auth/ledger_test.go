@@ -57,14 +57,36 @@ func TestOnlyTheLedgerReadsItsBucket(t *testing.T) {
 			t.Errorf("alice read bob's entry from the ledger's bucket: %s", e.Value())
 		}
 	}
-	// Nor does a service that needs no records: RELEASE finds the bucket
-	// on start (events.Setup) but reads nothing of it.
-	release := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.ReleaseService, Name: auth.ReleaseService})
-	rkv, err := release.KeyValue(ctx, events.LedgerBucket)
-	if err != nil {
-		t.Fatalf("release finds the bucket on start: %v", err)
-	}
-	if e, err := rkv.Get(short, "rec.bobs-job"); err == nil {
-		t.Errorf("release read an entry of the ledger's bucket: %s", e.Value())
+	// Nor does a service that needs no records: each finds the bucket on
+	// start (events.Setup) but reads nothing of it. SUBMIT, RUN and OUTPUT
+	// reach every submitter's bucket through a wildcard over every stream,
+	// which the ledger's is denied from: a node runs tenants' code, and
+	// its credentials are the likeliest to leak.
+	for _, who := range []auth.Identity{
+		{Role: auth.Service, Service: auth.ReleaseService, Name: auth.ReleaseService},
+		{Role: auth.Service, Service: auth.SubmitService, Name: auth.SubmitService},
+		{Role: auth.Service, Service: auth.RunService, Name: "node-1"},
+		{Role: auth.Service, Service: auth.OutputService, Name: auth.OutputService},
+	} {
+		js := tr.js(t, who)
+		skv, err := js.KeyValue(ctx, events.LedgerBucket)
+		if err != nil {
+			t.Fatalf("%s finds the bucket on start: %v", who.Name, err)
+		}
+		short, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if e, err := skv.Get(short, "rec.bobs-job"); err == nil {
+			t.Errorf("%s read an entry of the ledger's bucket: %s", who.Name, e.Value())
+		}
+		if w, err := skv.WatchAll(short); err == nil {
+			select {
+			case e := <-w.Updates():
+				if e != nil {
+					t.Errorf("%s watched the ledger's bucket: %s %s", who.Name, e.Key(), e.Value())
+				}
+			case <-short.Done():
+			}
+			_ = w.Stop()
+		}
+		cancel()
 	}
 }

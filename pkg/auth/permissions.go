@@ -118,7 +118,7 @@ func servicePermissions(g *grant, id Identity) {
 		// Checks that every staged input is present and intact (and makes
 		// the bucket of a submitter who has none, as every service that
 		// opens the stores does).
-		g.pub(allDataBuckets(true)...)
+		g.dataBuckets()
 		// Watches the limits and allowed images it decides by.
 		g.pub(kvRead(limits.Bucket)...)
 	case RentService:
@@ -134,7 +134,7 @@ func servicePermissions(g *grant, id Identity) {
 		// The node's own lease; inputs staged in, output collected out.
 		g.pub(kvRead(events.LeasesBucket)...)
 		g.pub(kvKey(events.LeasesBucket, "node."+id.Name))
-		g.pub(allDataBuckets(true)...)
+		g.dataBuckets()
 		// The images allowed, which its container executor checks again.
 		g.pub(kvRead(limits.Bucket)...)
 		// What its running jobs write, for their submitters to follow.
@@ -143,7 +143,7 @@ func servicePermissions(g *grant, id Identity) {
 		// Returned output, manifests, deletions and sweeps of every
 		// submitter's bucket; its retention timers; what jobs keep, asked
 		// per user on e31.api.<user>.output.stored.
-		g.pub(allDataBuckets(true)...)
+		g.dataBuckets()
 		// Purging is a submitter's bucket only: a bucket's stream is named
 		// after its submitter, and a wildcard cannot say "OBJ_ streams",
 		// so every stream of e31's own is denied by name. Without it,
@@ -198,18 +198,21 @@ func LimitsSubjects(user string) []string {
 	return []string{limits.DirectGetSubject(limits.Key(user)), limits.DirectGetSubject(limits.DefaultKey)}
 }
 
-// allDataBuckets is every submitter's bucket: the object store subjects,
-// and the JetStream API on every stream (bucket streams are named after
-// their submitter, OBJ_E31_DATA_<name>, and NATS wildcards match whole
-// tokens only). With create, missing buckets may be made.
-func allDataBuckets(create bool) []string {
-	out := []string{"$O.>", streamInfo("*")}
-	out = append(out, readMessages("*")...)
-	out = append(out, consume("*", true)...)
-	if create {
-		out = append(out, jsAPI+"STREAM.CREATE.*")
-	}
-	return out
+// dataBuckets grants every submitter's bucket: the object store
+// subjects, and the JetStream API on every stream (bucket streams are
+// named after their submitter, OBJ_E31_DATA_<name>, and NATS wildcards
+// match whole tokens only); missing buckets may be made. The wildcard
+// would read the ledger's bucket too, every tenant's records, which only
+// the LEDGER may: it is denied by name.
+func (g *grant) dataBuckets() {
+	g.pub("$O.>", streamInfo("*"), jsAPI+"STREAM.CREATE.*")
+	g.pub(readMessages("*")...)
+	g.pub(consume("*", true)...)
+	// Few subjects, as a node's credentials are near the 4 KiB a CONNECT
+	// may take: reading messages, and every consumer request.
+	ledger := kvStream(events.LedgerBucket)
+	g.deny(readMessages(ledger)...)
+	g.deny(jsAPI+"CONSUMER.*."+ledger, jsAPI+"CONSUMER.*."+ledger+".>")
 }
 
 // jsAPI prefixes JetStream's API subjects.
@@ -342,21 +345,57 @@ func (g *grant) serve(subjects ...string) {
 
 func (g *grant) permissions() jwt.Permissions {
 	var p jwt.Permissions
-	p.Pub.Allow.Add(dedup(g.pubs)...)
-	p.Pub.Deny.Add(dedup(g.denied)...)
-	p.Sub.Allow.Add(dedup(g.subs)...)
+	p.Pub.Allow.Add(minimal(g.pubs)...)
+	p.Pub.Deny.Add(minimal(g.denied)...)
+	p.Sub.Allow.Add(minimal(g.subs)...)
 	if g.respond {
 		p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: responseTTL}
 	}
 	return p
 }
 
-func dedup(s []string) []string {
-	out := make([]string, 0, len(s))
-	for _, x := range s {
-		if !slices.Contains(out, x) {
+// minimal is subjects without those another of them covers, in their
+// order: the same permission, in fewer bytes. A user's JWT travels in its
+// CONNECT, which a server takes up to 4 KiB of (max_control_line), and a
+// service that reaches every submitter's bucket through wildcards (see
+// dataBuckets) would otherwise list the log's subjects twice.
+func minimal(subjects []string) []string {
+	out := make([]string, 0, len(subjects))
+	for i, x := range subjects {
+		covered := false
+		for j, y := range subjects {
+			// Of two equal subjects, the first stays.
+			if i != j && covers(y, x) && (x != y || j < i) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
 			out = append(out, x)
 		}
 	}
 	return out
+}
+
+// covers reports whether every subject that pattern x matches, pattern y
+// matches too: token by token, "*" covers any one token but ">" (which
+// stands for one or more), and ">" covers the rest, one token or more.
+func covers(y, x string) bool {
+	yt, xt := strings.Split(y, "."), strings.Split(x, ".")
+	for i, t := range yt {
+		if t == ">" {
+			return len(xt) > i
+		}
+		if i >= len(xt) {
+			return false
+		}
+		switch {
+		case xt[i] == ">":
+			return false
+		case t == "*", t == xt[i]:
+		default:
+			return false
+		}
+	}
+	return len(xt) == len(yt)
 }
