@@ -34,8 +34,9 @@ type HistoryOptions struct {
 	// written once it has caught up, as HeapProfile.<service>.
 	HeapProfile string
 	// CPUProfile, if set, is where the CPU profile of each service's
-	// catch-up is written, as CPUProfile.<service>, and of its restart, as
-	// CPUProfile.<service>.restart.
+	// catch-up is written, as CPUProfile.<service>, of its restart, as
+	// CPUProfile.<service>.restart, and of the writing of the history, as
+	// CPUProfile.write.
 	CPUProfile string
 	// Logger is given to the services (default: discard).
 	Logger *slog.Logger
@@ -61,8 +62,8 @@ func (o *HistoryOptions) Flags(fs *flag.FlagSet) {
 // the whole log, and its heap is measured after a forced GC, as the live
 // heap of the process less what it was before the service started (the
 // server's own share, reading the log for it, is in the figure: it is what
-// the service costs a process that runs it). The LEDGER and RENT are then
-// stopped and started again, timed until they have caught up: a restart.
+// the service costs a process that runs it). Each is then stopped and
+// started again, timed until it has caught up: a restart.
 // Each catch-up and restart is also given in CPU-seconds (user and system)
 // of the whole process, the server's reading for the service included: on
 // a machine others share, the figure that the times depend on.
@@ -125,9 +126,6 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 		if err := stop(); err != nil {
 			return err
 		}
-		if name == "output" {
-			continue
-		}
 		stop, restart[name], cpu, err = timeService(ctx, nc, js, name, o.Logger, profilePath(o.CPUProfile, name+".restart"))
 		if err != nil {
 			return err
@@ -137,8 +135,8 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 			return err
 		}
 	}
-	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f\n",
-		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds())
+	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f output_restart_s=%.3f\n",
+		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds(), restart["output"].Seconds())
 	return nil
 }
 

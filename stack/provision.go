@@ -31,7 +31,11 @@ func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptio
 	if err := retry.Do(ctx, retry.Setup, func() error { return events.Setup(ctx, js, o) }, retry.If(retry.Always)); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	err := retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err }, retry.If(retry.Always))
+	err := retry.Do(ctx, retry.Setup, func() error { _, err := events.OpenOutputBucket(ctx, js, o); return err }, retry.If(retry.Always))
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	err = retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err }, retry.If(retry.Always))
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}

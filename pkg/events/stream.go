@@ -291,7 +291,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o), OutputBucketConfig(o)} {
+	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o)} {
 		if _, err := js.KeyValue(ctx, cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
 			if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 				return fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
@@ -301,6 +301,24 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 		}
 	}
 	return nil
+}
+
+// OpenOutputBucket finds OUTPUT's bucket, or makes it as o says. It is
+// apart from Setup, which every service runs: only OUTPUT needs the
+// bucket, and only OUTPUT (and the operator's setup) may make it, so a
+// deployment from before it had one runs on until OUTPUT starts.
+func OpenOutputBucket(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, OutputBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, OutputBucketConfig(o))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, OutputBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("set up bucket %s: %w", OutputBucket, err)
+	}
+	return kv, nil
 }
 
 // WaitReady retries a first JetStream call until the server answers: a fresh

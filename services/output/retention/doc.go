@@ -18,8 +18,10 @@
 // timer or request handled twice finds the deletion in the log and
 // records nothing; a request made while the job runs waits for its end.
 //
-// Count from the log. Refs is a projection of the whole log, rebuilt on
-// every start like the ledger's: for every job the roots it holds (its
+// Count from the log. Refs is a projection of the log, rebuilt on every
+// start from OUTPUT's checkpoint (Checkpoint: the first event of the
+// oldest job it still keeps, in the bucket events.OutputBucket), or from
+// the log's first event without one: for every job the roots it holds (its
 // staged inputs: files and folders by digest, a from_job folder included;
 // every attempt's output manifest), and for every root how many jobs hold
 // it. Before a sweep the roots are expanded into the objects they are

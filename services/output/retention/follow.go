@@ -11,10 +11,10 @@ import (
 	"github.com/e31net/e31/pkg/retry"
 )
 
-// newTail is how retention follows the log: every instance follows the whole
-// log from its first event, and the projection is rebuilt on every start,
-// like the ledger's. A failure to read is retried: the projection stands
-// still meanwhile, and queries wait for it.
+// newTail is how retention follows the log: every instance follows it from
+// its checkpoint (see Checkpoint), or from its first event without one,
+// and the projection is rebuilt on every start. A failure to read is
+// retried: the projection stands still meanwhile, and queries wait for it.
 func (s *Service) newTail() *bus.Tail {
 	return bus.NewTail(s.js, bus.TailOptions{Again: true, Logger: s.log, CaughtUp: s.caughtUpNow})
 }
@@ -59,7 +59,7 @@ func (s *Service) caughtUpNow(ctx context.Context) {
 	}
 	jobs, applied := len(s.refs.jobs), s.refs.Applied()
 	s.mu.Unlock()
-	s.log.Info("retention: stored data projected from the log", "jobs", jobs, "seq", applied, "timers", len(timers), "took", time.Since(s.start).Round(time.Millisecond))
+	s.log.Info("retention: stored data projected from the log", "jobs", jobs, "from", s.from.Load(), "seq", applied, "timers", len(timers), "took", time.Since(s.start).Round(time.Millisecond))
 	s.setTimers(ctx, timers)
 }
 

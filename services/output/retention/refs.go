@@ -62,6 +62,10 @@ type Held struct {
 	// tombstone says the job is over, holds nothing and waits in
 	// Refs.deleted to be forgotten.
 	tombstone bool
+	// first is the sequence of the job's first event here: a projection
+	// that reads the log from the least first of the jobs it keeps
+	// knows all they hold (see Checkpoint).
+	first uint64
 }
 
 // Requests says what DeleteRequested events asked to delete of a job:
@@ -269,7 +273,7 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		}
 		// Strings kept are copied: a decoded event's strings share the
 		// buffers it was read into, which would stay as long as the job.
-		h = &Held{Job: strings.Clone(env.Subject), Retention: events.DefaultRetention}
+		h = &Held{Job: strings.Clone(env.Subject), Retention: events.DefaultRetention, first: env.Seq}
 		r.jobs[h.Job] = h
 	}
 	timers := r.apply(h, env)

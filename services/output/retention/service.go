@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
 )
@@ -67,6 +68,9 @@ type Service struct {
 	// takes its Changed channel before it reads refs.
 	tail  *bus.Tail
 	start time.Time // of the rebuild
+	// from is where the rebuild began to read the log: 1, or a
+	// checkpoint's From.
+	from atomic.Uint64
 
 	// mu guards refs.
 	mu   sync.Mutex
@@ -119,10 +123,24 @@ func (s *Service) Tracked() int {
 	return s.refs.Tracked()
 }
 
+// ReadFrom is where this start's rebuild of the projection began to read
+// the log: 1, or the From of the checkpoint it found (0 until Run found
+// out).
+func (s *Service) ReadFrom() uint64 { return s.from.Load() }
+
 // Run serves the stored endpoint, follows the log into the projection and
 // handles the timers until ctx ends, or until one of them cannot go on:
 // the first to fail ends the others, and Run returns its error.
 func (s *Service) Run(ctx context.Context) error {
+	checkpoints, err := events.OpenOutputBucket(ctx, s.js, events.StreamOptions{})
+	if err != nil {
+		return fmt.Errorf("retention: checkpoints: %w", err)
+	}
+	from, made, err := s.restore(ctx, checkpoints)
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
+	}
+	s.from.Store(from)
 	stopAPI, err := s.serveAPI()
 	if err != nil {
 		return err
@@ -133,6 +151,15 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := s.follow(ctx); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("retention: follow the log: %w", err)
 		}
+		return nil
+	})
+	g.Go(func() error {
+		select {
+		case <-s.tail.CaughtUp():
+		case <-ctx.Done():
+			return nil
+		}
+		s.checkpoints(ctx, checkpoints, made)
 		return nil
 	})
 	g.Go(func() error { return s.runTimers(ctx) })

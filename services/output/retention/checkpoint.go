@@ -1,0 +1,134 @@
+package retention
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+)
+
+// Checkpoint is where the projection can be rebuilt from without reading
+// the whole log: a Refs that reads every message from From on holds what
+// the one it was taken from held, and counts every root as it did. The
+// jobs it keeps started at From or after. Every job that started before
+// and is not kept is over and holds nothing (Forget): its later events
+// change nothing, here or there.
+//
+// A checkpoint stays true as the log grows: a job kept later was kept
+// then, or started after. OUTPUT writes one to its bucket as it goes
+// (events.OutputBucket), and one that is missing or unreadable only means
+// reading the whole log. What a restart reads is the jobs within their
+// retention (7 days by default) and a day past their last deletion, not
+// every job there ever was; a job whose retention is a year holds the
+// checkpoint back a year.
+type Checkpoint struct {
+	// Log is when the log was made (its stream's creation time): a
+	// checkpoint of another log, one made anew since, says nothing of
+	// this one.
+	Log time.Time `json:"log"`
+	// From is the first sequence the projection needs: the least first
+	// event of the jobs it keeps; the one after Applied when it keeps
+	// none.
+	From uint64 `json:"from"`
+	// Applied is the last sequence the projection had applied.
+	Applied uint64 `json:"applied"`
+}
+
+// Checkpoint is where r can be rebuilt from, as of now. Only a Refs that
+// forgets (Forget) has one that is not the log's first event.
+func (r *Refs) Checkpoint() Checkpoint {
+	c := Checkpoint{From: r.applied + 1, Applied: r.applied}
+	for _, h := range r.jobs {
+		c.From = min(c.From, max(h.first, 1))
+	}
+	if !r.forget {
+		c.From = 1
+	}
+	return c
+}
+
+// Restore makes an empty r stand as one that applied the log up to
+// c.From-1: it reads from c.From on.
+func (r *Refs) Restore(c Checkpoint) {
+	r.applied = max(r.applied, c.From-1)
+}
+
+// checkpointEvery is how often OUTPUT writes its checkpoint: an OUTPUT
+// that starts reads what was stored since, besides the jobs it keeps.
+const checkpointEvery = 30 * time.Second
+
+// restore starts the projection from the checkpoint in kv when there is
+// one of this log, and makes the tail read from its From. It returns
+// From (1 when the projection is made from the whole log) and when the
+// log was made, which the checkpoints it writes say.
+func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint64, made time.Time, err error) {
+	stream, err := s.js.Stream(ctx, events.Stream)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("the log: %w", err)
+	}
+	info := stream.CachedInfo()
+	e, err := kv.Get(ctx, events.OutputCheckpointKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 1, info.Created, nil
+	}
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("read the checkpoint: %w", err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		s.log.Warn("retention: the checkpoint does not read: the projection is made from the whole log", "err", err)
+		return 1, info.Created, nil
+	}
+	if !c.Log.Equal(info.Created) || c.From > info.State.LastSeq+1 || c.From <= 1 {
+		s.log.Warn("retention: the checkpoint is not of this log: the projection is made from the whole log",
+			"checkpoint_log", c.Log, "log", info.Created, "from", c.From, "last", info.State.LastSeq)
+		return 1, info.Created, nil
+	}
+	s.mu.Lock()
+	s.refs.Restore(c)
+	s.mu.Unlock()
+	s.tail.StartAt(c.From)
+	return c.From, info.Created, nil
+}
+
+// checkpoints writes the projection's checkpoint to kv every
+// checkpointEvery, and once more when ctx ends. Every instance writes its
+// own: each is true (see Checkpoint), and the OUTPUT that starts next
+// reads the less for the latest.
+func (s *Service) checkpoints(ctx context.Context, kv jetstream.KeyValue, log time.Time) {
+	tick := time.NewTicker(checkpointEvery)
+	defer tick.Stop()
+	var written []byte
+	write := func(ctx context.Context) {
+		s.mu.Lock()
+		c := s.refs.Checkpoint()
+		s.mu.Unlock()
+		c.Log = log
+		body, err := json.Marshal(c)
+		if err != nil || bytes.Equal(body, written) {
+			return
+		}
+		if _, err := kv.Put(ctx, events.OutputCheckpointKey, body); err != nil {
+			s.log.Warn("retention: could not write the checkpoint", "err", err)
+			return
+		}
+		written = body
+	}
+	for {
+		write(ctx)
+		select {
+		case <-ctx.Done():
+			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			write(stop)
+			cancel()
+			return
+		case <-tick.C:
+		}
+	}
+}
