@@ -59,7 +59,7 @@
 // again: for a moment their job holds bytes the log does not show yet. The
 // sweep runs well after such a job's reference reaches the log (SUBMIT's
 // check and RUN's collection take seconds; the grace is fifteen minutes),
-// on a projection that has read the whole log. What it cannot cover: a
+// on a projection that has caught up with the log. What it cannot cover: a
 // client whose upload took longer than the grace, between finding a blob
 // stored and publishing its request; SUBMIT then refuses the job, naming
 // the missing file, and submitting again uploads it. Nor does a job waiting

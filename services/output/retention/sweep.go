@@ -83,8 +83,9 @@ func (ix *objectIndex) uncount(root Root) {
 // Sweep removes from the store the objects of what a job deleted that no
 // live job holds: its dropped roots, expanded, less every object a live
 // root of the same store is stored in. It runs a grace period after the
-// deletion (see DefaultDeleteGrace), on a projection that has read the
-// whole log, so that a job which took up the same bytes meanwhile keeps
+// deletion (see DefaultDeleteGrace), on a projection that has caught up
+// with the log (every job that holds anything, from its first event: see
+// Checkpoint), so that a job which took up the same bytes meanwhile keeps
 // them. Running it again deletes nothing more: objects already gone are
 // not an error.
 func (s *Service) Sweep(ctx context.Context, job string) error {
