@@ -28,6 +28,10 @@ func TestOnlyTheServiceWritesItsCheckpoint(t *testing.T) {
 	} {
 		owner := tr.js(t, auth.Identity{Role: auth.Service, Service: c.service, Name: c.service})
 		kv, err := owner.KeyValue(ctx, c.bucket)
+		if c.service == auth.OutputService {
+			// Not made by events.Setup: OUTPUT makes it when it is missing.
+			kv, err = events.OpenOutputBucket(ctx, owner, events.StreamOptions{})
+		}
 		if err != nil {
 			t.Fatalf("%s opens its bucket: %v", c.service, err)
 		}
