@@ -1,10 +1,7 @@
 package rent
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,13 +25,10 @@ import (
 // its bucket as it goes (events.RentBucket), and one that is missing or
 // unreadable only means reading the whole log.
 type Checkpoint struct {
-	// Log is when the log was made (its stream's creation time): a
-	// checkpoint of another log, one made anew since, says nothing of
-	// this one.
-	Log time.Time `json:"log"`
-	// From is the first sequence the pool needs of a job: the oldest
-	// live job's submission; the one after Applied when no job is live.
-	From uint64 `json:"from"`
+	// Mark is the log the checkpoint is of, and From: the first sequence
+	// the pool needs of a job, the oldest live job's submission; the one
+	// after Applied when no job is live.
+	bus.Mark
 	// Applied is the last sequence the pool had applied.
 	Applied uint64 `json:"applied"`
 	// Early are the cancels that came before their job's submission,
@@ -59,7 +53,7 @@ const maxEarly = 4096
 // later events (its own decisions, applied as soon as stored), and not
 // the ones stored between: From is never past read+1.
 func (p *Pool) Checkpoint(read uint64) Checkpoint {
-	c := Checkpoint{From: min(p.applied, read) + 1, Applied: p.applied}
+	c := Checkpoint{Mark: bus.Mark{From: min(p.applied, read) + 1}, Applied: p.applied}
 	for _, j := range p.jobs {
 		c.From = min(c.From, j.order)
 		// A live job's cancel decided nothing yet, or it would not be
@@ -106,30 +100,10 @@ const checkpointEvery = 30 * time.Second
 // From, 1 when the pool is to be made from the whole log, and when the log
 // was made, which the checkpoints it writes say.
 func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint64, made time.Time, err error) {
-	stream, err := s.js.Stream(ctx, events.Stream)
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("the log: %w", err)
-	}
-	info := stream.CachedInfo()
-	// Any checkpoint of this log is true, an older one too (see
-	// Checkpoint): one a lagging replica answers with only costs more
-	// reading.
-	e, err := kv.Get(ctx, events.RentCheckpointKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 1, info.Created, nil
-	}
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("read the checkpoint: %w", err)
-	}
 	var c Checkpoint
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		s.log.Warn("the checkpoint does not read: the pool is made from the whole log", "err", err)
-		return 1, info.Created, nil
-	}
-	if !c.Log.Equal(info.Created) || c.From > info.State.LastSeq+1 || c.From <= 1 {
-		s.log.Warn("the checkpoint is not of this log: the pool is made from the whole log",
-			"checkpoint_log", c.Log, "log", info.Created, "from", c.From, "last", info.State.LastSeq)
-		return 1, info.Created, nil
+	ok, made, err := bus.LoadCheckpoint(ctx, s.js, kv, events.RentCheckpointKey, &c, func(c *Checkpoint) bus.Mark { return c.Mark }, s.log, "the pool")
+	if err != nil || !ok {
+		return 1, made, err
 	}
 	if err := s.nodesBefore(ctx, c.From); err != nil {
 		return 0, time.Time{}, err
@@ -138,7 +112,7 @@ func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint
 	s.pool.Restore(c)
 	s.mu.Unlock()
 	s.tail.StartAt(c.From)
-	return c.From, info.Created, nil
+	return c.From, made, nil
 }
 
 // nodesBefore applies the node events stored before from. They are read
@@ -175,38 +149,13 @@ func (s *Service) nodesBefore(ctx context.Context, from uint64) error {
 
 // checkpoints writes the pool's checkpoint to kv every checkpointEvery
 // while this instance leads, and once more when ctx ends, whether it leads
-// or not: a checkpoint of any instance is true (see Checkpoint), and the
-// RENT that starts next reads the less for it.
+// or not (bus.KeepCheckpoint).
 func (s *Service) checkpoints(ctx context.Context, kv jetstream.KeyValue, log time.Time) {
-	tick := time.NewTicker(checkpointEvery)
-	defer tick.Stop()
-	var written []byte
-	write := func(ctx context.Context) {
+	bus.KeepCheckpoint(ctx, kv, events.RentCheckpointKey, checkpointEvery, s.leading, func() any {
 		s.mu.Lock()
 		c := s.pool.Checkpoint(s.tail.Applied())
 		s.mu.Unlock()
 		c.Log = log
-		body, err := json.Marshal(c)
-		if err != nil || bytes.Equal(body, written) {
-			return
-		}
-		if _, err := kv.Put(ctx, events.RentCheckpointKey, body); err != nil {
-			s.log.Warn("could not write the checkpoint", "err", err)
-			return
-		}
-		written = body
-	}
-	for {
-		if s.leading() {
-			write(ctx)
-		}
-		select {
-		case <-ctx.Done():
-			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			write(stop)
-			cancel()
-			return
-		case <-tick.C:
-		}
-	}
+		return c
+	}, s.log)
 }

@@ -1,15 +1,12 @@
 package retention
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 )
 
@@ -28,14 +25,10 @@ import (
 // every job there ever was; a job whose retention is a year holds the
 // checkpoint back a year.
 type Checkpoint struct {
-	// Log is when the log was made (its stream's creation time): a
-	// checkpoint of another log, one made anew since, says nothing of
-	// this one.
-	Log time.Time `json:"log"`
-	// From is the first sequence the projection needs: the least first
-	// event of the jobs it keeps; the one after Applied when it keeps
-	// none.
-	From uint64 `json:"from"`
+	// Mark is the log the checkpoint is of, and From: the first sequence
+	// the projection needs, the least first event of the jobs it keeps;
+	// the one after Applied when it keeps none.
+	bus.Mark
 	// Applied is the last sequence the projection had applied.
 	Applied uint64 `json:"applied"`
 }
@@ -43,7 +36,7 @@ type Checkpoint struct {
 // Checkpoint is where r can be rebuilt from, as of now. Only a Refs that
 // forgets (Forget) has one that is not the log's first event.
 func (r *Refs) Checkpoint() Checkpoint {
-	c := Checkpoint{From: r.applied + 1, Applied: r.applied}
+	c := Checkpoint{Mark: bus.Mark{From: r.applied + 1}, Applied: r.applied}
 	for _, h := range r.jobs {
 		c.From = min(c.From, max(h.first, 1))
 	}
@@ -64,71 +57,31 @@ func (r *Refs) Restore(c Checkpoint) {
 const checkpointEvery = 30 * time.Second
 
 // restore starts the projection from the checkpoint in kv when there is
-// one of this log, and makes the tail read from its From. It returns
-// From (1 when the projection is made from the whole log) and when the
-// log was made, which the checkpoints it writes say.
+// one of this log, and makes the tail read from its From. It returns From
+// (1 when the projection is made from the whole log) and when the log was
+// made, which the checkpoints it writes say.
 func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint64, made time.Time, err error) {
-	stream, err := s.js.Stream(ctx, events.Stream)
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("the log: %w", err)
-	}
-	info := stream.CachedInfo()
-	e, err := kv.Get(ctx, events.OutputCheckpointKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 1, info.Created, nil
-	}
-	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("read the checkpoint: %w", err)
-	}
 	var c Checkpoint
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		s.log.Warn("retention: the checkpoint does not read: the projection is made from the whole log", "err", err)
-		return 1, info.Created, nil
-	}
-	if !c.Log.Equal(info.Created) || c.From > info.State.LastSeq+1 || c.From <= 1 {
-		s.log.Warn("retention: the checkpoint is not of this log: the projection is made from the whole log",
-			"checkpoint_log", c.Log, "log", info.Created, "from", c.From, "last", info.State.LastSeq)
-		return 1, info.Created, nil
+	ok, made, err := bus.LoadCheckpoint(ctx, s.js, kv, events.OutputCheckpointKey, &c, func(c *Checkpoint) bus.Mark { return c.Mark }, s.log, "retention's projection")
+	if err != nil || !ok {
+		return 1, made, err
 	}
 	s.mu.Lock()
 	s.refs.Restore(c)
 	s.mu.Unlock()
 	s.tail.StartAt(c.From)
-	return c.From, info.Created, nil
+	return c.From, made, nil
 }
 
 // checkpoints writes the projection's checkpoint to kv every
-// checkpointEvery, and once more when ctx ends. Every instance writes its
-// own: each is true (see Checkpoint), and the OUTPUT that starts next
-// reads the less for the latest.
+// checkpointEvery, and once more when ctx ends (bus.KeepCheckpoint).
+// Every instance writes its own: each is true (see Checkpoint).
 func (s *Service) checkpoints(ctx context.Context, kv jetstream.KeyValue, log time.Time) {
-	tick := time.NewTicker(checkpointEvery)
-	defer tick.Stop()
-	var written []byte
-	write := func(ctx context.Context) {
+	bus.KeepCheckpoint(ctx, kv, events.OutputCheckpointKey, checkpointEvery, nil, func() any {
 		s.mu.Lock()
 		c := s.refs.Checkpoint()
 		s.mu.Unlock()
 		c.Log = log
-		body, err := json.Marshal(c)
-		if err != nil || bytes.Equal(body, written) {
-			return
-		}
-		if _, err := kv.Put(ctx, events.OutputCheckpointKey, body); err != nil {
-			s.log.Warn("retention: could not write the checkpoint", "err", err)
-			return
-		}
-		written = body
-	}
-	for {
-		write(ctx)
-		select {
-		case <-ctx.Done():
-			stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			write(stop)
-			cancel()
-			return
-		case <-tick.C:
-		}
-	}
+		return c
+	}, s.log)
 }
