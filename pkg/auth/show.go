@@ -31,6 +31,10 @@ func (c Creds) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "expires %s\n", time.Unix(uc.Expires, 0).UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(&b, "publish:   %s\n", strings.Join(uc.Pub.Allow, " "))
+	if len(uc.Pub.Deny) > 0 {
+		// What a wildcard above would allow but is refused all the same.
+		fmt.Fprintf(&b, "but not:   %s\n", strings.Join(uc.Pub.Deny, " "))
+	}
 	fmt.Fprintf(&b, "subscribe: %s\n", strings.Join(uc.Sub.Allow, " "))
 	if uc.Resp != nil {
 		fmt.Fprintf(&b, "responds:  once to each request, within %s\n", uc.Resp.Expires)
