@@ -493,6 +493,10 @@ func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) stri
 // (E31RunNodeDown, E31NodeLost).
 func TestClusterLosesNothing(t *testing.T) {
 	t.Parallel()
+	// The images first, outside the test's time: on a machine whose build
+	// cache is cold they take minutes (5m28s once), which the run and its
+	// checks must not lose.
+	deployImages(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	const leaseTTL = 3 * time.Second
