@@ -327,6 +327,9 @@ type logWatch struct {
 	started map[string]bool
 	starts  int // RunStarted events, every attempt's
 	expired map[string]int
+	// read is the sequence of the last event read: how far the watch is,
+	// which a stall is judged against (the log's last sequence).
+	read uint64
 	// changed is closed when something new is seen, then replaced.
 	changed chan struct{}
 }
@@ -360,7 +363,7 @@ func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 				break
 			}
 			last = m.Sequence
-			w.saw(m.Subject)
+			w.saw(m.Sequence, m.Subject)
 		}
 		f.Stop()
 	}
@@ -368,13 +371,14 @@ func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 
 // saw records one event by its subject: e31.job.<job>.started or
 // e31.node.<node>.expired.
-func (w *logWatch) saw(subject string) {
+func (w *logWatch) saw(seq uint64, subject string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.read = seq
 	s, err := events.ParseSubject(subject)
 	if err != nil {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	switch {
 	case s.Space == events.SpaceJob && s.Kind == "started":
 		w.started[s.Job] = true
@@ -444,6 +448,41 @@ func auditPassesAs(t *testing.T, url, creds, ca string) {
 		return
 	}
 	t.Logf("%s", strings.TrimSpace(out))
+}
+
+// consumerStates logs where the watch and each consumer of the log are
+// against the log's last sequence, with the server leading each: what
+// tells a stalled service (its consumer's messages pending, or handed out
+// and never acked) from a stalled watch, when the jobs stop starting.
+func (c *cluster) consumerStates(ctx context.Context, t *testing.T, js jetstream.JetStream, w *logWatch) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	w.mu.Lock()
+	read := w.read
+	w.mu.Unlock()
+	st, err := js.Stream(ctx, events.Stream)
+	if err != nil {
+		t.Logf("the log: %v (the watch read to #%d)", err, read)
+		return
+	}
+	info := st.CachedInfo()
+	leader := ""
+	if info.Cluster != nil {
+		leader = info.Cluster.Leader
+	}
+	t.Logf("the log: last #%d, leader %s; the watch read to #%d", info.State.LastSeq, leader, read)
+	lister := st.ListConsumers(ctx)
+	for ci := range lister.Info() {
+		leader := ""
+		if ci.Cluster != nil {
+			leader = ci.Cluster.Leader
+		}
+		t.Logf("consumer %s: delivered #%d, acked to #%d, pending %d, unacked %d, redelivered %d, pulls waiting %d, leader %s",
+			ci.Name, ci.Delivered.Stream, ci.AckFloor.Stream, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, leader)
+	}
+	if err := lister.Err(); err != nil {
+		t.Logf("the log's consumers: %v", err)
+	}
 }
 
 // logTails logs the last lines of every service's and server's container:
@@ -555,6 +594,7 @@ func TestClusterLosesNothing(t *testing.T) {
 					err := watch.waitFor(ctx, time.Minute, "NodeExpired of "+v.name, func(w *logWatch) bool { return w.expired[v.name] > expiredBefore })
 					if err != nil {
 						t.Errorf("%s killed: %v", v.name, err)
+						c.consumerStates(ctx, t, js, watch)
 					}
 				} else {
 					// A service instance or a server that dies leaves
@@ -565,6 +605,7 @@ func TestClusterLosesNothing(t *testing.T) {
 						func(w *logWatch) bool { return w.starts >= startsBefore+carryOn })
 					if err != nil {
 						t.Errorf("%s killed: %v", v.name, err)
+						c.consumerStates(ctx, t, js, watch)
 					}
 				}
 				if err := v.ctr.Start(ctx); err != nil {
@@ -575,6 +616,7 @@ func TestClusterLosesNothing(t *testing.T) {
 		// Pacing: the next wave once this one flows (one of its jobs has
 		// started), so that the faults meet jobs at every step.
 		if err := watch.waitFor(ctx, 2*time.Minute, fmt.Sprintf("a job of wave %d started", w+1), anyStarted(wave)); err != nil {
+			c.consumerStates(ctx, t, js, watch)
 			c.logTails(ctx, t)
 			t.Fatal(err)
 		}
@@ -589,6 +631,7 @@ func TestClusterLosesNothing(t *testing.T) {
 	took := time.Since(runStart)
 	if len(left) > 0 {
 		t.Errorf("%d jobs never ended: %v", len(left), left[:min(len(left), 10)])
+		c.consumerStates(ctx, t, js, watch)
 		// What each container said of the first one, and what the run
 		// nodes warned of.
 		for _, ctrs := range append(slices.Collect(maps.Values(c.svcs)), c.nats) {
