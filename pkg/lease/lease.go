@@ -121,7 +121,14 @@ func (l *Lease) Renew(ctx context.Context) error {
 // lost (ErrLost). A renewal that fails for another reason (the server is
 // briefly away) is retried at the next tick; once the lease has expired
 // meanwhile, the next renewal reports it lost.
-func (l *Lease) Keep(ctx context.Context) error {
+//
+// A renewal that fails long enough leaves the lease held but not Valid,
+// and its owner stops acting; one that then succeeds before the lease
+// expired makes it Valid again, and calls regained (if not nil): an owner
+// that acts only when something wakes it (RENT's scheduler, woken by the
+// log) must be woken then, or it waits for an event that only it would
+// append. The cluster test stood still so when a NATS server was killed.
+func (l *Lease) Keep(ctx context.Context, regained func()) error {
 	tick := time.NewTicker(l.ttl / 3)
 	defer tick.Stop()
 	for {
@@ -129,8 +136,13 @@ func (l *Lease) Keep(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if err := l.Renew(ctx); errors.Is(err, ErrLost) {
+			lapsed := !l.Valid()
+			err := l.Renew(ctx)
+			if errors.Is(err, ErrLost) {
 				return err
+			}
+			if err == nil && lapsed && regained != nil {
+				regained()
 			}
 		}
 	}

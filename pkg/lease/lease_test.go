@@ -16,6 +16,12 @@ import (
 
 func bucket(t *testing.T, ttl time.Duration) (context.Context, jetstream.KeyValue) {
 	t.Helper()
+	ctx, _, kv := bucketOn(t, ttl)
+	return ctx, kv
+}
+
+func bucketOn(t *testing.T, ttl time.Duration) (context.Context, jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, 30*time.Second)
@@ -23,7 +29,7 @@ func bucket(t *testing.T, ttl time.Duration) (context.Context, jetstream.KeyValu
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ctx, kv
+	return ctx, js, kv
 }
 
 // TestValidWhileKeepRenews: the scheduler asks Valid before every decision
@@ -40,7 +46,7 @@ func TestValidWhileKeepRenews(t *testing.T) {
 	}
 	keepCtx, stop := context.WithCancel(ctx)
 	kept := make(chan error, 1)
-	go func() { kept <- l.Keep(keepCtx) }()
+	go func() { kept <- l.Keep(keepCtx, nil) }()
 
 	// Two lease times of asking, from several goroutines at once: the
 	// lease is renewed every third of one, so it is valid throughout. They
@@ -103,5 +109,74 @@ func TestReleaseLetsAStandbyTakeOverAtOnce(t *testing.T) {
 	// The old owner finds out at its next renewal.
 	if err := l.Renew(ctx); !errors.Is(err, lease.ErrLost) {
 		t.Errorf("renewing a lease taken over: err = %v, want ErrLost", err)
+	}
+}
+
+// TestKeepSaysWhenTheLeaseIsValidAgain: renewals that fail for a while
+// (the bucket refuses every write, as a cluster does while it elects a
+// leader) leave the lease held but not valid, so its owner stops acting;
+// the first renewal that succeeds before it expired makes it valid again
+// and says so: RENT's scheduler is woken by it, and without it
+// waited for an event that only RENT would have appended.
+func TestKeepSaysWhenTheLeaseIsValidAgain(t *testing.T) {
+	t.Parallel()
+	// Renewed every 2 s, valid for 3 s after each, expired after 6 s: the
+	// gap below lasts from the lease's taking to a renewal 4 s after it.
+	const ttl = 6 * time.Second
+	ctx, js, kv := bucketOn(t, ttl)
+	l, err := lease.Acquire(ctx, kv, "leader.test", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setMaxMsgSize := func(size int32) {
+		t.Helper()
+		st, err := js.Stream(ctx, "KV_"+events.LeasesBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgSize = size
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every renewal fails now, and not as a lost lease: the value is
+	// larger than the bucket takes.
+	setMaxMsgSize(1)
+
+	regained := make(chan time.Time, 4)
+	keepCtx, stop := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- l.Keep(keepCtx, func() { regained <- time.Now() }) }()
+	defer func() {
+		stop()
+		if err := <-kept; err != nil {
+			t.Errorf("Keep: %v", err)
+		}
+	}()
+
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for l.Valid() {
+		select {
+		case <-regained:
+			t.Fatal("regained called while the lease was still valid")
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("the lease stayed valid with every renewal failing")
+		}
+	}
+	lapsedAt := time.Now()
+	setMaxMsgSize(-1)
+	select {
+	case at := <-regained:
+		if !l.Valid() {
+			t.Errorf("regained called at %s (%s after the lease lapsed) with the lease not valid",
+				at.Format(time.RFC3339Nano), at.Sub(lapsedAt))
+		}
+	case err := <-kept:
+		t.Fatalf("Keep ended instead of renewing: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the lease was renewed again, but regained was never called")
 	}
 }

@@ -476,7 +476,10 @@ func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue) {
 			s.obs.Leading(true)
 			s.log.Info("leading: this instance decides")
 			s.wake()
-			err = l.Keep(ctx)
+			// Woken when a renewal makes the lease valid again after a
+			// gap (a NATS server lost, a leader elected): decisions that
+			// the gap held back are made then, not at the next event.
+			err = l.Keep(ctx, s.wake)
 			s.mu.Lock()
 			s.leader = nil
 			s.mu.Unlock()

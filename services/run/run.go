@@ -297,7 +297,7 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 // the node cannot join again for a reason that does not pass by itself.
 func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
 	for {
-		err := l.Keep(ctx)
+		err := l.Keep(ctx, nil)
 		if ctx.Err() != nil {
 			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
