@@ -87,10 +87,14 @@ func (f *Follower) start() error {
 	}
 	cfg.Name = f.fixed
 	cons, err := f.js.CreateConsumer(ctx, events.Stream, cfg)
-	if f.fixed != "" && (errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse)) {
-		// Left behind, reading from elsewhere: replace it.
+	if f.fixed != "" && taken(err) {
+		// Left behind, reading from elsewhere: replace it. A deletion
+		// that fails says why (a timeout, when a server of the cluster
+		// was lost), not the conflict it was to resolve.
 		if derr := f.js.DeleteConsumer(ctx, events.Stream, f.fixed); derr == nil || errors.Is(derr, jetstream.ErrConsumerNotFound) {
 			cons, err = f.js.CreateConsumer(ctx, events.Stream, cfg)
+		} else {
+			err = fmt.Errorf("replace the consumer %s left behind: %w", f.fixed, derr)
 		}
 	}
 	if err != nil {
@@ -135,13 +139,29 @@ func sameSet(a, b []string) bool {
 	return len(a) > 0 && len(b) > 0 && within(a, b) && within(b, a)
 }
 
+// taken reports whether err says a consumer of the name asked for exists
+// with another configuration.
+func taken(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerExists) || errors.Is(err, jetstream.ErrConsumerNameAlreadyInUse)
+}
+
 // restart drops the current consumer and makes another from where the
 // reading is, trying again while it fails for a reason that passes, and
 // for a while while the stream is not found (a restarting cluster).
+//
+// A name still taken passes too: the consumer left behind under it is
+// deleted on the next try, where this one's deletion timed out or raced
+// with its making again (a cluster that has just lost a server). Given up
+// on, it stopped RENT for good: a standby exited in the cluster test with
+// "consumer already exists", and when the leader was killed later nobody
+// decided.
 func (f *Follower) restart() error {
 	f.drop()
 	var gone time.Time
 	return retry.Do(f.ctx, retry.Consumer, f.start, retry.If(func(err error) bool {
+		if taken(err) {
+			return true
+		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return retry.Transient(err)
 		}
