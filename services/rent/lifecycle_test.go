@@ -164,3 +164,98 @@ func TestRunMakesItsDeletedConsumerAgain(t *testing.T) {
 	}
 	waitFor(t, ctx, js, "job-2", events.TypeComputeHeld)
 }
+
+// TestALeaderWhoseLeaseLapsedDecidesWhenItIsRenewed: renewals of the
+// leader's lease fail for a while (the leases bucket refuses every write,
+// as a cluster does while it elects the bucket's leader), long enough that
+// the lease is no longer valid and the leader stops deciding. A job
+// submitted then waits. The next renewal, before the lease expired, makes
+// the leader valid again, and it must decide then: nothing else would
+// wake it, since the next event of the log is the one it appends. The
+// cluster test stood still for minutes so after a NATS server was killed.
+func TestALeaderWhoseLeaseLapsedDecidesWhenItIsRenewed(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	// Renewed every 3 s, valid for 4.5 s after each, expired after 9 s.
+	const ttl = 9 * time.Second
+	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeLease := func() {
+		t.Helper()
+		if _, err := kv.Put(ctx, "node.n1", []byte("boot-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMaxMsgSize := func(size int32) {
+		t.Helper()
+		st, err := js.Stream(ctx, "KV_"+events.LeasesBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgSize = size
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodeLease()
+	appendStep := appender(t, ctx, js)
+	appendStep(announce("n1", 4))
+	runRent(t, srv, js, "a")
+	leaderIs(t, ctx, kv, "a", 10*time.Second)
+	appendStep(submit("first", 1))
+	waitFor(t, ctx, js, "first", events.TypeComputeHeld)
+
+	// From the leader's last renewal on, every renewal fails (the value is
+	// larger than the bucket takes); the node's lease is fresh, and lasts
+	// past the gap.
+	nodeLease()
+	setMaxMsgSize(1)
+	for {
+		last, err := kv.Get(ctx, "leader.rent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Valid for half a lease time after the renewal was stored, by the
+		// leader's clock, which read it a little later: a margin.
+		select {
+		case <-time.After(time.Until(last.Created().Add(ttl/2 + 300*time.Millisecond))):
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		now, err := kv.Get(ctx, "leader.rent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now.Revision() == last.Revision() {
+			break // no renewal since: the lease is held and not valid
+		}
+	}
+
+	// The job comes while the leader may not decide; it has read it
+	// before the lease is renewed.
+	second := appendStep(submit("second", 1))
+	for {
+		c, err := js.Consumer(ctx, events.Stream, "rent-a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.CachedInfo().Delivered.Stream >= second.Seq {
+			break
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("RENT did not read the second job: %v", ctx.Err())
+		}
+	}
+	if got := (&fixture{ctx: ctx, js: js}).holds(t, "second"); len(got) != 0 {
+		t.Fatalf("second held while the leader's lease was not valid: %v", got)
+	}
+	setMaxMsgSize(-1)
+	waitFor(t, ctx, js, "second", events.TypeComputeHeld)
+}
