@@ -8,9 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -140,15 +138,6 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	return nil
 }
 
-// profilePath is where the CPU profile of what is named goes: nowhere if
-// no profile was asked for.
-func profilePath(profile, what string) string {
-	if profile == "" {
-		return ""
-	}
-	return profile + "." + what
-}
-
 // timeService is startService timed, in wall time and in the process's CPU
 // time, and profiled to profile if it is not "".
 func timeService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name string, log *slog.Logger, profile string) (stop func() error, took, cpu time.Duration, err error) {
@@ -160,23 +149,6 @@ func timeService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, nam
 	start, cpu0 := time.Now(), cpuTime()
 	stop, err = startService(ctx, nc, js, name, log)
 	return stop, time.Since(start), cpuTime() - cpu0, err
-}
-
-// startCPUProfile profiles the process's CPU to path until stop is
-// called; with no path, stop does nothing.
-func startCPUProfile(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("bench history: cpu profile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("bench history: cpu profile: %w", err)
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // liveHeap is the heap in use after a forced collection, and what of it

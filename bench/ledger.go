@@ -7,10 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
 	"slices"
 	"syscall"
 	"time"
@@ -77,15 +75,9 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		read, readTook.Round(time.Millisecond), readCPU.Seconds(), float64(read)/readTook.Seconds(), float64(readHeap())/(1<<20))
 
 	// The audit's replay, as `e31 audit` runs it.
-	if o.Profile != "" {
-		f, err := os.Create(o.Profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err := startCPUProfile(o.Profile)
+	if err != nil {
+		return err
 	}
 	heap := watchHeap()
 	// As `e31 audit` runs it (audit.TuneGC), and only while it runs.
@@ -95,14 +87,15 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	if err := au.ReadStream(ctx, js); err != nil {
 		heap()
 		restoreGC()
+		stopProfile()
 		return err
 	}
 	rep := au.Finish()
 	auditTook, auditCPU := time.Since(start), cpuTime()-cpu0
 	restoreGC()
 	auditHeap := heap()
+	stopProfile()
 	if o.Profile != "" {
-		pprof.StopCPUProfile()
 		// What the audit still holds at its end (the auditor is live).
 		if err := writeHeapProfile(o.Profile + ".heap"); err != nil {
 			return err
@@ -123,16 +116,11 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	runtime.GC()
 
 	// The ledger's rebuild from scratch, as on every start.
-	if o.Profile != "" {
-		f, err := os.Create(o.Profile + ".ledger")
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
+	stopProfile, err = startCPUProfile(profilePath(o.Profile, "ledger"))
+	if err != nil {
+		return err
 	}
+	defer stopProfile() // on the ways out before the rebuild is over
 	start, cpu0 = time.Now(), cpuTime()
 	svc, err := ledger.New(nc, js, ledger.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -151,9 +139,7 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		return ctx.Err()
 	}
 	rebuilt, rebuildCPU := time.Since(start), cpuTime()-cpu0
-	if o.Profile != "" {
-		pprof.StopCPUProfile()
-	}
+	stopProfile()
 	var info wire.LedgerInfo
 	err = askJSON(ctx, nc, wire.LedgerSubject(events.Operator, wire.EndpointHead), &info)
 	ledgerHead := info.Head.String()
@@ -245,20 +231,6 @@ func watchHeap() func() uint64 {
 		peak = max(peak, live())
 		return peak - min(base, peak)
 	}
-}
-
-// writeHeapProfile writes the live heap, after a collection, to path.
-func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	runtime.GC()
-	if err := pprof.WriteHeapProfile(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // askJSON asks a query endpoint, as the user its subject names, and

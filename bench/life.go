@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -175,15 +174,11 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
 			return lifeResult{}, err
 		}
-		f, err := os.Create(o.Profile)
+		stopProfile, err := startCPUProfile(o.Profile)
 		if err != nil {
 			return lifeResult{}, err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return lifeResult{}, err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	// Burst: everything at once, published in batches.
 	cpu0 := cpuTime()

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -191,20 +189,17 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		if err := writeAllocs(o.Profile + ".alloc0"); err != nil {
 			return err
 		}
-		f, err := os.Create(o.Profile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
 	}
+	stopProfile, err := startCPUProfile(o.Profile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	steady, err := wait(done, "deciding with a deep queue")
 	cpuPer := float64((cpuTime() - cpu0).Microseconds()) / float64(decisions)
 	passes := obs.passes.Load() - passes0
+	stopProfile()
 	if o.Profile != "" {
-		pprof.StopCPUProfile()
 		if err := writeAllocs(o.Profile + ".alloc"); err != nil {
 			return err
 		}
@@ -227,21 +222,6 @@ type passCounter struct{ passes atomic.Int64 }
 func (c *passCounter) Decided(time.Duration)  { c.passes.Add(1) }
 func (c *passCounter) Waiting(map[string]int) {}
 func (c *passCounter) Leading(bool)           {}
-
-// writeAllocs writes the allocation profile of the process so far.
-// It collects first: the profile is as of the last collection.
-func writeAllocs(path string) error {
-	runtime.GC()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
 
 // releaseHolds follows the holds and counts them. The first fill holds stay held;
 // every hold after that is released at once, in batches, so that RENT keeps

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,23 +22,20 @@ import (
 // Streams are every stream e31 keeps, the buckets included (a KV bucket is
 // the stream KV_<bucket>). Each submitter's data bucket is made when it is
 // first needed, with as many replicas as the event log.
-var Streams = []string{
-	events.Stream, events.PoisonStream, events.TimerStream,
-	"KV_" + events.LeasesBucket, "KV_" + events.LedgerBucket, "KV_" + events.RentBucket, "KV_" + events.OutputBucket, limits.Stream,
-}
+var Streams = append(slices.Clone(events.Streams), limits.Stream)
 
-// Provision creates the streams and buckets that are missing, as o says.
+// Provision creates the streams and buckets that are missing, as o says:
+// those every service sets up (events.Setup), OUTPUT's bucket, which
+// OUTPUT alone makes otherwise, and the limits' bucket.
 func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptions) error {
-	if err := retry.Do(ctx, retry.Setup, func() error { return events.Setup(ctx, js, o) }, retry.If(retry.Always)); err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
-	err := retry.Do(ctx, retry.Setup, func() error { _, err := events.OpenOutputBucket(ctx, js, o); return err }, retry.If(retry.Always))
-	if err != nil {
-		return fmt.Errorf("setup: %w", err)
-	}
-	err = retry.Do(ctx, retry.Setup, func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err }, retry.If(retry.Always))
-	if err != nil {
-		return fmt.Errorf("setup: %w", err)
+	for _, step := range []func() error{
+		func() error { return events.Setup(ctx, js, o) },
+		func() error { _, err := events.OpenBucket(ctx, js, events.OutputBucketConfig(o)); return err },
+		func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err },
+	} {
+		if err := retry.Do(ctx, retry.Setup, step, retry.If(retry.Always)); err != nil {
+			return fmt.Errorf("setup: %w", err)
+		}
 	}
 	return nil
 }

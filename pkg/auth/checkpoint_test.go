@@ -30,7 +30,7 @@ func TestOnlyTheServiceWritesItsCheckpoint(t *testing.T) {
 		kv, err := owner.KeyValue(ctx, c.bucket)
 		if c.service == auth.OutputService {
 			// Not made by events.Setup: OUTPUT makes it when it is missing.
-			kv, err = events.OpenOutputBucket(ctx, owner, events.StreamOptions{})
+			kv, err = events.OpenBucket(ctx, owner, events.OutputBucketConfig(events.StreamOptions{}))
 		}
 		if err != nil {
 			t.Fatalf("%s opens its bucket: %v", c.service, err)

@@ -210,7 +210,7 @@ func (g *grant) dataBuckets() {
 	g.pub(consume("*", true)...)
 	// Few subjects, as a node's credentials are near the 4 KiB a CONNECT
 	// may take: reading messages, and every consumer request.
-	ledger := kvStream(events.LedgerBucket)
+	ledger := events.KVStream(events.LedgerBucket)
 	g.deny(readMessages(ledger)...)
 	g.deny(jsAPI+"CONSUMER.*."+ledger, jsAPI+"CONSUMER.*."+ledger+".>")
 }
@@ -223,12 +223,8 @@ func streamPurge(stream string) string { return jsAPI + "STREAM.PURGE." + stream
 
 // systemStreams are e31's own streams, the buckets' included: every one
 // but the submitters' data buckets (OBJ_E31_DATA_<name>).
-var systemStreams = []string{
-	events.Stream, events.PoisonStream, events.TimerStream, limits.Stream,
-	kvStream(events.LeasesBucket), kvStream(events.LedgerBucket), kvStream(events.RentBucket), kvStream(events.OutputBucket),
-}
+var systemStreams = append(slices.Clone(events.Streams), limits.Stream)
 
-func kvStream(bucket string) string  { return "KV_" + bucket }
 func objStream(bucket string) string { return "OBJ_" + bucket }
 
 // readMessages is getting single messages of a stream: direct gets (last
@@ -262,7 +258,7 @@ func consume(stream string, deleteConsumers bool) []string {
 
 // kvRead is reading and watching a KV bucket.
 func kvRead(bucket string) []string {
-	s := kvStream(bucket)
+	s := events.KVStream(bucket)
 	return append(append([]string{streamInfo(s)}, readMessages(s)...), consume(s, true)...)
 }
 

@@ -32,15 +32,21 @@ type Mark struct {
 	From uint64 `json:"from"`
 }
 
-// LoadCheckpoint reads the checkpoint under key in kv into c, whose Mark
-// mark returns, and reports whether it may be started from: it is of this
+// mark is the Mark of a checkpoint that embeds one.
+func (m Mark) mark() Mark { return m }
+
+// marked is a checkpoint: what embeds a Mark.
+type marked interface{ mark() Mark }
+
+// LoadCheckpoint reads the checkpoint under key in kv into c (a pointer
+// to a service's checkpoint, which embeds a Mark), and reports whether it may be started from: it is of this
 // log, and its From is within it and past the first message. A missing key
 // is false, as is one that does not read or is of another log, which is
 // logged (what is made from the whole log instead: "the pool", say). made
 // is when the log was made, which the checkpoints written must say (see
 // KeepCheckpoint). Any checkpoint of this log is true, an older one too:
 // one a lagging replica answers with only costs more reading.
-func LoadCheckpoint[C any](ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, c *C, mark func(*C) Mark, log *slog.Logger, what string) (ok bool, made time.Time, err error) {
+func LoadCheckpoint(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, c marked, log *slog.Logger, what string) (ok bool, made time.Time, err error) {
 	stream, err := js.Stream(ctx, events.Stream)
 	if err != nil {
 		return false, time.Time{}, fmt.Errorf("the log: %w", err)
@@ -57,7 +63,7 @@ func LoadCheckpoint[C any](ctx context.Context, js jetstream.JetStream, kv jetst
 		log.Warn("the checkpoint does not read: "+what+" is made from the whole log", "err", err)
 		return false, info.Created, nil
 	}
-	if m := mark(c); !m.Log.Equal(info.Created) || m.From > info.State.LastSeq+1 || m.From <= 1 {
+	if m := c.mark(); !m.Log.Equal(info.Created) || m.From > info.State.LastSeq+1 || m.From <= 1 {
 		log.Warn("the checkpoint is not of this log: "+what+" is made from the whole log",
 			"checkpoint_log", m.Log, "log", info.Created, "from", m.From, "last", info.State.LastSeq)
 		return false, info.Created, nil

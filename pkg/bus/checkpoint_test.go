@@ -51,7 +51,7 @@ func TestACheckpointIsStartedFromOnlyIfItIsOfThisLog(t *testing.T) {
 	load := func(t *testing.T) (bool, testCheckpoint) {
 		t.Helper()
 		var c testCheckpoint
-		ok, gotMade, err := bus.LoadCheckpoint(ctx, js, kv, "checkpoint", &c, func(c *testCheckpoint) bus.Mark { return c.Mark }, slog.New(slog.DiscardHandler), "the test's projection")
+		ok, gotMade, err := bus.LoadCheckpoint(ctx, js, kv, "checkpoint", &c, slog.New(slog.DiscardHandler), "the test's projection")
 		if err != nil {
 			t.Fatal(err)
 		}

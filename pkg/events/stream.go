@@ -108,24 +108,36 @@ func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 	}
 }
 
-// RentBucketConfig is the configuration of RENT's bucket: one revision a
-// key, on disk, replicated as the log is.
-func RentBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      RentBucket,
-		Description: "e31 RENT: where a RENT that starts may begin to read the log",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(o.Replicas, 1),
-	}
+// KVStream is the stream behind the KV bucket named bucket, as nats.go
+// names it.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// Streams are the streams this package sets up or names, the buckets
+// included (a KV bucket is a stream, KVStream): with the limits' bucket
+// (pkg/limits), every stream of e31's own, all but the submitters' data
+// buckets. Provisioning raises their replicas, and no service but their
+// own may purge them.
+var Streams = []string{
+	Stream, PoisonStream, TimerStream,
+	KVStream(LeasesBucket), KVStream(LedgerBucket), KVStream(RentBucket), KVStream(OutputBucket),
 }
 
-// OutputBucketConfig is the configuration of OUTPUT's bucket: one
-// revision a key, on disk, replicated as the log is.
+// RentBucketConfig is the configuration of RENT's bucket.
+func RentBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return checkpointBucketConfig(RentBucket, "e31 RENT: where a RENT that starts may begin to read the log", o)
+}
+
+// OutputBucketConfig is the configuration of OUTPUT's bucket.
 func OutputBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
+	return checkpointBucketConfig(OutputBucket, "e31 OUTPUT: where an OUTPUT that starts may begin to read the log", o)
+}
+
+// checkpointBucketConfig is a service's bucket of checkpoints: one
+// revision a key, on disk, replicated as the log is.
+func checkpointBucketConfig(bucket, description string, o StreamOptions) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
-		Bucket:      OutputBucket,
-		Description: "e31 OUTPUT: where an OUTPUT that starts may begin to read the log",
+		Bucket:      bucket,
+		Description: description,
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(o.Replicas, 1),
@@ -139,7 +151,7 @@ func OutputBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 // as of are stored together or not at all.
 func LedgerBucketConfig(o StreamOptions) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:               "KV_" + LedgerBucket,
+		Name:               KVStream(LedgerBucket),
 		Description:        "e31 ledger: hold records of finished jobs and the checkpoint they are as of",
 		Subjects:           []string{"$KV." + LedgerBucket + ".>"},
 		Storage:            jetstream.FileStorage,
@@ -292,31 +304,31 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 		}
 	}
 	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o)} {
-		if _, err := js.KeyValue(ctx, cfg.Bucket); errors.Is(err, jetstream.ErrBucketNotFound) {
-			if _, err := js.CreateKeyValue(ctx, cfg); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-				return fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
-			}
-		} else if err != nil {
-			return fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
+		if _, err := OpenBucket(ctx, js, cfg); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// OpenOutputBucket finds OUTPUT's bucket, or makes it as o says. It is
-// apart from Setup, which every service runs: only OUTPUT needs the
-// bucket, and only OUTPUT (and the operator's setup) may make it, so a
-// deployment from before it had one runs on until OUTPUT starts.
-func OpenOutputBucket(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, OutputBucket)
+// OpenBucket finds the KV bucket cfg names, or makes it as cfg says if
+// there is none. It never changes a bucket that exists (see Setup), and
+// one made meanwhile by another is found.
+//
+// OUTPUT's bucket (OutputBucketConfig) is opened with it apart from
+// Setup, which every service runs: only OUTPUT needs that bucket, and
+// only OUTPUT (and the operator's setup) may make it, so a deployment
+// from before it had one runs on until OUTPUT starts.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, OutputBucketConfig(o))
+		kv, err = js.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, OutputBucket)
+			kv, err = js.KeyValue(ctx, cfg.Bucket)
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("set up bucket %s: %w", OutputBucket, err)
+		return nil, fmt.Errorf("set up bucket %s: %w", cfg.Bucket, err)
 	}
 	return kv, nil
 }

@@ -128,21 +128,8 @@ func TestKeepSaysWhenTheLeaseIsValidAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setMaxMsgSize := func(size int32) {
-		t.Helper()
-		st, err := js.Stream(ctx, "KV_"+events.LeasesBucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := st.CachedInfo().Config
-		cfg.MaxMsgSize = size
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Every renewal fails now, and not as a lost lease: the value is
-	// larger than the bucket takes.
-	setMaxMsgSize(1)
+	// Every renewal fails now, and not as a lost lease.
+	allowWrites := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
 
 	regained := make(chan time.Time, 4)
 	keepCtx, stop := context.WithCancel(ctx)
@@ -167,7 +154,7 @@ func TestKeepSaysWhenTheLeaseIsValidAgain(t *testing.T) {
 		}
 	}
 	lapsedAt := time.Now()
-	setMaxMsgSize(-1)
+	allowWrites()
 	select {
 	case at := <-regained:
 		if !l.Valid() {

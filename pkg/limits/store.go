@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
 )
 
 // Stream is the stream behind Bucket.
@@ -27,15 +29,9 @@ func BucketConfig(replicas int) jetstream.KeyValueConfig {
 // Setup returns the policy bucket, creating it if it is missing (with
 // replicas copies). It never changes a bucket that exists.
 func Setup(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, Bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, BucketConfig(replicas))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, Bucket)
-		}
-	}
+	kv, err := events.OpenBucket(ctx, js, BucketConfig(replicas))
 	if err != nil {
-		return nil, fmt.Errorf("limits: set up %s: %w", Bucket, err)
+		return nil, fmt.Errorf("limits: %w", err)
 	}
 	return kv, nil
 }

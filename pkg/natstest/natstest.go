@@ -87,3 +87,25 @@ func Context(tb testing.TB, d time.Duration) context.Context {
 	tb.Cleanup(cancel)
 	return ctx
 }
+
+// RefuseWrites makes stream refuse every message stored on it from now on
+// (no message fits its largest size, one byte), as a cluster answers every
+// write with an error while it elects the stream's leader, but without
+// losing anything: allow lets writes through again.
+func RefuseWrites(ctx context.Context, tb testing.TB, js jetstream.JetStream, stream string) (allow func()) {
+	tb.Helper()
+	setMaxMsgSize := func(size int32) {
+		tb.Helper()
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgSize = size
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	setMaxMsgSize(1)
+	return func() { setMaxMsgSize(-1) }
+}

@@ -101,7 +101,7 @@ const checkpointEvery = 30 * time.Second
 // was made, which the checkpoints it writes say.
 func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint64, made time.Time, err error) {
 	var c Checkpoint
-	ok, made, err := bus.LoadCheckpoint(ctx, s.js, kv, events.RentCheckpointKey, &c, func(c *Checkpoint) bus.Mark { return c.Mark }, s.log, "the pool")
+	ok, made, err := bus.LoadCheckpoint(ctx, s.js, kv, events.RentCheckpointKey, &c, s.log, "the pool")
 	if err != nil || !ok {
 		return 1, made, err
 	}

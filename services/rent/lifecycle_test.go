@@ -190,18 +190,6 @@ func TestALeaderWhoseLeaseLapsedDecidesWhenItIsRenewed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	setMaxMsgSize := func(size int32) {
-		t.Helper()
-		st, err := js.Stream(ctx, "KV_"+events.LeasesBucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := st.CachedInfo().Config
-		cfg.MaxMsgSize = size
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
 	nodeLease()
 	appendStep := appender(t, ctx, js)
 	appendStep(announce("n1", 4))
@@ -210,11 +198,10 @@ func TestALeaderWhoseLeaseLapsedDecidesWhenItIsRenewed(t *testing.T) {
 	appendStep(submit("first", 1))
 	waitFor(t, ctx, js, "first", events.TypeComputeHeld)
 
-	// From the leader's last renewal on, every renewal fails (the value is
-	// larger than the bucket takes); the node's lease is fresh, and lasts
-	// past the gap.
+	// From the leader's last renewal on, every renewal fails; the node's
+	// lease is fresh, and lasts past the gap.
 	nodeLease()
-	setMaxMsgSize(1)
+	allowWrites := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
 	for {
 		last, err := kv.Get(ctx, "leader.rent")
 		if err != nil {
@@ -256,6 +243,6 @@ func TestALeaderWhoseLeaseLapsedDecidesWhenItIsRenewed(t *testing.T) {
 	if got := (&fixture{ctx: ctx, js: js}).holds(t, "second"); len(got) != 0 {
 		t.Fatalf("second held while the leader's lease was not valid: %v", got)
 	}
-	setMaxMsgSize(-1)
+	allowWrites()
 	waitFor(t, ctx, js, "second", events.TypeComputeHeld)
 }

@@ -62,7 +62,7 @@ const checkpointEvery = 30 * time.Second
 // made, which the checkpoints it writes say.
 func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint64, made time.Time, err error) {
 	var c Checkpoint
-	ok, made, err := bus.LoadCheckpoint(ctx, s.js, kv, events.OutputCheckpointKey, &c, func(c *Checkpoint) bus.Mark { return c.Mark }, s.log, "retention's projection")
+	ok, made, err := bus.LoadCheckpoint(ctx, s.js, kv, events.OutputCheckpointKey, &c, s.log, "retention's projection")
 	if err != nil || !ok {
 		return 1, made, err
 	}

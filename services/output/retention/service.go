@@ -132,7 +132,7 @@ func (s *Service) ReadFrom() uint64 { return s.from.Load() }
 // handles the timers until ctx ends, or until one of them cannot go on:
 // the first to fail ends the others, and Run returns its error.
 func (s *Service) Run(ctx context.Context) error {
-	checkpoints, err := events.OpenOutputBucket(ctx, s.js, events.StreamOptions{})
+	checkpoints, err := events.OpenBucket(ctx, s.js, events.OutputBucketConfig(events.StreamOptions{}))
 	if err != nil {
 		return fmt.Errorf("retention: checkpoints: %w", err)
 	}
