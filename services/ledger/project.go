@@ -459,7 +459,7 @@ func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool, error) 
 	}
 	out := []*hold.HoldRecord{}
 	more := false
-	err := p.each(q.Submitter, q.After, func(e *entry) bool {
+	err := p.each(q.Submitter, q.After, limit+1, func(e *entry) bool {
 		if !p.matches(e, q) {
 			return true
 		}
@@ -481,8 +481,12 @@ func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool, error) 
 // such job), until fn returns false. With owner, it may leave out jobs
 // that are not owner's (it still calls fn with some that are not). The
 // stored jobs come first: every one of them was made before the last
-// flush, and every fresh one after it.
-func (p *Projection) each(owner, after string, fn func(e *entry) bool) error {
+// flush, and every fresh one after it. They are read chunk at a time
+// (what fn is likely to take: a page, and one more to tell whether more
+// follow), with one request for the entries of a chunk that are not in
+// memory, where one a job made a listing of every record a request a
+// record.
+func (p *Projection) each(owner, after string, chunk int, fn func(e *entry) bool) error {
 	start := 0
 	if i, ok := p.pos[after]; ok && after != "" {
 		start = i + 1
@@ -496,16 +500,18 @@ func (p *Projection) each(owner, after string, fn func(e *entry) bool) error {
 				afterKey = madeKey(e)
 			}
 		}
-		err := p.store.each(owner, afterKey, func(job string) (bool, error) {
-			e, err := p.lookup(job)
+		err := p.store.each(owner, afterKey, chunk, func(jobs []string) (bool, error) {
+			found, err := p.lookupMany(jobs)
 			if err != nil {
 				return false, err
 			}
-			if e == nil || e.Record == nil {
-				return true, nil
+			for _, job := range jobs {
+				if e := found[job]; e != nil && e.Record != nil && !fn(e) {
+					stopped = true
+					return false, nil
+				}
 			}
-			stopped = !fn(e)
-			return !stopped, nil
+			return true, nil
 		})
 		if err != nil || stopped {
 			return err
@@ -517,6 +523,33 @@ func (p *Projection) each(owner, after string, fn func(e *entry) bool) error {
 		}
 	}
 	return nil
+}
+
+// lookupMany is lookup of each of jobs, those not in memory read from the
+// store together (store.loadMany).
+func (p *Projection) lookupMany(jobs []string) (map[string]*entry, error) {
+	found := make(map[string]*entry, len(jobs))
+	var missing []string
+	for _, job := range jobs {
+		if e := p.jobs[job]; e != nil {
+			found[job] = e
+		} else if e, ok := p.prefetched[job]; ok {
+			found[job] = e
+		} else {
+			missing = append(missing, job)
+		}
+	}
+	if len(missing) == 0 || p.store == nil {
+		return found, nil
+	}
+	read, err := p.store.loadMany(missing)
+	if err != nil {
+		return nil, err
+	}
+	for job, e := range read {
+		found[job] = e
+	}
+	return found, nil
 }
 
 // Pending counts the records matching q (every page) that are not over:

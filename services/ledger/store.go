@@ -356,14 +356,22 @@ func madeKey(e *entry) string {
 }
 
 // each calls fn with the jobs of the index after the one of key after (from
-// the first if after is "" or not in the index), in order, until fn says
-// stop. With owner, only owner's and those whose first message named none.
-func (s *store) each(owner, after string, fn func(job string) (bool, error)) error {
-	ctx, cancel := s.call()
-	defer cancel()
+// the first if after is "" or not in the index), in order, up to chunk at a
+// time, until fn says stop. With owner, only owner's and those whose first
+// message named none.
+//
+// The index is read one key a request from the stream's leader
+// (bus.LeaderNext), each from where the last was: a consumer, or a batch,
+// would have the server count every index key after the start first, the
+// whole index again for every page of a listing (9 of the 40 seconds of
+// `e31 audit` over 118,000 jobs went to it), where one key at a time
+// costs what lies between two keys of the index.
+func (s *store) each(owner, after string, chunk int, fn func(jobs []string) (bool, error)) error {
 	from := uint64(1)
 	if after != "" {
+		ctx, cancel := s.call()
 		m, err := s.stream.GetLastMsgForSubject(ctx, s.prefix+after)
+		cancel()
 		switch {
 		case err == nil:
 			from = m.Sequence + 1
@@ -375,41 +383,52 @@ func (s *store) each(owner, after string, fn func(job string) (bool, error)) err
 	if owner != "" {
 		filters = []string{s.prefix + keyMade + owner + ".*", s.prefix + keyMade + noOwner + ".*"}
 	}
-	cons, err := s.js.OrderedConsumer(ctx, s.stream.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: filters, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
-	if err != nil {
-		return fmt.Errorf("read the index: %w", err)
-	}
-	if cons.CachedInfo().NumPending == 0 {
-		return nil
-	}
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(256))
-	if err != nil {
-		return fmt.Errorf("read the index: %w", err)
-	}
-	defer msgs.Stop()
+	// Each filter is read on its own; the index's order is the merge of
+	// the two by sequence. next[i] is filter i's next key (nil once read),
+	// done[i] says it has none left.
+	stream := s.stream.CachedInfo().Config.Name
+	next := make([]*jetstream.RawStreamMsg, len(filters))
+	done := make([]bool, len(filters))
 	base := s.base.Load()
+	jobs := make([]string, 0, chunk)
 	for {
-		m, err := msgs.Next()
-		if err != nil {
-			return fmt.Errorf("read the index: %w", err)
+		first := -1
+		for i, f := range filters {
+			if next[i] == nil && !done[i] {
+				ctx, cancel := s.call()
+				m, err := bus.LeaderNext(ctx, s.js, stream, f, from)
+				cancel()
+				switch {
+				case errors.Is(err, jetstream.ErrMsgNotFound):
+					done[i] = true
+				case err != nil:
+					return fmt.Errorf("read the index: %w", err)
+				default:
+					next[i] = m
+				}
+			}
+			if next[i] != nil && (first < 0 || next[i].Sequence < next[first].Sequence) {
+				first = i
+			}
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("read the index: %w", err)
-		}
-		if md.Sequence.Stream > base {
-			// Made by another instance past the base: the records this
-			// instance made since are its fresh ones, in memory.
-			return nil
-		}
-		subject := m.Subject()
-		more, err := fn(subject[strings.LastIndexByte(subject, '.')+1:])
-		if err != nil || !more {
+		// Made by another instance past the base: the records this
+		// instance made since are its fresh ones, in memory.
+		if first < 0 || next[first].Sequence > base {
+			if len(jobs) == 0 {
+				return nil
+			}
+			_, err := fn(jobs)
 			return err
 		}
-		if md.NumPending == 0 {
-			return nil
+		m := next[first]
+		next[first], from = nil, m.Sequence+1
+		jobs = append(jobs, m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+		if len(jobs) == chunk {
+			more, err := fn(jobs)
+			if err != nil || !more {
+				return err
+			}
+			jobs = jobs[:0]
 		}
 	}
 }
