@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -311,7 +313,9 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 			Error string `json:"error"`
 			Code  string `json:"code"`
 		}
-		if json.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
+		// Most replies are not busy: a page of records is up to a MiB,
+		// which need not be read twice to tell.
+		if bytes.Contains(m.Data, busyCode) && json.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
 			busy = fmt.Errorf("%w: %s", ErrBusy, head.Error)
 			return nil, busy
 		}
@@ -325,11 +329,16 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 	case err != nil:
 		return c.refused(gctx, subject, err)
 	}
-	if err := json.Unmarshal(m.Data, reply); err != nil {
+	// goccy/go-json reads what encoding/json does at about twice the
+	// speed: `e31 audit` and `e31 ledger` read every record of the ledger.
+	if err := gojson.Unmarshal(m.Data, reply); err != nil {
 		return fmt.Errorf("%s: bad reply: %w", subject, err)
 	}
 	return nil
 }
+
+// busyCode is in every busy reply (wire.CodeBusy, as encoded).
+var busyCode = []byte(`"code":"` + wire.CodeBusy + `"`)
 
 // ledger is the subject of one of the ledger's endpoints for the client's
 // user.

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
@@ -324,9 +325,11 @@ func (r *Request) Data() []byte { return r.msg.Data() }
 // SeesAll reports whether User is answered about every job (auth.SeesAll).
 func (r *Request) SeesAll() bool { return auth.SeesAll(r.User) }
 
-// Respond answers with v as JSON.
+// Respond answers with v as JSON. goccy/go-json writes what encoding/json
+// does at about twice the speed: a page of the ledger's records is up to a
+// MiB, and `e31 audit` asks for every one.
 func (r *Request) Respond(v any) {
-	b, err := json.Marshal(v)
+	b, err := gojson.Marshal(v)
 	if err != nil {
 		r.srv.log.Error("query: cannot encode a reply", "service", r.srv.cfg.Name, "subject", r.msg.Subject(), "err", err)
 		b, _ = json.Marshal(reply{Error: "the service could not encode its answer"})
