@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,18 +62,18 @@ func ledgerCmd(a *app) *cobra.Command {
 				case len(args) == 1:
 					return a.printOneRecord(ctx, c, args[0], o)
 				}
-				recs, behind, err := c.Records(ctx, o.q, true)
+				// Page by page, as the ledger answers: a history of a
+				// million jobs is printed as it comes, in a page's memory.
+				w := newRecordWriter(a.out, o)
+				behind, err := c.RecordPages(ctx, o.q, true, w.page)
 				if err != nil {
 					return err
 				}
-				a.noteBehind(behind, "these records may not show everything yet")
-				switch {
-				case o.asJSON:
-					return writeJSON(a.out, recs)
-				case o.asCSV:
-					return hold.WriteCSV(a.out, recs)
+				if err := w.end(); err != nil {
+					return err
 				}
-				return hold.WriteTable(a.out, recs)
+				a.noteBehind(behind, "these records may not show everything yet")
+				return nil
 			})
 		},
 	}
@@ -142,4 +145,72 @@ func (a *app) printTotals(ctx context.Context, c *client.Client, o ledgerOptions
 		return client.WriteTotalsCSV(a.out, totals)
 	}
 	return client.WriteTotalsTable(a.out, totals)
+}
+
+// recordWriter prints a listing of records a page at a time, in the form
+// the options ask for: the same bytes as printing them all at once.
+type recordWriter struct {
+	w       io.Writer
+	o       ledgerOptions
+	started bool
+}
+
+func newRecordWriter(w io.Writer, o ledgerOptions) *recordWriter {
+	return &recordWriter{w: w, o: o}
+}
+
+// page prints one page of records.
+func (r *recordWriter) page(recs []*hold.HoldRecord) error {
+	first := !r.started
+	r.started = true
+	switch {
+	case r.o.asJSON:
+		return writeJSONItems(r.w, recs, first)
+	case r.o.asCSV:
+		if first {
+			return hold.WriteCSV(r.w, recs)
+		}
+		return hold.WriteCSVBody(r.w, recs)
+	case first:
+		return hold.WriteTable(r.w, recs)
+	}
+	return hold.WriteTableBody(r.w, recs)
+}
+
+// end finishes the listing: a JSON array is closed, and an empty listing
+// is printed as one (an empty array, a header).
+func (r *recordWriter) end() error {
+	if !r.started {
+		return r.page(nil)
+	}
+	if r.o.asJSON {
+		_, err := io.WriteString(r.w, "\n]\n")
+		return err
+	}
+	return nil
+}
+
+// writeJSONItems writes records as items of the JSON array writeJSON
+// would write of all of them, opening it if first; recordWriter.end
+// closes it. An empty first page is the whole array: "[]".
+func writeJSONItems(w io.Writer, recs []*hold.HoldRecord, first bool) error {
+	if first && len(recs) == 0 {
+		return writeJSON(w, []*hold.HoldRecord{})
+	}
+	var b bytes.Buffer
+	for i, rec := range recs {
+		switch {
+		case first && i == 0:
+			b.WriteString("[\n  ")
+		default:
+			b.WriteString(",\n  ")
+		}
+		item, err := json.MarshalIndent(rec, "  ", "  ")
+		if err != nil {
+			return err
+		}
+		b.Write(item)
+	}
+	_, err := w.Write(b.Bytes())
+	return err
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/query/wire"
 )
@@ -34,11 +35,14 @@ func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, 
 		return nil, err
 	}
 	rep := au.Finish()
-	recs, err := c.AllRecords(ctx, wire.ListRequest{})
-	if err != nil {
+	// A page at a time: the audit then holds a page of the ledger's
+	// records, not all of them (a kilobyte or more each).
+	if _, err := c.RecordPages(ctx, wire.ListRequest{}, false, func(page []*hold.HoldRecord) error {
+		return au.Compare(ctx, c.js, page, false)
+	}); err != nil {
 		return nil, err
 	}
-	if err := au.Compare(ctx, c.js, recs, true); err != nil {
+	if err := au.Compare(ctx, c.js, nil, true); err != nil {
 		return nil, err
 	}
 	return rep, nil

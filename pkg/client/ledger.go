@@ -176,35 +176,53 @@ func (c *Client) AllRecords(ctx context.Context, q wire.ListRequest) ([]*hold.Ho
 // ledger that is still catching up answers with what it has, and Behind
 // says how far behind that is.
 func (c *Client) Records(ctx context.Context, q wire.ListRequest, partial bool) ([]*hold.HoldRecord, Behind, error) {
+	all := []*hold.HoldRecord{}
+	st, err := c.RecordPages(ctx, q, partial, func(page []*hold.HoldRecord) error {
+		all = append(all, page...)
+		return nil
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	return all, st, nil
+}
+
+// RecordPages is Records a page at a time: each page is handed to page as
+// it comes, and let go of after, so that what the caller holds is a page,
+// not every record of the history. An error from page ends it.
+func (c *Client) RecordPages(ctx context.Context, q wire.ListRequest, partial bool, page func([]*hold.HoldRecord) error) (Behind, error) {
 	seq, fresh, err := c.asOfNow(ctx)
 	if err != nil {
-		return nil, Behind{}, err
+		return Behind{}, err
 	}
 	q.MinSeq, q.Fresh = seq, fresh
 	st := Behind{Applied: seq, Last: seq}
-	all := []*hold.HoldRecord{}
 	for {
 		var reply wire.ListReply
 		if err := c.request(ctx, c.ledger(wire.EndpointList), q, &reply, 30*time.Second); err != nil {
-			return nil, st, err
+			return st, err
 		}
 		if reply.Error != "" {
-			return nil, st, kind(ErrInvalid, errors.New(reply.Error))
+			return st, kind(ErrInvalid, errors.New(reply.Error))
 		}
 		if reply.Applied < seq || reply.CatchingUp {
 			if !partial {
 				if reply.Applied < seq {
-					return nil, st, fmt.Errorf("the ledger is catching up: it has read the log up to #%d of #%d; try again", reply.Applied, seq)
+					return st, fmt.Errorf("the ledger is catching up: it has read the log up to #%d of #%d; try again", reply.Applied, seq)
 				}
-				return nil, st, errors.New("the ledger is catching up; try again")
+				return st, errors.New("the ledger is catching up; try again")
 			}
 			st.Applied, st.CatchingUp = min(st.Applied, reply.Applied), true
 			// Take what it has, without waiting again per page.
 			q.MinSeq, q.Fresh = 0, false
 		}
-		all = append(all, reply.Records...)
+		if len(reply.Records) > 0 {
+			if err := page(reply.Records); err != nil {
+				return st, err
+			}
+		}
 		if !reply.More || len(reply.Records) == 0 {
-			return all, st, nil
+			return st, nil
 		}
 		q.After = reply.Records[len(reply.Records)-1].Job
 	}

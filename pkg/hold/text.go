@@ -126,6 +126,17 @@ func WriteStderrTail(w io.Writer, job string, lines []string) error {
 func WriteTable(w io.Writer, recs []*HoldRecord) error {
 	p := &stickyWriter{w: w}
 	p.printf("%-36s  %-10s  %-15s  %-8s  %10s  %12s  %s\n", "JOB", "STATE", "OUTCOME", "NODE", "HELD_S", "CPU_CORE_S", "NAME")
+	if p.err != nil {
+		return p.err
+	}
+	return WriteTableBody(w, recs)
+}
+
+// WriteTableBody writes the lines of WriteTable's table without its
+// header: a table written a page at a time. Its columns have fixed widths,
+// so the pages line up.
+func WriteTableBody(w io.Writer, recs []*HoldRecord) error {
+	p := &stickyWriter{w: w}
 	for _, r := range recs {
 		p.printf("%-36s  %-10s  %-15s  %-8s  %10.3f  %12.3f  %s\n", r.Job, r.State, r.Outcome, r.Node, r.HeldSeconds, r.CPUCoreSeconds, r.Name)
 	}
@@ -144,6 +155,21 @@ var CSVColumns = []string{"job", "name", "submitter", "state", "outcome", "exit_
 // WriteCSV writes records as CSV under a header of CSVColumns: numbers
 // exact and as short as they go, times RFC 3339 in UTC.
 func WriteCSV(w io.Writer, recs []*HoldRecord) error {
+	return WriteCSVRows(w, CSVColumns, csvRows(recs))
+}
+
+// WriteCSVBody writes the rows of WriteCSV without its header: CSV
+// written a page at a time.
+func WriteCSVBody(w io.Writer, recs []*HoldRecord) error {
+	cw := csv.NewWriter(w)
+	if err := cw.WriteAll(csvRows(recs)); err != nil {
+		return err
+	}
+	return cw.Error()
+}
+
+// csvRows are records' CSV rows, in CSVColumns' order.
+func csvRows(recs []*HoldRecord) [][]string {
 	rows := make([][]string, 0, len(recs))
 	for _, r := range recs {
 		exit := ""
@@ -158,7 +184,7 @@ func WriteCSV(w io.Writer, recs []*HoldRecord) error {
 			CSVNumber(r.Usage.CPUSeconds), strconv.FormatInt(r.Usage.MaxRSSBytes, 10),
 			strconv.Itoa(r.Output.Files), strconv.FormatInt(r.Output.Bytes, 10), r.EventsDigest})
 	}
-	return WriteCSVRows(w, CSVColumns, rows)
+	return rows
 }
 
 // WriteCSVRows writes a header and its rows as CSV.

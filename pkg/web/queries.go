@@ -211,13 +211,15 @@ func (p *Page) runAudit(ctx context.Context, by string) {
 		res.Err = err.Error()
 		return
 	}
-	au := audit.New(audit.Options{LedgerHead: info.Head})
+	// Forget, and the ledger's records a page at a time: the page's audit
+	// then holds sums of each ended job's record and a page of the
+	// ledger's, not both records of every job of the history.
+	au := audit.New(audit.Options{LedgerHead: info.Head, Forget: true})
 	if err := au.ReadStream(ctx, p.js); err != nil {
 		res.Err = err.Error()
 		return
 	}
 	res.Report = au.Finish()
-	var all []*hold.HoldRecord
 	q := wire.ListRequest{MinSeq: info.Applied}
 	for {
 		var reply wire.ListReply
@@ -225,12 +227,15 @@ func (p *Page) runAudit(ctx context.Context, by string) {
 			res.Err = "the log was replayed, but the ledger's records could not be read to compare: " + err.Error()
 			return
 		}
-		all = append(all, reply.Records...)
-		if !reply.More || len(reply.Records) == 0 {
+		more := reply.More && len(reply.Records) > 0
+		if err := au.Compare(ctx, p.js, reply.Records, !more); err != nil {
+			res.Err = "the log was replayed, but a record that differs could not be read again from it: " + err.Error()
+			return
+		}
+		if !more {
 			break
 		}
 		q.After = reply.Records[len(reply.Records)-1].Job
 	}
-	res.Report.Compare(all, true)
 	res.Compared = true
 }
