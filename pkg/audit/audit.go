@@ -138,8 +138,6 @@ type tomb struct {
 	// requested says the job's first request came under its own id
 	// (events.ID), which a later request repeats.
 	requested bool
-	// matched says a ledger's record of the job was compared (Compare).
-	matched bool
 	// sums stand for the record let go of (Options.Forget), for Compare.
 	sums sums
 }

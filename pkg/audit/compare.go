@@ -283,14 +283,16 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 	}
 	open := a.openSeen
 	for _, l := range ledger {
+		// A tomb is let go of once its record is seen: those left at the
+		// end are the jobs the ledger has no record of. Stored again, it
+		// would be stored under l.Job, and keep the page it came in.
 		t, ended := a.ended[l.Job]
 		if ended {
-			t.matched = true
-			a.ended[l.Job] = t
+			delete(a.ended, l.Job)
 		}
 		_, isOpen := r.Records[l.Job]
 		if isOpen {
-			open[l.Job] = true
+			open[strings.Clone(l.Job)] = true
 		}
 		if n := len(l.Events); n > 0 && l.Events[n-1].Seq > r.LastSeq {
 			r.Moving++
@@ -326,10 +328,8 @@ func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []
 		return nil
 	}
 	var missing []string
-	for id, t := range a.ended {
-		if !t.matched {
-			missing = append(missing, id)
-		}
+	for id := range a.ended {
+		missing = append(missing, id)
 	}
 	for id := range r.Records {
 		if !open[id] {
