@@ -1,15 +1,21 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/exec"
 	"runtime"
 	"runtime/metrics"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +40,9 @@ type LedgerOptions struct {
 	Profile string
 	// Keep keeps the temporary directory.
 	Keep bool
+	// E31 is the e31 binary whose `e31 audit` is timed, in a process of
+	// its own, against the log and the rebuilt ledger.
+	E31 string
 }
 
 // Ledger writes o.Events synthetic but valid job events (about 8 a job:
@@ -143,6 +152,10 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	var info wire.LedgerInfo
 	err = askJSON(ctx, nc, wire.LedgerSubject(events.Operator, wire.EndpointHead), &info)
 	ledgerHead := info.Head.String()
+	var whole wholeAudit
+	if err == nil {
+		whole, err = auditWhole(ctx, o.E31, ls.srv.ClientURL())
+	}
 	stop()
 	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {
 		return rerr
@@ -161,10 +174,96 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	}
 	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
 	fmt.Fprintf(out, "ledger restart from its checkpoint: %s\n", restart.Round(time.Millisecond))
-	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f ledger_restart_s=%.3f cores=%d audit_heap_mib=%.1f\n",
+	fmt.Fprintf(out, "e31 audit in a process of its own, compared with the ledger's records: %s, %.1f MiB resident at most; %s\n",
+		whole.took.Round(time.Millisecond), float64(whole.rss)/(1<<20), whole.summary)
+	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f ledger_restart_s=%.3f cores=%d audit_heap_mib=%.1f whole_audit_s=%.3f whole_audit_rss_mib=%.1f\n",
 		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, rebuilt.Seconds(), float64(n)/rebuilt.Seconds(),
-		auditCPU.Seconds(), rebuildCPU.Seconds(), restart.Seconds(), runtime.NumCPU(), float64(auditHeap)/(1<<20))
+		auditCPU.Seconds(), rebuildCPU.Seconds(), restart.Seconds(), runtime.NumCPU(), float64(auditHeap)/(1<<20),
+		whole.took.Seconds(), float64(whole.rss)/(1<<20))
 	return nil
+}
+
+// wholeAudit is what one run of `e31 audit` took.
+type wholeAudit struct {
+	took    time.Duration
+	rss     int64 // the process's peak resident memory, bytes
+	summary string
+}
+
+// auditWhole runs `e31 audit` (the e31 binary at exe) in a process of its
+// own against the server at url, as an auditor does: the replay of the
+// log, then the comparison with every record the ledger has, which a
+// ledger must be running to answer. The comparison's cost grows with the
+// records, not with the log's events, so the replay's figures do not tell
+// it; and the process's peak memory is its own, where a heap measured in
+// this one would count the server's and the ledger's.
+func auditWhole(ctx context.Context, exe, url string) (wholeAudit, error) {
+	cmd := exec.CommandContext(ctx, exe, "audit", "--nats", url, "--json")
+	// No credentials: an embedded server without authentication takes the
+	// operator, and no e31 dev's may be picked up.
+	cmd.Env = append(os.Environ(), "E31_CREDS=", "E31_NATS=", "E31_LOG=warn", "XDG_CONFIG_HOME="+os.TempDir()+"/e31-bench-none")
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return wholeAudit{}, fmt.Errorf("bench ledger: %s audit: %w", exe, err)
+	}
+	// The process's own high-water mark, read as it runs: its rusage's
+	// would be this process's, which it was forked from (vfork shares the
+	// memory until exec, and the kernel keeps the larger of the two).
+	var rss atomic.Int64
+	stop, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if n, ok := highWater(cmd.Process.Pid); ok {
+				rss.Store(max(rss.Load(), n))
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
+	took := time.Since(start)
+	close(stop)
+	<-watched
+	var rep struct {
+		Events   int             `json:"events"`
+		Jobs     int             `json:"jobs"`
+		Compared int             `json:"compared"`
+		Findings []audit.Finding `json:"findings"`
+	}
+	if jerr := json.Unmarshal(out.Bytes(), &rep); jerr != nil || err != nil && len(rep.Findings) == 0 {
+		return wholeAudit{}, fmt.Errorf("bench ledger: %s audit: %v %v: %s", exe, err, jerr, bytes.TrimSpace(errOut.Bytes()))
+	}
+	if len(rep.Findings) > 0 {
+		f := rep.Findings[0]
+		return wholeAudit{}, fmt.Errorf("%w: bench ledger: e31 audit found %d things wrong, the first %s %s #%d: %s",
+			ErrFailed, len(rep.Findings), f.Kind, f.Job, f.Seq, f.Detail)
+	}
+	return wholeAudit{took: took, rss: rss.Load(),
+		summary: fmt.Sprintf("%d events, %d jobs, %d records compared, nothing found", rep.Events, rep.Jobs, rep.Compared)}, nil
+}
+
+// highWater is process pid's peak resident memory so far (VmHWM), in
+// bytes, and whether it could be read.
+func highWater(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if kib, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(kib), " kB"), 10, 64)
+			return n << 10, err == nil
+		}
+	}
+	return 0, false
 }
 
 // LedgerRestart starts a LEDGER over a log it has already folded in and

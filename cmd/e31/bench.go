@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"errors"
+	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -120,6 +122,11 @@ func benchLedgerCmd(a *app) *cobra.Command {
 			if err := o.Check(); err != nil {
 				return benchErr(err)
 			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("bench ledger: find this e31 binary, whose audit it times: %w", err)
+			}
+			o.E31 = exe
 			return benchErr(bench.Ledger(cmd.Context(), a.out, o))
 		},
 	}
