@@ -288,7 +288,7 @@ func (s *Service) applyBatch(xs []Prepared) error {
 	var prefetched map[string]*entry
 	if st != nil && len(missing) > 0 {
 		var err error
-		if prefetched, err = st.loadMany(missing); err != nil {
+		if prefetched, err = st.loadMany(missing, true); err != nil {
 			return err
 		}
 	}
@@ -375,7 +375,10 @@ func (s *Service) catchUp(r *query.Request, minSeq uint64, fresh bool, deadline 
 // failed answers a request whose handling failed: busy if a limit was
 // reached, else with the error in reply's Error.
 func failed[T any](r *query.Request, err error, reply func(msg string) T) {
-	if errors.Is(err, query.ErrBusy) {
+	// A conflict says another instance has written past this one's base:
+	// this one starts again from there at its next flush, and the asker,
+	// told it is busy, asks again (of whichever instance answers then).
+	if errors.Is(err, query.ErrBusy) || isConflict(err) {
 		r.Busy(err)
 		return
 	}
@@ -520,7 +523,7 @@ func (s *Service) serveList(r *query.Request) {
 	defer s.mu.Unlock()
 	recs, more, err := s.proj.List(q)
 	if err != nil {
-		r.Respond(wire.ListReply{Error: err.Error()})
+		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
 		return
 	}
 	reply := wire.ListReply{Records: recs, More: more, Applied: s.proj.Applied()}

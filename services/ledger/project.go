@@ -542,7 +542,7 @@ func (p *Projection) lookupMany(jobs []string) (map[string]*entry, error) {
 	if len(missing) == 0 || p.store == nil {
 		return found, nil
 	}
-	read, err := p.store.loadMany(missing)
+	read, err := p.store.loadMany(missing, false)
 	if err != nil {
 		return nil, err
 	}
