@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -186,7 +185,7 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 // wholeAudit is what one run of `e31 audit` took.
 type wholeAudit struct {
 	took    time.Duration
-	rss     int64 // the process's peak resident memory, bytes
+	rss     uint64 // the process's peak resident memory, bytes
 	summary string
 }
 
@@ -211,27 +210,10 @@ func auditWhole(ctx context.Context, exe, url string) (wholeAudit, error) {
 	// The process's own high-water mark, read as it runs: its rusage's
 	// would be this process's, which it was forked from (vfork shares the
 	// memory until exec, and the kernel keeps the larger of the two).
-	var rss atomic.Int64
-	stop, watched := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watched)
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if n, ok := highWater(cmd.Process.Pid); ok {
-				rss.Store(max(rss.Load(), n))
-			}
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	stopRSS := peakOf(20*time.Millisecond, func() uint64 { return highWater(cmd.Process.Pid) })
 	err := cmd.Wait()
 	took := time.Since(start)
-	close(stop)
-	<-watched
+	rss := stopRSS()
 	var rep struct {
 		Events   int             `json:"events"`
 		Jobs     int             `json:"jobs"`
@@ -246,24 +228,24 @@ func auditWhole(ctx context.Context, exe, url string) (wholeAudit, error) {
 		return wholeAudit{}, fmt.Errorf("%w: bench ledger: e31 audit found %d things wrong, the first %s %s #%d: %s",
 			ErrFailed, len(rep.Findings), f.Kind, f.Job, f.Seq, f.Detail)
 	}
-	return wholeAudit{took: took, rss: rss.Load(),
+	return wholeAudit{took: took, rss: rss,
 		summary: fmt.Sprintf("%d events, %d jobs, %d records compared, nothing found", rep.Events, rep.Jobs, rep.Compared)}, nil
 }
 
 // highWater is process pid's peak resident memory so far (VmHWM), in
-// bytes, and whether it could be read.
-func highWater(pid int) (int64, bool) {
+// bytes; 0 if it cannot be read (the process is gone).
+func highWater(pid int) uint64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, false
+		return 0
 	}
 	for line := range strings.Lines(string(b)) {
 		if kib, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(kib), " kB"), 10, 64)
-			return n << 10, err == nil
+			n, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(kib), " kB"), 10, 64)
+			return n << 10
 		}
 	}
-	return 0, false
+	return 0
 }
 
 // LedgerRestart starts a LEDGER over a log it has already folded in and
@@ -308,27 +290,38 @@ func watchHeap() func() uint64 {
 		metrics.Read(sample)
 		return sample[0].Value.Uint64()
 	}
-	base, peak := live(), uint64(0)
-	stop, done := make(chan struct{}), make(chan struct{})
+	base := live()
+	stop := peakOf(10*time.Millisecond, live)
+	return func() uint64 {
+		peak := stop()
+		runtime.GC()
+		peak = max(peak, live())
+		return peak - min(base, peak)
+	}
+}
+
+// peakOf samples read every interval until the function it returns is
+// called, which returns the most read gave.
+func peakOf(every time.Duration, read func() uint64) (stop func() uint64) {
+	var peak uint64
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(10 * time.Millisecond)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
-			peak = max(peak, live())
+			peak = max(peak, read())
 			select {
-			case <-stop:
+			case <-quit:
 				return
 			case <-tick.C:
 			}
 		}
 	}()
 	return func() uint64 {
-		close(stop)
+		close(quit)
 		<-done
-		runtime.GC()
-		peak = max(peak, live())
-		return peak - min(base, peak)
+		return peak
 	}
 }
 

@@ -315,7 +315,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 		}
 		// Most replies are not busy: a page of records is up to a MiB,
 		// which need not be read twice to tell.
-		if bytes.Contains(m.Data, busyCode) && json.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
+		if bytes.Contains(m.Data, busyCode) && gojson.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
 			busy = fmt.Errorf("%w: %s", ErrBusy, head.Error)
 			return nil, busy
 		}

@@ -90,9 +90,7 @@ func isWrongSequence(err error) bool {
 // within the last half of its TTL, so it cannot have expired yet.
 // It is safe to call concurrently with Renew and Keep.
 func (l *Lease) Valid() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return time.Since(l.renewed) < l.ttl/2
+	return time.Since(l.renewedAt()) < l.ttl/2
 }
 
 // revision is the key's revision as of the last renewal.
@@ -122,18 +120,13 @@ func (l *Lease) Renew(ctx context.Context) error {
 // briefly away) is retried at the next tick; once the lease has expired
 // meanwhile, the next renewal reports it lost.
 //
-// A renewal that fails long enough leaves the lease held but not Valid,
-// and its owner stops acting; one that then succeeds before the lease
-// expired makes it Valid again, and calls regained (if not nil): an owner
-// that acts only when something wakes it (RENT's scheduler, woken by the
-// log) must be woken then, or it waits for an event that only it would
-// append. The cluster test stood still so when a NATS server was killed.
-//
-// Whether the lease lapsed is told by the renewal's end, not by the tick:
-// a renewal that waits several seconds on a server that was just lost
-// starts with the lease valid and ends, successful, with a gap behind it
-// in which the owner stopped acting. Told at the tick, that gap called no
-// regained, and the cluster test's scheduler stood still again.
+// A renewal that succeeds half a TTL or more after the last one ends a gap
+// in which the lease was held but not Valid and its owner did not act:
+// the renewals failed meanwhile, or this one waited seconds on a NATS
+// server just lost. Keep then calls regained (if not nil): an owner that
+// acts only when something wakes it (RENT's scheduler, woken by the log)
+// must be woken then, or it waits for an event that only it would append.
+// The cluster test stood still so when a NATS server was killed.
 func (l *Lease) Keep(ctx context.Context, regained func()) error {
 	tick := time.NewTicker(l.ttl / 3)
 	defer tick.Stop()

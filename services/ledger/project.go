@@ -102,16 +102,20 @@ func (p *Projection) Applied() uint64 { return p.applied }
 // lookup finds a job: in memory, else in the store; nil if the log has no
 // message of it.
 func (p *Projection) lookup(job string) (*entry, error) {
-	if e := p.jobs[job]; e != nil {
-		return e, nil
-	}
-	if p.store == nil {
-		return nil, nil
-	}
-	if e, ok := p.prefetched[job]; ok {
+	if e, ok := p.inMemory(job); ok || p.store == nil {
 		return e, nil
 	}
 	return p.store.load(job)
+}
+
+// inMemory is job's entry if this instance holds it (changed since the
+// last flush, or read for the batch being applied), and whether it does.
+func (p *Projection) inMemory(job string) (*entry, bool) {
+	if e := p.jobs[job]; e != nil {
+		return e, true
+	}
+	e, ok := p.prefetched[job]
+	return e, ok
 }
 
 // Record returns the record of a job, or nil (also when the store could
@@ -531,9 +535,7 @@ func (p *Projection) lookupMany(jobs []string) (map[string]*entry, error) {
 	found := make(map[string]*entry, len(jobs))
 	var missing []string
 	for _, job := range jobs {
-		if e := p.jobs[job]; e != nil {
-			found[job] = e
-		} else if e, ok := p.prefetched[job]; ok {
+		if e, ok := p.inMemory(job); ok {
 			found[job] = e
 		} else {
 			missing = append(missing, job)
