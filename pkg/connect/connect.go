@@ -100,9 +100,22 @@ func SecurityOptions(cfg Config) ([]nats.Option, error) {
 	return opts, nil
 }
 
+// PublishWait is how long an async publish waits for its ack: far past
+// what a store takes under load (milliseconds, seconds in a burst of
+// thousands), short enough that a lost ack stalls no service for long.
+const PublishWait = 30 * time.Second
+
 // Ready returns a JetStream handle once the server answers JetStream calls.
+//
+// Its async publishes give up after PublishWait. Without a timeout of its
+// own (nats.go sets none), a publish whose ack was lost with a stream
+// leader (a NATS server killed with it in flight) waited for ever, and so
+// did whatever waited on it: RENT's scheduler, appending its decisions,
+// stood still and logged nothing. Given up on, the append fails, is tried
+// again, and the event's deterministic id makes a second store of it a
+// duplicate.
 func Ready(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) {
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishWait))
 	if err != nil {
 		return nil, err
 	}
