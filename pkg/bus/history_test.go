@@ -532,6 +532,59 @@ func TestLeaderLastIsTheNewestMessageOnItsSubject(t *testing.T) {
 	}
 }
 
+// TestStepperWalksAFilterInOrder: a Stepper hands the messages on a
+// filter one at a time, each the first at or after the sequence asked,
+// headers included, and says none (ErrMsgNotFound) past the last, where a
+// message on another subject is no answer.
+func TestStepperWalksAFilterInOrder(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 30*time.Second)
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []uint64
+	for _, key := range []string{"node.a", "other.x", "node.b", "node.c", "other.y"} {
+		rev, err := kv.Put(ctx, key, []byte(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(key, "node.") {
+			want = append(want, rev)
+		}
+	}
+	stream, filter := "KV_"+events.LeasesBucket, "$KV."+events.LeasesBucket+".node.*"
+	step, err := bus.NewStepper(ctx, js, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Close()
+	var got []uint64
+	from := uint64(1)
+	for {
+		m, err := step.Next(filter, from)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("step from #%d: %v", from, err)
+		}
+		if !strings.HasPrefix(m.Subject, "$KV."+events.LeasesBucket+".node.") {
+			t.Errorf("step from #%d gave %s", from, m.Subject)
+		}
+		if string(m.Data) != strings.TrimPrefix(m.Subject, "$KV."+events.LeasesBucket+".") {
+			t.Errorf("#%d %s holds %q", m.Sequence, m.Subject, m.Data)
+		}
+		got = append(got, m.Sequence)
+		from = m.Sequence + 1
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("walked #%v; want #%v", got, want)
+	}
+}
+
 // TestLastOfReadsManyKeysInOneRequest: the last message of each subject
 // asked, in stream order and as stored (a deletion's marker too, the
 // server's headers gone), none for a subject without one; an answer the

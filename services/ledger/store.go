@@ -371,12 +371,14 @@ func madeKey(e *entry) string {
 // time, until fn says stop. With owner, only owner's and those whose first
 // message named none.
 //
-// The index is read one key a request from the stream's leader
-// (bus.LeaderNext), each from where the last was: a consumer, or a batch,
-// would have the server count every index key after the start first, the
-// whole index again for every page of a listing (9 of the 40 seconds of
-// `e31 audit` over 118,000 jobs went to it), where one key at a time
-// costs what lies between two keys of the index.
+// The index is read one key a request (bus.Stepper), each from where the
+// last was: a consumer, or a batch, would have the server count every
+// index key after the start first, the whole index again for every page
+// of a listing (9 of the 40 seconds of `e31 audit` over 118,000 jobs went
+// to it), where one key at a time costs what lies between two keys of the
+// index. An index key is written once and never changed, so a replica
+// that lags can only have fewer of them, at the end, and the Stepper asks
+// the leader there.
 func (s *store) each(owner, after string, chunk int, fn func(jobs []string) (bool, error)) error {
 	from := uint64(1)
 	if after != "" {
@@ -397,7 +399,13 @@ func (s *store) each(owner, after string, chunk int, fn func(jobs []string) (boo
 	// Each filter is read on its own; the index's order is the merge of
 	// the two by sequence. next[i] is filter i's next key (nil once read),
 	// done[i] says it has none left.
-	stream := s.stream.CachedInfo().Config.Name
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	step, err := bus.NewStepper(ctx, s.js, s.stream.CachedInfo().Config.Name)
+	if err != nil {
+		return fmt.Errorf("read the index: %w", err)
+	}
+	defer step.Close()
 	next := make([]*jetstream.RawStreamMsg, len(filters))
 	done := make([]bool, len(filters))
 	base := s.base.Load()
@@ -406,9 +414,7 @@ func (s *store) each(owner, after string, chunk int, fn func(jobs []string) (boo
 		first := -1
 		for i, f := range filters {
 			if next[i] == nil && !done[i] {
-				ctx, cancel := s.call()
-				m, err := bus.LeaderNext(ctx, s.js, stream, f, from)
-				cancel()
+				m, err := step.Next(f, from)
 				switch {
 				case errors.Is(err, jetstream.ErrMsgNotFound):
 					done[i] = true
