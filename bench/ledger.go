@@ -34,8 +34,9 @@ type LedgerOptions struct {
 	// Events is the number of synthetic events written.
 	Events int
 	// Profile, if set, is where CPU profiles of the audit's replay (and of
-	// the ledger's rebuild, in PROFILE.ledger) are written, and the heap
-	// the audit holds at its end (PROFILE.heap).
+	// the ledger's rebuild, in PROFILE.ledger, and of this process while
+	// e31 audit runs, in PROFILE.whole) are written, and the heap the
+	// audit holds at its end (PROFILE.heap).
 	Profile string
 	// Keep keeps the temporary directory.
 	Keep bool
@@ -153,7 +154,13 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	ledgerHead := info.Head.String()
 	var whole wholeAudit
 	if err == nil {
-		whole, err = auditWhole(ctx, o.E31, ls.srv.ClientURL())
+		// The comparison's cost is mostly the ledger's, answering its
+		// listing: it is profiled here, with the server.
+		var stopWhole func()
+		if stopWhole, err = startCPUProfile(profilePath(o.Profile, "whole")); err == nil {
+			whole, err = auditWhole(ctx, o.E31, ls.srv.ClientURL())
+			stopWhole()
+		}
 	}
 	stop()
 	if rerr := <-done; rerr != nil && !errors.Is(rerr, context.Canceled) {
@@ -173,8 +180,8 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	}
 	fmt.Fprintf(out, "the ledger and the audit agree on the chain head %s\n", auditHead)
 	fmt.Fprintf(out, "ledger restart from its checkpoint: %s\n", restart.Round(time.Millisecond))
-	fmt.Fprintf(out, "e31 audit in a process of its own, compared with the ledger's records: %s, %.1f MiB resident at most; %s\n",
-		whole.took.Round(time.Millisecond), float64(whole.rss)/(1<<20), whole.summary)
+	fmt.Fprintf(out, "e31 audit in a process of its own, compared with the ledger's records: %s (%.1f cpu-seconds, and %.1f of the server and the ledger answering it), %.1f MiB resident at most; %s\n",
+		whole.took.Round(time.Millisecond), whole.cpu.Seconds(), whole.served.Seconds(), float64(whole.rss)/(1<<20), whole.summary)
 	fmt.Fprintf(out, "bench-ledger events=%d jobs=%d write_per_s=%.0f read_only_per_s=%.0f audit_s=%.3f audit_per_s=%.0f ledger_rebuild_s=%.3f ledger_per_s=%.0f audit_cpu_s=%.2f ledger_cpu_s=%.2f ledger_restart_s=%.3f cores=%d audit_heap_mib=%.1f whole_audit_s=%.3f whole_audit_rss_mib=%.1f\n",
 		n, jobs, float64(n)/wrote.Seconds(), float64(read)/readTook.Seconds(), auditTook.Seconds(), auditRate, rebuilt.Seconds(), float64(n)/rebuilt.Seconds(),
 		auditCPU.Seconds(), rebuildCPU.Seconds(), restart.Seconds(), runtime.NumCPU(), float64(auditHeap)/(1<<20),
@@ -184,9 +191,13 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 
 // wholeAudit is what one run of `e31 audit` took.
 type wholeAudit struct {
-	took    time.Duration
-	rss     uint64 // the process's peak resident memory, bytes
-	summary string
+	took time.Duration
+	rss  uint64 // the process's peak resident memory, bytes
+	// cpu is the process's CPU time (user and system); served is this
+	// process's meanwhile: the server reading the log and the bucket for
+	// it, and the ledger answering its listing.
+	cpu, served time.Duration
+	summary     string
 }
 
 // auditWhole runs `e31 audit` (the e31 binary at exe) in a process of its
@@ -203,16 +214,20 @@ func auditWhole(ctx context.Context, exe, url string) (wholeAudit, error) {
 	cmd.Env = append(os.Environ(), "E31_CREDS=", "E31_NATS=", "E31_LOG=warn", "XDG_CONFIG_HOME="+os.TempDir()+"/e31-bench-none")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	if err := cmd.Start(); err != nil {
 		return wholeAudit{}, fmt.Errorf("bench ledger: %s audit: %w", exe, err)
 	}
 	// The process's own high-water mark, read as it runs: its rusage's
 	// would be this process's, which it was forked from (vfork shares the
-	// memory until exec, and the kernel keeps the larger of the two).
-	stopRSS := peakOf(20*time.Millisecond, func() uint64 { return highWater(cmd.Process.Pid) })
+	// memory until exec, and the kernel keeps the larger of the two). A
+	// high-water mark only grows, so a read now and then misses only what
+	// the last moments added; a read of /proc/<pid>/status costs about a
+	// millisecond of this process, which the audit would share the cores
+	// with at every 20 ms.
+	stopRSS := peakOf(100*time.Millisecond, func() uint64 { return highWater(cmd.Process.Pid) })
 	err := cmd.Wait()
-	took := time.Since(start)
+	took, served := time.Since(start), cpuTime()-cpu0
 	rss := stopRSS()
 	var rep struct {
 		Events   int             `json:"events"`
@@ -228,7 +243,7 @@ func auditWhole(ctx context.Context, exe, url string) (wholeAudit, error) {
 		return wholeAudit{}, fmt.Errorf("%w: bench ledger: e31 audit found %d things wrong, the first %s %s #%d: %s",
 			ErrFailed, len(rep.Findings), f.Kind, f.Job, f.Seq, f.Detail)
 	}
-	return wholeAudit{took: took, rss: rss,
+	return wholeAudit{took: took, rss: rss, served: served, cpu: cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(),
 		summary: fmt.Sprintf("%d events, %d jobs, %d records compared, nothing found", rep.Events, rep.Jobs, rep.Compared)}, nil
 }
 
