@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
@@ -195,5 +198,33 @@ func TestAppendBatchReportsEachResult(t *testing.T) {
 	}
 	if errs[1] != nil || envs[1].Seq == 0 {
 		t.Errorf("new job: %v, seq %d", errs[1], envs[1].Seq)
+	}
+}
+
+// TestALostAckFailsTheAppend: a publish whose ack never comes (here a
+// subscriber that is no stream takes it and answers nothing, as a stream
+// leader lost with the publish in flight leaves it) fails the append once
+// the handle's async publish timeout has passed, which connect.Ready sets
+// for every service (connect.PublishWait). Without one, nats.go waits for
+// the ack for ever, and the append for its context: for RENT's scheduler,
+// its whole life, silent.
+func TestALostAckFailsTheAppend(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := srv.Conn(t)
+	if _, err := nc.Subscribe("e31.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := bus.NewPublisher(js, "e31/test", nil)
+	// The context outlives the test's patience: only the timeout ends the
+	// wait in time.
+	ctx := natstest.Context(t, 10*time.Minute)
+	_, errs := pub.AppendBatch(ctx, []bus.Pending{{Subject: "job-1", Event: submitted()}})
+	if !errors.Is(errs[0], jetstream.ErrAsyncPublishTimeout) {
+		t.Fatalf("append with its ack lost: %v; want %v", errs[0], jetstream.ErrAsyncPublishTimeout)
 	}
 }
