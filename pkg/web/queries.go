@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -26,7 +29,11 @@ const askTimeout = 3 * time.Second
 
 // ask sends req to subject and decodes the answer into reply. The page asks
 // as its own user (the operator or the auditor), who is answered about
-// every job; it shows each viewer only its part.
+// every job; it shows each viewer only its part. A service that answers
+// busy (at one of its limits, or a ledger that must start again from
+// another instance's checkpoint) is asked again, with backoff, until
+// askTimeout: the page's own refreshes ask the same services at the same
+// time, and a page of records is a question like any other.
 func (p *Page) ask(ctx context.Context, subject string, req, reply any) error {
 	b, err := json.Marshal(req)
 	if err != nil {
@@ -34,24 +41,43 @@ func (p *Page) ask(ctx context.Context, subject string, req, reply any) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	m, err := p.js.Conn().RequestWithContext(ctx, subject, b)
-	if errors.Is(err, nats.ErrNoResponders) {
+	var busy string
+	m, err := backoff.Retry(ctx, func() (*nats.Msg, error) {
+		m, err := p.js.Conn().RequestWithContext(ctx, subject, b)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		var head struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		// A page of records is up to a MiB: it is read twice only if it
+		// may be an error.
+		if bytes.Contains(m.Data, errorKey) && gojson.Unmarshal(m.Data, &head) == nil && head.Error != "" {
+			if head.Code == wire.CodeBusy {
+				busy = head.Error
+				return nil, errors.New(busy)
+			}
+			return nil, backoff.Permanent(errors.New(head.Error))
+		}
+		return m, nil
+	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("nothing answers %s: is the service running?", subject)
-	}
-	if err != nil {
+	case err != nil && busy != "" && ctx.Err() != nil:
+		return fmt.Errorf("%s: busy for %s: %s", subject, askTimeout, busy)
+	case err != nil:
 		return fmt.Errorf("%s: %w", subject, err)
 	}
-	var head struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal(m.Data, &head) == nil && head.Error != "" {
-		return fmt.Errorf("%s: %s", subject, head.Error)
-	}
-	if err := json.Unmarshal(m.Data, reply); err != nil {
+	if err := gojson.Unmarshal(m.Data, reply); err != nil {
 		return fmt.Errorf("%s: bad answer: %w", subject, err)
 	}
 	return nil
 }
+
+// errorKey is in every answer that is an error.
+var errorKey = []byte(`"error":`)
 
 // user is who the page asks as.
 func (p *Page) user() string { return cmpOr(p.cfg.AskAs, events.Operator) }
@@ -220,7 +246,9 @@ func (p *Page) runAudit(ctx context.Context, by string) {
 		return
 	}
 	res.Report = au.Finish()
-	q := wire.ListRequest{MinSeq: info.Applied}
+	// As of what the replay read: a record the ledger had not yet brought
+	// that far would differ from the rebuilt one for no fault of its own.
+	q := wire.ListRequest{MinSeq: res.Report.LastSeq}
 	for {
 		var reply wire.ListReply
 		if err := p.ask(ctx, wire.LedgerSubject(p.user(), wire.EndpointList), q, &reply); err != nil {
