@@ -46,7 +46,7 @@ func auditCmd(a *app) *cobra.Command {
 					return usageErr("--from: %v", err)
 				}
 				defer f.Close()
-				au := audit.New(audit.Options{Heads: heads, Forget: records == ""})
+				au := audit.New(audit.Options{Heads: heads, Forget: records == "", Progress: countsFor(a.errOut)})
 				if err := au.ReadExport(f); err != nil {
 					var bad *audit.ExportError
 					if errors.As(err, &bad) {
@@ -80,7 +80,7 @@ func auditCmd(a *app) *cobra.Command {
 						})
 					}
 					var err error
-					rep, err = c.Audit(ctx, heads)
+					rep, err = c.AuditShowing(ctx, heads, countsFor(a.errOut))
 					return err
 				})
 				if every > 0 || err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -420,6 +421,17 @@ output: [{path: x, required: false}]
 	if code != 0 || !strings.Contains(out, "audit passed") {
 		t.Fatalf("e31 audit: exit %d\n%s", code, out)
 	}
+	// What `e31 audit` shows on a terminal as it goes: the log's messages
+	// read, then the ledger's records compared, one for each job.
+	var p phases
+	rep, err := ts.client("auditor").AuditShowing(context.Background(), nil, &p)
+	if err != nil || !rep.OK() {
+		t.Fatalf("audit showing its progress: %v %v", err, rep)
+	}
+	if want := []string{"reading the log", "comparing with the ledger"}; !slices.Equal(p.labels, want) ||
+		p.totals[0] < int64(rep.Events) || p.added[1] != int64(len(ids)) || p.totals[1] != int64(len(ids)) || p.done != 2 {
+		t.Errorf("progress of an audit of %d events and %d jobs: %+v", rep.Events, len(ids), p)
+	}
 	// The records account for every job, and nothing is held any more.
 	out, _, _ = ts.cliAs("auditor", "ledger", "--json")
 	var recs []hold.HoldRecord
@@ -440,6 +452,19 @@ output: [{path: x, required: false}]
 		t.Fatalf("e31 audit --from: exit %d\n%s", code, out)
 	}
 }
+
+// phases records the phases of a piece of work that tells its progress.
+type phases struct {
+	labels        []string
+	totals, added []int64
+	done          int
+}
+
+func (p *phases) Start(total int64, label string) {
+	p.labels, p.totals, p.added = append(p.labels, label), append(p.totals, total), append(p.added, 0)
+}
+func (p *phases) Add(n int64) { p.added[len(p.added)-1] += n }
+func (p *phases) Done()       { p.done++ }
 
 // execute3 runs the CLI with no server at all.
 func execute3(args ...string) (string, string, int) {

@@ -92,6 +92,19 @@ type Options struct {
 	// Records then holds only the jobs still open at the end: compare
 	// with Auditor.Compare, not Report.Compare.
 	Forget bool
+	// Progress, if set, is told how far the reading has come, in messages
+	// (ReadStream, ReadExport): an audit of a long history takes minutes.
+	Progress Progress
+}
+
+// Progress is told how far a long piece of work has come: Start opens a
+// phase of total steps (0 if not known) named by label, Add counts steps
+// done, Done closes it. Its methods are called from one goroutine at a
+// time. `e31 audit` shows it as a bar on a terminal.
+type Progress interface {
+	Start(total int64, label string)
+	Add(n int64)
+	Done()
 }
 
 // Auditor follows the log one message at a time, in log order. It holds

@@ -96,6 +96,10 @@ func (a *Auditor) ReadStream(ctx context.Context, js jetstream.JetStream) error 
 	if last == 0 {
 		return nil
 	}
+	if p := a.opts.Progress; p != nil {
+		p.Start(int64(last), "reading the log")
+		defer p.Done()
+	}
 	return a.pipeline(ctx, func(ctx context.Context, emit func(item) error) error {
 		return readLog(ctx, js, last, func(m Raw) error { return emit(item{raw: m}) })
 	})
@@ -106,6 +110,10 @@ func (a *Auditor) ReadStream(ctx context.Context, js jetstream.JetStream) error 
 func (a *Auditor) ReadExport(r io.Reader) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	if p := a.opts.Progress; p != nil {
+		p.Start(0, "reading the export")
+		defer p.Done()
+	}
 	return a.pipeline(context.Background(), func(ctx context.Context, emit func(item) error) error {
 		n := 0
 		for sc.Scan() {
@@ -203,6 +211,9 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 			}
 			for i := range res.ds {
 				a.ingest(&res.ds[i])
+			}
+			if p := a.opts.Progress; p != nil {
+				p.Add(int64(len(res.ds)))
 			}
 			if res.err != nil {
 				return res.err

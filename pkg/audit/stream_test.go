@@ -243,6 +243,39 @@ func TestReadStreamReadsTheWholeLogInOrder(t *testing.T) {
 	}
 }
 
+// progress records what a reading told of how far it had come.
+type progress struct {
+	starts []string
+	total  int64
+	added  int64
+	done   int
+}
+
+func (p *progress) Start(total int64, label string) {
+	p.starts = append(p.starts, label)
+	p.total = total
+}
+func (p *progress) Add(n int64) { p.added += n }
+func (p *progress) Done()       { p.done++ }
+
+// TestReadStreamTellsItsProgress: reading the log, the audit tells how
+// many messages there are to read, counts every one it has read, and says
+// when it is done: what `e31 audit` shows as a bar on a terminal.
+func TestReadStreamTellsItsProgress(t *testing.T) {
+	t.Parallel()
+	l := busy(t, pullBatch/7+50, 8)
+	_, js := publish(t, l.raws)
+	ctx := natstest.Context(t, 60*time.Second)
+	var p progress
+	a := New(Options{Forget: true, Progress: &p})
+	if err := a.ReadStream(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	if n := int64(len(l.raws)); len(p.starts) != 1 || p.total != n || p.added != n || p.done != 1 {
+		t.Errorf("progress of a log of %d messages: %+v", n, p)
+	}
+}
+
 // publish stores raws in a test server's log, as their publishers would.
 func publish(t testing.TB, raws []Raw) (*natstest.Server, jetstream.JetStream) {
 	t.Helper()

@@ -19,6 +19,13 @@ import (
 // itself: only the auditor and the operator may (ErrNotPermitted for
 // others). The report's OK says whether nothing was found.
 func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, error) {
+	return c.AuditShowing(ctx, heads, nil)
+}
+
+// AuditShowing is Audit telling progress, if not nil, how far it has come:
+// the log's messages read, then the ledger's records compared (of as many
+// as the log has jobs).
+func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress audit.Progress) (*audit.Report, error) {
 	if err := c.NeedLog("an audit"); err != nil {
 		return nil, err
 	}
@@ -30,14 +37,21 @@ func (c *Client) Audit(ctx context.Context, heads []chain.Head) (*audit.Report, 
 	}
 	// Forget: the audit keeps sums of each record once its job is over,
 	// not the record, and compares through them (audit.Auditor.Compare).
-	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true})
+	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true, Progress: progress})
 	if err := au.ReadStream(ctx, c.js); err != nil {
 		return nil, err
 	}
 	rep := au.Finish()
+	if progress != nil {
+		progress.Start(int64(rep.Jobs), "comparing with the ledger")
+		defer progress.Done()
+	}
 	// A page at a time: the audit then holds a page of the ledger's
 	// records, not all of them (a kilobyte or more each).
 	if _, err := c.RecordPages(ctx, wire.ListRequest{}, false, func(page []*hold.HoldRecord) error {
+		if progress != nil {
+			progress.Add(int64(len(page)))
+		}
 		return au.Compare(ctx, c.js, page, false)
 	}); err != nil {
 		return nil, err
