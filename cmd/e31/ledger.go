@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/spf13/cobra"
 
 	"github.com/e31net/e31/pkg/client"
@@ -205,7 +205,10 @@ func writeJSONItems(w io.Writer, recs []*hold.HoldRecord, first bool) error {
 		default:
 			b.WriteString(",\n  ")
 		}
-		item, err := json.MarshalIndent(rec, "  ", "  ")
+		// goccy/go-json writes what encoding/json does (the page test
+		// holds the two to the same bytes) in a fifth of the time: a
+		// listing of a long history prints every record of it.
+		item, err := gojson.MarshalIndent(rec, "  ", "  ")
 		if err != nil {
 			return err
 		}
