@@ -179,13 +179,17 @@ func (p *proc) logHas(s string) int {
 }
 
 // rssKiB is the resident set of a process, from the kernel.
-func rssKiB(pid int) int {
+func rssKiB(pid int) int { return statusKiB(pid, "VmRSS:") }
+
+// statusKiB is one of the kilobyte figures of /proc/<pid>/status (field
+// with its colon); 0 once the process is gone.
+func statusKiB(pid int, field string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
 			return n
 		}
