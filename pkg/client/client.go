@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,7 +20,6 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
-	"github.com/e31net/e31/pkg/retry"
 )
 
 // Config says how to reach e31 and as whom.
@@ -303,29 +300,12 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 	defer cancel()
 	gctx, done := c.Guard(rctx, subject)
 	defer done()
-	var busy error
-	m, err := backoff.Retry(gctx, func() (*nats.Msg, error) {
-		m, err := c.nc.RequestWithContext(gctx, subject, b)
-		if err != nil {
-			return nil, backoff.Permanent(err)
-		}
-		var head struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		// Most replies are not busy: a page of records is up to a MiB,
-		// which need not be read twice to tell.
-		if bytes.Contains(m.Data, busyCode) && gojson.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
-			busy = fmt.Errorf("%w: %s", ErrBusy, head.Error)
-			return nil, busy
-		}
-		return m, nil
-	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
+	m, busy, err := query.RequestWhileBusy(gctx, c.nc, subject, b)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return kind(ErrNotRunning, fmt.Errorf("nothing answers %s: is the %s service running?", subject, serviceOf(subject)))
-	case err != nil && busy != nil && !errors.Is(context.Cause(gctx), nats.ErrPermissionViolation) && ctx.Err() == nil:
-		return fmt.Errorf("%s: %w (%s)", subject, busy, timeout)
+	case err != nil && busy != "" && !errors.Is(context.Cause(gctx), nats.ErrPermissionViolation) && ctx.Err() == nil:
+		return fmt.Errorf("%s: %w: %s (%s)", subject, ErrBusy, busy, timeout)
 	case err != nil:
 		return c.refused(gctx, subject, err)
 	}
@@ -336,9 +316,6 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, ti
 	}
 	return nil
 }
-
-// busyCode is in every busy reply (wire.CodeBusy, as encoded).
-var busyCode = []byte(`"code":"` + wire.CodeBusy + `"`)
 
 // ledger is the subject of one of the ledger's endpoints for the client's
 // user.

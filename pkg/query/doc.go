@@ -41,7 +41,8 @@
 // per user and in all, and long polls — requests that wait — per user, each
 // waiting at most MaxWait. A request beyond a limit is answered at once
 // with {"error": "busy: …, retry", "code": "busy"} (wire.CodeBusy); the CLI
-// retries it with backoff until its own deadline. A request counts as a
+// and the operator's page ask again with backoff until their own deadline
+// (RequestWhileBusy). A request counts as a
 // long poll from the moment its handler first waits (Request.Await) until
 // it is answered, so a question answered at once never takes a long poll.
 package query

@@ -1,15 +1,19 @@
 package query
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
 
+	"github.com/cenkalti/backoff/v5"
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/pkg/retry"
 )
 
 // roleOf is the role of the identities that ask as user: the auditor and
@@ -122,3 +126,35 @@ func Ask(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats
 	}
 	return m, nil
 }
+
+// RequestWhileBusy sends a request on subject with nc and returns its
+// answer, asking again, with retry.Busy's backoff, while the service
+// answers busy (at one of its limits, or a ledger starting again from
+// another instance's checkpoint), until ctx ends. A request that fails
+// ends it at once with that error. busy is the service's words in the
+// last busy answer, if there was one: when err is ctx's, the service was
+// still busy when the asker stopped waiting. An answer that is an error
+// of another kind is returned as any answer, for the caller to read.
+func RequestWhileBusy(ctx context.Context, nc *nats.Conn, subject string, data []byte) (m *nats.Msg, busy string, err error) {
+	m, err = backoff.Retry(ctx, func() (*nats.Msg, error) {
+		m, err := nc.RequestWithContext(ctx, subject, data)
+		if err != nil {
+			return nil, backoff.Permanent(err)
+		}
+		var head struct {
+			Error string `json:"error"`
+			Code  string `json:"code"`
+		}
+		// Most answers are not busy: a page of records is up to a MiB,
+		// which need not be read twice to tell.
+		if bytes.Contains(m.Data, busyCode) && gojson.Unmarshal(m.Data, &head) == nil && head.Code == wire.CodeBusy {
+			busy = head.Error
+			return nil, fmt.Errorf("%w: %s", ErrBusy, head.Error)
+		}
+		return m, nil
+	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
+	return m, busy, err
+}
+
+// busyCode is in every busy answer (wire.CodeBusy, as encoded).
+var busyCode = []byte(`"code":"` + wire.CodeBusy + `"`)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,8 +17,8 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
-	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -41,27 +40,7 @@ func (p *Page) ask(ctx context.Context, subject string, req, reply any) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	var busy string
-	m, err := backoff.Retry(ctx, func() (*nats.Msg, error) {
-		m, err := p.js.Conn().RequestWithContext(ctx, subject, b)
-		if err != nil {
-			return nil, backoff.Permanent(err)
-		}
-		var head struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		// A page of records is up to a MiB: it is read twice only if it
-		// may be an error.
-		if bytes.Contains(m.Data, errorKey) && gojson.Unmarshal(m.Data, &head) == nil && head.Error != "" {
-			if head.Code == wire.CodeBusy {
-				busy = head.Error
-				return nil, errors.New(busy)
-			}
-			return nil, backoff.Permanent(errors.New(head.Error))
-		}
-		return m, nil
-	}, backoff.WithBackOff(retry.Busy.BackOff()), backoff.WithMaxElapsedTime(0))
+	m, busy, err := query.RequestWhileBusy(ctx, p.js.Conn(), subject, b)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("nothing answers %s: is the service running?", subject)
@@ -69,6 +48,14 @@ func (p *Page) ask(ctx context.Context, subject string, req, reply any) error {
 		return fmt.Errorf("%s: busy for %s: %s", subject, askTimeout, busy)
 	case err != nil:
 		return fmt.Errorf("%s: %w", subject, err)
+	}
+	// A page of records is up to a MiB: it is read twice only if it may
+	// be an error.
+	var head struct {
+		Error string `json:"error"`
+	}
+	if bytes.Contains(m.Data, errorKey) && gojson.Unmarshal(m.Data, &head) == nil && head.Error != "" {
+		return fmt.Errorf("%s: %s", subject, head.Error)
 	}
 	if err := gojson.Unmarshal(m.Data, reply); err != nil {
 		return fmt.Errorf("%s: bad answer: %w", subject, err)

@@ -399,9 +399,7 @@ func (s *store) each(owner, after string, chunk int, fn func(jobs []string) (boo
 	// Each filter is read on its own; the index's order is the merge of
 	// the two by sequence. next[i] is filter i's next key (nil once read),
 	// done[i] says it has none left.
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
-	step, err := bus.NewStepper(ctx, s.js, s.stream.CachedInfo().Config.Name)
+	step, err := bus.NewStepper(s.ctx, s.js, s.stream.CachedInfo().Config.Name)
 	if err != nil {
 		return fmt.Errorf("read the index: %w", err)
 	}
