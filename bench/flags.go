@@ -63,7 +63,7 @@ func (o StageOptions) Check() error {
 // Flags defines o's flags on fs.
 func (o *LedgerOptions) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Events, "events", 1_000_000, "events to write")
-	fs.StringVar(&o.Profile, "cpuprofile", "", "write CPU profiles of the audit's replay to this file, of the ledger's rebuild to FILE.ledger, and of this process (the server and the ledger) while e31 audit runs to FILE.whole; the heap the audit holds at its end to FILE.heap")
+	fs.StringVar(&o.Profile, "cpuprofile", "", "write CPU profiles of the audit's replay to this file, of the ledger's rebuild to FILE.ledger, of this process (the server and the ledger) while e31 audit runs to FILE.whole, and of e31 audit itself to FILE.audit; the heap the audit holds at its end to FILE.heap")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
 }
 

@@ -158,7 +158,7 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 		// listing: it is profiled here, with the server.
 		var stopWhole func()
 		if stopWhole, err = startCPUProfile(profilePath(o.Profile, "whole")); err == nil {
-			whole, err = auditWhole(ctx, o.E31, ls.srv.ClientURL())
+			whole, err = auditWhole(ctx, o.E31, ls.srv.ClientURL(), profilePath(o.Profile, "audit"))
 			stopWhole()
 		}
 	}
@@ -206,9 +206,14 @@ type wholeAudit struct {
 // ledger must be running to answer. The comparison's cost grows with the
 // records, not with the log's events, so the replay's figures do not tell
 // it; and the process's peak memory is its own, where a heap measured in
-// this one would count the server's and the ledger's.
-func auditWhole(ctx context.Context, exe, url string) (wholeAudit, error) {
-	cmd := exec.CommandContext(ctx, exe, "audit", "--nats", url, "--json")
+// this one would count the server's and the ledger's. With a profile, the
+// process writes its CPU profile there.
+func auditWhole(ctx context.Context, exe, url, profile string) (wholeAudit, error) {
+	args := []string{"audit", "--nats", url, "--json"}
+	if profile != "" {
+		args = append(args, "--cpuprofile", profile)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
 	// No credentials: an embedded server without authentication takes the
 	// operator, and no e31 dev's may be picked up.
 	cmd.Env = append(os.Environ(), "E31_CREDS=", "E31_NATS=", "E31_LOG=warn", "XDG_CONFIG_HOME="+os.TempDir()+"/e31-bench-none")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,7 @@ func auditCmd(a *app) *cobra.Command {
 	var sinceHeads []string
 	var every time.Duration
 	var httpOpts httpOptions
+	var cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "audit",
 		Short: "Rebuild every hold record from the event log, check the log is whole, compare with the ledger",
@@ -30,6 +32,17 @@ func auditCmd(a *app) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The process audits and does little else.
 			defer audit.TuneGC()()
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return usageErr("--cpuprofile: %v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			ctx := cmd.Context()
 			var heads []chain.Head
 			for _, s := range sinceHeads {
@@ -102,5 +115,9 @@ func auditCmd(a *app) *cobra.Command {
 	cmd.Flags().StringArrayVar(&sinceHeads, "since-head", nil, "SEQ:HASH from 'e31 ledger --head': prove nothing at or before SEQ changed (repeatable)")
 	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
 	httpOpts.flags(cmd.Flags(), "")
+	// For `e31 bench ledger --cpuprofile`, which runs this command in a
+	// process of its own: not something an auditor needs to see.
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the audit to this file")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }
