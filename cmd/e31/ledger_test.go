@@ -321,3 +321,29 @@ func mustMarshal(t *testing.T, v any) string {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// TestAuditWritesTheProfileBenchAsksFor: `e31 bench ledger --cpuprofile`
+// profiles e31 audit, run in a process of its own, through its hidden
+// --cpuprofile; the audit must still do its work, and the profile must be
+// there for pprof when it exits.
+func TestAuditWritesTheProfileBenchAsksFor(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file, prof := filepath.Join(dir, "log.jsonl"), filepath.Join(dir, "audit.prof")
+	writeTestFile(t, file, "")
+	out, errOut, code := execute3("audit", "--from", file, "--cpuprofile", prof)
+	if code != 0 || !strings.Contains(out, "audit passed") {
+		t.Fatalf("e31 audit --cpuprofile: exit %d: %s%s", code, out, errOut)
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// runtime/pprof writes a gzipped protocol buffer.
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("the profile is not one pprof reads: %d bytes, %q…", len(b), b[:min(len(b), 8)])
+	}
+	if _, _, code := execute3("audit", "--from", file, "--cpuprofile", filepath.Join(dir, "no", "such", "dir")); code == 0 {
+		t.Error("a profile that cannot be written was not an error")
+	}
+}
