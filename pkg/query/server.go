@@ -334,6 +334,13 @@ func (r *Request) Respond(v any) {
 		r.srv.log.Error("query: cannot encode a reply", "service", r.srv.cfg.Name, "subject", r.msg.Subject(), "err", err)
 		b, _ = json.Marshal(reply{Error: "the service could not encode its answer"})
 	}
+	r.RespondJSON(b)
+}
+
+// RespondJSON answers with b, the JSON of a reply of pkg/query/wire the
+// service put together itself: where encoding the reply would read again
+// what it holds as JSON already (the ledger's listing of every record).
+func (r *Request) RespondJSON(b []byte) {
 	if err := r.msg.Respond(b); err != nil {
 		r.srv.log.Debug("query: reply not sent", "service", r.srv.cfg.Name, "subject", r.msg.Subject(), "err", err)
 	}

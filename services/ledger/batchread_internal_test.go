@@ -37,7 +37,7 @@ func TestABatchReadIsWitnessedByTheCheckpoint(t *testing.T) {
 	strict := true
 	read := func() (map[string]*entry, []string, error) {
 		out := map[string]*entry{}
-		rest, err := st.readBatch(jobs, out, strict)
+		rest, err := st.readBatch(jobs, out, strict, decodeEntry)
 		return out, rest, err
 	}
 
@@ -60,7 +60,7 @@ func TestABatchReadIsWitnessedByTheCheckpoint(t *testing.T) {
 	if out, rest, err := read(); err != nil || len(rest) != len(jobs) || len(out) != 0 {
 		t.Errorf("behind the base: settled %v, left %v to the leader (%v); want every job left", out, rest, err)
 	}
-	loaded, err := st.loadMany(jobs, true)
+	loaded, err := st.loadMany(jobs, true, decodeEntry)
 	if err != nil || loaded["job-0001"] == nil || loaded["job-0004"] == nil || loaded["job-9999"] != nil {
 		t.Errorf("the leader's reads: %v (%v), want the two records and nothing for job-9999", loaded, err)
 	}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -16,6 +18,7 @@ import (
 	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
 )
@@ -288,7 +291,7 @@ func (s *Service) applyBatch(xs []Prepared) error {
 	var prefetched map[string]*entry
 	if st != nil && len(missing) > 0 {
 		var err error
-		if prefetched, err = st.loadMany(missing, true); err != nil {
+		if prefetched, err = st.loadMany(missing, true, decodeEntry); err != nil {
 			return err
 		}
 	}
@@ -521,7 +524,16 @@ func (s *Service) serveList(r *query.Request) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	recs, more, err := s.proj.List(q)
+	var (
+		recs []*hold.HoldRecord
+		raw  [][]byte
+		more bool
+	)
+	if whole(q) {
+		raw, more, err = s.proj.ListJSON(q)
+	} else {
+		recs, more, err = s.proj.List(q)
+	}
 	if err != nil {
 		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
 		return
@@ -531,7 +543,47 @@ func (s *Service) serveList(r *query.Request) {
 		reply.Applied, reply.CatchingUp = applied, true
 	}
 	reply.Applied = shown(r, reply.Applied, q.MinSeq)
-	r.Respond(reply)
+	if len(raw) == 0 {
+		r.Respond(reply)
+		return
+	}
+	b, err := listReplyJSON(reply, raw)
+	if err != nil {
+		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
+		return
+	}
+	r.RespondJSON(b)
+}
+
+// recordsFirst is how the JSON of a ListReply with no records begins:
+// Records is its first field.
+var recordsFirst = []byte(`{"records":[]`)
+
+// listReplyJSON is the JSON of reply with records (each a record's JSON)
+// as its Records: the bytes reply would encode to with those records
+// decoded, put together without decoding them.
+func listReplyJSON(reply wire.ListReply, records [][]byte) ([]byte, error) {
+	reply.Records = []*hold.HoldRecord{}
+	head, err := gojson.Marshal(reply)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(head, recordsFirst) {
+		return nil, fmt.Errorf("a listing's answer begins %.20q, not with its records", head)
+	}
+	n := len(head) + len(records)
+	for _, r := range records {
+		n += len(r)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, recordsFirst[:len(recordsFirst)-1]...)
+	for i, r := range records {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, r...)
+	}
+	return append(b, head[len(recordsFirst)-1:]...), nil
 }
 
 func (s *Service) serveTotals(r *query.Request) {

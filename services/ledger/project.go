@@ -2,11 +2,13 @@ package ledger
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
 	"strings"
 	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 
 	"github.com/e31net/e31/pkg/chain"
@@ -84,7 +86,15 @@ type entry struct {
 	// digests, as stored (digest, in memory).
 	Digest []byte    `json:"digest,omitempty"`
 	digest hash.Hash `json:"-"`
+	// raw is the record's JSON as stored, where a listing of every record
+	// read the entry (decodeListed): Record is then nil, and nothing
+	// but that listing sees the entry.
+	raw []byte
 }
+
+// listed reports whether the entry has a record to list: decoded, or as
+// stored.
+func (e *entry) listed() bool { return e != nil && (e.Record != nil || len(e.raw) > 0) }
 
 // open reports whether the job is still going: it has a record that is
 // not over. Only open jobs stay in memory over a store.
@@ -456,14 +466,10 @@ func requestOf(s events.JobSpec) hold.Request {
 // (the order their jobs first appeared in the log), and whether more
 // follow.
 func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool, error) {
-	limit := q.Limit
-	// A page must fit in one NATS message (1 MiB): records run to a few KiB.
-	if limit <= 0 || limit > 200 {
-		limit = 200
-	}
+	limit := pageLimit(q)
 	out := []*hold.HoldRecord{}
 	more := false
-	err := p.each(q.Submitter, q.After, limit+1, func(e *entry) bool {
+	err := p.each(q.Submitter, q.After, limit+1, false, func(e *entry) bool {
 		if !p.matches(e, q) {
 			return true
 		}
@@ -480,6 +486,54 @@ func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool, error) 
 	return out, more, err
 }
 
+// whole reports whether q lists every record: no filter but paging. Such
+// a listing (e31 audit's, an operator's export) is served with ListJSON.
+func whole(q wire.ListRequest) bool {
+	return q.Submitter == "" && q.Node == "" && q.Sweep == "" && q.Since.IsZero() && q.Until.IsZero()
+}
+
+// ListJSON is List for a listing of every record (whole): each record's
+// JSON, as stored where it was read from the store, not decoded and
+// encoded again, which a listing of a long history spent most of its
+// time on.
+func (p *Projection) ListJSON(q wire.ListRequest) ([][]byte, bool, error) {
+	if !whole(q) {
+		return nil, false, errors.New("ledger: ListJSON lists every record: no filter but paging")
+	}
+	limit := pageLimit(q)
+	var out [][]byte
+	more := false
+	var encErr error
+	err := p.each("", q.After, limit+1, true, func(e *entry) bool {
+		if len(out) == limit {
+			more = true
+			return false
+		}
+		b := e.raw
+		if b == nil { // in memory: changed since the last flush
+			if b, encErr = gojson.Marshal(e.Record); encErr != nil {
+				encErr = fmt.Errorf("encode the record of %s: %w", e.Job, encErr)
+				return false
+			}
+		}
+		out = append(out, b)
+		return true
+	})
+	if err == nil {
+		err = encErr
+	}
+	return out, more, err
+}
+
+// pageLimit is how many records a page of q holds.
+func pageLimit(q wire.ListRequest) int {
+	// A page must fit in one NATS message (1 MiB): records run to a few KiB.
+	if q.Limit <= 0 || q.Limit > 200 {
+		return 200
+	}
+	return q.Limit
+}
+
 // each calls fn with every job that has a record, in the order the records
 // were made, from the one after job after (from the first if after is no
 // such job), until fn returns false. With owner, it may leave out jobs
@@ -490,7 +544,7 @@ func (p *Projection) List(q wire.ListRequest) ([]*hold.HoldRecord, bool, error) 
 // follow), with one request for the entries of a chunk that are not in
 // memory, where one a job made a listing of every record a request a
 // record.
-func (p *Projection) each(owner, after string, chunk int, fn func(e *entry) bool) error {
+func (p *Projection) each(owner, after string, chunk int, raw bool, fn func(e *entry) bool) error {
 	start := 0
 	if i, ok := p.pos[after]; ok && after != "" {
 		start = i + 1
@@ -505,12 +559,12 @@ func (p *Projection) each(owner, after string, chunk int, fn func(e *entry) bool
 			}
 		}
 		err := p.store.each(owner, afterKey, chunk, func(jobs []string) (bool, error) {
-			found, err := p.lookupMany(jobs)
+			found, err := p.lookupMany(jobs, raw)
 			if err != nil {
 				return false, err
 			}
 			for _, job := range jobs {
-				if e := found[job]; e != nil && e.Record != nil && !fn(e) {
+				if e := found[job]; e.listed() && !fn(e) {
 					stopped = true
 					return false, nil
 				}
@@ -530,8 +584,9 @@ func (p *Projection) each(owner, after string, chunk int, fn func(e *entry) bool
 }
 
 // lookupMany is lookup of each of jobs, those not in memory read from the
-// store together (store.loadMany).
-func (p *Projection) lookupMany(jobs []string) (map[string]*entry, error) {
+// store together (store.loadMany); with raw, their records are left as
+// stored (decodeListed).
+func (p *Projection) lookupMany(jobs []string, raw bool) (map[string]*entry, error) {
 	found := make(map[string]*entry, len(jobs))
 	var missing []string
 	for _, job := range jobs {
@@ -544,7 +599,11 @@ func (p *Projection) lookupMany(jobs []string) (map[string]*entry, error) {
 	if len(missing) == 0 || p.store == nil {
 		return found, nil
 	}
-	read, err := p.store.loadMany(missing, false)
+	decode := decodeEntry
+	if raw {
+		decode = decodeListed
+	}
+	read, err := p.store.loadMany(missing, false, decode)
 	if err != nil {
 		return nil, err
 	}

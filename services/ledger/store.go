@@ -215,12 +215,13 @@ func (s *store) load(job string) (*entry, error) {
 // leader, a few requests in flight. The jobs not in memory in a batch of
 // the log are looked up together. Jobs the bucket does not have map to
 // nil. With strict, a checkpoint written past the base is errConflict
-// even if none of jobs changed since (see readBatch).
-func (s *store) loadMany(jobs []string, strict bool) (map[string]*entry, error) {
+// even if none of jobs changed since (see readBatch). Entries read in
+// batches are decoded with decode; those read one by one, whole.
+func (s *store) loadMany(jobs []string, strict bool, decode func(job string, data []byte) (*entry, error)) (map[string]*entry, error) {
 	out := make(map[string]*entry, len(jobs))
 	var rest []string
 	for batch := range slices.Chunk(jobs, readAtOnce) {
-		left, err := s.readBatch(batch, out, strict)
+		left, err := s.readBatch(batch, out, strict, decode)
 		if err != nil {
 			return nil, err
 		}
@@ -270,7 +271,7 @@ const readAtOnce = bus.MaxLastOf - 1
 // instance wrote that key since. Were every read a conflict once another
 // instance had flushed, a listing of many pages (e31 audit's) would
 // rarely reach its end with two instances running.
-func (s *store) readBatch(jobs []string, out map[string]*entry, strict bool) (rest []string, err error) {
+func (s *store) readBatch(jobs []string, out map[string]*entry, strict bool, decode func(job string, data []byte) (*entry, error)) (rest []string, err error) {
 	base := s.base.Load()
 	subjects := make([]string, 0, len(jobs)+1)
 	for _, job := range jobs {
@@ -317,7 +318,7 @@ func (s *store) readBatch(jobs []string, out map[string]*entry, strict bool) (re
 			out[job] = nil
 			continue
 		}
-		e, err := decodeEntry(job, m.Data)
+		e, err := decode(job, m.Data)
 		if err != nil {
 			return nil, err
 		}
@@ -343,6 +344,27 @@ func decodeEntry(job string, data []byte) (*entry, error) {
 		e.Digest = nil
 	}
 	return &e, nil
+}
+
+// listedEntry is what a listing of every record reads of a stored entry:
+// the record as stored, not decoded. Decoding a record and encoding it
+// again for the answer was most of what serving such a listing cost the
+// ledger (13 and 7 µs a record of 2 KiB), where finding its bytes costs 5.
+type listedEntry struct {
+	Job    string            `json:"job"`
+	Owner  string            `json:"owner,omitempty"`
+	Made   uint64            `json:"made,omitempty"`
+	Record gojson.RawMessage `json:"record,omitempty"`
+}
+
+// decodeListed reads a stored entry for a listing of every record: its
+// record is left as stored, in raw (and Record nil).
+func decodeListed(job string, data []byte) (*entry, error) {
+	var l listedEntry
+	if err := gojson.Unmarshal(data, &l); err != nil {
+		return nil, fmt.Errorf("the stored entry of %s: %w", job, err)
+	}
+	return &entry{Job: l.Job, Owner: l.Owner, Made: l.Made, raw: l.Record}, nil
 }
 
 func encodeEntry(e *entry) ([]byte, error) {
@@ -640,7 +662,7 @@ func openProjection(st *store) (*Projection, error) {
 	if err != nil {
 		return nil, err
 	}
-	loaded, err := st.loadMany(jobs, true)
+	loaded, err := st.loadMany(jobs, true, decodeEntry)
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func (p *Projection) Totals(q wire.TotalsRequest) ([]wire.Totals, error) {
 			}
 		}
 	} else {
-		err := p.each("", "", readAtOnce, func(e *entry) bool {
+		err := p.each("", "", readAtOnce, false, func(e *entry) bool {
 			if t, ok := share(e.Record, q.Since, q.Until); ok {
 				add(e.Record.Submitter, t)
 			}
