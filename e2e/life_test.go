@@ -97,8 +97,12 @@ func TestKilledMidRunLosesNoJob(t *testing.T) {
 	t.Parallel()
 	d := devContainer(t, "--nodes", "1", "--node-cpu", "2")
 	job := filepath.Join(t.TempDir(), "job.yaml")
+	// Each job runs for 5 s: the kill must land while one runs, and it
+	// comes after this test has seen the first start and docker has been
+	// asked, which took more than a second on a machine busy with the
+	// other tests (a 1 s job was over by then, and the test proved nothing).
 	if err := os.WriteFile(job, []byte(`
-work: {command: ["/bin/sh", "-c", "sleep 1; echo done > $E31_OUTPUT/done.txt"]}
+work: {command: ["/bin/sh", "-c", "sleep 5; echo done > $E31_OUTPUT/done.txt"]}
 request: {cpu: 0.5, memory: 32MiB, limit: 1m}
 output: [done.txt]
 `), 0o644); err != nil {
