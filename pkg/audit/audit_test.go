@@ -326,6 +326,24 @@ func TestTamperingWithTheLog(t *testing.T) {
 	// A head past the end of a cut log.
 	rep = audit(l.raws[:8], head)
 	has(rep, Chain, 10, "has no message #10")
+
+	// A ledger whose record lists an event twice: the log is whole, and
+	// the record's events_digest differs, but the finding says why.
+	twice := recordsOf(clean)
+	for i, r := range twice {
+		if r.Job == "a" {
+			c := *r
+			c.Events = append(append([]hold.EventRef(nil), r.Events[:5]...), r.Events[4:]...)
+			twice[i] = &c
+		}
+	}
+	a := New(Options{})
+	for _, r := range l.raws {
+		a.Add(r)
+	}
+	rep = a.Finish()
+	rep.Compare(twice, true)
+	has(rep, Mismatch, 6, "lists RunStopped #6 more than once")
 }
 
 func recordsOf(r *Report) []*hold.HoldRecord {

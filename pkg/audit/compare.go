@@ -74,9 +74,12 @@ func differences(ledger, audit *hold.HoldRecord) []difference {
 	}
 	theirs := map[uint64]bool{}
 	for _, e := range ledger.Events {
-		theirs[e.Seq] = true
 		m, ok := mine[e.Seq]
 		switch {
+		case theirs[e.Seq]:
+			// Named, where comparing by sequence alone would hide it and
+			// leave only an events_digest that differs.
+			out = append(out, difference{e.Seq, fmt.Sprintf("the record lists %s #%d more than once", e.Type, e.Seq)})
 		case !ok:
 			out = append(out, difference{e.Seq, fmt.Sprintf("the record was built from %s #%d, which the log does not have for this job", e.Type, e.Seq)})
 		case m.Type != e.Type:
@@ -84,6 +87,7 @@ func differences(ledger, audit *hold.HoldRecord) []difference {
 		case e.Digest != "" && m.Digest != e.Digest:
 			out = append(out, difference{e.Seq, fmt.Sprintf("%s #%d is not the event the record was built from: its digest is %s, the record's %s", e.Type, e.Seq, m.Digest, e.Digest)})
 		}
+		theirs[e.Seq] = true
 	}
 	for _, e := range audit.Events {
 		if !theirs[e.Seq] {
