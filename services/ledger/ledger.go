@@ -494,7 +494,7 @@ func (s *Service) serveList(r *query.Request) {
 	}
 	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
 	if err != nil {
-		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
+		failed(r, err, listError)
 		return
 	}
 	if q.UntilOver {
@@ -535,7 +535,7 @@ func (s *Service) serveList(r *query.Request) {
 		recs, more, err = s.proj.List(q)
 	}
 	if err != nil {
-		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
+		failed(r, err, listError)
 		return
 	}
 	reply := wire.ListReply{Records: recs, More: more, Applied: s.proj.Applied()}
@@ -549,11 +549,14 @@ func (s *Service) serveList(r *query.Request) {
 	}
 	b, err := listReplyJSON(reply, raw)
 	if err != nil {
-		failed(r, err, func(msg string) wire.ListReply { return wire.ListReply{Error: msg} })
+		failed(r, err, listError)
 		return
 	}
 	r.RespondJSON(b)
 }
+
+// listError is a listing's answer that it failed, saying why.
+func listError(msg string) wire.ListReply { return wire.ListReply{Error: msg} }
 
 // recordsFirst is how the JSON of a ListReply with no records begins:
 // Records is its first field.

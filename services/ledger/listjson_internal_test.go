@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/query/wire"
 )
 
@@ -31,7 +33,11 @@ func TestAListingOfEveryRecordIsTheSameBytes(t *testing.T) {
 	stop() // its last flush stores every record
 	svc, _ := run(t, nc, js)
 	last := appendJobs(t, ctx, pub, 60, 15) // folded in live: in memory
-	_ = answers(t, nc, last)                // waits until the ledger has them
+	// A listing as of last is answered once the ledger has folded them.
+	data, _ := json.Marshal(wire.ListRequest{MinSeq: last, Limit: 1})
+	if _, err := query.Ask(ctx, nc, wire.LedgerSubject(events.Operator, wire.EndpointList), data); err != nil {
+		t.Fatal(err)
+	}
 
 	svc.mu.Lock()
 	defer svc.mu.Unlock()
