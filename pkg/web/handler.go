@@ -317,7 +317,26 @@ type jobData struct {
 
 func (p *Page) job(w http.ResponseWriter, r *http.Request, v viewer) {
 	id := r.PathValue("id")
+	if !events.ValidID(id) {
+		http.NotFound(w, r)
+		return
+	}
+	ctx := r.Context()
 	d := jobData{ID: id}
+	known := func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.v.jobs[id] != nil
+	}
+	// A job submitted an instant ago (its page opened from what submit
+	// printed) may be in the log and not yet in the view: the view reads
+	// up to the log's end before the page says there is no such job.
+	// What it reads is what Run would have read next.
+	if !known() {
+		if err := p.readNew(ctx); err != nil {
+			p.log.Debug("reading the log for a job's page", "job", id, "err", err)
+		}
+	}
 	p.mu.Lock()
 	if j := p.v.jobs[id]; j != nil && v.sees(j.Submitter) {
 		d.Found, d.Job = true, *j
@@ -325,11 +344,6 @@ func (p *Page) job(w http.ResponseWriter, r *http.Request, v viewer) {
 	}
 	seq := p.v.applied
 	p.mu.Unlock()
-	if !events.ValidID(id) {
-		http.NotFound(w, r)
-		return
-	}
-	ctx := r.Context()
 	rec, err := p.record(ctx, id, seq)
 	switch {
 	case err != nil:

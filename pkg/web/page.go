@@ -52,6 +52,9 @@ type Page struct {
 	log *slog.Logger
 	now func() time.Time
 
+	// readMu makes one reader of the log at a time: Run, or a request
+	// that must see what was logged an instant ago (readNew).
+	readMu   sync.Mutex
 	mu       sync.Mutex
 	v        *view
 	caughtUp bool
@@ -167,7 +170,10 @@ func (p *Page) Run(ctx context.Context) error {
 
 // readNew folds in what was stored after the last message folded in, up to
 // the end of the log, and tells the live connections if anything moved.
+// Readers take turns, so that no message is folded in twice.
 func (p *Page) readNew(ctx context.Context) error {
+	p.readMu.Lock()
+	defer p.readMu.Unlock()
 	p.mu.Lock()
 	from := p.v.applied + 1
 	p.mu.Unlock()

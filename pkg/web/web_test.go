@@ -283,3 +283,25 @@ func TestTraceID(t *testing.T) {
 		}
 	}
 }
+
+// TestAJobsPageShowsAJobJustLogged: the page of a job submitted an instant
+// ago (opened from the id submit printed) shows the job, even when the
+// page has not yet read what was logged: here it never follows the log on
+// its own (no Run), so only the request's own read can find the job.
+func TestAJobsPageShowsAJobJustLogged(t *testing.T) {
+	t.Parallel()
+	js := natstest.Start(t).JetStream(t)
+	p, err := New(Config{JS: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	publish(t, js, "job-new", life("alice")[:2]...)
+	if code, body, _ := get(t, srv, "/job/job-new"); code != http.StatusOK || !strings.Contains(body, "JobSubmitted") {
+		t.Errorf("GET /job/job-new just after it was logged: %d\n%s", code, body)
+	}
+	if code, _, _ := get(t, srv, "/job/job-none"); code != http.StatusNotFound {
+		t.Errorf("GET /job/job-none, never logged: %d, want 404", code)
+	}
+}
