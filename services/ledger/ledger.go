@@ -194,6 +194,7 @@ func (s *Service) open(ctx context.Context, st *store) error {
 		}
 		s.mu.Lock()
 		s.proj, s.from, s.folded = proj, proj.Applied(), 0
+		s.reportMadeAgain()
 		s.moved()
 		s.mu.Unlock()
 		s.tail = s.newTail(proj.Applied() + 1)
@@ -301,6 +302,7 @@ func (s *Service) applyBatch(xs []Prepared) error {
 	defer func() { s.proj.prefetched = nil }()
 	defer s.moved()
 	gaps := s.proj.gaps
+	defer s.reportMadeAgain()
 	for _, x := range xs {
 		if err := s.proj.ApplyPrepared(x); err != nil {
 			return err
@@ -316,6 +318,16 @@ func (s *Service) applyBatch(xs []Prepared) error {
 		s.log.Warn("the log has a gap: a message's sequence does not follow the one before", "seq", s.proj.Applied())
 	}
 	return nil
+}
+
+// reportMadeAgain warns of each job whose stored entry was ahead of the
+// checkpoint beside it (see Projection.job). mu is held.
+func (s *Service) reportMadeAgain() {
+	for _, job := range s.proj.madeAgain {
+		s.log.Warn("the ledger's bucket held this job's entry past the checkpoint beside it, as if two flushes had been taken over one base: "+
+			"made again from the log", "job", job)
+	}
+	s.proj.madeAgain = nil
 }
 
 // waitFor waits until the projection has applied seq, or until deadline,

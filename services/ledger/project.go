@@ -11,6 +11,7 @@ import (
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
 
+	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
@@ -50,7 +51,10 @@ type Projection struct {
 	store  *store
 
 	applied uint64
-	flushed uint64 // applied as of the last flush
+	// flushed is applied as of the checkpoint the instance builds on (its
+	// last flush, or the one it started from): every entry of the store
+	// that is not in memory must be as of it or older (see job).
+	flushed uint64
 	// prefetched are jobs read from the store for the batch being applied
 	// (nil: not in the store), so that they are looked up together.
 	prefetched map[string]*entry
@@ -64,6 +68,10 @@ type Projection struct {
 	read    uint64 // messages hashed into the chain
 	skipped uint64 // messages that are not events this version knows
 	gaps    uint64 // times a message's sequence did not follow the last one
+	// madeAgain are the jobs whose stored entry was found past the
+	// checkpoint beside it, and made again from the log (see job), for
+	// the service to report.
+	madeAgain []string
 }
 
 // entry is what the projection keeps of one job: its record and what
@@ -170,14 +178,35 @@ func (p *Projection) Known(job string) bool {
 // job returns the entry of the job a message's subject names, making it if
 // this is the job's first message: then the subject also says whose the
 // job is. It returns nil for a message about no job.
+//
+// An entry read from the store that holds an event past the checkpoint
+// the instance builds on was not written with that checkpoint: folding
+// the rest of the log into it would fold that event in again, listed
+// twice, and the record's events_digest would disagree with the log (as
+// a cluster test once found, in 32 records, after a NATS server was
+// killed). The flushes' conditional checkpoint should make that
+// impossible; the fold does not rest on it: such an entry is made again
+// from the job's messages up to the checkpoint, and written at the next
+// flush.
 func (p *Projection) job(subject string) (*entry, error) {
 	s, err := events.ParseSubject(subject)
 	if err != nil || s.Space != events.SpaceJob {
 		return nil, nil
 	}
+	if e := p.jobs[s.Job]; e != nil {
+		return e, nil
+	}
 	e, err := p.lookup(s.Job)
-	if err != nil || e != nil {
-		return e, err
+	if err != nil {
+		return nil, err
+	}
+	if p.isAhead(e) {
+		if e, err = p.again(s.Job); err != nil || e != nil {
+			return e, err
+		}
+	}
+	if e != nil {
+		return e, nil
 	}
 	owner := ""
 	if s.IsRequest() {
@@ -185,6 +214,47 @@ func (p *Projection) job(subject string) (*entry, error) {
 	}
 	e = &entry{Job: strings.Clone(s.Job), Owner: owner}
 	p.touch(e)
+	return e, nil
+}
+
+// last is the sequence of the last event folded into e (0: none).
+func (e *entry) last() uint64 {
+	if e == nil || e.Record == nil || len(e.Record.Events) == 0 {
+		return 0
+	}
+	return e.Record.Events[len(e.Record.Events)-1].Seq
+}
+
+// isAhead reports whether e, read from the store, holds an event past the
+// checkpoint the instance builds on: see job.
+func (p *Projection) isAhead(e *entry) bool {
+	return p.store != nil && e.last() > p.flushed
+}
+
+// again makes a job's entry from its messages in the log up to the
+// checkpoint the instance builds on, in place of a stored one that is
+// ahead of it (see job), and marks it changed; nil if the job has no
+// message up to there.
+func (p *Projection) again(job string) (*entry, error) {
+	p.madeAgain = append(p.madeAgain, job)
+	ctx, cancel := p.store.call()
+	defer cancel()
+	scratch := NewProjection()
+	for m, err := range bus.StoredJob(ctx, p.store.js, job, 1) {
+		if err != nil {
+			return nil, fmt.Errorf("ledger: make the entry of %s again from the log: %w", job, err)
+		}
+		if m.Sequence > p.flushed {
+			break
+		}
+		if err := scratch.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+			return nil, err
+		}
+	}
+	e := scratch.jobs[job]
+	if e != nil {
+		p.touch(e)
+	}
 	return e, nil
 }
 
@@ -564,6 +634,12 @@ func (p *Projection) each(owner, after string, chunk int, raw bool, fn func(e *e
 				return false, err
 			}
 			for _, job := range jobs {
+				if _, fresh := p.pos[job]; fresh {
+					// Made again since the last flush, over an index key
+					// a flush beside the checkpoint wrote (see job): it
+					// comes with the fresh ones, in its new place.
+					continue
+				}
 				if e := found[job]; e.listed() && !fn(e) {
 					stopped = true
 					return false, nil

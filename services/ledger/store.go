@@ -642,6 +642,7 @@ func openProjection(st *store) (*Projection, error) {
 		return p, err
 	}
 	p.applied, p.read, p.skipped, p.gaps, p.records = c.Applied, c.Read, c.Skipped, c.Gaps, c.Records
+	p.flushed = c.Applied
 	if c.Closed != nil {
 		p.closed = c.Closed
 	}
@@ -662,7 +663,14 @@ func openProjection(st *store) (*Projection, error) {
 		return nil, err
 	}
 	for _, job := range jobs {
-		if e := loaded[job]; e != nil {
+		e := loaded[job]
+		if p.isAhead(e) {
+			// Made again as of the checkpoint (see Projection.job).
+			if e, err = p.again(job); err != nil {
+				return nil, err
+			}
+		}
+		if e != nil {
 			p.jobs[job] = e
 		}
 	}
