@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 
@@ -84,5 +86,48 @@ func TestTwoFlushesOverOneBaseAreMadeRight(t *testing.T) {
 	checkBucket(t, ctx, js)
 	if whole := fromScratch(t, nc, js, last); got != whole {
 		t.Errorf("a ledger started from the bucket answers\n%s\nwhere one that folded the whole log answers\n%s", got, whole)
+	}
+}
+
+// TestAnEventARecordHoldsIsNotFoldedInAgain: whatever brings the fold back
+// to an event a record already lists (here its position set back, as a
+// start from an older checkpoint would), the record is unchanged, the
+// event is not listed twice, and the service is told which.
+func TestAnEventARecordHoldsIsNotFoldedInAgain(t *testing.T) {
+	t.Parallel()
+	spec := events.JobSpec{Name: "j", Work: events.Work{Command: []string{"true"}}, Request: events.Request{CPU: 1, MemoryBytes: 1 << 30, LimitSeconds: 60}}
+	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
+	var log []Stored
+	for i, ev := range []events.Event{
+		&events.JobRequested{Submitter: "alice", Spec: spec},
+		&events.JobSubmitted{Submitter: "alice", Spec: spec},
+		&events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec},
+		&events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true},
+	} {
+		m, err := events.New("job-1", ev, "e31/test", time.Unix(int64(1000+i), 0)).Msg()
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = append(log, Stored{Seq: uint64(i + 1), Subject: m.Subject, Header: m.Header, Data: m.Data})
+	}
+	p := NewProjection()
+	for _, m := range log {
+		if err := p.ApplyStored(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := json.Marshal(p.Record("job-1"))
+	p.applied = 2 // behind the record, which lists #1 to #4
+	for _, m := range log[2:] {
+		if err := p.ApplyStored(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after, _ := json.Marshal(p.Record("job-1")); string(after) != string(before) {
+		t.Errorf("the record changed when #3 and #4 came again:\n%s\nwas\n%s", after, before)
+	}
+	want := []heldEvent{{job: "job-1", seq: 3, last: 4}, {job: "job-1", seq: 4, last: 4}}
+	if !reflect.DeepEqual(p.heldAlready, want) {
+		t.Errorf("reported %+v, want %+v", p.heldAlready, want)
 	}
 }

@@ -194,7 +194,7 @@ func (s *Service) open(ctx context.Context, st *store) error {
 		}
 		s.mu.Lock()
 		s.proj, s.from, s.folded = proj, proj.Applied(), 0
-		s.reportMadeAgain()
+		s.reportMended()
 		s.moved()
 		s.mu.Unlock()
 		s.tail = s.newTail(proj.Applied() + 1)
@@ -302,7 +302,7 @@ func (s *Service) applyBatch(xs []Prepared) error {
 	defer func() { s.proj.prefetched = nil }()
 	defer s.moved()
 	gaps := s.proj.gaps
-	defer s.reportMadeAgain()
+	defer s.reportMended()
 	for _, x := range xs {
 		if err := s.proj.ApplyPrepared(x); err != nil {
 			return err
@@ -320,14 +320,17 @@ func (s *Service) applyBatch(xs []Prepared) error {
 	return nil
 }
 
-// reportMadeAgain warns of each job whose stored entry was ahead of the
-// checkpoint beside it (see Projection.job). mu is held.
-func (s *Service) reportMadeAgain() {
+// reportMended warns of each record the fold found ahead of it and mended
+// (see Projection.job and fold). mu is held.
+func (s *Service) reportMended() {
 	for _, job := range s.proj.madeAgain {
 		s.log.Warn("the ledger's bucket held this job's entry past the checkpoint beside it, as if two flushes had been taken over one base: "+
 			"made again from the log", "job", job)
 	}
-	s.proj.madeAgain = nil
+	for _, h := range s.proj.heldAlready {
+		s.log.Error("an event was to be folded into a record that already holds it: skipped, not listed twice", "job", h.job, "seq", h.seq, "record_last_seq", h.last)
+	}
+	s.proj.madeAgain, s.proj.heldAlready = nil, nil
 }
 
 // waitFor waits until the projection has applied seq, or until deadline,

@@ -72,6 +72,10 @@ type Projection struct {
 	// checkpoint beside it, and made again from the log (see job), for
 	// the service to report.
 	madeAgain []string
+	// heldAlready are the events the fold was given again for a record
+	// that already lists them, and skipped (see fold), for the service to
+	// report.
+	heldAlready []heldEvent
 }
 
 // entry is what the projection keeps of one job: its record and what
@@ -215,6 +219,13 @@ func (p *Projection) job(subject string) (*entry, error) {
 	e = &entry{Job: strings.Clone(s.Job), Owner: owner}
 	p.touch(e)
 	return e, nil
+}
+
+// heldEvent is an event the fold was given for a record that already held
+// it: see fold.
+type heldEvent struct {
+	job       string
+	seq, last uint64
 }
 
 // last is the sequence of the last event folded into e (0: none).
@@ -362,6 +373,15 @@ func (p *Projection) Apply(env events.Envelope) error {
 // under a used id, which SUBMIT refuses and which is no part of the job.
 func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 	if e == nil || isNodeEvent(env) {
+		return
+	}
+	if env.Seq != 0 && env.Seq <= e.last() {
+		// The log is folded in order, so a record whose last event is
+		// at or past this one holds it already: folded in again, it
+		// would be listed twice and the record's events_digest would
+		// disagree with the log. job makes that impossible for the ways
+		// the ledger knows of; this holds whatever the way.
+		p.heldAlready = append(p.heldAlready, heldEvent{job: e.Job, seq: env.Seq, last: e.last()})
 		return
 	}
 	before := p.closedShare(e)
