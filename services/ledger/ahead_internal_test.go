@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
@@ -33,38 +36,13 @@ func TestTwoFlushesOverOneBaseAreMadeRight(t *testing.T) {
 	_, stop := run(t, nc, js) // the checkpoint both build on
 	stop()
 
-	// fold opens a projection from the bucket, as an instance does, and
-	// folds the log into it up to last.
-	fold := func(last uint64) (*Projection, *store) {
-		t.Helper()
-		st, err := openStore(ctx, nc, js)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := openProjection(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m, err := range bus.Stored(ctx, js, "", p.Applied()+1) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if m.Sequence > last {
-				break
-			}
-			if err := p.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return p, st
-	}
 	behindAt := appendJobs(t, ctx, pub, 30, 10)
 	if _, err := pub.Append(ctx, "job-0001", &events.Deleted{What: events.WhatData, By: "team-1"}); err != nil {
 		t.Fatal(err)
 	}
 	last := appendJobs(t, ctx, pub, 40, 10)
-	behind, stBehind := fold(behindAt)
-	ahead, _ := fold(last)
+	behind, stBehind := foldFromBucket(t, ctx, nc, js, behindAt)
+	ahead, _ := foldFromBucket(t, ctx, nc, js, last)
 	if err := ahead.Flush(); err != nil {
 		t.Fatalf("the flush ahead: %v", err)
 	}
@@ -87,6 +65,32 @@ func TestTwoFlushesOverOneBaseAreMadeRight(t *testing.T) {
 	if whole := fromScratch(t, nc, js, last); got != whole {
 		t.Errorf("a ledger started from the bucket answers\n%s\nwhere one that folded the whole log answers\n%s", got, whole)
 	}
+}
+
+// foldFromBucket opens a projection from the bucket, as an instance does,
+// and folds the log into it up to last, without writing anything.
+func foldFromBucket(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.JetStream, last uint64) (*Projection, *store) {
+	t.Helper()
+	st, err := openStore(ctx, nc, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := openProjection(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m, err := range bus.Stored(ctx, js, "", p.Applied()+1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Sequence > last {
+			break
+		}
+		if err := p.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p, st
 }
 
 // TestAnEventARecordHoldsIsNotFoldedInAgain: whatever brings the fold back

@@ -248,21 +248,9 @@ func TestACrashBetweenWritesLeavesTheLastCheckpoint(t *testing.T) {
 	// The crash: a projection opened from the checkpoint folds the rest of
 	// the log in and writes every record of its flush, then dies before
 	// the checkpoint, the batch's commit.
-	st, err := openStore(ctx, nc, js)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := openProjection(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m, err := range bus.Stored(ctx, js, "", first+1) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
-			t.Fatal(err)
-		}
+	p, st := foldFromBucket(t, ctx, nc, js, last)
+	if p.Applied() != last || st.base.Load() == 0 {
+		t.Fatalf("the projection that crashes folded up to #%d from base %d, want #%d from the checkpoint of #%d", p.Applied(), st.base.Load(), last, first)
 	}
 	msgs, err := st.messages(p.flushOf())
 	if err != nil {
