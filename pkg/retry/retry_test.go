@@ -26,6 +26,8 @@ func TestTransient(t *testing.T) {
 	}{
 		{"nil", nil, false},
 		{"request timeout", nats.ErrTimeout, true},
+		{"no ack for an object's chunk", fmt.Errorf("put blob/sha256/dc51: %w", jetstream.ErrAsyncPublishTimeout), true},
+		{"no ack for an async publish", nats.ErrAsyncPublishTimeout, true},
 		{"request deadline", fmt.Errorf("stream info: %w", context.DeadlineExceeded), true},
 		{"no responders", nats.ErrNoResponders, true},
 		{"no stream response", jetstream.ErrNoStreamResponse, true},

@@ -28,6 +28,10 @@ var transientCodes = map[jetstream.ErrorCode]string{
 //
 //   - no answer in time (nats.ErrTimeout, context.DeadlineExceeded of a
 //     request's own deadline): a server restarting, a lost connection;
+//   - no ack in time for an asynchronous publish (ErrAsyncPublishTimeout):
+//     the object store's chunks are published so, and a NATS server
+//     killed while a job's output was stored failed the job, where putting
+//     the same content again succeeds;
 //   - nobody answering (nats.ErrNoResponders, jetstream.ErrNoStreamResponse):
 //     JetStream not up yet, a stream whose leader has just gone;
 //   - the connection being made again (nats.ErrDisconnected,
@@ -47,6 +51,7 @@ func Transient(err error) bool {
 		return ok
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrAsyncPublishTimeout) || errors.Is(err, nats.ErrAsyncPublishTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrDisconnected) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
