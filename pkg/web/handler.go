@@ -323,16 +323,14 @@ func (p *Page) job(w http.ResponseWriter, r *http.Request, v viewer) {
 	}
 	ctx := r.Context()
 	d := jobData{ID: id}
-	known := func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.v.jobs[id] != nil
-	}
+	p.mu.Lock()
+	_, known := p.v.jobs[id]
+	p.mu.Unlock()
 	// A job submitted an instant ago (its page opened from what submit
 	// printed) may be in the log and not yet in the view: the view reads
 	// up to the log's end before the page says there is no such job.
 	// What it reads is what Run would have read next.
-	if !known() {
+	if !known {
 		if err := p.readNew(ctx); err != nil {
 			p.log.Debug("reading the log for a job's page", "job", id, "err", err)
 		}

@@ -79,6 +79,13 @@ func foldFromBucket(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstre
 	if err != nil {
 		t.Fatal(err)
 	}
+	foldUpTo(t, ctx, js, p, last)
+	return p, st
+}
+
+// foldUpTo folds the log into p from where p is up to last.
+func foldUpTo(t *testing.T, ctx context.Context, js jetstream.JetStream, p *Projection, last uint64) {
+	t.Helper()
 	for m, err := range bus.Stored(ctx, js, "", p.Applied()+1) {
 		if err != nil {
 			t.Fatal(err)
@@ -86,11 +93,10 @@ func foldFromBucket(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstre
 		if m.Sequence > last {
 			break
 		}
-		if err := p.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+		if err := p.ApplyStored(storedOf(m)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return p, st
 }
 
 // TestAnEventARecordHoldsIsNotFoldedInAgain: whatever brings the fold back

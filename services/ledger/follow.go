@@ -37,8 +37,7 @@ func (s *Service) follow(ctx context.Context) error {
 		out := make([]Prepared, len(msgs))
 		prepare := func(lo, hi int) {
 			for i := lo; i < hi; i++ {
-				m := msgs[i]
-				out[i] = Prepare(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data})
+				out[i] = Prepare(storedOf(msgs[i]))
 			}
 		}
 		chunk := (len(msgs) + workers - 1) / workers

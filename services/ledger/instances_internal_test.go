@@ -139,17 +139,7 @@ func checkBucket(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	want := NewProjection()
-	for m, err := range bus.Stored(ctx, js, "", 1) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Sequence > c.Applied {
-			break
-		}
-		if err := want.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	foldUpTo(t, ctx, js, want, c.Applied)
 	if got, w := c, want.checkpointOf(); !reflect.DeepEqual(got, w) {
 		t.Errorf("the checkpoint is\n%+v\nwant (the log folded up to #%d)\n%+v", got, c.Applied, w)
 	}

@@ -10,6 +10,7 @@ import (
 
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/chain"
@@ -198,19 +199,14 @@ func (p *Projection) job(subject string) (*entry, error) {
 		return nil, nil
 	}
 	if e := p.jobs[s.Job]; e != nil {
-		return e, nil
+		return e, nil // this instance's own, folded as far as it is
 	}
 	e, err := p.lookup(s.Job)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		e, err = p.asOfCheckpoint(s.Job, e)
 	}
-	if p.isAhead(e) {
-		if e, err = p.again(s.Job); err != nil || e != nil {
-			return e, err
-		}
-	}
-	if e != nil {
-		return e, nil
+	if err != nil || e != nil {
+		return e, err
 	}
 	owner := ""
 	if s.IsRequest() {
@@ -236,17 +232,15 @@ func (e *entry) last() uint64 {
 	return e.Record.Events[len(e.Record.Events)-1].Seq
 }
 
-// isAhead reports whether e, read from the store, holds an event past the
-// checkpoint the instance builds on: see job.
-func (p *Projection) isAhead(e *entry) bool {
-	return p.store != nil && e.last() > p.flushed
-}
-
-// again makes a job's entry from its messages in the log up to the
-// checkpoint the instance builds on, in place of a stored one that is
-// ahead of it (see job), and marks it changed; nil if the job has no
-// message up to there.
-func (p *Projection) again(job string) (*entry, error) {
+// asOfCheckpoint is e, job's entry as read from the store, if it is as of
+// the checkpoint the instance builds on or older. One that holds an event
+// past it (see job) is made again from the job's messages in the log up
+// to the checkpoint, and marked changed; nil if the job has no message up
+// to there.
+func (p *Projection) asOfCheckpoint(job string, e *entry) (*entry, error) {
+	if p.store == nil || e.last() <= p.flushed {
+		return e, nil
+	}
 	p.madeAgain = append(p.madeAgain, job)
 	ctx, cancel := p.store.call()
 	defer cancel()
@@ -258,11 +252,11 @@ func (p *Projection) again(job string) (*entry, error) {
 		if m.Sequence > p.flushed {
 			break
 		}
-		if err := scratch.ApplyStored(Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}); err != nil {
+		if err := scratch.ApplyStored(storedOf(m)); err != nil {
 			return nil, err
 		}
 	}
-	e := scratch.jobs[job]
+	e = scratch.jobs[job]
 	if e != nil {
 		p.touch(e)
 	}
@@ -292,6 +286,11 @@ type Stored struct {
 	Subject string
 	Header  nats.Header
 	Data    []byte
+}
+
+// storedOf is m, as the stream holds it, for the projection.
+func storedOf(m *jetstream.RawStreamMsg) Stored {
+	return Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}
 }
 
 // Prepared is a stored message digested and decoded, ready to be applied

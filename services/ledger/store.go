@@ -663,12 +663,9 @@ func openProjection(st *store) (*Projection, error) {
 		return nil, err
 	}
 	for _, job := range jobs {
-		e := loaded[job]
-		if p.isAhead(e) {
-			// Made again as of the checkpoint (see Projection.job).
-			if e, err = p.again(job); err != nil {
-				return nil, err
-			}
+		e, err := p.asOfCheckpoint(job, loaded[job])
+		if err != nil {
+			return nil, err
 		}
 		if e != nil {
 			p.jobs[job] = e
