@@ -55,17 +55,28 @@ func TestTwoFlushesOverOneBaseAreMadeRight(t *testing.T) {
 		t.Fatalf("the flush behind: %v", err)
 	}
 
-	svc, stop := run(t, nc, js)
+	var told mends
+	svc, stop := runWith(t, nc, js, &told)
 	if from, _ := svc.Started(); from != behindAt {
 		t.Fatalf("the ledger started from #%d, want the checkpoint behind (#%d)", from, behindAt)
 	}
 	got := answers(t, nc, last)
 	stop() // its last flush writes the entries made again
+	// The operator is told: job-0001 and jobs 40 to 49, each once.
+	if told != (mends{madeAgain: 11}) {
+		t.Errorf("the ledger told its observer of %+v, want 11 entries made again and no event held already", told)
+	}
 	checkBucket(t, ctx, js)
 	if whole := fromScratch(t, nc, js, last); got != whole {
 		t.Errorf("a ledger started from the bucket answers\n%s\nwhere one that folded the whole log answers\n%s", got, whole)
 	}
 }
+
+// mends counts what a ledger told its Observer.
+type mends struct{ madeAgain, heldAlready int }
+
+func (m *mends) MadeAgain(n int)   { m.madeAgain += n }
+func (m *mends) HeldAlready(n int) { m.heldAlready += n }
 
 // foldFromBucket opens a projection from the bucket, as an instance does,
 // and folds the log into it up to last, without writing anything.

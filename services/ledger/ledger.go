@@ -42,7 +42,30 @@ type Config struct {
 	// (default 1 s): what a restart folds in again. A flush also comes
 	// whenever a few hundred jobs have changed.
 	FlushEvery time.Duration
+	// Observer, if set, is told what the fold mended, for the operator's
+	// metrics (pkg/metrics.Ledger implements it).
+	Observer Observer
 }
+
+// Observer is told what the ledger's fold mended. Each says that the rule
+// of the ledger's bucket (every entry is as of the checkpoint beside it)
+// was broken, though the records stay right: an operator alerts on it
+// rather than reading it in the log. Its methods are called with the
+// projection held, and must not block.
+type Observer interface {
+	// MadeAgain: n entries of the bucket were found past the checkpoint
+	// beside them, and made again from the log.
+	MadeAgain(n int)
+	// HeldAlready: n events were to be folded into a record that already
+	// held them, and were skipped.
+	HeldAlready(n int)
+}
+
+// nopObserver watches nothing.
+type nopObserver struct{}
+
+func (nopObserver) MadeAgain(int)   {}
+func (nopObserver) HeldAlready(int) {}
 
 // Service is the LEDGER. Several may run; each keeps its own projection.
 // Its query handlers run concurrently with each other and with the fold
@@ -87,6 +110,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.FlushEvery <= 0 {
 		cfg.FlushEvery = time.Second
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	s := &Service{nc: nc, js: js, log: cfg.Logger.With("service", "ledger"), cfg: cfg,
 		proj: NewProjection(), caughtUp: make(chan struct{}), changed: make(chan struct{})}
@@ -321,7 +347,8 @@ func (s *Service) applyBatch(xs []Prepared) error {
 }
 
 // reportMended warns of each record the fold found ahead of it and mended
-// (see Projection.job and fold). mu is held.
+// (see Projection.job and fold), and counts them for the Observer. mu is
+// held.
 func (s *Service) reportMended() {
 	for _, job := range s.proj.madeAgain {
 		s.log.Warn("the ledger's bucket held this job's entry past the checkpoint beside it, as if two flushes had been taken over one base: "+
@@ -329,6 +356,12 @@ func (s *Service) reportMended() {
 	}
 	for _, h := range s.proj.heldAlready {
 		s.log.Error("an event was to be folded into a record that already holds it: skipped, not listed twice", "job", h.job, "seq", h.seq, "record_last_seq", h.last)
+	}
+	if n := len(s.proj.madeAgain); n > 0 {
+		s.cfg.Observer.MadeAgain(n)
+	}
+	if n := len(s.proj.heldAlready); n > 0 {
+		s.cfg.Observer.HeldAlready(n)
 	}
 	s.proj.madeAgain, s.proj.heldAlready = nil, nil
 }

@@ -203,7 +203,10 @@ func (p *Projection) job(subject string) (*entry, error) {
 	}
 	e, err := p.lookup(s.Job)
 	if err == nil {
-		e, err = p.asOfCheckpoint(s.Job, e)
+		var remade bool
+		if e, remade, err = p.asOfCheckpoint(s.Job, e); remade {
+			p.madeAgain = append(p.madeAgain, s.Job)
+		}
 	}
 	if err != nil || e != nil {
 		return e, err
@@ -236,31 +239,31 @@ func (e *entry) last() uint64 {
 // the checkpoint the instance builds on or older. One that holds an event
 // past it (see job) is made again from the job's messages in the log up
 // to the checkpoint, and marked changed; nil if the job has no message up
-// to there.
-func (p *Projection) asOfCheckpoint(job string, e *entry) (*entry, error) {
+// to there. remade says it was; the caller reports it (madeAgain) once
+// the entry is this instance's, so that a job is reported once.
+func (p *Projection) asOfCheckpoint(job string, e *entry) (_ *entry, remade bool, _ error) {
 	if p.store == nil || e.last() <= p.flushed {
-		return e, nil
+		return e, false, nil
 	}
-	p.madeAgain = append(p.madeAgain, job)
 	ctx, cancel := p.store.call()
 	defer cancel()
 	scratch := NewProjection()
 	for m, err := range bus.StoredJob(ctx, p.store.js, job, 1) {
 		if err != nil {
-			return nil, fmt.Errorf("ledger: make the entry of %s again from the log: %w", job, err)
+			return nil, false, fmt.Errorf("ledger: make the entry of %s again from the log: %w", job, err)
 		}
 		if m.Sequence > p.flushed {
 			break
 		}
 		if err := scratch.ApplyStored(storedOf(m)); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	e = scratch.jobs[job]
 	if e != nil {
 		p.touch(e)
 	}
-	return e, nil
+	return e, true, nil
 }
 
 // touch marks e changed: it stays in memory until the next flush writes it.

@@ -119,7 +119,13 @@ func answers(t *testing.T, nc *nats.Conn, minSeq uint64) string {
 // waits for Run.
 func run(t *testing.T, nc *nats.Conn, js jetstream.JetStream) (svc *Service, stop func()) {
 	t.Helper()
-	svc, err := New(nc, js, Config{Logger: slog.New(slog.DiscardHandler), FlushEvery: time.Hour})
+	return runWith(t, nc, js, nil)
+}
+
+// runWith is run with obs told what the ledger mends (none if nil).
+func runWith(t *testing.T, nc *nats.Conn, js jetstream.JetStream, obs Observer) (svc *Service, stop func()) {
+	t.Helper()
+	svc, err := New(nc, js, Config{Logger: slog.New(slog.DiscardHandler), FlushEvery: time.Hour, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}

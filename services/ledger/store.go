@@ -663,12 +663,18 @@ func openProjection(st *store) (*Projection, error) {
 		return nil, err
 	}
 	for _, job := range jobs {
-		e, err := p.asOfCheckpoint(job, loaded[job])
+		e, remade, err := p.asOfCheckpoint(job, loaded[job])
 		if err != nil {
 			return nil, err
 		}
 		if e != nil {
 			p.jobs[job] = e
+		}
+		// A job with no message up to the checkpoint was not open there:
+		// nothing of it is loaded, and the fold makes its entry (and
+		// reports it) when it meets the job's first message.
+		if remade && e != nil {
+			p.madeAgain = append(p.madeAgain, job)
 		}
 	}
 	return p, nil
