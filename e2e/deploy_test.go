@@ -158,6 +158,7 @@ func exposed(t *testing.T) map[string]bool {
 		metrics.NewConsumerCollector(nil, metrics.NewHandlers()),
 		metrics.NewHandlers(),
 		metrics.NewScheduler(),
+		metrics.NewLedger(),
 		metrics.NewAudit(),
 	}
 	ch := make(chan *prometheus.Desc, 100)
@@ -192,7 +193,7 @@ var metricName = regexp.MustCompile(`(?:^|[^a-zA-Z0-9_:])(e31_[a-zA-Z0-9_]+)`)
 func TestDeployNamesMetricsThatExist(t *testing.T) {
 	t.Parallel()
 	names := exposed(t)
-	for _, want := range []string{"e31_handler_seconds", "e31_scheduler_leader", "e31_consumer_pending", "e31_jobs", "e31_audit_findings"} {
+	for _, want := range []string{"e31_handler_seconds", "e31_scheduler_leader", "e31_consumer_pending", "e31_jobs", "e31_audit_findings", "e31_ledger_mended_total"} {
 		if !names[want] {
 			t.Fatalf("%s is not among the described metrics: %v", want, slices.Sorted(func(yield func(string) bool) {
 				for n := range names {

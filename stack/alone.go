@@ -44,8 +44,9 @@ type AloneConfig struct {
 
 // RunAlone runs the service until ctx ends, started again when it fails
 // for a reason that passes (daemon.RunAgain), with its endpoints. RENT's
-// scheduler figures are the process's: they go on over its restarts. An
-// address the endpoints cannot have is a *ListenError.
+// scheduler figures and LEDGER's counts of what it mended are the
+// process's: they go on over its restarts. An address the endpoints
+// cannot have is a *ListenError.
 func RunAlone(ctx context.Context, cfg AloneConfig) error {
 	log := cmp.Or(cfg.Logger, slog.Default())
 	var cs []prometheus.Collector
@@ -57,6 +58,11 @@ func RunAlone(ctx context.Context, cfg AloneConfig) error {
 		sched := metrics.NewScheduler()
 		cfg.Configs.Rent.Observer = sched
 		cs = append(cs, sched)
+	}
+	if cfg.Name == "ledger" && cfg.Configs.Ledger.Observer == nil {
+		mended := metrics.NewLedger()
+		cfg.Configs.Ledger.Observer = mended
+		cs = append(cs, mended)
 	}
 	ends, stop, err := StartEndpoints(ctx, cfg, cs...)
 	if err != nil {

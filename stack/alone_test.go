@@ -112,9 +112,13 @@ func TestEndpointsOnATakenAddress(t *testing.T) {
 	if err != nil || addr == "" || s.EndpointsAddr() != addr {
 		t.Fatalf("free address: %q, %v (EndpointsAddr %q)", addr, err, s.EndpointsAddr())
 	}
-	// Config.Metrics: the services' handlers and the scheduler are there,
-	// registered when the stack started.
-	if _, body := get(t, "http://"+addr+"/metrics"); !strings.Contains(body, "e31_scheduler_leader") || !strings.Contains(body, `scheduler="rent-1"`) {
+	// Config.Metrics: the services' handlers, the scheduler and what the
+	// ledger mended are there, registered when the stack started.
+	_, body := get(t, "http://"+addr+"/metrics")
+	if !strings.Contains(body, "e31_scheduler_leader") || !strings.Contains(body, `scheduler="rent-1"`) {
 		t.Fatalf("/metrics has no scheduler figures:\n%s", body)
+	}
+	if !strings.Contains(body, `e31_ledger_mended_total{kind="entry_ahead"} 0`) {
+		t.Errorf("/metrics has no count of what the ledger mended:\n%s", body)
 	}
 }

@@ -76,6 +76,9 @@ func (s *Stack) ServeEndpoints(cfg EndpointsConfig) (string, error) {
 	if s.handlers != nil {
 		cs = append(cs, s.handlers)
 	}
+	if s.ledger != nil {
+		cs = append(cs, s.ledger)
+	}
 	reg, err := metrics.NewRegistry(cs...)
 	if err != nil {
 		closeAll()

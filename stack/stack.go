@@ -22,6 +22,7 @@ import (
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/stage"
+	"github.com/e31net/e31/services/ledger"
 	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
 )
@@ -68,7 +69,7 @@ type Config struct {
 	OSUser, ConfigDir string
 	// Metrics, if Handlers and Scheduler are not set, sets them to watch
 	// every service's handlers and each scheduler for the operator's
-	// metrics, which ServeEndpoints then serves.
+	// metrics, which ServeEndpoints then serves, with what LEDGER mended.
 	Metrics bool
 }
 
@@ -138,10 +139,12 @@ type Stack struct {
 	errs   []error
 	// services are the services running, by id ("rent-1", "node-2").
 	services map[string]*service
-	// handlers and schedulers are what Config.Metrics made: every
-	// service's handlers, and each RENT instance's scheduler by id.
+	// handlers, schedulers and ledger are what Config.Metrics made:
+	// every service's handlers, each RENT instance's scheduler by id, and
+	// what LEDGER mended.
 	handlers   *metrics.Handlers
 	schedulers map[string]*metrics.Scheduler
+	ledger     *metrics.Ledger
 	// endpoints is where ServeEndpoints serves; "" if nowhere.
 	endpoints string
 }
@@ -199,9 +202,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	var handlers *metrics.Handlers
+	var mended *metrics.Ledger
 	schedulers := map[string]*metrics.Scheduler{}
 	if cfg.Metrics && cfg.Handlers == nil && cfg.Scheduler == nil {
-		handlers = metrics.NewHandlers()
+		handlers, mended = metrics.NewHandlers(), metrics.NewLedger()
 		cfg.Handlers = handlers
 		cfg.Scheduler = func(id string) rent.Observer {
 			schedulers[id] = metrics.NewScheduler()
@@ -214,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		ctx = bus.WithObserver(ctx, cfg.Handlers)
 	}
 	s := &Stack{broker: b, keys: keys, dir: dir, credsDir: filepath.Join(dir, "creds"), users: users, log: cfg.Logger,
-		ctx: ctx, cancel: cancel, services: map[string]*service{}, handlers: handlers, schedulers: schedulers}
+		ctx: ctx, cancel: cancel, services: map[string]*service{}, handlers: handlers, schedulers: schedulers, ledger: mended}
 	if err := s.start(cfg); err != nil {
 		_ = s.Stop()
 		return nil, err
@@ -236,8 +240,12 @@ func (s *Stack) start(cfg Config) error {
 	if err := s.writeCreds(); err != nil {
 		return err
 	}
+	var lc ledger.Config
+	if s.ledger != nil {
+		lc.Observer = s.ledger
+	}
 	for _, name := range []string{"ledger", "submit", "output", "release"} {
-		if err := s.startService(name, name, Configs{}); err != nil {
+		if err := s.startService(name, name, Configs{Ledger: lc}); err != nil {
 			return err
 		}
 	}

@@ -197,6 +197,50 @@ func (s *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Kinds of e31_ledger_mended_total.
+const (
+	// MendEntryAhead: an entry of the ledger's bucket past the checkpoint
+	// beside it, made again from the log.
+	MendEntryAhead = "entry_ahead"
+	// MendEventHeld: an event the fold was given for a record that already
+	// held it, skipped.
+	MendEventHeld = "event_held"
+)
+
+// Ledger is the LEDGER's own metrics: what its fold mended. Any count
+// above zero says the bucket's rule (every entry as of the checkpoint
+// beside it) was broken, which only a fault can do; the records stay
+// right, but someone should look. Its methods may be called concurrently.
+type Ledger struct {
+	mended *prometheus.CounterVec
+}
+
+// NewLedger returns the ledger's metrics, to register once per process
+// that runs LEDGER. Both kinds are there at 0 from the start, so that an
+// increase over a window is seen from the first mend.
+func NewLedger() *Ledger {
+	l := &Ledger{mended: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "e31_ledger_mended_total",
+		Help: "Records the ledger's fold mended since the process started: an entry of its bucket past the checkpoint beside it, made again from the log (entry_ahead), or an event given again for a record that held it, skipped (event_held).",
+	}, []string{"kind"})}
+	for _, k := range []string{MendEntryAhead, MendEventHeld} {
+		l.mended.WithLabelValues(k)
+	}
+	return l
+}
+
+// MadeAgain counts n entries made again from the log.
+func (l *Ledger) MadeAgain(n int) { l.mended.WithLabelValues(MendEntryAhead).Add(float64(n)) }
+
+// HeldAlready counts n events skipped as held already.
+func (l *Ledger) HeldAlready(n int) { l.mended.WithLabelValues(MendEventHeld).Add(float64(n)) }
+
+// Describe sends the description of the ledger's metrics.
+func (l *Ledger) Describe(ch chan<- *prometheus.Desc) { l.mended.Describe(ch) }
+
+// Collect sends the ledger's metrics.
+func (l *Ledger) Collect(ch chan<- prometheus.Metric) { l.mended.Collect(ch) }
+
 // Results of e31_audit_runs_total.
 const (
 	// AuditOK: the audit read the whole log and found nothing.

@@ -56,6 +56,33 @@ e31_poison_total{service="release"} 1
 	}
 }
 
+// TestLedgerMends: both kinds are reported from the start, at 0, so that
+// an alert on an increase sees the first mend; each count adds up.
+func TestLedgerMends(t *testing.T) {
+	t.Parallel()
+	l := metrics.NewLedger()
+	head := `
+# HELP e31_ledger_mended_total Records the ledger's fold mended since the process started: an entry of its bucket past the checkpoint beside it, made again from the log (entry_ahead), or an event given again for a record that held it, skipped (event_held).
+# TYPE e31_ledger_mended_total counter
+`
+	if err := testutil.CollectAndCompare(l, strings.NewReader(head+`e31_ledger_mended_total{kind="entry_ahead"} 0
+e31_ledger_mended_total{kind="event_held"} 0
+`)); err != nil {
+		t.Errorf("before any mend: %v", err)
+	}
+	l.MadeAgain(89)
+	l.MadeAgain(1)
+	l.HeldAlready(2)
+	if err := testutil.CollectAndCompare(l, strings.NewReader(head+`e31_ledger_mended_total{kind="entry_ahead"} 90
+e31_ledger_mended_total{kind="event_held"} 2
+`)); err != nil {
+		t.Errorf("after mends: %v", err)
+	}
+	if problems, err := testutil.CollectAndLint(l); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
 func TestScheduler(t *testing.T) {
 	t.Parallel()
 	s := metrics.NewScheduler()
