@@ -179,6 +179,8 @@ func (c *cluster) checkFigures(ctx context.Context, t *testing.T) {
 		`count(e31_events_total{type="e31.job.submitted.v1"})`:                  atLeast(1),
 		`max(e31_job_wait_seconds_count)`:                                       atLeast(1),
 		`max(e31_job_start_seconds_count) + max(e31_job_release_seconds_count)`: atLeast(1),
+		// E31LedgerMended's count is there to alert on, mends or none.
+		`count(e31_ledger_mended_total{service="ledger", kind="entry_ahead"})`: atLeast(1),
 	}
 	for q, check := range checks {
 		eventually(ctx, t, 30*time.Second, q, func() error {
