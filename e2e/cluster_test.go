@@ -485,17 +485,44 @@ func (c *cluster) consumerStates(ctx context.Context, t *testing.T, js jetstream
 	}
 }
 
-// logTails logs the last lines of every service's and server's container:
-// what a failure needs explained.
+// logTails logs what a failure needs explained, for every service's and
+// server's container by its place in the cluster: each line that warns or
+// errs and each line about who leads (a NATS server's streams and
+// consumers, RENT's lease), then the last lines. A run that stalled with a
+// NATS server down showed only the last lines, all written after the
+// stall, and the containers' names, which do not say which is which.
 func (c *cluster) logTails(ctx context.Context, t *testing.T) {
-	for _, ctrs := range append(slices.Collect(maps.Values(c.svcs)), c.nats) {
-		for _, ctr := range ctrs {
+	all := map[string][]*testcontainers.DockerContainer{"nats": c.nats}
+	maps.Copy(all, c.svcs)
+	for _, class := range slices.Sorted(maps.Keys(all)) {
+		for i, ctr := range all[class] {
 			name, _ := ctr.Name(ctx)
-			log := containerLog(ctx, ctr)
-			lines := strings.Split(strings.TrimSpace(log), "\n")
-			t.Logf("--- last lines of %s:\n%s", name, strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			lines := strings.Split(strings.TrimSpace(containerLog(ctx, ctr)), "\n")
+			tail := max(0, len(lines)-30)
+			var notable []string
+			for _, l := range lines[:tail] {
+				if notableLine(l) {
+					notable = append(notable, l)
+				}
+			}
+			// Bounded, for a container that warned without end.
+			notable = notable[max(0, len(notable)-200):]
+			t.Logf("--- %s-%d (%s): %d lines that warn, err or say who leads, of %d before the last %d:\n%s\n--- %s-%d, the last lines:\n%s",
+				class, i+1, strings.TrimPrefix(name, "/"), len(notable), tail, len(lines)-tail, strings.Join(notable, "\n"),
+				class, i+1, strings.Join(lines[tail:], "\n"))
 		}
 	}
+}
+
+// notableLine reports whether a line of a container's log warns, errs or
+// says who leads, in e31's JSON or text logs or a NATS server's.
+func notableLine(l string) bool {
+	for _, s := range []string{`"level":"WARN"`, `"level":"ERROR"`, "level=WARN", "level=ERROR", "[WRN]", "[ERR]", "lead"} {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // ledgerMends logs what the ledger instances mended in their records: an
