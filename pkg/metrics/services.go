@@ -197,14 +197,14 @@ func (s *Scheduler) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Kinds of e31_ledger_mended_total.
+// Kinds of e31_ledger_mended_total, which only this package writes.
 const (
-	// MendEntryAhead: an entry of the ledger's bucket past the checkpoint
+	// mendEntryAhead: an entry of the ledger's bucket past the checkpoint
 	// beside it, made again from the log.
-	MendEntryAhead = "entry_ahead"
-	// MendEventHeld: an event the fold was given for a record that already
+	mendEntryAhead = "entry_ahead"
+	// mendEventHeld: an event the fold was given for a record that already
 	// held it, skipped.
-	MendEventHeld = "event_held"
+	mendEventHeld = "event_held"
 )
 
 // Ledger is the LEDGER's own metrics: what its fold mended. Any count
@@ -223,17 +223,17 @@ func NewLedger() *Ledger {
 		Name: "e31_ledger_mended_total",
 		Help: "Records the ledger's fold mended since the process started: an entry of its bucket past the checkpoint beside it, made again from the log (entry_ahead), or an event given again for a record that held it, skipped (event_held).",
 	}, []string{"kind"})}
-	for _, k := range []string{MendEntryAhead, MendEventHeld} {
+	for _, k := range []string{mendEntryAhead, mendEventHeld} {
 		l.mended.WithLabelValues(k)
 	}
 	return l
 }
 
 // MadeAgain counts n entries made again from the log.
-func (l *Ledger) MadeAgain(n int) { l.mended.WithLabelValues(MendEntryAhead).Add(float64(n)) }
+func (l *Ledger) MadeAgain(n int) { l.mended.WithLabelValues(mendEntryAhead).Add(float64(n)) }
 
 // HeldAlready counts n events skipped as held already.
-func (l *Ledger) HeldAlready(n int) { l.mended.WithLabelValues(MendEventHeld).Add(float64(n)) }
+func (l *Ledger) HeldAlready(n int) { l.mended.WithLabelValues(mendEventHeld).Add(float64(n)) }
 
 // Describe sends the description of the ledger's metrics.
 func (l *Ledger) Describe(ch chan<- *prometheus.Desc) { l.mended.Describe(ch) }

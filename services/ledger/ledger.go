@@ -53,8 +53,9 @@ type Config struct {
 // rather than reading it in the log. Its methods are called with the
 // projection held, and must not block.
 type Observer interface {
-	// MadeAgain: n entries of the bucket were found past the checkpoint
-	// beside them, and made again from the log.
+	// MadeAgain: n entries of the bucket (0 or more, after each batch of
+	// the fold) were found past the checkpoint beside them, and made again
+	// from the log.
 	MadeAgain(n int)
 	// HeldAlready: n events were to be folded into a record that already
 	// held them, and were skipped.
@@ -357,12 +358,8 @@ func (s *Service) reportMended() {
 	for _, h := range s.proj.heldAlready {
 		s.log.Error("an event was to be folded into a record that already holds it: skipped, not listed twice", "job", h.job, "seq", h.seq, "record_last_seq", h.last)
 	}
-	if n := len(s.proj.madeAgain); n > 0 {
-		s.cfg.Observer.MadeAgain(n)
-	}
-	if n := len(s.proj.heldAlready); n > 0 {
-		s.cfg.Observer.HeldAlready(n)
-	}
+	s.cfg.Observer.MadeAgain(len(s.proj.madeAgain))
+	s.cfg.Observer.HeldAlready(len(s.proj.heldAlready))
 	s.proj.madeAgain, s.proj.heldAlready = nil, nil
 }
 
