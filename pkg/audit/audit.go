@@ -90,7 +90,7 @@ type Options struct {
 	// jobs still open, and about 200 bytes for each job that ended (to
 	// judge what the log says of it afterwards, and to compare). Report.
 	// Records then holds only the jobs still open at the end: compare
-	// with Auditor.Compare, not Report.Compare.
+	// with Auditor.CompareBucket, not Report.Compare.
 	Forget bool
 	// Progress, if set, is told how far the reading has come, in messages
 	// (ReadStream, ReadExport): an audit of a long history takes minutes.
@@ -133,9 +133,9 @@ type Auditor struct {
 	after     map[string]uint64
 	jobs      int // jobs seen
 	maxOpen   int // the most jobs open at once
-	readAgain int // jobs read again from the log to compare (Compare)
+	readAgain int // jobs read again from the log to compare (CompareBucket)
 	// openSeen holds the jobs open at the end whose ledger's record
-	// Compare has seen.
+	// CompareBucket has seen.
 	openSeen map[string]bool
 	// spare holds the room of histories let go of, for jobs to come.
 	spare [][]fact
@@ -151,7 +151,8 @@ type tomb struct {
 	// requested says the job's first request came under its own id
 	// (events.ID), which a later request repeats.
 	requested bool
-	// sums stand for the record let go of (Options.Forget), for Compare.
+	// sums stand for the record let go of (Options.Forget), for
+	// CompareBucket.
 	sums sums
 }
 

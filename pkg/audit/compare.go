@@ -11,7 +11,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"time"
 
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go/jetstream"
@@ -246,120 +245,145 @@ func coreSum(rec *hold.HoldRecord) [16]byte {
 // matches reports whether a ledger's record says what the sums stand for:
 // then the two records agree field by field.
 func (s sums) matches(l *hold.HoldRecord) bool {
-	var evs eventSum
+	ls, ok := ledgerSums(l)
+	return ok && ls == s
+}
+
+// ledgerSums takes the sums of a ledger's record, as sumsOf takes them of
+// a rebuilt one; false if the record cannot stand for any rebuilt one (an
+// event's digest that is not one, events out of order, an events_digest
+// that is not theirs). It is safe to call concurrently.
+func ledgerSums(l *hold.HoldRecord) (sums, bool) {
+	var s sums
 	for i, e := range l.Events {
 		d, err := hex.DecodeString(strings.TrimPrefix(e.Digest, "sha256:"))
 		if err != nil || len(d) != 32 || i > 0 && e.Seq <= l.Events[i-1].Seq {
-			return false
+			return sums{}, false
 		}
-		evs.add(e.Seq, e.Type, [32]byte(d))
+		s.events.add(e.Seq, e.Type, [32]byte(d))
 	}
 	listed := ""
 	if len(l.Events) > 0 {
 		listed = eventsDigest(l.Events)
 	}
-	at := func(t *time.Time) int64 {
-		if t == nil {
-			return 0
-		}
-		return t.UnixNano()
+	if l.EventsDigest != listed {
+		return sums{}, false
 	}
-	return evs == s.events && l.EventsDigest == listed && coreSum(l) == s.core &&
-		at(l.DataDeletedAt) == s.dataDeleted && at(l.Output.DeletedAt) == s.outputDeleted
+	s.core = coreSum(l)
+	if l.DataDeletedAt != nil {
+		s.dataDeleted = l.DataDeletedAt.UnixNano()
+	}
+	if l.Output.DeletedAt != nil {
+		s.outputDeleted = l.Output.DeletedAt.UnixNano()
+	}
+	return s, true
 }
 
-// Compare checks the ledger's records against the rebuilt ones, as
-// Report.Compare does, once Finish has been called. With Options.Forget,
-// where the audit kept sums of each record and not the record, a ledger's
-// record that agrees with them agrees field by field; the history of a
-// job whose record does not is read again from the log (js), up to where
-// the audit read it, to say what differs. With Forget, the ledger's
-// records may come a page at a time, one call each, all given with the
-// last (which may be empty): the audit remembers which it has seen.
-func (a *Auditor) Compare(ctx context.Context, js jetstream.JetStream, ledger []*hold.HoldRecord, all bool) error {
+// compareOne compares one of the ledger's records with the rebuilt one,
+// with Options.Forget. The record is as of asOf at least: the sequence of
+// the log the ledger had applied when it was read. ls are its sums, if
+// taken already (ledgerSums); nil has them taken here.
+//
+// A record whose events go past where the audit read is moving: not
+// compared. One as of a point before it (asOf, the ledger's checkpoint,
+// behind the audit) is held against the job's record rebuilt as of asOf,
+// read again from the log, once it does not agree with the audit's own:
+// what the job did since is not the ledger's to know yet.
+func (a *Auditor) compareOne(ctx context.Context, js jetstream.JetStream, l *hold.HoldRecord, ls *sums, asOf uint64) error {
 	r := &a.rep
-	if !a.opts.Forget {
-		r.Compare(ledger, all)
-		return nil
-	}
 	if a.openSeen == nil {
 		a.openSeen = map[string]bool{}
 	}
-	open := a.openSeen
-	for _, l := range ledger {
-		// A tomb is let go of once its record is seen: those left at the
-		// end are the jobs the ledger has no record of. Stored again, it
-		// would be stored under l.Job, and keep the page it came in.
-		t, ended := a.ended[l.Job]
-		if ended {
-			delete(a.ended, l.Job)
-		}
-		_, isOpen := r.Records[l.Job]
-		if isOpen {
-			open[strings.Clone(l.Job)] = true
-		}
-		if n := len(l.Events); n > 0 && l.Events[n-1].Seq > r.LastSeq {
-			r.Moving++
-			continue
-		}
-		var mine *hold.HoldRecord
-		switch {
-		case ended && t.sums.matches(l):
-			r.Compared++
-			continue
-		case isOpen:
-			mine = r.Records[l.Job]
-		case !ended:
-			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: ExtraRec, Detail: "the ledger has a record for a job with no events in the log"})
-			continue
-		default:
-			rec, err := a.again(ctx, js, l.Job)
-			if err != nil {
-				return err
-			}
-			mine = rec
-		}
-		r.Compared++
-		if mine == nil {
-			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: "the ledger's record is not the one rebuilt from the log, whose events for this job could not be read again to say how"})
-			continue
-		}
-		for _, d := range differences(l, mine) {
-			r.Findings = append(r.Findings, Finding{Job: l.Job, Seq: d.seq, Kind: Mismatch, Detail: d.text})
-		}
+	// A tomb is let go of once its record is seen: those left at the end
+	// are the jobs the ledger has no record of. Stored again, it would be
+	// stored under l.Job, and keep the page it came in.
+	t, ended := a.ended[l.Job]
+	if ended {
+		delete(a.ended, l.Job)
 	}
-	if !all || r.Moving > 0 {
+	_, isOpen := r.Records[l.Job]
+	if isOpen {
+		a.openSeen[strings.Clone(l.Job)] = true
+	}
+	if n := len(l.Events); n > 0 && l.Events[n-1].Seq > r.LastSeq {
+		r.Moving++
 		return nil
 	}
-	var missing []string
-	for id := range a.ended {
-		missing = append(missing, id)
-	}
-	for id := range r.Records {
-		if !open[id] {
-			missing = append(missing, id)
+	if ended {
+		if ls == nil {
+			if s, ok := ledgerSums(l); ok {
+				ls = &s
+			}
+		}
+		if ls != nil && *ls == t.sums {
+			r.Compared++
+			return nil
 		}
 	}
-	sort.Strings(missing)
-	for _, id := range missing {
-		r.Findings = append(r.Findings, Finding{Job: id, Kind: MissingRec, Detail: "the log has this job but the ledger has no record of it"})
+	if !ended && !isOpen {
+		r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: ExtraRec, Detail: "the ledger has a record for a job with no events in the log"})
+		return nil
+	}
+	mine := r.Records[l.Job]
+	behind := asOf < r.LastSeq
+	if ended || behind && len(differences(l, mine)) > 0 {
+		rec, err := a.again(ctx, js, l.Job, min(asOf, r.LastSeq))
+		if err != nil {
+			return err
+		}
+		mine = rec
+	}
+	r.Compared++
+	if mine == nil {
+		r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: "the ledger's record is not the one rebuilt from the log, whose events for this job could not be read again to say how"})
+		return nil
+	}
+	for _, d := range differences(l, mine) {
+		r.Findings = append(r.Findings, Finding{Job: l.Job, Seq: d.seq, Kind: Mismatch, Detail: d.text})
 	}
 	return nil
 }
 
+// unseen lists, in order, the jobs of the log whose ledger's record the
+// comparison has not seen.
+func (a *Auditor) unseen() []string {
+	var ids []string
+	for id := range a.ended {
+		ids = append(ids, id)
+	}
+	for id := range a.rep.Records {
+		if !a.openSeen[id] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
 // again derives one job's record anew from its history in the log, up to
-// where the audit read it.
-func (a *Auditor) again(ctx context.Context, js jetstream.JetStream, job string) (*hold.HoldRecord, error) {
+// sequence upTo (where the audit read it, or before).
+func (a *Auditor) again(ctx context.Context, js jetstream.JetStream, job string, upTo uint64) (*hold.HoldRecord, error) {
 	a.readAgain++
 	one := New(Options{})
 	for m, err := range bus.StoredJob(ctx, js, job, 1) {
 		if err != nil {
 			return nil, fmt.Errorf("read job %s again: %w", job, err)
 		}
-		if m.Sequence > a.rep.LastSeq {
+		if m.Sequence > upTo {
 			break
 		}
 		one.Add(Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data})
 	}
 	return one.Finish().Records[job], nil
+}
+
+// sortFindings puts findings in the order of their jobs, and of the log
+// within a job.
+func sortFindings(fs []Finding) {
+	sort.SliceStable(fs, func(i, j int) bool {
+		if fs[i].Job != fs[j].Job {
+			return fs[i].Job < fs[j].Job
+		}
+		return fs[i].Seq < fs[j].Seq
+	})
 }

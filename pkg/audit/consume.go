@@ -52,7 +52,7 @@ var errSkipped = errors.New("audit: the consumer skipped messages")
 func readLog(ctx context.Context, js jetstream.JetStream, last uint64, emit func(Raw) error) error {
 	from := uint64(1)
 	for restarts := 0; ; restarts++ {
-		next, err := pullFrom(ctx, js, from, last, emit)
+		next, err := pullFrom(ctx, js, pull{stream: events.Stream, name: "the log"}, from, last, emit)
 		if errors.Is(err, errSkipped) && restarts < pullRestarts {
 			from = next
 			continue
@@ -73,12 +73,20 @@ type pullRequest struct {
 	Expires time.Duration `json:"expires"`
 }
 
+// pull says what pullFrom reads: a stream, and the subjects of it (all
+// if filter is "").
+type pull struct {
+	stream, filter string
+	name           string // what it is, for errors
+}
+
 // pullFrom reads from sequence from up to last with one consumer, and
 // returns the sequence after the last message it handed over.
-func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, emit func(Raw) error) (uint64, error) {
-	cons, err := js.CreateConsumer(ctx, events.Stream, jetstream.ConsumerConfig{
+func pullFrom(ctx context.Context, js jetstream.JetStream, what pull, from, last uint64, emit func(Raw) error) (uint64, error) {
+	cons, err := js.CreateConsumer(ctx, what.stream, jetstream.ConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       from,
+		FilterSubject:     what.filter,
 		AckPolicy:         jetstream.AckNonePolicy,
 		ReplayPolicy:      jetstream.ReplayInstantPolicy,
 		InactiveThreshold: 2 * pullExpires,
@@ -86,7 +94,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 		Replicas:          1,
 	})
 	if err != nil {
-		return from, fmt.Errorf("read the log from #%d: %w", from, err)
+		return from, fmt.Errorf("read %s from #%d: %w", what.name, from, err)
 	}
 	if cons.CachedInfo().NumPending == 0 {
 		return from, nil // nothing from there on
@@ -100,10 +108,10 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 	in := make(chan *nats.Msg, 2*pullBatch+64)
 	sub, err := nc.ChanSubscribe(nc.NewInbox(), in)
 	if err != nil {
-		return from, fmt.Errorf("read the log: %w", err)
+		return from, fmt.Errorf("read %s: %w", what.name, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	next := apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + events.Stream + "." + cons.CachedInfo().Name
+	next := apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + what.stream + "." + cons.CachedInfo().Name
 	req, err := json.Marshal(pullRequest{Batch: pullBatch, Expires: pullExpires})
 	if err != nil {
 		return from, err
@@ -111,7 +119,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 	outstanding := 0
 	pull := func() error {
 		if err := nc.PublishRequest(next, sub.Subject, req); err != nil {
-			return fmt.Errorf("read the log from #%d: %w", from, err)
+			return fmt.Errorf("read %s from #%d: %w", what.name, from, err)
 		}
 		outstanding += pullBatch
 		return nil
@@ -131,7 +139,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 		case <-ctx.Done():
 			return seq, ctx.Err()
 		case <-stall.C:
-			return seq, fmt.Errorf("read the log: nothing came for %s after #%d", pullStall, seq-1)
+			return seq, fmt.Errorf("read %s: nothing came for %s after #%d", what.name, pullStall, seq-1)
 		}
 		if !strings.HasPrefix(m.Reply, "$JS.ACK.") {
 			// The server's word about a pull, never a stored message.
@@ -150,7 +158,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, from, last uint64, em
 		}
 		s, c, pending, ok := delivered(m.Reply)
 		if !ok {
-			return seq, fmt.Errorf("read the log after #%d: a message delivered with the reply %q", seq-1, m.Reply)
+			return seq, fmt.Errorf("read %s after #%d: a message delivered with the reply %q", what.name, seq-1, m.Reply)
 		}
 		if c != cseq+1 {
 			return seq, fmt.Errorf("%w: #%d of the consumer after #%d", errSkipped, c, cseq)

@@ -27,7 +27,7 @@
 // it ended, to judge what the
 // log says of it afterwards (a cancel asked again, retention's deletions,
 // which the record lists; anything else is a finding), and sums of its
-// record, which Auditor.Compare holds the ledger's record against,
+// record, which Auditor.CompareBucket holds the ledger's record against,
 // reading the job again from the log only when they differ. What the
 // audit holds is then the jobs still open and a tomb per job that ended
 // (24 MB after 118,000 jobs in `e31 bench ledger`), not the jobs'
@@ -35,6 +35,16 @@
 // event of a job's life stored again after the job ended is found as an
 // event after the end, not as a duplicate: the job's ids went with its
 // history.
+//
+// # The ledger's records
+//
+// The ledger's records are read where the ledger keeps them, its bucket
+// (events.LedgerBucket, read by the auditor only), every entry once and
+// in the bucket's order, decoded and summed on every core: not through
+// the ledger's listing, whose serving cost more CPU than the whole audit
+// may take. They are as of the ledger's checkpoint, which the audit waits
+// for to reach where it read the log; see Auditor.CompareBucket for a
+// ledger that is behind.
 //
 // # What the audit checks
 //

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
 )
 
@@ -300,86 +298,6 @@ func publish(t testing.TB, raws []Raw) (*natstest.Server, jetstream.JetStream) {
 		}
 	}
 	return srv, js
-}
-
-// TestCompareWithSumsFindsWhatRecordsFind: compared through the sums kept
-// of each record (Forget), the ledger's records give the findings they
-// give compared with every record kept: none when they agree, and each
-// changed field, changed event, missing and extra record when not.
-func TestCompareWithSumsFindsWhatRecordsFind(t *testing.T) {
-	t.Parallel()
-	l := busy(t, 60, 6)
-	l.submitted("open").add("open", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Submitter: "alice", Spec: spec})
-	_, js := publish(t, l.raws)
-	ctx := natstest.Context(t, 60*time.Second)
-	kept := l.audit(Options{})
-	ledger := func(tamper bool) []*hold.HoldRecord {
-		var recs []*hold.HoldRecord
-		for _, rec := range recordsOf(l.audit(Options{})) {
-			if !tamper {
-				recs = append(recs, rec)
-				continue
-			}
-			switch rec.Job {
-			case "job-00003": // missing
-				continue
-			case "job-00007": // a field changed
-				three := 3
-				rec.ExitCode = &three
-			case "job-00009": // an event changed
-				rec.Events[4].Digest = "sha256:" + strings.Repeat("0", 64)
-			case "job-00012": // after the end, a deletion the log does not have
-				now := t0
-				rec.Output.DeletedAt = &now
-			case "open":
-				rec.State = "released"
-			}
-			recs = append(recs, rec)
-		}
-		if tamper {
-			recs = append(recs, &hold.HoldRecord{Job: "ghost", State: hold.StateReleased})
-		}
-		return recs
-	}
-	for _, tamper := range []bool{false, true} {
-		want := l.audit(Options{})
-		want.Compare(ledger(tamper), true)
-		a := New(Options{Forget: true})
-		if err := a.ReadStream(ctx, js); err != nil {
-			t.Fatal(err)
-		}
-		got := a.Finish()
-		// A page at a time, as a client pages through the ledger.
-		recs := ledger(tamper)
-		for len(recs) > 0 {
-			page := recs[:min(7, len(recs))]
-			recs = recs[len(page):]
-			if err := a.Compare(ctx, js, page, false); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := a.Compare(ctx, js, nil, true); err != nil {
-			t.Fatal(err)
-		}
-		key := func(r *Report) []string {
-			var out []string
-			for _, f := range r.Findings {
-				out = append(out, fmt.Sprintf("%s %s #%d %s", f.Kind, f.Job, f.Seq, f.Detail))
-			}
-			sort.Strings(out)
-			return out
-		}
-		if !reflect.DeepEqual(key(got), key(want)) || got.Compared != want.Compared || got.Compared != len(kept.Records)-btoi(tamper) {
-			t.Errorf("tampered %v: with sums %d compared, %q\nwith records %d compared, %q", tamper, got.Compared, key(got), want.Compared, key(want))
-		}
-		// Only the records that differ are read again.
-		if again := 3 * btoi(tamper); a.readAgain != again {
-			t.Errorf("tampered %v: %d jobs read again from the log, want %d", tamper, a.readAgain, again)
-		}
-		if tamper && len(got.Findings) < 6 {
-			t.Errorf("tampered: %d findings, want one for each change at least: %v", len(got.Findings), key(got))
-		}
-	}
 }
 
 func btoi(b bool) int {

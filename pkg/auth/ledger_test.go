@@ -90,3 +90,76 @@ func TestOnlyTheLedgerReadsItsBucket(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestTheAuditorReadsTheLedgersBucketOnly: e31 audit compares the records
+// where the ledger keeps them. The auditor, who reads every tenant's
+// events in the log already, may read the bucket, and watch its
+// checkpoint; it may not write a record, delete one, purge the bucket, or
+// delete a consumer of it (the ledger's reads).
+func TestTheAuditorReadsTheLedgersBucketOnly(t *testing.T) {
+	t.Parallel()
+	tr := startTrusted(t)
+	ctx := ctxFor(t)
+	ledger := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService})
+	lkv, err := ledger.KeyValue(ctx, events.LedgerBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lkv.Put(ctx, events.LedgerRecordPrefix+"bobs-job", []byte(`{"record":{"job":"bobs-job"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	stream := events.KVStream(events.LedgerBucket)
+	ledgersRead, err := ledger.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, InactiveThreshold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	js := tr.js(t, auth.Identity{Role: auth.Auditor, Name: auth.AuditorName})
+	kv, err := js.KeyValue(ctx, events.LedgerBucket)
+	if err != nil {
+		t.Fatalf("the auditor opens the ledger's bucket: %v", err)
+	}
+	if e, err := kv.Get(ctx, events.LedgerRecordPrefix+"bobs-job"); err != nil || !bytes.Contains(e.Value(), []byte("bobs-job")) {
+		t.Fatalf("the auditor reads a record: %v", err)
+	}
+	w, err := kv.Watch(ctx, events.LedgerCheckpointKey)
+	if err != nil {
+		t.Fatalf("the auditor watches the checkpoint: %v", err)
+	}
+	select {
+	case e := <-w.Updates():
+		if e != nil {
+			t.Errorf("a checkpoint none wrote: %s", e.Value())
+		}
+	case <-ctx.Done():
+		t.Fatal("the auditor's watch of the checkpoint never began")
+	}
+	_ = w.Stop()
+
+	// A publish the server refuses goes unanswered: each try waits out
+	// a short deadline of its own.
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 2*time.Second)
+		t.Cleanup(cancel)
+		return c
+	}
+	if _, err := kv.Put(short(), events.LedgerRecordPrefix+"bobs-job", []byte(`{"record":{"job":"bobs-job","state":"released"}}`)); err == nil {
+		t.Error("the auditor wrote a record of the ledger's")
+	}
+	if err := kv.Delete(short(), events.LedgerRecordPrefix+"bobs-job"); err == nil {
+		t.Error("the auditor deleted a record of the ledger's")
+	}
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatalf("the auditor reads the bucket's state: %v", err)
+	}
+	if err := s.Purge(short()); err == nil {
+		t.Error("the auditor purged the ledger's bucket")
+	}
+	if err := s.DeleteConsumer(short(), ledgersRead.CachedInfo().Name); err == nil {
+		t.Error("the auditor deleted the ledger's consumer of its bucket")
+	}
+	if e, err := lkv.Get(ctx, events.LedgerRecordPrefix+"bobs-job"); err != nil || bytes.Contains(e.Value(), []byte("released")) {
+		t.Errorf("the record after the auditor's attempts: %v", err)
+	}
+}

@@ -86,6 +86,15 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 		// consumers (the services' durables among them); its ordered
 		// consumers go away on their own once idle.
 		g.pub(consume(events.Stream, false)...)
+		// The ledger's records and its checkpoint, read where the ledger
+		// keeps them to compare with those the audit rebuilds: what the
+		// auditor reads of every tenant's jobs in the log already, in
+		// another form. Read only: nothing of it may be written.
+		// Nor may it delete the ledger's own consumers.
+		ledger := events.KVStream(events.LedgerBucket)
+		g.pub(streamInfo(ledger))
+		g.pub(readMessages(ledger)...)
+		g.pub(consume(ledger, false)...)
 	case Service:
 		servicePermissions(&g, id)
 	}

@@ -7,9 +7,7 @@ import (
 
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
-	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/metrics"
-	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Audit replays the event log from its first event with pkg/audit,
@@ -36,27 +34,15 @@ func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress 
 		return nil, err
 	}
 	// Forget: the audit keeps sums of each record once its job is over,
-	// not the record, and compares through them (audit.Auditor.Compare).
+	// not the record, and compares through them (audit.Auditor.CompareBucket).
 	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true, Progress: progress})
 	if err := au.ReadStream(ctx, c.js); err != nil {
 		return nil, err
 	}
 	rep := au.Finish()
-	if progress != nil {
-		progress.Start(int64(rep.Jobs), "comparing with the ledger")
-		defer progress.Done()
-	}
-	// A page at a time: the audit then holds a page of the ledger's
-	// records, not all of them (a kilobyte or more each).
-	if _, err := c.RecordPages(ctx, wire.ListRequest{}, false, func(page []*hold.HoldRecord) error {
-		if progress != nil {
-			progress.Add(int64(len(page)))
-		}
-		return au.Compare(ctx, c.js, page, false)
-	}); err != nil {
-		return nil, err
-	}
-	if err := au.Compare(ctx, c.js, nil, true); err != nil {
+	// From the ledger's bucket, once its checkpoint has come as far as the
+	// log was read: the ledger writes one every second or so.
+	if err := au.CompareBucket(ctx, c.js, audit.SettleLedger); err != nil {
 		return nil, err
 	}
 	return rep, nil

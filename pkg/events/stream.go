@@ -32,8 +32,20 @@ const (
 	// jobs that are over (and of every job as of its last checkpoint), an
 	// index of them in the order the log made them, and the checkpoint
 	// that says which sequence of the log all of it is as of. It is made
-	// from the log and can be made again from it; only the LEDGER reads it.
+	// from the log and can be made again from it. Only the LEDGER writes
+	// it; the auditor reads the records and the checkpoint
+	// (LedgerRecordPrefix, LedgerCheckpointKey) to compare them with those
+	// it rebuilds, and nothing else reads it.
 	LedgerBucket = "E31_LEDGER"
+	// LedgerRecordPrefix prefixes the key of a job's entry in LedgerBucket
+	// (rec.<job>): JSON whose "record" member is the job's hold record
+	// (pkg/hold) as of the checkpoint, or as of a later one if the entry
+	// was written since. The rest of the entry is the LEDGER's own.
+	LedgerRecordPrefix = "rec."
+	// LedgerCheckpointKey is the key of the LEDGER's checkpoint in
+	// LedgerBucket: JSON whose "applied" member is the sequence of the log
+	// every entry written with it or before is as of.
+	LedgerCheckpointKey = "checkpoint"
 	// RentBucket is RENT's own KV bucket: its checkpoint (RentCheckpointKey),
 	// what lets a RENT that starts read the log from the oldest live job's
 	// submission rather than from the beginning. It is made from the log;

@@ -224,33 +224,18 @@ func (p *Page) runAudit(ctx context.Context, by string) {
 		res.Err = err.Error()
 		return
 	}
-	// Forget, and the ledger's records a page at a time: the page's audit
-	// then holds sums of each ended job's record and a page of the
-	// ledger's, not both records of every job of the history.
+	// Forget: the page's audit holds sums of each ended job's record, not
+	// every record of the history.
 	au := audit.New(audit.Options{LedgerHead: info.Head, Forget: true})
 	if err := au.ReadStream(ctx, p.js); err != nil {
 		res.Err = err.Error()
 		return
 	}
 	res.Report = au.Finish()
-	// As of what the replay read: a record the ledger had not yet brought
-	// that far would differ from the rebuilt one for no fault of its own.
-	q := wire.ListRequest{MinSeq: res.Report.LastSeq}
-	for {
-		var reply wire.ListReply
-		if err := p.ask(ctx, wire.LedgerSubject(p.user(), wire.EndpointList), q, &reply); err != nil {
-			res.Err = "the log was replayed, but the ledger's records could not be read to compare: " + err.Error()
-			return
-		}
-		more := reply.More && len(reply.Records) > 0
-		if err := au.Compare(ctx, p.js, reply.Records, !more); err != nil {
-			res.Err = "the log was replayed, but a record that differs could not be read again from it: " + err.Error()
-			return
-		}
-		if !more {
-			break
-		}
-		q.After = reply.Records[len(reply.Records)-1].Job
+	// From the ledger's bucket, as `e31 audit` compares.
+	if err := au.CompareBucket(ctx, p.js, audit.SettleLedger); err != nil {
+		res.Err = "the log was replayed, but it could not be compared with the ledger's records: " + err.Error()
+		return
 	}
 	res.Compared = true
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/natstest"
 )
 
@@ -138,6 +139,11 @@ func checkBucket(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 	if err := json.Unmarshal(kve.Value(), &c); err != nil {
 		t.Fatal(err)
 	}
+	// What an auditor reads of it (e31 audit compares the records there).
+	var public hold.Checkpoint
+	if err := json.Unmarshal(kve.Value(), &public); err != nil || public.Applied != c.Applied {
+		t.Errorf("an auditor reads the checkpoint as of #%d (%v); it is as of #%d", public.Applied, err, c.Applied)
+	}
 	want := NewProjection()
 	foldUpTo(t, ctx, js, want, c.Applied)
 	if got, w := c, want.checkpointOf(); !reflect.DeepEqual(got, w) {
@@ -170,6 +176,13 @@ func checkBucket(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 		}
 		g, _ := json.Marshal(e.Record)
 		x, _ := json.Marshal(w.Record)
+		var public hold.Stored
+		if err := json.Unmarshal(kve.Value(), &public); err != nil {
+			t.Fatal(err)
+		}
+		if p, _ := json.Marshal(public.Record); string(p) != string(g) {
+			bad = append(bad, fmt.Sprintf("%s: an auditor reads the record\n%s\nwhere the ledger's is\n%s", job, p, g))
+		}
 		if string(g) != string(x) || !reflect.DeepEqual(e.IDs, w.IDs) {
 			bad = append(bad, fmt.Sprintf("%s:\n got %s\nwant %s", job, g, x))
 		}

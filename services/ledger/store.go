@@ -46,6 +46,10 @@ import (
 // again from the checkpoint's sequence and folds the rest of the log in as
 // the first time.
 //
+// The auditor reads the bucket too (e31 audit): each entry's "record" and
+// the checkpoint's "applied" (hold.Stored, hold.Checkpoint), which are
+// therefore not the ledger's alone to rename; the rest is.
+//
 // Several instances share the bucket, each folding the log on its own, at
 // its own pace. Each builds on one checkpoint, its base: the one it
 // started from or last wrote. Every key of the bucket whose revision is
@@ -62,10 +66,10 @@ import (
 // checkpoint beside them, or folded events into records that already held
 // them.
 const (
-	keyRecord     = "rec."
+	keyRecord     = events.LedgerRecordPrefix
 	keyMade       = "made."
 	keyOpen       = "open."
-	keyCheckpoint = "checkpoint"
+	keyCheckpoint = events.LedgerCheckpointKey
 	// noOwner stands for the owner of a job whose first message named none
 	// in made keys: identities never start with "_" (events.ValidID).
 	noOwner = "_"

@@ -1,0 +1,323 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	gojson "github.com/goccy/go-json"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/hold"
+)
+
+// SettleLedger is how long an audit waits, by default, for the ledger's
+// checkpoint to reach where it read the log (CompareBucket), before it
+// compares the records as of the checkpoint, reading again from the log
+// those the ledger has not brought as far: a few of the ledger's flushes,
+// which come every second (services/ledger's FlushEvery).
+const SettleLedger = 5 * time.Second
+
+// bucketBatch is how many of the bucket's entries a worker decodes at a
+// time.
+const bucketBatch = 64
+
+// CompareBucket checks the ledger's records against the rebuilt ones, as
+// Compare does, once Finish has been called, with Options.Forget. It reads
+// them where the ledger keeps them, its bucket (events.LedgerBucket), not
+// through the ledger's listing: every record once, in the bucket's order,
+// decoded and summed on every core. Serving a listing of every record cost
+// the ledger and its server more CPU than the whole audit may take (80 to
+// 120 µs a record, most of it finding the records in the listing's order
+// and sending 3 KiB of JSON for each), and loaded the ledger that a
+// deployment audits every few minutes.
+//
+// The bucket's records are as of the ledger's checkpoint, which the
+// ledger writes every second or so: CompareBucket waits, at most settle,
+// for the checkpoint to reach where the audit read the log. If it does not
+// (the ledger is behind, or stopped), the records are compared as of the
+// checkpoint: one that does not agree with the audit's is held against
+// the job's record rebuilt up to the checkpoint, and a job the log began
+// after it is not yet the ledger's to have (Report.Moving).
+//
+// Every record the bucket held when the reading began is compared, and
+// any job of the log without one is a finding, whatever the ledger writes
+// meanwhile: a record it writes again is read again, from the leader, if
+// the reading did not reach it first.
+func (a *Auditor) CompareBucket(ctx context.Context, js jetstream.JetStream, settle time.Duration) error {
+	if !a.opts.Forget {
+		return errors.New("audit: CompareBucket compares through sums: it needs Options.Forget")
+	}
+	asOf, err := checkpointAt(ctx, js, a.rep.LastSeq, settle)
+	if err != nil {
+		return err
+	}
+	stream := events.KVStream(events.LedgerBucket)
+	info, err := js.Stream(ctx, stream)
+	if err != nil {
+		return fmt.Errorf("read the ledger's bucket: %w", err)
+	}
+	last := info.CachedInfo().State.LastSeq
+	if p := a.opts.Progress; p != nil {
+		p.Start(int64(a.rep.Jobs), "comparing with the ledger")
+		defer p.Done()
+	}
+	before := len(a.rep.Findings)
+	err = readEntries(ctx, js, last, func(es []entry) error {
+		for i := range es {
+			e := &es[i]
+			if e.bad != "" {
+				a.rep.Findings = append(a.rep.Findings, Finding{Job: e.job, Kind: Mismatch, Detail: e.bad})
+				a.seeAs(e.job)
+				continue
+			}
+			if e.rec == nil {
+				continue // a job the ledger has no record of yet: as if no entry
+			}
+			var ls *sums
+			if e.summed {
+				ls = &e.sums
+			}
+			if err := a.compareOne(ctx, js, e.rec, ls, asOf); err != nil {
+				return err
+			}
+		}
+		if p := a.opts.Progress; p != nil {
+			p.Add(int64(len(es)))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := a.compareUnseen(ctx, js, asOf); err != nil {
+		return err
+	}
+	// In the order of jobs: the bucket's is the order the ledger last
+	// wrote them in, and its workers race.
+	sortFindings(a.rep.Findings[before:])
+	return nil
+}
+
+// seeAs notes that the ledger has an entry for job, though not one to
+// compare: no further finding says it has none.
+func (a *Auditor) seeAs(job string) {
+	delete(a.ended, job)
+	if _, open := a.rep.Records[job]; open {
+		if a.openSeen == nil {
+			a.openSeen = map[string]bool{}
+		}
+		a.openSeen[job] = true
+	}
+}
+
+// compareUnseen settles the jobs of the log whose record the reading did
+// not meet. Their entry may have been written again behind the reading,
+// after it began: it is read again, from the leader. A job the log began
+// after asOf is not the ledger's to have yet. Any other is a finding.
+func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asOf uint64) error {
+	stream := events.KVStream(events.LedgerBucket)
+	for _, id := range a.unseen() {
+		m, err := bus.LeaderLast(ctx, js, stream, "$KV."+events.LedgerBucket+"."+events.LedgerRecordPrefix+id)
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("read the ledger's record of %s: %w", id, err)
+		}
+		if err == nil && !deleted(m.Header.Get("KV-Operation")) {
+			e := decodeEntry(id, m.Data)
+			if e.bad != "" {
+				a.rep.Findings = append(a.rep.Findings, Finding{Job: id, Kind: Mismatch, Detail: e.bad})
+				continue
+			}
+			if e.rec != nil {
+				if err := a.compareOne(ctx, js, e.rec, nil, asOf); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		if asOf < a.rep.LastSeq {
+			first, err := firstSeq(ctx, js, id)
+			if err != nil {
+				return err
+			}
+			if first > asOf {
+				a.rep.Moving++
+				continue
+			}
+		}
+		a.rep.Findings = append(a.rep.Findings, Finding{Job: id, Kind: MissingRec, Detail: "the log has this job but the ledger has no record of it"})
+	}
+	return nil
+}
+
+// firstSeq is the sequence of job's first message in the log.
+func firstSeq(ctx context.Context, js jetstream.JetStream, job string) (uint64, error) {
+	for m, err := range bus.StoredJob(ctx, js, job, 1) {
+		if err != nil {
+			return 0, fmt.Errorf("read job %s again: %w", job, err)
+		}
+		return m.Sequence, nil
+	}
+	return 0, nil
+}
+
+// checkpointAt is the sequence of the log that the ledger's checkpoint is
+// as of, once it is at least want, or after settle, whichever is first (0:
+// the ledger has written none).
+func checkpointAt(ctx context.Context, js jetstream.JetStream, want uint64, settle time.Duration) (uint64, error) {
+	kv, err := js.KeyValue(ctx, events.LedgerBucket)
+	if err != nil {
+		return 0, fmt.Errorf("open the ledger's bucket: %w", err)
+	}
+	// A watch gives the checkpoint as it is, then each one written: no
+	// polling, and no wait once it is there.
+	w, err := kv.Watch(ctx, events.LedgerCheckpointKey)
+	if err != nil {
+		return 0, fmt.Errorf("watch the ledger's checkpoint: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	timer := time.NewTimer(settle)
+	defer timer.Stop()
+	var applied uint64
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return applied, nil
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of what there was, or a deletion
+			}
+			var c hold.Checkpoint
+			if err := gojson.Unmarshal(e.Value(), &c); err != nil {
+				return 0, fmt.Errorf("read the ledger's checkpoint: %w", err)
+			}
+			if applied = c.Applied; applied >= want {
+				return applied, nil
+			}
+		case <-timer.C:
+			return applied, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// entry is one entry of the ledger's bucket, decoded.
+type entry struct {
+	job    string
+	rec    *hold.HoldRecord // nil: no record yet
+	sums   sums             // the record's, if summed
+	summed bool
+	bad    string // why the entry is not a record, if it is not
+}
+
+// decodeEntry decodes the entry of job as stored (data), and sums its
+// record. It is safe to call concurrently.
+func decodeEntry(job string, data []byte) entry {
+	e := entry{job: job}
+	var st hold.Stored
+	if err := gojson.Unmarshal(data, &st); err != nil {
+		e.bad = fmt.Sprintf("the ledger's entry for this job is not a record: %v", err)
+		return e
+	}
+	if st.Record == nil {
+		return e
+	}
+	if st.Record.Job != job {
+		e.bad = fmt.Sprintf("the ledger's entry for this job holds the record of %q", st.Record.Job)
+		return e
+	}
+	e.rec = st.Record
+	e.sums, e.summed = ledgerSums(e.rec)
+	return e
+}
+
+// deleted reports whether a KV-Operation header says the key was deleted.
+func deleted(op string) bool { return op == "DEL" || op == "PURGE" }
+
+// readEntries hands every record entry the ledger's bucket holds, up to
+// its sequence last, to compare, decoded, a batch at a time: one goroutine
+// reads, a worker per core decodes and sums, and compare is called from
+// one goroutine at a time.
+func readEntries(ctx context.Context, js jetstream.JetStream, last uint64, compare func([]entry) error) error {
+	prefix := "$KV." + events.LedgerBucket + "." + events.LedgerRecordPrefix
+	what := pull{stream: events.KVStream(events.LedgerBucket), filter: prefix + ">", name: "the ledger's bucket"}
+	workers := runtime.GOMAXPROCS(0)
+	g, ctx := errgroup.WithContext(ctx)
+	todo := make(chan []Raw, workers)
+	done := make(chan []entry, workers)
+	g.Go(func() error { // the reader
+		defer close(todo)
+		batch := make([]Raw, 0, bucketBatch)
+		send := func() error {
+			select {
+			case todo <- batch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			batch = make([]Raw, 0, bucketBatch)
+			return nil
+		}
+		from := uint64(1)
+		for restarts := 0; ; restarts++ {
+			next, err := pullFrom(ctx, js, what, from, last, func(m Raw) error {
+				if deleted(m.Headers.Get("KV-Operation")) {
+					return nil
+				}
+				if batch = append(batch, m); len(batch) == bucketBatch {
+					return send()
+				}
+				return nil
+			})
+			if errors.Is(err, errSkipped) && restarts < pullRestarts {
+				from = next
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if len(batch) > 0 {
+			return send()
+		}
+		return nil
+	})
+	var decoders errgroup.Group
+	for range workers {
+		decoders.Go(func() error {
+			for batch := range todo {
+				es := make([]entry, len(batch))
+				for i, m := range batch {
+					es[i] = decodeEntry(strings.TrimPrefix(m.Subject, prefix), m.Body)
+				}
+				select {
+				case done <- es:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		defer close(done)
+		return decoders.Wait()
+	})
+	g.Go(func() error { // the comparer
+		for es := range done {
+			if err := compare(es); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
