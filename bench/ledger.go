@@ -154,8 +154,9 @@ func Ledger(ctx context.Context, out io.Writer, o LedgerOptions) error {
 	ledgerHead := info.Head.String()
 	var whole wholeAudit
 	if err == nil {
-		// The comparison's cost is mostly the ledger's, answering its
-		// listing: it is profiled here, with the server.
+		// What the server and the ledger spend while the audit runs
+		// (serving its reads of the log and of the ledger's bucket, and
+		// flushing) is profiled here.
 		var stopWhole func()
 		if stopWhole, err = startCPUProfile(profilePath(o.Profile, "whole")); err == nil {
 			whole, err = auditWhole(ctx, o.E31, ls.srv.ClientURL(), profilePath(o.Profile, "audit"))
@@ -194,16 +195,17 @@ type wholeAudit struct {
 	took time.Duration
 	rss  uint64 // the process's peak resident memory, bytes
 	// cpu is the process's CPU time (user and system); served is this
-	// process's meanwhile: the server reading the log and the bucket for
-	// it, and the ledger answering its listing.
+	// process's meanwhile: the server reading the log and the ledger's
+	// bucket for it, and the ledger (its head, its flushes).
 	cpu, served time.Duration
 	summary     string
 }
 
 // auditWhole runs `e31 audit` (the e31 binary at exe) in a process of its
 // own against the server at url, as an auditor does: the replay of the
-// log, then the comparison with every record the ledger has, which a
-// ledger must be running to answer. The comparison's cost grows with the
+// log, then the comparison with every record the ledger has, read from
+// its bucket, with a ledger running (its head, and the checkpoint the
+// audit waits for). The comparison's cost grows with the
 // records, not with the log's events, so the replay's figures do not tell
 // it; and the process's peak memory is its own, where a heap measured in
 // this one would count the server's and the ledger's. With a profile, the

@@ -2,11 +2,14 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/metrics"
 )
 
@@ -42,7 +45,16 @@ func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress 
 	rep := au.Finish()
 	// From the ledger's bucket, once its checkpoint has come as far as the
 	// log was read: the ledger writes one every second or so.
-	if err := au.CompareBucket(ctx, c.js, audit.SettleLedger); err != nil {
+	// Credentials issued before the audit read the bucket are refused
+	// there: said at once, and how to mend it.
+	gctx, done := c.Guard(ctx, "$JS.API.STREAM.INFO."+events.KVStream(events.LedgerBucket))
+	err = au.CompareBucket(gctx, c.js, audit.SettleLedger)
+	done()
+	if err != nil {
+		err = c.refused(gctx, "compare with the ledger's records", err)
+		if errors.Is(err, ErrNotPermitted) {
+			err = fmt.Errorf("%w; an auditor's credentials issued before e31 audit read the ledger's bucket must be issued again (e31 creds user --role auditor)", err)
+		}
 		return nil, err
 	}
 	return rep, nil
