@@ -134,6 +134,9 @@ type Auditor struct {
 	jobs      int // jobs seen
 	maxOpen   int // the most jobs open at once
 	readAgain int // jobs read again from the log to compare (CompareBucket)
+	// readCheckpoint, if set, is told each ledger's checkpoint
+	// CompareBucket reads (a test's hook).
+	readCheckpoint func(applied uint64)
 	// openSeen holds the jobs open at the end whose ledger's record
 	// CompareBucket has seen.
 	openSeen map[string]bool

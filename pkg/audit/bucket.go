@@ -54,7 +54,7 @@ func (a *Auditor) CompareBucket(ctx context.Context, js jetstream.JetStream, set
 	if !a.opts.Forget {
 		return errors.New("audit: CompareBucket compares through sums: it needs Options.Forget")
 	}
-	asOf, err := checkpointAt(ctx, js, a.rep.LastSeq, settle)
+	asOf, err := checkpointAt(ctx, js, a.rep.LastSeq, settle, a.readCheckpoint)
 	if err != nil {
 		return err
 	}
@@ -169,45 +169,50 @@ func firstSeq(ctx context.Context, js jetstream.JetStream, job string) (uint64, 
 
 // checkpointAt is the sequence of the log that the ledger's checkpoint is
 // as of, once it is at least want, or after settle, whichever is first (0:
-// the ledger has written none).
-func checkpointAt(ctx context.Context, js jetstream.JetStream, want uint64, settle time.Duration) (uint64, error) {
-	kv, err := js.KeyValue(ctx, events.LedgerBucket)
-	if err != nil {
-		return 0, fmt.Errorf("open the ledger's bucket: %w", err)
-	}
-	// A watch gives the checkpoint as it is, then each one written: no
-	// polling, and no wait once it is there.
-	w, err := kv.Watch(ctx, events.LedgerCheckpointKey)
-	if err != nil {
-		return 0, fmt.Errorf("watch the ledger's checkpoint: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	timer := time.NewTimer(settle)
-	defer timer.Stop()
-	var applied uint64
+// the ledger has written none). read, if not nil, is told each one read.
+//
+// The checkpoint is read from the bucket's leader every checkpointPoll: a
+// watch would be a consumer, and ending one waits for the server to
+// delete it, which the auditor may not do (5 s lost to each audit).
+func checkpointAt(ctx context.Context, js jetstream.JetStream, want uint64, settle time.Duration, read func(uint64)) (uint64, error) {
+	stream := events.KVStream(events.LedgerBucket)
+	subject := "$KV." + events.LedgerBucket + "." + events.LedgerCheckpointKey
+	give := time.NewTimer(settle)
+	defer give.Stop()
+	poll := time.NewTicker(checkpointPoll)
+	defer poll.Stop()
 	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return applied, nil
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // the end of what there was, or a deletion
-			}
+		var applied uint64
+		m, err := bus.LeaderLast(ctx, js, stream, subject)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, fmt.Errorf("read the ledger's checkpoint: %w", err)
+		default:
 			var c hold.Checkpoint
-			if err := gojson.Unmarshal(e.Value(), &c); err != nil {
+			if err := gojson.Unmarshal(m.Data, &c); err != nil {
 				return 0, fmt.Errorf("read the ledger's checkpoint: %w", err)
 			}
-			if applied = c.Applied; applied >= want {
-				return applied, nil
-			}
-		case <-timer.C:
+			applied = c.Applied
+		}
+		if read != nil {
+			read(applied)
+		}
+		if applied >= want {
+			return applied, nil
+		}
+		select {
+		case <-poll.C:
+		case <-give.C:
 			return applied, nil
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
 }
+
+// checkpointPoll is how often checkpointAt reads the checkpoint.
+const checkpointPoll = 50 * time.Millisecond
 
 // entry is one entry of the ledger's bucket, decoded.
 type entry struct {
