@@ -67,8 +67,10 @@ type Report struct {
 	Findings []Finding `json:"findings"`
 	// Compared counts the ledger's records compared with the rebuilt ones.
 	Compared int `json:"compared,omitempty"`
-	// Moving counts jobs whose ledger record already includes events logged
-	// after the audit read the log: they are not compared this time.
+	// Moving counts jobs not compared this time: the ledger's record
+	// already includes events logged after the audit read the log, or
+	// the job began after the ledger's checkpoint, which is behind where
+	// the audit read (Auditor.CompareBucket).
 	Moving  int                         `json:"moving,omitempty"`
 	Records map[string]*hold.HoldRecord `json:"-"`
 }
