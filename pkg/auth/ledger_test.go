@@ -21,11 +21,7 @@ func TestOnlyTheLedgerReadsItsBucket(t *testing.T) {
 	t.Parallel()
 	tr := startTrusted(t)
 	ctx := ctxFor(t)
-	ledger := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService})
-	kv, err := ledger.KeyValue(ctx, events.LedgerBucket)
-	if err != nil {
-		t.Fatalf("the ledger opens its bucket: %v", err)
-	}
+	_, kv := ledgersBucket(t, ctx, tr)
 	if _, err := kv.Put(ctx, "rec.bobs-job", []byte(`{"job":"bobs-job","owner":"bob"}`)); err != nil {
 		t.Fatalf("the ledger writes its bucket: %v", err)
 	}
@@ -92,6 +88,17 @@ func TestOnlyTheLedgerReadsItsBucket(t *testing.T) {
 	}
 }
 
+// ledgersBucket is the ledger's bucket as the LEDGER opens it.
+func ledgersBucket(t *testing.T, ctx context.Context, tr *trusted) (jetstream.JetStream, jetstream.KeyValue) {
+	t.Helper()
+	js := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService})
+	kv, err := js.KeyValue(ctx, events.LedgerBucket)
+	if err != nil {
+		t.Fatalf("the ledger opens its bucket: %v", err)
+	}
+	return js, kv
+}
+
 // TestTheAuditorReadsTheLedgersBucketOnly: e31 audit compares the records
 // where the ledger keeps them. The auditor, who reads every tenant's
 // events in the log already, may read the bucket (direct gets, the
@@ -101,11 +108,7 @@ func TestTheAuditorReadsTheLedgersBucketOnly(t *testing.T) {
 	t.Parallel()
 	tr := startTrusted(t)
 	ctx := ctxFor(t)
-	ledger := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.LedgerService, Name: auth.LedgerService})
-	lkv, err := ledger.KeyValue(ctx, events.LedgerBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ledger, lkv := ledgersBucket(t, ctx, tr)
 	if _, err := lkv.Put(ctx, events.LedgerRecordPrefix+"bobs-job", []byte(`{"record":{"job":"bobs-job"}}`)); err != nil {
 		t.Fatal(err)
 	}
