@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/retry"
@@ -67,6 +68,10 @@ func FollowAs(ctx context.Context, js jetstream.JetStream, name string, filters 
 	return f, nil
 }
 
+// Name is the name of the consumer the follower reads now: the one it was
+// given (FollowAs), or that name and a suffix while it cannot be had.
+func (f *Follower) Name() string { return f.name }
+
 // Pending is how many messages there were to read when Follow started.
 func (f *Follower) Pending() uint64 { return f.pending }
 
@@ -95,6 +100,24 @@ func (f *Follower) start() error {
 			cons, err = f.js.CreateConsumer(ctx, events.Stream, cfg)
 		} else {
 			err = fmt.Errorf("replace the consumer %s left behind: %w", f.fixed, derr)
+		}
+	}
+	if f.fixed != "" && err != nil && f.ctx.Err() == nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		// The name cannot be had now. A consumer of one replica lives on
+		// one server: while that server is down, the cluster keeps it,
+		// answers nothing about it, deletes it not, and may place it
+		// there again. The reading must not wait for the server to come
+		// back: it goes on under another name (Name says which). Waiting
+		// stopped RENT, which decides from what it reads, for as long as
+		// a NATS server was down: a minute in the cluster test.
+		actx, acancel := context.WithTimeout(f.ctx, followRequest)
+		defer acancel()
+		cfg.Name = f.fixed + "-" + nuid.Next()
+		var aerr error
+		if cons, aerr = f.js.CreateConsumer(actx, events.Stream, cfg); aerr != nil {
+			err = fmt.Errorf("%w; and under another name: %v", err, aerr)
+		} else {
+			err = nil
 		}
 	}
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,5 +235,60 @@ func TestFollowGivesUpARequestNoServerAnswers(t *testing.T) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("follow still waits for an answer after a minute: its request is bounded only by its context's deadline")
+	}
+}
+
+// TestFollowAsGoesOnUnderAnotherNameWhenItsOwnCannotBeHad: a consumer of
+// one replica lives on one server, and while that server is down the
+// cluster keeps it, answers nothing about it and deletes it not. The
+// follower must not wait for the server: it reads under another name
+// meanwhile. Here the deletion of the one left behind goes unanswered,
+// as it did in the cluster test, where RENT waited a minute for it.
+func TestFollowAsGoesOnUnderAnotherNameWhenItsOwnCannotBeHad(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := srv.Conn(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	for range 3 {
+		if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Left behind under the name, reading from #3.
+	left, err := bus.FollowAs(ctx, js, "reader-2", nil, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = left
+	// The JetStream API through a relay that answers everything but the
+	// deletion of reader-2.
+	relay, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
+		api := strings.TrimPrefix(m.Subject, "relay.")
+		if strings.HasPrefix(api, "CONSUMER.DELETE."+events.Stream+".reader-2") {
+			return
+		}
+		_ = nc.PublishMsg(&nats.Msg{Subject: "$JS.API." + api, Reply: m.Reply, Header: m.Header, Data: m.Data})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = relay.Unsubscribe() }()
+	viaRelay, err := jetstream.NewWithAPIPrefix(nc, "relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := bus.FollowAs(ctx, viaRelay, "reader-2", nil, 1)
+	if err != nil {
+		t.Fatalf("follow with the name's consumer left behind and not to be deleted: %v", err)
+	}
+	defer f.Stop()
+	for want := uint64(1); want <= 3; want++ {
+		if m, _, err := f.Next(); err != nil || m.Sequence != want {
+			t.Fatalf("read: %v (%v), want #%d", m, err, want)
+		}
+	}
+	if name := f.Name(); !strings.HasPrefix(name, "reader-2-") {
+		t.Errorf("the follower reads under %q, want reader-2 and a suffix", name)
 	}
 }

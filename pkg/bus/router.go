@@ -118,8 +118,9 @@ type Observer interface {
 	Handled(service, handler string, took time.Duration, err error)
 	// Poisoned: a message was moved to e31.poison.<service>.
 	Poisoned(service string)
-	// Consuming: handler reads the durable consumer named consumer of
-	// stream (it may not exist yet: the subscription makes it).
+	// Consuming: handler reads the consumer named consumer of stream (it
+	// may not exist yet: the subscription makes it), from now on in
+	// place of any it read before.
 	Consuming(service, handler, stream, consumer string)
 }
 

@@ -143,9 +143,28 @@ func (t *Tail) run(ctx context.Context, apply Apply) error {
 	if err != nil {
 		return err
 	}
-	if o := ObserverFrom(ctx); o != nil && t.opts.Name != "" {
-		o.Consuming(t.opts.Service, "follow", events.Stream, t.opts.Name)
+	o := ObserverFrom(ctx)
+	name := ""
+	// named tells the observer which consumer is read, whenever that
+	// changes (Follower.Name).
+	named := func() {
+		if f.Name() == name || t.opts.Name == "" {
+			return
+		}
+		switch {
+		case name == "":
+		case f.Name() == t.opts.Name:
+			t.opts.Logger.Info("reading the log under the consumer of its own name again", "consumer", f.Name(), "was", name)
+		default:
+			t.opts.Logger.Warn("reading the log under another consumer: the one of its own name is on a server that is down, and could not be made again",
+				"consumer", f.Name(), "own", t.opts.Name, "from", f.next)
+		}
+		name = f.Name()
+		if o != nil {
+			o.Consuming(t.opts.Service, "follow", events.Stream, name)
+		}
 	}
+	named()
 	defer f.Stop()
 	t.mu.Lock()
 	t.err, t.pending = nil, f.Pending()
@@ -159,6 +178,7 @@ func (t *Tail) run(ctx context.Context, apply Apply) error {
 		if err != nil {
 			return fmt.Errorf("bus: read the log from #%d: %w", from, err)
 		}
+		named()
 		batch = append(batch, m)
 		if len(batch) < t.opts.Batch && pending > 0 {
 			continue

@@ -41,7 +41,7 @@ type Handlers struct {
 	poison  *prometheus.CounterVec
 
 	mu        sync.Mutex
-	consumers map[Consumer]bool // read by Consumers
+	consumers map[Consumer]Consumer // read by Consumers, by all but the name
 }
 
 var _ bus.Observer = (*Handlers)(nil)
@@ -82,22 +82,24 @@ func (h *Handlers) Handled(service, handler string, took time.Duration, err erro
 // Poisoned records that service moved an event to the poison stream.
 func (h *Handlers) Poisoned(service string) { h.poison.WithLabelValues(service).Inc() }
 
-// Consuming records that handler of service reads the durable consumer
-// name of stream, for ConsumerCollector to ask the server about.
+// Consuming records that handler of service reads the consumer name of
+// stream, for ConsumerCollector to ask the server about: in place of the
+// one it read before, if any (a follower that had to read under another
+// name while the server of its own was down).
 func (h *Handlers) Consuming(service, handler, stream, name string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.consumers == nil {
-		h.consumers = map[Consumer]bool{}
+		h.consumers = map[Consumer]Consumer{}
 	}
-	h.consumers[Consumer{Service: service, Handler: handler, Stream: stream, Name: name}] = true
+	h.consumers[Consumer{Service: service, Handler: handler, Stream: stream}] = Consumer{Service: service, Handler: handler, Stream: stream, Name: name}
 }
 
 // Consumers returns the consumers recorded by Consuming, sorted by name.
 func (h *Handlers) Consumers() []Consumer {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return slices.SortedFunc(maps.Keys(h.consumers), func(a, b Consumer) int {
+	return slices.SortedFunc(maps.Values(h.consumers), func(a, b Consumer) int {
 		return cmp.Or(cmp.Compare(a.Stream, b.Stream), cmp.Compare(a.Name, b.Name))
 	})
 }

@@ -105,3 +105,22 @@ e31_scheduler_queue_depth{submitter="alice"} 2
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }
+
+// TestConsumingReplacesWhatTheHandlerReadBefore: a follower that reads
+// under another name while the server of its own is down is asked about
+// by the name it reads now, not by both: the server answers nothing about
+// the one it left, and the lag would be an error on every scrape.
+func TestConsumingReplacesWhatTheHandlerReadBefore(t *testing.T) {
+	t.Parallel()
+	h := metrics.NewHandlers()
+	h.Consuming("rent", "follow", "E31", "rent-rent-1")
+	h.Consuming("ledger", "follow", "E31", "ledger-ledger-1")
+	h.Consuming("rent", "follow", "E31", "rent-rent-1-x7")
+	var names []string
+	for _, c := range h.Consumers() {
+		names = append(names, c.Service+" "+c.Name)
+	}
+	if got, want := strings.Join(names, ", "), "ledger ledger-ledger-1, rent rent-rent-1-x7"; got != want {
+		t.Errorf("consumers asked about: %s, want %s", got, want)
+	}
+}
