@@ -113,7 +113,7 @@ func (a *Auditor) seeAs(job string) {
 		if a.openSeen == nil {
 			a.openSeen = map[string]bool{}
 		}
-		a.openSeen[job] = true
+		a.openSeen[strings.Clone(job)] = true // not the message it came in
 	}
 }
 
@@ -124,6 +124,12 @@ func (a *Auditor) seeAs(job string) {
 func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asOf uint64) error {
 	stream := events.KVStream(events.LedgerBucket)
 	for _, id := range a.unseen() {
+		if asOf == 0 {
+			// No checkpoint: the ledger has written nothing yet, records
+			// and checkpoint being written together.
+			a.rep.Moving++
+			continue
+		}
 		m, err := bus.LeaderLast(ctx, js, stream, "$KV."+events.LedgerBucket+"."+events.LedgerRecordPrefix+id)
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("read the ledger's record of %s: %w", id, err)

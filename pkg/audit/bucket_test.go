@@ -241,3 +241,25 @@ func TestCompareBucketWaitsForTheCheckpoint(t *testing.T) {
 		t.Errorf("%d compared of %d, %d moving, %d read again: %q", got.Compared, len(recsBefore)+1, got.Moving, a.readAgain, findingKeys(got))
 	}
 }
+
+// TestCompareBucketBeforeTheLedgersFirstCheckpoint: a ledger that has
+// written nothing yet (it is rebuilding from the log) has no record that
+// is wrong or missing: every job is moving, and none is read again.
+func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
+	t.Parallel()
+	l := busy(t, 12, 6)
+	l.submitted("open")
+	_, js := publish(t, l.raws)
+	ctx := natstest.Context(t, 60*time.Second)
+	a := New(Options{Forget: true})
+	if err := a.ReadStream(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	got := a.Finish()
+	if err := a.CompareBucket(ctx, js, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !got.OK() || got.Compared != 0 || got.Moving != 13 || a.readAgain != 0 {
+		t.Errorf("%d compared, %d moving of 13, %d read again: %q", got.Compared, got.Moving, a.readAgain, findingKeys(got))
+	}
+}
