@@ -598,6 +598,9 @@ func (r *Report) Summary() string {
 		if r.SetAside > 0 {
 			s += fmt.Sprintf("; %d message(s) clients published are no part of any job and were set aside", r.SetAside)
 		}
+		if r.Moving > 0 {
+			s += fmt.Sprintf("; %d job(s) not compared this time: the ledger's record is ahead of where the audit read the log, or the ledger not yet as far", r.Moving)
+		}
 		return s + "; chain head " + r.Head.String()
 	}
 	kinds := map[string]int{}

@@ -262,4 +262,8 @@ func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
 	if !got.OK() || got.Compared != 0 || got.Moving != 13 || a.readAgain != 0 {
 		t.Errorf("%d compared, %d moving of 13, %d read again: %q", got.Compared, got.Moving, a.readAgain, findingKeys(got))
 	}
+	// Said, so that a pass is not taken for a comparison.
+	if s := got.Summary(); !strings.Contains(s, "13 job(s) not compared this time") {
+		t.Errorf("the summary does not say what was not compared: %s", s)
+	}
 }
