@@ -29,9 +29,12 @@ type Follower struct {
 	started bool
 	fixed   string // the consumer's name, if the caller chose it
 	name    string // of the current consumer
-	next    uint64 // the stream sequence to read next
-	cseq    uint64 // the consumer sequence of the last message read
-	pending uint64
+	// retrying, if set, is told each failure to make the consumer again
+	// (Retrying).
+	retrying func(err error, in time.Duration)
+	next     uint64 // the stream sequence to read next
+	cseq     uint64 // the consumer sequence of the last message read
+	pending  uint64
 }
 
 // followInactive is how long an abandoned follower's consumer outlives it.
@@ -71,6 +74,12 @@ func FollowAs(ctx context.Context, js jetstream.JetStream, name string, filters 
 // Name is the name of the consumer the follower reads now: the one it was
 // given (FollowAs), or that name and a suffix while it cannot be had.
 func (f *Follower) Name() string { return f.name }
+
+// Retrying has fn told each time the follower, having lost its consumer,
+// fails to make it again, and when it tries next: without it a reading
+// that stands still says nothing until it gives up. For before the first
+// Next.
+func (f *Follower) Retrying(fn func(err error, in time.Duration)) { f.retrying = fn }
 
 // Pending is how many messages there were to read when Follow started.
 func (f *Follower) Pending() uint64 { return f.pending }
@@ -181,7 +190,12 @@ func taken(err error) bool {
 func (f *Follower) restart() error {
 	f.drop()
 	var gone time.Time
-	return retry.Do(f.ctx, retry.Consumer, f.start, retry.If(func(err error) bool {
+	notify := retry.OnRetry(func(err error, in time.Duration) {
+		if f.retrying != nil {
+			f.retrying(err, in)
+		}
+	})
+	return retry.Do(f.ctx, retry.Consumer, f.start, notify, retry.If(func(err error) bool {
 		if taken(err) {
 			return true
 		}

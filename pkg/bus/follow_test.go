@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -290,5 +291,74 @@ func TestFollowAsGoesOnUnderAnotherNameWhenItsOwnCannotBeHad(t *testing.T) {
 	}
 	if name := f.Name(); !strings.HasPrefix(name, "reader-2-") {
 		t.Errorf("the follower reads under %q, want reader-2 and a suffix", name)
+	}
+}
+
+// TestFollowerSaysWhenItCannotMakeItsConsumerAgain: a follower that lost
+// its consumer and cannot make it again tells Retrying each failure, so
+// that a reading standing still is seen in the log at once, not when it
+// gives up; and reads on once the consumer can be made.
+func TestFollowerSaysWhenItCannotMakeItsConsumerAgain(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	nc := srv.Conn(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	// The JetStream API through a relay that, while refusing, answers no
+	// request to make a consumer.
+	var refusing atomic.Bool
+	relay, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
+		api := strings.TrimPrefix(m.Subject, "relay.")
+		if refusing.Load() && strings.HasPrefix(api, "CONSUMER.CREATE.") {
+			return
+		}
+		_ = nc.PublishMsg(&nats.Msg{Subject: "$JS.API." + api, Reply: m.Reply, Header: m.Header, Data: m.Data})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = relay.Unsubscribe() }()
+	viaRelay, err := jetstream.NewWithAPIPrefix(nc, "relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := bus.FollowAs(ctx, viaRelay, "reader-3", nil, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	failed := make(chan error, 16)
+	f.Retrying(func(err error, _ time.Duration) {
+		select {
+		case failed <- err:
+		default:
+		}
+	})
+	if m, _, err := f.Next(); err != nil || m.Sequence != 1 {
+		t.Fatalf("first read: %v (%v), want #1", m, err)
+	}
+	refusing.Store(true)
+	if err := js.DeleteConsumer(ctx, events.Stream, "reader-3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		select {
+		case err := <-failed:
+			t.Logf("told: %v", err)
+		case <-ctx.Done():
+		}
+		refusing.Store(false)
+	}()
+	if m, _, err := f.Next(); err != nil || m.Sequence != 2 {
+		t.Fatalf("read after the consumer could be made again: %v (%v), want #2", m, err)
+	}
+	if refusing.Load() {
+		t.Error("the follower read on without telling of the failures to make its consumer again")
 	}
 }

@@ -143,6 +143,10 @@ func (t *Tail) run(ctx context.Context, apply Apply) error {
 	if err != nil {
 		return err
 	}
+	f.Retrying(func(err error, in time.Duration) {
+		t.opts.Logger.Warn("the log's consumer was lost and could not be made again; trying again",
+			"consumer", t.opts.Name, "from", f.next, "in", in, "err", err)
+	})
 	o := ObserverFrom(ctx)
 	name := ""
 	// named tells the observer which consumer is read, whenever that
