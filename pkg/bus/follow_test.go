@@ -264,21 +264,9 @@ func TestFollowAsGoesOnUnderAnotherNameWhenItsOwnCannotBeHad(t *testing.T) {
 	_ = left
 	// The JetStream API through a relay that answers everything but the
 	// deletion of reader-2.
-	relay, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
-		api := strings.TrimPrefix(m.Subject, "relay.")
-		if strings.HasPrefix(api, "CONSUMER.DELETE."+events.Stream+".reader-2") {
-			return
-		}
-		_ = nc.PublishMsg(&nats.Msg{Subject: "$JS.API." + api, Reply: m.Reply, Header: m.Header, Data: m.Data})
+	viaRelay := relayAPI(t, nc, func(api string) bool {
+		return strings.HasPrefix(api, "CONSUMER.DELETE."+events.Stream+".reader-2")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = relay.Unsubscribe() }()
-	viaRelay, err := jetstream.NewWithAPIPrefix(nc, "relay")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f, err := bus.FollowAs(ctx, viaRelay, "reader-2", nil, 1)
 	if err != nil {
 		t.Fatalf("follow with the name's consumer left behind and not to be deleted: %v", err)
@@ -310,21 +298,9 @@ func TestFollowerSaysWhenItCannotMakeItsConsumerAgain(t *testing.T) {
 	// The JetStream API through a relay that, while refusing, answers no
 	// request to make a consumer.
 	var refusing atomic.Bool
-	relay, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
-		api := strings.TrimPrefix(m.Subject, "relay.")
-		if refusing.Load() && strings.HasPrefix(api, "CONSUMER.CREATE.") {
-			return
-		}
-		_ = nc.PublishMsg(&nats.Msg{Subject: "$JS.API." + api, Reply: m.Reply, Header: m.Header, Data: m.Data})
+	viaRelay := relayAPI(t, nc, func(api string) bool {
+		return refusing.Load() && strings.HasPrefix(api, "CONSUMER.CREATE.")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = relay.Unsubscribe() }()
-	viaRelay, err := jetstream.NewWithAPIPrefix(nc, "relay")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f, err := bus.FollowAs(ctx, viaRelay, "reader-3", nil, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -361,4 +337,27 @@ func TestFollowerSaysWhenItCannotMakeItsConsumerAgain(t *testing.T) {
 	if refusing.Load() {
 		t.Error("the follower read on without telling of the failures to make its consumer again")
 	}
+}
+
+// relayAPI is a JetStream handle whose API requests go through a relay
+// that passes each on to the server but those drop says to leave
+// unanswered, as a cluster leaves those about a server that is down.
+func relayAPI(t *testing.T, nc *nats.Conn, drop func(api string) bool) jetstream.JetStream {
+	t.Helper()
+	relay, err := nc.Subscribe("relay.>", func(m *nats.Msg) {
+		api := strings.TrimPrefix(m.Subject, "relay.")
+		if drop(api) {
+			return
+		}
+		_ = nc.PublishMsg(&nats.Msg{Subject: "$JS.API." + api, Reply: m.Reply, Header: m.Header, Data: m.Data})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Unsubscribe() })
+	js, err := jetstream.NewWithAPIPrefix(nc, "relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
