@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -10,12 +11,17 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
 	"github.com/e31net/e31/pkg/audit"
+	"github.com/e31net/e31/pkg/auth"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
@@ -345,5 +351,54 @@ func TestAuditWritesTheProfileBenchAsksFor(t *testing.T) {
 	}
 	if _, _, code := execute3("audit", "--from", file, "--cpuprofile", filepath.Join(dir, "no", "such", "dir")); code == 0 {
 		t.Error("a profile that cannot be written was not an error")
+	}
+}
+
+// TestAuditWithAnAuditorsCredentialsOfBefore: credentials an auditor was
+// issued before e31 audit read the ledger's bucket do not allow it. The
+// audit says so at once, and how to mend it, rather than timing out on a
+// request the server drops.
+func TestAuditWithAnAuditorsCredentialsOfBefore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts := startSystem(t, dir, 1)
+	keys, err := auth.LoadKeys(filepath.Join(dir, "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The auditor's permissions of before: nothing of the ledger's bucket.
+	perms, err := auth.Permissions(auth.Identity{Role: auth.Auditor, Name: auth.AuditorName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := events.KVStream(events.LedgerBucket)
+	perms.Pub.Allow = slices.DeleteFunc(perms.Pub.Allow, func(s string) bool { return strings.Contains(s, bucket) })
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	userKey, err := user.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := jwt.NewUserClaims(userKey)
+	claims.Name, claims.IssuerAccount, claims.Permissions = auth.AuditorName, keys.AccountOf(auth.Auditor), perms
+	claims.Tags.Add("e31-role:" + string(auth.Auditor))
+	token, err := claims.Encode(keys.AccountSigning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, err := user.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(dir, "auditor-of-before.creds")
+	if err := (auth.Creds{JWT: token, Seed: seed}).WriteFile(old); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := execute([]string{"audit", "--nats", ts.url, "--creds", old, "--log-level", "warn"}, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "not permitted") || !strings.Contains(errOut.String(), "e31 creds user --role auditor") {
+		t.Errorf("e31 audit with an auditor's credentials of before: exit %d\n%s%s", code, out.String(), errOut.String())
 	}
 }

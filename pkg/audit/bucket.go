@@ -17,12 +17,27 @@ import (
 	"github.com/e31net/e31/pkg/hold"
 )
 
-// SettleLedger is how long an audit waits, by default, for the ledger's
-// checkpoint to reach where it read the log (CompareBucket), before it
-// compares the records as of the checkpoint, reading again from the log
-// those the ledger has not brought as far: a few of the ledger's flushes,
-// which come every second (services/ledger's FlushEvery).
-const SettleLedger = 5 * time.Second
+// settleLedger is how long Run waits for the ledger's checkpoint to reach
+// where it read the log (CompareBucket), before it compares the records
+// as of the checkpoint, reading again from the log those the ledger has
+// not brought as far: a few of the ledger's flushes, which come every
+// second (services/ledger's FlushEvery).
+const settleLedger = 5 * time.Second
+
+// Run is a whole audit with Options.Forget: it replays the log from its
+// first event (ReadStream), checks what was not read (Finish), and
+// compares every record of the ledger's bucket with the rebuilt ones
+// (CompareBucket), as `e31 audit` and the page's audit do.
+func (a *Auditor) Run(ctx context.Context, js jetstream.JetStream) (*Report, error) {
+	if err := a.ReadStream(ctx, js); err != nil {
+		return nil, err
+	}
+	rep := a.Finish()
+	if err := a.CompareBucket(ctx, js, settleLedger); err != nil {
+		return rep, fmt.Errorf("the log was replayed, but it could not be compared with the ledger's records: %w", err)
+	}
+	return rep, nil
+}
 
 // bucketBatch is how many of the bucket's entries a worker decodes at a
 // time.
@@ -71,20 +86,7 @@ func (a *Auditor) CompareBucket(ctx context.Context, js jetstream.JetStream, set
 	before := len(a.rep.Findings)
 	err = readEntries(ctx, js, last, func(es []entry) error {
 		for i := range es {
-			e := &es[i]
-			if e.bad != "" {
-				a.rep.Findings = append(a.rep.Findings, Finding{Job: e.job, Kind: Mismatch, Detail: e.bad})
-				a.seeAs(e.job)
-				continue
-			}
-			if e.rec == nil {
-				continue // a job the ledger has no record of yet: as if no entry
-			}
-			var ls *sums
-			if e.summed {
-				ls = &e.sums
-			}
-			if err := a.compareOne(ctx, js, e.rec, ls, asOf); err != nil {
+			if _, err := a.compareEntry(ctx, js, &es[i], asOf); err != nil {
 				return err
 			}
 		}
@@ -105,16 +107,27 @@ func (a *Auditor) CompareBucket(ctx context.Context, js jetstream.JetStream, set
 	return nil
 }
 
-// seeAs notes that the ledger has an entry for job, though not one to
-// compare: no further finding says it has none.
-func (a *Auditor) seeAs(job string) {
-	delete(a.ended, job)
-	if _, open := a.rep.Records[job]; open {
-		if a.openSeen == nil {
-			a.openSeen = map[string]bool{}
+// compareEntry compares an entry of the ledger's bucket, decoded, with
+// the rebuilt record (compareOne). An entry that is no record is a
+// finding, and counts as the job's entry: no further finding says the
+// ledger has none. It reports whether the entry held anything: an entry
+// without a record (a job the ledger has none of yet) is as good as none.
+func (a *Auditor) compareEntry(ctx context.Context, js jetstream.JetStream, e *entry, asOf uint64) (bool, error) {
+	switch {
+	case e.bad != "":
+		a.rep.Findings = append(a.rep.Findings, Finding{Job: e.job, Kind: Mismatch, Detail: e.bad})
+		delete(a.ended, e.job)
+		if _, open := a.rep.Records[e.job]; open {
+			if a.openSeen == nil {
+				a.openSeen = map[string]bool{}
+			}
+			a.openSeen[strings.Clone(e.job)] = true // not the message it came in
 		}
-		a.openSeen[strings.Clone(job)] = true // not the message it came in
+		return true, nil
+	case e.rec == nil:
+		return false, nil
 	}
+	return true, a.compareOne(ctx, js, e.rec, e.sums, e.summed, asOf)
 }
 
 // compareUnseen settles the jobs of the log whose record the reading did
@@ -136,14 +149,11 @@ func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asO
 		}
 		if err == nil && !deleted(m.Header.Get("KV-Operation")) {
 			e := decodeEntry(id, m.Data)
-			if e.bad != "" {
-				a.rep.Findings = append(a.rep.Findings, Finding{Job: id, Kind: Mismatch, Detail: e.bad})
-				continue
+			had, err := a.compareEntry(ctx, js, &e, asOf)
+			if err != nil {
+				return err
 			}
-			if e.rec != nil {
-				if err := a.compareOne(ctx, js, e.rec, nil, asOf); err != nil {
-					return err
-				}
+			if had {
 				continue
 			}
 		}

@@ -103,11 +103,7 @@ func TestCompareBucketFindsWhatRecordsFind(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			a := New(Options{Forget: true})
-			if err := a.ReadStream(ctx, js); err != nil {
-				t.Fatal(err)
-			}
-			got := a.Finish()
+			a, got := replayed(t, ctx, js)
 			if err := a.CompareBucket(ctx, js, time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -168,11 +164,7 @@ func TestCompareBucketAsOfACheckpointBehind(t *testing.T) {
 				recs = append(recs, &c)
 			}
 			storeRecords(t, ctx, js, recs, asOf)
-			a := New(Options{Forget: true})
-			if err := a.ReadStream(ctx, js); err != nil {
-				t.Fatal(err)
-			}
-			got := a.Finish()
+			a, got := replayed(t, ctx, js)
 			// The checkpoint stays where it is: the wait ends at settle.
 			if err := a.CompareBucket(ctx, js, 100*time.Millisecond); err != nil {
 				t.Fatal(err)
@@ -208,11 +200,7 @@ func TestCompareBucketWaitsForTheCheckpoint(t *testing.T) {
 	ctx := natstest.Context(t, 60*time.Second)
 	last := uint64(len(l.raws))
 	storeRecords(t, ctx, js, recsBefore, before)
-	a := New(Options{Forget: true})
-	if err := a.ReadStream(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	got := a.Finish()
+	a, got := replayed(t, ctx, js)
 	read := make(chan uint64, 100)
 	a.readCheckpoint = func(applied uint64) { read <- applied }
 	done := make(chan error, 1)
@@ -251,11 +239,7 @@ func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
 	l.submitted("open")
 	_, js := publish(t, l.raws)
 	ctx := natstest.Context(t, 60*time.Second)
-	a := New(Options{Forget: true})
-	if err := a.ReadStream(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	got := a.Finish()
+	a, got := replayed(t, ctx, js)
 	if err := a.CompareBucket(ctx, js, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
@@ -266,4 +250,15 @@ func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
 	if s := got.Summary(); !strings.Contains(s, "13 job(s) not compared this time") {
 		t.Errorf("the summary does not say what was not compared: %s", s)
 	}
+}
+
+// replayed is an audit that has read the whole log, and what it found,
+// before comparing with the ledger's bucket.
+func replayed(t *testing.T, ctx context.Context, js jetstream.JetStream) (*Auditor, *Report) {
+	t.Helper()
+	a := New(Options{Forget: true})
+	if err := a.ReadStream(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	return a, a.Finish()
 }

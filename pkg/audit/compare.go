@@ -242,13 +242,6 @@ func coreSum(rec *hold.HoldRecord) [16]byte {
 	return [16]byte(d[:16])
 }
 
-// matches reports whether a ledger's record says what the sums stand for:
-// then the two records agree field by field.
-func (s sums) matches(l *hold.HoldRecord) bool {
-	ls, ok := ledgerSums(l)
-	return ok && ls == s
-}
-
 // ledgerSums takes the sums of a ledger's record, as sumsOf takes them of
 // a rebuilt one; false if the record cannot stand for any rebuilt one (an
 // event's digest that is not one, events out of order, an events_digest
@@ -281,22 +274,22 @@ func ledgerSums(l *hold.HoldRecord) (sums, bool) {
 
 // compareOne compares one of the ledger's records with the rebuilt one,
 // with Options.Forget. The record is as of asOf at least: the sequence of
-// the log the ledger had applied when it was read. ls are its sums, if
-// taken already (ledgerSums); nil has them taken here.
+// the log the ledger had applied when it was read. ls are its sums
+// (ledgerSums), if it has any.
 //
 // A record whose events go past where the audit read is moving: not
 // compared. One as of a point before it (asOf, the ledger's checkpoint,
 // behind the audit) is held against the job's record rebuilt as of asOf,
 // read again from the log, once it does not agree with the audit's own:
 // what the job did since is not the ledger's to know yet.
-func (a *Auditor) compareOne(ctx context.Context, js jetstream.JetStream, l *hold.HoldRecord, ls *sums, asOf uint64) error {
+func (a *Auditor) compareOne(ctx context.Context, js jetstream.JetStream, l *hold.HoldRecord, ls sums, summed bool, asOf uint64) error {
 	r := &a.rep
 	if a.openSeen == nil {
 		a.openSeen = map[string]bool{}
 	}
 	// A tomb is let go of once its record is seen: those left at the end
 	// are the jobs the ledger has no record of. Stored again, it would be
-	// stored under l.Job, and keep the page it came in.
+	// stored under l.Job, and keep the entry it came in.
 	t, ended := a.ended[l.Job]
 	if ended {
 		delete(a.ended, l.Job)
@@ -309,36 +302,31 @@ func (a *Auditor) compareOne(ctx context.Context, js jetstream.JetStream, l *hol
 		r.Moving++
 		return nil
 	}
-	if ended {
-		if ls == nil {
-			if s, ok := ledgerSums(l); ok {
-				ls = &s
-			}
-		}
-		if ls != nil && *ls == t.sums {
-			r.Compared++
-			return nil
-		}
+	if ended && summed && ls == t.sums {
+		r.Compared++
+		return nil
 	}
 	if !ended && !isOpen {
 		r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: ExtraRec, Detail: "the ledger has a record for a job with no events in the log"})
 		return nil
 	}
-	mine := r.Records[l.Job]
-	behind := asOf < r.LastSeq
-	if ended || behind && len(differences(l, mine)) > 0 {
-		rec, err := a.again(ctx, js, l.Job, min(asOf, r.LastSeq))
+	r.Compared++
+	var diffs []difference
+	if isOpen {
+		diffs = differences(l, r.Records[l.Job])
+	}
+	if ended || asOf < r.LastSeq && len(diffs) > 0 {
+		mine, err := a.again(ctx, js, l.Job, min(asOf, r.LastSeq))
 		if err != nil {
 			return err
 		}
-		mine = rec
+		if mine == nil {
+			r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: "the ledger's record is not the one rebuilt from the log, whose events for this job could not be read again to say how"})
+			return nil
+		}
+		diffs = differences(l, mine)
 	}
-	r.Compared++
-	if mine == nil {
-		r.Findings = append(r.Findings, Finding{Job: l.Job, Kind: Mismatch, Detail: "the ledger's record is not the one rebuilt from the log, whose events for this job could not be read again to say how"})
-		return nil
-	}
-	for _, d := range differences(l, mine) {
+	for _, d := range diffs {
 		r.Findings = append(r.Findings, Finding{Job: l.Job, Seq: d.seq, Kind: Mismatch, Detail: d.text})
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/events"
@@ -39,22 +41,18 @@ func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress 
 	// Forget: the audit keeps sums of each record once its job is over,
 	// not the record, and compares through them (audit.Auditor.CompareBucket).
 	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true, Progress: progress})
-	if err := au.ReadStream(ctx, c.js); err != nil {
-		return nil, err
-	}
-	rep := au.Finish()
-	// From the ledger's bucket, once its checkpoint has come as far as the
-	// log was read: the ledger writes one every second or so.
-	// Credentials issued before the audit read the bucket are refused
-	// there: said at once, and how to mend it.
-	gctx, done := c.Guard(ctx, "$JS.API.STREAM.INFO."+events.KVStream(events.LedgerBucket))
-	err = au.CompareBucket(gctx, c.js, audit.SettleLedger)
+	// Credentials issued before the audit read the ledger's bucket are
+	// refused there: said at once, and how to mend it. Its first request
+	// is a get of the ledger's checkpoint from the bucket's leader.
+	bucket := events.KVStream(events.LedgerBucket)
+	gctx, done := c.Guard(ctx, "$JS.API.STREAM.MSG.GET."+bucket, "$JS.API.STREAM.INFO."+bucket)
+	rep, err := au.Run(gctx, c.js)
 	done()
+	if errors.Is(context.Cause(gctx), nats.ErrPermissionViolation) {
+		return nil, fmt.Errorf("%w; an auditor's credentials issued before e31 audit read the ledger's bucket must be issued again (e31 creds user --role auditor)",
+			c.refused(gctx, "compare with the ledger's records", err))
+	}
 	if err != nil {
-		err = c.refused(gctx, "compare with the ledger's records", err)
-		if errors.Is(err, ErrNotPermitted) {
-			err = fmt.Errorf("%w; an auditor's credentials issued before e31 audit read the ledger's bucket must be issued again (e31 creds user --role auditor)", err)
-		}
 		return nil, err
 	}
 	return rep, nil
