@@ -422,14 +422,15 @@ output: [{path: x, required: false}]
 		t.Fatalf("e31 audit: exit %d\n%s", code, out)
 	}
 	// What `e31 audit` shows on a terminal as it goes: the log's messages
-	// read, then the ledger's records compared, one for each job.
+	// read, then the ledger's records compared that the reading did not
+	// settle, each once.
 	var p phases
 	rep, err := ts.client("auditor").AuditShowing(context.Background(), nil, &p)
 	if err != nil || !rep.OK() {
 		t.Fatalf("audit showing its progress: %v %v", err, rep)
 	}
 	if want := []string{"reading the log", "comparing with the ledger"}; !slices.Equal(p.labels, want) ||
-		p.totals[0] < int64(rep.Events) || p.added[1] != int64(len(ids)) || p.totals[1] != int64(len(ids)) || p.done != 2 {
+		p.totals[0] < int64(rep.Events) || p.added[1] != p.totals[1] || p.totals[1] > int64(len(ids)) || p.done != 2 {
 		t.Errorf("progress of an audit of %d events and %d jobs: %+v", rep.Events, len(ids), p)
 	}
 	// The records account for every job, and nothing is held any more.

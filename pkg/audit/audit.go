@@ -70,7 +70,7 @@ type Report struct {
 	// Moving counts jobs not compared this time: the ledger's record
 	// already includes events logged after the audit read the log, or
 	// the job began after the ledger's checkpoint, which is behind where
-	// the audit read (Auditor.CompareBucket).
+	// the audit read (Auditor.Run).
 	Moving  int                         `json:"moving,omitempty"`
 	Records map[string]*hold.HoldRecord `json:"-"`
 }
@@ -88,11 +88,11 @@ type Options struct {
 	// Workers decode messages in parallel when reading; default GOMAXPROCS.
 	Workers int
 	// Forget keeps no record of a job once the job is over and its record
-	// checked, only sums of it: the audit's memory is then bounded by the
-	// jobs still open, and about 200 bytes for each job that ended (to
-	// judge what the log says of it afterwards, and to compare). Report.
-	// Records then holds only the jobs still open at the end: compare
-	// with Auditor.CompareBucket, not Report.Compare.
+	// checked, only sums of it: about 200 bytes for each job that ended
+	// (to judge what the log says of it afterwards, and to compare), until
+	// Auditor.Run has compared it with the ledger's and lets go of it.
+	// Report.Records then holds only the jobs still open at the end:
+	// compare with Auditor.Run, not Report.Compare.
 	Forget bool
 	// Progress, if set, is told how far the reading has come, in messages
 	// (ReadStream, ReadExport): an audit of a long history takes minutes.
@@ -127,21 +127,33 @@ type Auditor struct {
 
 	open  map[string]*job // jobs not yet over, with their history
 	ended map[string]tomb // jobs over: how each ended
-	// after holds, by job and id ("job\x00id"), where an event of a job
-	// that was over was first stored, and the ids of requests other than
-	// the job's own: what a repeat after the end is told by. It holds
-	// only what came after the end (retention's deletions, a cancel asked
-	// again) and a tenant's odd requests.
-	after     map[string]uint64
+	// after holds, by job, where each event of the job stored after its
+	// end was first stored, by id, and the ids of requests other than the
+	// job's own: what a repeat after the end is told by. It holds only
+	// what came after the end (retention's deletions, a cancel asked
+	// again) and a tenant's odd requests, of the jobs not yet let go of.
+	after     map[string][]stored
 	jobs      int // jobs seen
 	maxOpen   int // the most jobs open at once
-	readAgain int // jobs read again from the log to compare (CompareBucket)
-	// readCheckpoint, if set, is told each ledger's checkpoint
-	// CompareBucket reads (a test's hook).
+	readAgain int // jobs read again from the log to compare (Run)
+	// readCheckpoint, if set, is told each ledger's checkpoint Run reads
+	// (a test's hook).
 	readCheckpoint func(applied uint64)
-	// openSeen holds the jobs open at the end whose ledger's record
-	// CompareBucket has seen.
+	// openSeen holds the jobs open at the end whose ledger's record Run
+	// has seen.
 	openSeen map[string]bool
+	// inStep is set while Run reads the ledger's bucket in step with the
+	// log (see merge.go); parked holds the entries read that could not
+	// be settled yet, by job.
+	inStep *inStep
+	parked map[string]*entry
+	// letGo counts the jobs compared with the ledger's record and let go
+	// of in step; revived, those read again from the log since, because
+	// the log said more of them. maxHeld is the most tombs and parked
+	// entries held at once in step.
+	letGo, revived, maxHeld int
+	// settled, if set, is told of each job compareRest settles.
+	settled func()
 	// spare holds the room of histories let go of, for jobs to come.
 	spare [][]fact
 	nodes map[string]*node
@@ -156,9 +168,18 @@ type tomb struct {
 	// requested says the job's first request came under its own id
 	// (events.ID), which a later request repeats.
 	requested bool
-	// sums stand for the record let go of (Options.Forget), for
-	// CompareBucket.
+	// last is the sequence of the last event the record lists: the
+	// ledger's record of the job, when it lists the same last event, is
+	// as of the same point of the job's life.
+	last uint64
+	// sums stand for the record let go of (Options.Forget), for Run.
 	sums sums
+}
+
+// stored is where an event, by its id, was first stored.
+type stored struct {
+	id  string
+	seq uint64
 }
 
 // job is one job's history as read.
@@ -320,6 +341,14 @@ func (a *Auditor) ingest(d *decoded) {
 		return
 	}
 	j := a.open[env.Subject]
+	if j == nil && a.letGo > 0 && f.typ != events.TypeJobRequested {
+		// Nothing but a request begins a job: this one may be over, and
+		// let go of (Run).
+		if t, over := a.reviveInStep(env.Subject, f.seq); over {
+			a.afterEnd(env.Subject, t, f)
+			return
+		}
+	}
 	id := env.Subject
 	if j == nil {
 		// The id is cloned so that it does not hold the header block it
@@ -363,6 +392,9 @@ func (a *Auditor) close(id string, j *job) {
 		t.sums = sumsOf(d.rec, j.facts)
 	}
 	for _, f := range j.facts {
+		if !f.repeat || f.typ != events.TypeJobRequested {
+			t.last = max(t.last, f.seq) // listed
+		}
 		if f.typ != events.TypeJobRequested {
 			continue
 		}
@@ -375,6 +407,7 @@ func (a *Auditor) close(id string, j *job) {
 	delete(a.open, id)
 	delete(a.unreadable, id)
 	a.ended[id] = t
+	a.tombChanged(id)
 	if cap(j.facts) <= 16 && len(a.spare) < 1024 {
 		clear(j.facts)
 		a.spare = append(a.spare, j.facts[:0])
@@ -406,13 +439,15 @@ func (a *Auditor) settle(id string, d derived) {
 // already.
 func (a *Auditor) remember(job, id string, seq uint64) (uint64, bool) {
 	if a.after == nil {
-		a.after = map[string]uint64{}
+		a.after = map[string][]stored{}
 	}
-	key := job + "\x00" + id
-	if first, ok := a.after[key]; ok {
-		return first, true
+	ids := a.after[job]
+	for _, s := range ids {
+		if s.id == id {
+			return s.seq, true
+		}
 	}
-	a.after[key] = seq
+	a.after[job] = append(ids, stored{id, seq})
 	return 0, false
 }
 
@@ -443,13 +478,17 @@ func (a *Auditor) afterEnd(id string, t tomb, f fact) {
 			return
 		}
 	}
+	t.last = f.seq
 	if rec != nil {
 		rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
 		rec.EventsDigest = eventsDigest(rec.Events)
 	} else {
 		t.sums.events.add(f.seq, events.Name(f.typ), f.digest)
-		a.ended[id] = t
 	}
+	a.ended[id] = t
+	// Listed, and the deletion below taken: the ledger's record may be
+	// as of this event.
+	defer a.tombChanged(id)
 	if f.repeat {
 		return
 	}

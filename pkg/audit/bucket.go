@@ -18,94 +18,15 @@ import (
 )
 
 // settleLedger is how long Run waits for the ledger's checkpoint to reach
-// where it read the log (CompareBucket), before it compares the records
-// as of the checkpoint, reading again from the log those the ledger has
-// not brought as far: a few of the ledger's flushes, which come every
-// second (services/ledger's FlushEvery).
+// where it read the log, before it compares the records left as of the
+// checkpoint, reading again from the log those the ledger has not brought
+// as far: a few of the ledger's flushes, which come every second
+// (services/ledger's FlushEvery).
 const settleLedger = 5 * time.Second
-
-// Run is a whole audit with Options.Forget: it replays the log from its
-// first event (ReadStream), checks what was not read (Finish), and
-// compares every record of the ledger's bucket with the rebuilt ones
-// (CompareBucket), as `e31 audit` and the page's audit do.
-func (a *Auditor) Run(ctx context.Context, js jetstream.JetStream) (*Report, error) {
-	if err := a.ReadStream(ctx, js); err != nil {
-		return nil, err
-	}
-	rep := a.Finish()
-	if err := a.CompareBucket(ctx, js, settleLedger); err != nil {
-		return rep, fmt.Errorf("the log was replayed, but it could not be compared with the ledger's records: %w", err)
-	}
-	return rep, nil
-}
 
 // bucketBatch is how many of the bucket's entries a worker decodes at a
 // time.
 const bucketBatch = 64
-
-// CompareBucket checks the ledger's records against the rebuilt ones, as
-// Compare does, once Finish has been called, with Options.Forget. It reads
-// them where the ledger keeps them, its bucket (events.LedgerBucket), not
-// through the ledger's listing: every record once, in the bucket's order,
-// decoded and summed on every core. Serving a listing of every record cost
-// the ledger and its server more CPU than the whole audit may take (80 to
-// 120 µs a record, most of it finding the records in the listing's order
-// and sending 3 KiB of JSON for each), and loaded the ledger that a
-// deployment audits every few minutes.
-//
-// The bucket's records are as of the ledger's checkpoint, which the
-// ledger writes every second or so: CompareBucket waits, at most settle,
-// for the checkpoint to reach where the audit read the log. If it does not
-// (the ledger is behind, or stopped), the records are compared as of the
-// checkpoint: one that does not agree with the audit's is held against
-// the job's record rebuilt up to the checkpoint, and a job the log began
-// after it is not yet the ledger's to have (Report.Moving).
-//
-// Every record the bucket held when the reading began is compared, and
-// any job of the log without one is a finding, whatever the ledger writes
-// meanwhile: a record it writes again is read again, from the leader, if
-// the reading did not reach it first.
-func (a *Auditor) CompareBucket(ctx context.Context, js jetstream.JetStream, settle time.Duration) error {
-	if !a.opts.Forget {
-		return errors.New("audit: CompareBucket compares through sums: it needs Options.Forget")
-	}
-	asOf, err := checkpointAt(ctx, js, a.rep.LastSeq, settle, a.readCheckpoint)
-	if err != nil {
-		return err
-	}
-	stream := events.KVStream(events.LedgerBucket)
-	info, err := js.Stream(ctx, stream)
-	if err != nil {
-		return fmt.Errorf("read the ledger's bucket: %w", err)
-	}
-	last := info.CachedInfo().State.LastSeq
-	if p := a.opts.Progress; p != nil {
-		p.Start(int64(a.rep.Jobs), "comparing with the ledger")
-		defer p.Done()
-	}
-	before := len(a.rep.Findings)
-	err = readEntries(ctx, js, last, func(es []entry) error {
-		for i := range es {
-			if _, err := a.compareEntry(ctx, js, &es[i], asOf); err != nil {
-				return err
-			}
-		}
-		if p := a.opts.Progress; p != nil {
-			p.Add(int64(len(es)))
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	if err := a.compareUnseen(ctx, js, asOf); err != nil {
-		return err
-	}
-	// In the order of jobs: the bucket's is the order the ledger last
-	// wrote them in, and its workers race.
-	sortFindings(a.rep.Findings[before:])
-	return nil
-}
 
 // compareEntry compares an entry of the ledger's bucket, decoded, with
 // the rebuilt record (compareOne). An entry that is no record is a
@@ -137,6 +58,7 @@ func (a *Auditor) compareEntry(ctx context.Context, js jetstream.JetStream, e *e
 func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asOf uint64) error {
 	stream := events.KVStream(events.LedgerBucket)
 	for _, id := range a.unseen() {
+		a.tick()
 		if asOf == 0 {
 			// No checkpoint: the ledger has written nothing yet, records
 			// and checkpoint being written together.
@@ -232,10 +154,13 @@ const checkpointPoll = 50 * time.Millisecond
 
 // entry is one entry of the ledger's bucket, decoded.
 type entry struct {
-	job    string
-	rec    *hold.HoldRecord // nil: no record yet
-	sums   sums             // the record's, if summed
+	job string
+	// rec is the record; nil for none yet, and in an entry parked whose
+	// job is over, for which its sums stand (see park).
+	rec    *hold.HoldRecord
+	sums   sums // the record's, if summed
 	summed bool
+	last   uint64 // the sequence of the last event the record lists
 	bad    string // why the entry is not a record, if it is not
 }
 
@@ -257,36 +182,55 @@ func decodeEntry(job string, data []byte) entry {
 	}
 	e.rec = st.Record
 	e.sums, e.summed = ledgerSums(e.rec)
+	if n := len(e.rec.Events); n > 0 {
+		e.last = e.rec.Events[n-1].Seq
+	}
 	return e
 }
 
 // deleted reports whether a KV-Operation header says the key was deleted.
 func deleted(op string) bool { return op == "DEL" || op == "PURGE" }
 
-// readEntries hands every record entry the ledger's bucket holds, up to
-// its sequence last, to compare, decoded, a batch at a time: one goroutine
-// reads, a worker per core decodes and sums, and compare is called from
-// one goroutine at a time.
-func readEntries(ctx context.Context, js jetstream.JetStream, last uint64, compare func([]entry) error) error {
+// readEntries hands every record entry the ledger's bucket holds from its
+// sequence from to last to compare, decoded, a batch at a time, in the
+// bucket's order: one goroutine reads, a worker per core decodes and
+// sums, and compare is called from one goroutine at a time.
+func readEntries(ctx context.Context, js jetstream.JetStream, from, last uint64, compare func([]entry) error) error {
+	if from > last {
+		return nil
+	}
 	prefix := "$KV." + events.LedgerBucket + "." + events.LedgerRecordPrefix
 	what := pull{stream: events.KVStream(events.LedgerBucket), filter: prefix + ">", name: "the ledger's bucket"}
 	workers := runtime.GOMAXPROCS(0)
+	type work struct {
+		batch []Raw
+		out   chan<- []entry
+	}
 	g, ctx := errgroup.WithContext(ctx)
-	todo := make(chan []Raw, workers)
-	done := make(chan []entry, workers)
+	todo := make(chan work, workers)
+	// The batches' results in the order they were read, as the log's
+	// (pipeline): Run takes a job's entries in the order the ledger
+	// wrote them, its last one last.
+	inOrder := make(chan chan []entry, 2*workers+1)
 	g.Go(func() error { // the reader
 		defer close(todo)
+		defer close(inOrder)
 		batch := make([]Raw, 0, bucketBatch)
 		send := func() error {
+			out := make(chan []entry, 1)
 			select {
-			case todo <- batch:
+			case inOrder <- out:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case todo <- work{batch, out}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			batch = make([]Raw, 0, bucketBatch)
 			return nil
 		}
-		from := uint64(1)
 		for restarts := 0; ; restarts++ {
 			next, err := pullFrom(ctx, js, what, from, last, func(m Raw) error {
 				if deleted(m.Headers.Get("KV-Operation")) {
@@ -311,29 +255,26 @@ func readEntries(ctx context.Context, js jetstream.JetStream, last uint64, compa
 		}
 		return nil
 	})
-	var decoders errgroup.Group
 	for range workers {
-		decoders.Go(func() error {
-			for batch := range todo {
-				es := make([]entry, len(batch))
-				for i, m := range batch {
+		g.Go(func() error { // a decoder
+			for w := range todo {
+				es := make([]entry, len(w.batch))
+				for i, m := range w.batch {
 					es[i] = decodeEntry(strings.TrimPrefix(m.Subject, prefix), m.Body)
 				}
-				select {
-				case done <- es:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+				w.out <- es // buffered: never waits
 			}
 			return nil
 		})
 	}
-	g.Go(func() error {
-		defer close(done)
-		return decoders.Wait()
-	})
 	g.Go(func() error { // the comparer
-		for es := range done {
+		for out := range inOrder {
+			var es []entry
+			select {
+			case es = <-out:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 			if err := compare(es); err != nil {
 				return err
 			}

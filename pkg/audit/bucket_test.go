@@ -103,8 +103,9 @@ func TestCompareBucketFindsWhatRecordsFind(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			a, got := replayed(t, ctx, js)
-			if err := a.CompareBucket(ctx, js, time.Minute); err != nil {
+			a := New(Options{Forget: true})
+			got, err := a.run(ctx, js, time.Minute)
+			if err != nil {
 				t.Fatal(err)
 			}
 			wantKeys := findingKeys(want)
@@ -164,9 +165,10 @@ func TestCompareBucketAsOfACheckpointBehind(t *testing.T) {
 				recs = append(recs, &c)
 			}
 			storeRecords(t, ctx, js, recs, asOf)
-			a, got := replayed(t, ctx, js)
+			a := New(Options{Forget: true})
 			// The checkpoint stays where it is: the wait ends at settle.
-			if err := a.CompareBucket(ctx, js, 100*time.Millisecond); err != nil {
+			got, err := a.run(ctx, js, 100*time.Millisecond)
+			if err != nil {
 				t.Fatal(err)
 			}
 			var wantKinds []string
@@ -200,11 +202,16 @@ func TestCompareBucketWaitsForTheCheckpoint(t *testing.T) {
 	ctx := natstest.Context(t, 60*time.Second)
 	last := uint64(len(l.raws))
 	storeRecords(t, ctx, js, recsBefore, before)
-	a, got := replayed(t, ctx, js)
+	a := New(Options{Forget: true})
 	read := make(chan uint64, 100)
 	a.readCheckpoint = func(applied uint64) { read <- applied }
 	done := make(chan error, 1)
-	go func() { done <- a.CompareBucket(ctx, js, time.Minute) }()
+	var got *Report
+	go func() {
+		var err error
+		got, err = a.run(ctx, js, time.Minute)
+		done <- err
+	}()
 	// Read twice: the audit is waiting for the next, not comparing.
 	for range 2 {
 		select {
@@ -239,8 +246,9 @@ func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
 	l.submitted("open")
 	_, js := publish(t, l.raws)
 	ctx := natstest.Context(t, 60*time.Second)
-	a, got := replayed(t, ctx, js)
-	if err := a.CompareBucket(ctx, js, 100*time.Millisecond); err != nil {
+	a := New(Options{Forget: true})
+	got, err := a.run(ctx, js, 100*time.Millisecond)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !got.OK() || got.Compared != 0 || got.Moving != 13 || a.readAgain != 0 {
@@ -250,15 +258,4 @@ func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
 	if s := got.Summary(); !strings.Contains(s, "13 job(s) not compared this time") {
 		t.Errorf("the summary does not say what was not compared: %s", s)
 	}
-}
-
-// replayed is an audit that has read the whole log, and what it found,
-// before comparing with the ledger's bucket.
-func replayed(t *testing.T, ctx context.Context, js jetstream.JetStream) (*Auditor, *Report) {
-	t.Helper()
-	a := New(Options{Forget: true})
-	if err := a.ReadStream(ctx, js); err != nil {
-		t.Fatal(err)
-	}
-	return a, a.Finish()
 }

@@ -5,8 +5,9 @@ import "github.com/e31net/e31/pkg/gctune"
 // GCPercent is the collector's target (debug.SetGCPercent) for a process
 // that runs one audit, unless its environment says otherwise.
 //
-// An audit's live heap is small and steady (the open jobs' histories and
-// a tomb of ~200 bytes per ended job), while what it allocates per event
+// An audit's live heap is small and steady (the open jobs' histories, and
+// a tomb of ~200 bytes for each job that ended and is not yet compared),
+// while what it allocates per event
 // (the message, its headers, the decoded envelope) is dead within the
 // microsecond: with Go's default of 100 the collector runs every few
 // thousand events and was a quarter of the audit's CPU. At 400 it runs a

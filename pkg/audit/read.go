@@ -218,6 +218,12 @@ func (a *Auditor) pipeline(ctx context.Context, produce func(ctx context.Context
 			if res.err != nil {
 				return res.err
 			}
+			if a.inStep != nil {
+				// The ledger's records the log has now been read past.
+				if err := a.stepTo(a.rep.LastSeq); err != nil {
+					return err
+				}
+			}
 			// What the fold keeps of a message it has copied out: the
 			// batch's room serves the next one.
 			clear(res.ds)

@@ -39,11 +39,12 @@ func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress 
 		return nil, err
 	}
 	// Forget: the audit keeps sums of each record once its job is over,
-	// not the record, and compares through them (audit.Auditor.CompareBucket).
+	// not the record, and compares through them (audit.Auditor.Run).
 	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true, Progress: progress})
 	// Credentials issued before the audit read the ledger's bucket are
 	// refused there: said at once, and how to mend it. Its first request
-	// is a get of the ledger's checkpoint from the bucket's leader.
+	// is the bucket's stream info; the checkpoint's get from the bucket's
+	// leader comes later.
 	bucket := events.KVStream(events.LedgerBucket)
 	gctx, done := c.Guard(ctx, "$JS.API.STREAM.MSG.GET."+bucket, "$JS.API.STREAM.INFO."+bucket)
 	rep, err := au.Run(gctx, c.js)
