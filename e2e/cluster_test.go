@@ -171,7 +171,10 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 		testcontainers.WithEnv(c.env),
 		c.mount("operator", "/etc/e31"),
 		testcontainers.WithCmd("setup", "--replicas", "3", "--lease-ttl", leaseTTL.String(), "--submitter", clusterSubmitter),
-		testcontainers.WithWaitStrategy(wait.ForExit().WithExitTimeout(2*time.Minute)),
+		// WithWaitStrategy would bound the wait at its own 60 s, whatever
+		// the exit timeout: a setup slower than that on a loaded machine
+		// failed the test with nothing in its log.
+		testcontainers.WithWaitStrategyAndDeadline(2*time.Minute, wait.ForExit()),
 	)
 	testcontainers.CleanupContainer(t, setup)
 	if err != nil {

@@ -27,13 +27,15 @@ var Streams = append(slices.Clone(events.Streams), limits.Stream)
 // Provision creates the streams and buckets that are missing, as o says:
 // those every service sets up (events.Setup), OUTPUT's bucket, which
 // OUTPUT alone makes otherwise, and the limits' bucket.
-func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptions) error {
+// opts add to how each step is retried: retry.OnRetry, to say what it
+// waits for.
+func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptions, opts ...retry.Option) error {
 	for _, step := range []func() error{
 		func() error { return events.Setup(ctx, js, o) },
 		func() error { _, err := events.OpenBucket(ctx, js, events.OutputBucketConfig(o)); return err },
 		func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err },
 	} {
-		if err := retry.Do(ctx, retry.Setup, step, retry.If(retry.Always)); err != nil {
+		if err := retry.Do(ctx, retry.Setup, step, always(opts)...); err != nil {
 			return fmt.Errorf("setup: %w", err)
 		}
 	}
@@ -51,14 +53,14 @@ type Replicas struct {
 // RaiseReplicas gives every stream of Streams at least want replicas,
 // never fewer than it has (events.RaiseReplicas). It returns what it found
 // of each, in the order of Streams, also when it fails part way.
-func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int) ([]Replicas, error) {
+func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int, opts ...retry.Option) ([]Replicas, error) {
 	var found []Replicas
 	for _, name := range Streams {
 		r := Replicas{Stream: name}
 		err := retry.Do(ctx, retry.Setup, func() (err error) {
 			r.Had, r.Raised, err = events.RaiseReplicas(ctx, js, name, want)
 			return err
-		}, retry.If(retry.Always))
+		}, always(opts)...)
 		if err != nil {
 			return found, fmt.Errorf("setup: %w", err)
 		}
@@ -69,9 +71,15 @@ func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int) ([]Rep
 
 // OpenDataBucket makes submitter's data bucket if it is missing: a
 // submitter's credentials let it use its bucket, never create one.
-func OpenDataBucket(ctx context.Context, js jetstream.JetStream, submitter string) error {
-	if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, submitter); return err }, retry.If(retry.Always)); err != nil {
+func OpenDataBucket(ctx context.Context, js jetstream.JetStream, submitter string, opts ...retry.Option) error {
+	if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, submitter); return err }, always(opts)...); err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
 	return nil
+}
+
+// always is opts, retrying whatever the error: on a cluster just started,
+// any of them may pass.
+func always(opts []retry.Option) []retry.Option {
+	return append([]retry.Option{retry.If(retry.Always)}, opts...)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/stack"
 )
 
@@ -39,7 +40,12 @@ func setupCmd(a *app) *cobra.Command {
 				return troubleErr(err)
 			}
 			defer nc.Close()
-			if err := stack.Provision(ctx, js, events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}); err != nil {
+			// A cluster just started takes the streams once its servers
+			// know each other: a minute of silence would look like a hang.
+			waiting := retry.OnRetry(func(err error, in time.Duration) {
+				a.log.Warn("setup: the NATS cluster does not take it yet; trying again", "err", err, "in", in.Round(time.Millisecond))
+			})
+			if err := stack.Provision(ctx, js, events.StreamOptions{Replicas: replicas, LeaseTTL: leaseTTL}, waiting); err != nil {
 				return troubleErr(err)
 			}
 			if logMax != "" {
@@ -47,7 +53,7 @@ func setupCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			found, err := stack.RaiseReplicas(ctx, js, replicas)
+			found, err := stack.RaiseReplicas(ctx, js, replicas, waiting)
 			for _, r := range found {
 				if r.Raised {
 					fmt.Fprintf(a.out, "%s: replicas raised from %d to %d\n", r.Stream, r.Had, replicas)
@@ -66,7 +72,7 @@ func setupCmd(a *app) *cobra.Command {
 				if !events.ValidID(u) {
 					return usageErr("--submitter %q is not a submitter id", u)
 				}
-				if err := stack.OpenDataBucket(ctx, js, u); err != nil {
+				if err := stack.OpenDataBucket(ctx, js, u, waiting); err != nil {
 					return troubleErr(err)
 				}
 				fmt.Fprintf(a.out, "%s: the data bucket of %s\n", events.DataBucketFor(u), u)
