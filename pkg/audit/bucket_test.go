@@ -57,11 +57,11 @@ func findingKeys(r *Report) []string {
 	return out
 }
 
-// TestCompareBucketFindsWhatRecordsFind: the ledger's records read from
+// TestRunFindsWhatRecordsFind: the ledger's records read from
 // its bucket give the findings the same records give compared with every
 // record kept: none when they agree; each changed field, changed event,
 // missing and extra record when not; and an entry that is no record.
-func TestCompareBucketFindsWhatRecordsFind(t *testing.T) {
+func TestRunFindsWhatRecordsFind(t *testing.T) {
 	t.Parallel()
 	l := busy(t, 60, 6)
 	l.submitted("open").add("open", &events.ComputeHeld{Hold: holdOf("n1", 1, 1), Submitter: "alice", Spec: spec})
@@ -130,14 +130,14 @@ func TestCompareBucketFindsWhatRecordsFind(t *testing.T) {
 	}
 }
 
-// TestCompareBucketAsOfACheckpointBehind: a ledger whose checkpoint is
+// TestRunAsOfACheckpointBehind: a ledger whose checkpoint is
 // behind where the audit read (it is catching up, or stopped) has records
 // as of its checkpoint. They are right as of then: the audit holds those
 // that differ from its own against the job rebuilt up to the checkpoint
 // (a job open then and held since, a job over whose output was deleted
 // since), and does not count a job the log began after it as missing. A
 // record wrong as of the checkpoint is still found.
-func TestCompareBucketAsOfACheckpointBehind(t *testing.T) {
+func TestRunAsOfACheckpointBehind(t *testing.T) {
 	t.Parallel()
 	l := busy(t, 60, 6)
 	l.submitted("open")
@@ -188,11 +188,11 @@ func TestCompareBucketAsOfACheckpointBehind(t *testing.T) {
 	}
 }
 
-// TestCompareBucketWaitsForTheCheckpoint: an audit that read the log
+// TestRunWaitsForTheCheckpoint: an audit that read the log
 // further than the ledger's last checkpoint waits for the next, and then
 // compares every record as it is: the job begun since the checkpoint
 // too, and none read again from the log.
-func TestCompareBucketWaitsForTheCheckpoint(t *testing.T) {
+func TestRunWaitsForTheCheckpoint(t *testing.T) {
 	t.Parallel()
 	l := busy(t, 30, 6)
 	before := uint64(len(l.raws))
@@ -237,10 +237,10 @@ func TestCompareBucketWaitsForTheCheckpoint(t *testing.T) {
 	}
 }
 
-// TestCompareBucketBeforeTheLedgersFirstCheckpoint: a ledger that has
+// TestRunBeforeTheLedgersFirstCheckpoint: a ledger that has
 // written nothing yet (it is rebuilding from the log) has no record that
 // is wrong or missing: every job is moving, and none is read again.
-func TestCompareBucketBeforeTheLedgersFirstCheckpoint(t *testing.T) {
+func TestRunBeforeTheLedgersFirstCheckpoint(t *testing.T) {
 	t.Parallel()
 	l := busy(t, 12, 6)
 	l.submitted("open")
