@@ -26,6 +26,7 @@ import (
 	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/rent"
 	"github.com/e31net/e31/services/run"
+	"github.com/e31net/e31/services/run/executor"
 	"github.com/e31net/e31/stack"
 )
 
@@ -256,12 +257,18 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 	}
 	floor := forkFloor(2 * time.Second)
 	fmt.Fprintf(out, "floor: plain fork/exec of /bin/true, %d at once: %.0f/s\n", runtime.NumCPU(), floor)
+	nodeFloor, err := executorFloor(ctx, o.Executor, spec.Request, 2*time.Second)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(out, "the node's executor alone (%s): /bin/true prepared, run and released as RUN does each attempt, %d at once: %.0f/s\n",
+		o.Executor, runtime.NumCPU(), nodeFloor)
 	// cpu_per_job_ms is e31's own CPU (every service and the embedded
 	// server, not the jobs) per job of the burst: steadier than the rate
 	// on a machine others share.
-	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d cpu_per_job_ms=%.2f\n",
+	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d cpu_per_job_ms=%.2f executor_floor_per_s=%.0f executor_ratio=%.3f\n",
 		len(burst), perSec, floor, perSec/floor, pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(bStart, 50), pct(bRel, 99), o.Sync, o.Executor, failed,
-		float64(res.cpuPerJob.Microseconds())/1000)
+		float64(res.cpuPerJob.Microseconds())/1000, nodeFloor, perSec/nodeFloor)
 	if failed > 0 {
 		return res, fmt.Errorf("%w: %d of %d jobs did not succeed", ErrFailed, failed, len(burst))
 	}
@@ -383,6 +390,59 @@ func forkFloor(d time.Duration) float64 {
 	}
 	wg.Wait()
 	return float64(n.Load()) / time.Since(start).Seconds()
+}
+
+// executorFloor is how many trivial jobs a second the node's executor
+// (run.OpenExecutor of kind) runs here on its own, one per core at a
+// time: each /bin/true prepared, run and released as RUN does an attempt
+// (for the sandbox: its workspace, its disk quota, its namespaces and
+// cgroup), with no event, service or broker. The fork/exec floor is the
+// machine's; this one is what a job costs before e31 adds anything, and
+// the two moved apart sixfold between machines of one kind.
+func executorFloor(ctx context.Context, kind string, req events.Request, d time.Duration) (float64, error) {
+	root, err := os.MkdirTemp("", "e31-floor-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(root)
+	ex, err := run.OpenExecutor(kind, root, 0, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return 0, fmt.Errorf("bench: the executor's floor: %w", err)
+	}
+	if c, ok := ex.(io.Closer); ok {
+		defer c.Close()
+	}
+	var n atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range runtime.NumCPU() {
+		g.Go(func() error {
+			for i := 0; time.Now().Before(deadline); i++ {
+				job, err := ex.Prepare(ctx, executor.Spec{JobID: fmt.Sprintf("floor-%d-%d", w, i), Attempt: 1, Submitter: "bench",
+					Command: []string{"/bin/true"}, CPU: req.CPU, MemoryBytes: req.MemoryBytes, DiskBytes: req.DiskBytes,
+					Limit: time.Duration(req.LimitSeconds * float64(time.Second))})
+				if err != nil {
+					return fmt.Errorf("bench: the executor's floor: prepare: %w", err)
+				}
+				r, err := job.Run(ctx)
+				if rerr := job.Release(); err == nil {
+					err = rerr
+				}
+				if err != nil {
+					return fmt.Errorf("bench: the executor's floor: %w", err)
+				}
+				if r.Outcome == events.Succeeded {
+					n.Add(1)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return float64(n.Load()) / time.Since(start).Seconds(), nil
 }
 
 // scrapeEvery is deploy/prometheus/prometheus.yml's scrape_interval.
