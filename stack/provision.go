@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -36,7 +37,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptio
 		func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err },
 	} {
 		if err := retry.Do(ctx, retry.Setup, step, always(opts)...); err != nil {
-			return fmt.Errorf("setup: %w", err)
+			return setupErr(err)
 		}
 	}
 	return nil
@@ -62,7 +63,7 @@ func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int, opts .
 			return err
 		}, always(opts)...)
 		if err != nil {
-			return found, fmt.Errorf("setup: %w", err)
+			return found, setupErr(err)
 		}
 		found = append(found, r)
 	}
@@ -73,13 +74,35 @@ func RaiseReplicas(ctx context.Context, js jetstream.JetStream, want int, opts .
 // submitter's credentials let it use its bucket, never create one.
 func OpenDataBucket(ctx context.Context, js jetstream.JetStream, submitter string, opts ...retry.Option) error {
 	if err := retry.Do(ctx, retry.Setup, func() error { _, err := stage.OpenBucket(ctx, js, submitter); return err }, always(opts)...); err != nil {
-		return fmt.Errorf("setup: %w", err)
+		return setupErr(err)
 	}
 	return nil
 }
 
-// always is opts, retrying whatever the error: on a cluster just started,
-// any of them may pass.
+// ErrNotClustered is a setup asking a NATS server that is not part of a
+// cluster for more than one replica. The server's answer never changes,
+// so it is not retried.
+var ErrNotClustered = errors.New("the NATS server is not part of a cluster: more than one replica needs a cluster of at least that many servers (one server takes --replicas 1)")
+
+// errReplicasNotSupported is the server's code for that answer
+// (JSStreamReplicasNotSupportedErr).
+const errReplicasNotSupported = 10074
+
+// always is opts, retrying whatever the error but ErrNotClustered's: on a
+// cluster just started, any other may pass.
 func always(opts []retry.Option) []retry.Option {
-	return append([]retry.Option{retry.If(retry.Always)}, opts...)
+	return append([]retry.Option{retry.If(func(err error) bool { return !notClustered(err) })}, opts...)
+}
+
+func notClustered(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errReplicasNotSupported
+}
+
+// setupErr is a step's last error, named ErrNotClustered where it is.
+func setupErr(err error) error {
+	if notClustered(err) {
+		return fmt.Errorf("setup: %w (%v)", ErrNotClustered, err)
+	}
+	return fmt.Errorf("setup: %w", err)
 }

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -38,5 +40,24 @@ func TestProvisionMakesEveryStreamOnce(t *testing.T) {
 	}
 	if _, err := js.Stream(ctx, "OBJ_"+events.DataBucketFor("alice")); err != nil {
 		t.Errorf("alice's data bucket: %v", err)
+	}
+}
+
+// TestSetupOnOneServerAskingForReplicasSaysSoAtOnce: a server that is
+// not part of a cluster refuses more than one replica, and always will:
+// setup says so at once, where it retried until its timeout.
+func TestSetupOnOneServerAskingForReplicasSaysSoAtOnce(t *testing.T) {
+	t.Parallel()
+	js := natstest.Start(t).JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	err := Provision(ctx, js, events.StreamOptions{Replicas: 3})
+	if !errors.Is(err, ErrNotClustered) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("provision with 3 replicas on one server: %v, want %v at once", err, ErrNotClustered)
+	}
+	if err := Provision(ctx, js, events.StreamOptions{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RaiseReplicas(ctx, js, 3); !errors.Is(err, ErrNotClustered) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("raise to 3 replicas on one server: %v, want %v at once", err, ErrNotClustered)
 	}
 }
