@@ -373,23 +373,10 @@ func pct(xs []float64, p float64) float64 {
 // forkFloor is how many plain fork/execs of /bin/true per second Go manages
 // here, one per core at a time: the floor no job system can beat.
 func forkFloor(d time.Duration) float64 {
-	var n atomic.Int64
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range runtime.NumCPU() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if err := exec.Command("/bin/true").Run(); err == nil {
-					n.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return float64(n.Load()) / time.Since(start).Seconds()
+	n, _ := perCore(context.Background(), d, func(int, int) (bool, error) {
+		return exec.Command("/bin/true").Run() == nil, nil
+	})
+	return n
 }
 
 // executorFloor is how many trivial jobs a second the node's executor
@@ -412,27 +399,40 @@ func executorFloor(ctx context.Context, kind string, req events.Request, d time.
 	if c, ok := ex.(io.Closer); ok {
 		defer c.Close()
 	}
+	return perCore(ctx, d, func(w, i int) (bool, error) {
+		job, err := ex.Prepare(ctx, executor.Spec{JobID: fmt.Sprintf("floor-%d-%d", w, i), Attempt: 1, Submitter: "bench",
+			Command: []string{"/bin/true"}, CPU: req.CPU, MemoryBytes: req.MemoryBytes, DiskBytes: req.DiskBytes,
+			Limit: time.Duration(req.LimitSeconds * float64(time.Second))})
+		if err != nil {
+			return false, fmt.Errorf("bench: the executor's floor: prepare: %w", err)
+		}
+		r, err := job.Run(ctx)
+		if rerr := job.Release(); err == nil {
+			err = rerr
+		}
+		if err != nil {
+			return false, fmt.Errorf("bench: the executor's floor: %w", err)
+		}
+		return r.Outcome == events.Succeeded, nil
+	})
+}
+
+// perCore calls one, as worker w's i-th call, on every core at once for
+// d, and returns how many calls a second succeeded, or the first error:
+// a worker that fails stops, the others stop at once after it.
+func perCore(ctx context.Context, d time.Duration, one func(w, i int) (bool, error)) (float64, error) {
 	var n atomic.Int64
 	g, ctx := errgroup.WithContext(ctx)
 	start := time.Now()
 	deadline := start.Add(d)
 	for w := range runtime.NumCPU() {
 		g.Go(func() error {
-			for i := 0; time.Now().Before(deadline); i++ {
-				job, err := ex.Prepare(ctx, executor.Spec{JobID: fmt.Sprintf("floor-%d-%d", w, i), Attempt: 1, Submitter: "bench",
-					Command: []string{"/bin/true"}, CPU: req.CPU, MemoryBytes: req.MemoryBytes, DiskBytes: req.DiskBytes,
-					Limit: time.Duration(req.LimitSeconds * float64(time.Second))})
+			for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+				ok, err := one(w, i)
 				if err != nil {
-					return fmt.Errorf("bench: the executor's floor: prepare: %w", err)
+					return err
 				}
-				r, err := job.Run(ctx)
-				if rerr := job.Release(); err == nil {
-					err = rerr
-				}
-				if err != nil {
-					return fmt.Errorf("bench: the executor's floor: %w", err)
-				}
-				if r.Outcome == events.Succeeded {
+				if ok {
 					n.Add(1)
 				}
 			}

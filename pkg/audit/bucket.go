@@ -56,7 +56,6 @@ func (a *Auditor) compareEntry(ctx context.Context, js jetstream.JetStream, e *e
 // after it began: it is read again, from the leader. A job the log began
 // after asOf is not the ledger's to have yet. Any other is a finding.
 func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asOf uint64) error {
-	stream := events.KVStream(events.LedgerBucket)
 	for _, id := range a.unseen() {
 		a.tick()
 		if asOf == 0 {
@@ -65,19 +64,12 @@ func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asO
 			a.rep.Moving++
 			continue
 		}
-		m, err := bus.LeaderLast(ctx, js, stream, "$KV."+events.LedgerBucket+"."+events.LedgerRecordPrefix+id)
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return fmt.Errorf("read the ledger's record of %s: %w", id, err)
+		had, err := a.compareLeaders(ctx, js, id, asOf)
+		if err != nil {
+			return err
 		}
-		if err == nil && !deleted(m.Header.Get("KV-Operation")) {
-			e := decodeEntry(id, m.Data)
-			had, err := a.compareEntry(ctx, js, &e, asOf)
-			if err != nil {
-				return err
-			}
-			if had {
-				continue
-			}
+		if had {
+			continue
 		}
 		if asOf < a.rep.LastSeq {
 			first, err := firstSeq(ctx, js, id)
@@ -92,6 +84,22 @@ func (a *Auditor) compareUnseen(ctx context.Context, js jetstream.JetStream, asO
 		a.rep.Findings = append(a.rep.Findings, Finding{Job: id, Kind: MissingRec, Detail: "the log has this job but the ledger has no record of it"})
 	}
 	return nil
+}
+
+// compareLeaders compares the entry the bucket's leader holds for job
+// now (compareEntry), and reports whether there was one.
+func (a *Auditor) compareLeaders(ctx context.Context, js jetstream.JetStream, job string, asOf uint64) (bool, error) {
+	m, err := bus.LeaderLast(ctx, js, events.KVStream(events.LedgerBucket), "$KV."+events.LedgerBucket+"."+events.LedgerRecordPrefix+job)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("read the ledger's record of %s: %w", job, err)
+	case deleted(m.Header.Get("KV-Operation")):
+		return false, nil
+	}
+	e := decodeEntry(job, m.Data)
+	return a.compareEntry(ctx, js, &e, asOf)
 }
 
 // firstSeq is the sequence of job's first message in the log.

@@ -15,7 +15,6 @@ import (
 	gojson "github.com/goccy/go-json"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 )
@@ -352,15 +351,9 @@ func (a *Auditor) unseen() []string {
 // sequence upTo (where the audit read it, or before).
 func (a *Auditor) again(ctx context.Context, js jetstream.JetStream, job string, upTo uint64) (*hold.HoldRecord, error) {
 	a.readAgain++
-	one := New(Options{})
-	for m, err := range bus.StoredJob(ctx, js, job, 1) {
-		if err != nil {
-			return nil, fmt.Errorf("read job %s again: %w", job, err)
-		}
-		if m.Sequence > upTo {
-			break
-		}
-		one.Add(Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data})
+	one, err := replayJob(ctx, js, job, upTo, Options{})
+	if err != nil {
+		return nil, err
 	}
 	return one.Finish().Records[job], nil
 }

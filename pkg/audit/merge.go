@@ -228,11 +228,18 @@ func (a *Auditor) reviveInStep(job string, seq uint64) (tomb, bool) {
 	if s == nil || s.err != nil {
 		return tomb{}, false
 	}
-	sub, err := a.history(s.ctx, s.js, job, seq)
+	sub, err := replayJob(s.ctx, s.js, job, seq-1, Options{Forget: true})
 	if err != nil {
 		s.err = err
 		return tomb{}, false
 	}
+	return a.revive(job, sub)
+}
+
+// revive gives the tomb a job's history replayed on its own (sub) ends
+// with back to the job, let go of after it was compared, with what a
+// repeat after its end is told by; false if the history did not end.
+func (a *Auditor) revive(job string, sub *Auditor) (tomb, bool) {
 	t, over := sub.ended[job]
 	if !over {
 		return tomb{}, false
@@ -250,15 +257,15 @@ func (a *Auditor) reviveInStep(job string, seq uint64) (tomb, bool) {
 	return t, true
 }
 
-// history is a job's history in the log before sequence before, read
-// again and replayed on its own.
-func (a *Auditor) history(ctx context.Context, js jetstream.JetStream, job string, before uint64) (*Auditor, error) {
-	sub := New(Options{Forget: true})
+// replayJob replays a job's history in the log, up to sequence upTo, on
+// its own: what the job is without the rest of the log.
+func replayJob(ctx context.Context, js jetstream.JetStream, job string, upTo uint64, opts Options) (*Auditor, error) {
+	sub := New(opts)
 	for m, err := range bus.StoredJob(ctx, js, job, 1) {
 		if err != nil {
 			return nil, fmt.Errorf("read job %s again: %w", job, err)
 		}
-		if m.Sequence >= before {
+		if m.Sequence > upTo {
 			break
 		}
 		sub.Add(Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data})
@@ -288,12 +295,11 @@ func (a *Auditor) reviveOpen(ctx context.Context, js jetstream.JetStream) error 
 		if first == 0 || first >= from {
 			continue // new
 		}
-		sub, err := a.history(ctx, js, id, a.rep.LastSeq+1)
+		sub, err := replayJob(ctx, js, id, a.rep.LastSeq, Options{Forget: true})
 		if err != nil {
 			return err
 		}
-		t, over := sub.ended[id]
-		if !over {
+		if _, over := a.revive(id, sub); !over {
 			continue
 		}
 		// What the replay found of it since (a request stored again)
@@ -318,10 +324,7 @@ func (a *Auditor) reviveOpen(ctx context.Context, js jetstream.JetStream) error 
 		}
 		delete(a.open, id)
 		delete(a.unreadable, id)
-		a.ended[id] = t
 		a.jobs--
-		a.rep.Compared--
-		a.revived++
 	}
 	return nil
 }
@@ -398,16 +401,12 @@ func (a *Auditor) compareRest(ctx context.Context, js jetstream.JetStream, last 
 		_, over := a.ended[id]
 		_, open := a.rep.Records[id]
 		if !over && !open && a.letGo > 0 {
-			sub, err := a.history(ctx, js, id, a.rep.LastSeq+1)
+			sub, err := replayJob(ctx, js, id, a.rep.LastSeq, Options{Forget: true})
 			if err != nil {
 				return err
 			}
-			if t, ok := sub.ended[id]; ok {
-				// Let go of, and written again with nothing new.
-				a.ended[id], over = t, true
-				a.rep.Compared--
-				a.revived++
-			}
+			// Let go of, and written again with nothing new?
+			_, over = a.revive(id, sub)
 		}
 		switch {
 		case e.rec == nil && e.bad == "" && (over || open):
@@ -428,16 +427,8 @@ func (a *Auditor) compareRest(ctx context.Context, js jetstream.JetStream, last 
 		return err
 	}
 	for _, id := range absent {
-		m, err := bus.LeaderLast(ctx, js, events.KVStream(events.LedgerBucket), "$KV."+events.LedgerBucket+"."+events.LedgerRecordPrefix+id)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return fmt.Errorf("read the ledger's record of %s: %w", id, err)
-		case !deleted(m.Header.Get("KV-Operation")):
-			e := decodeEntry(id, m.Data)
-			if _, err := a.compareEntry(ctx, js, &e, asOf); err != nil {
-				return err
-			}
+		if _, err := a.compareLeaders(ctx, js, id, asOf); err != nil {
+			return err
 		}
 	}
 	// In the order of jobs: the bucket's is the order the ledger last

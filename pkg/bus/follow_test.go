@@ -247,15 +247,7 @@ func TestFollowGivesUpARequestNoServerAnswers(t *testing.T) {
 // as it did in the cluster test, where RENT waited a minute for it.
 func TestFollowAsGoesOnUnderAnotherNameWhenItsOwnCannotBeHad(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc := srv.Conn(t)
-	js := srv.JetStream(t)
-	ctx := natstest.Context(t, time.Minute)
-	for range 3 {
-		if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	nc, js, ctx := logOf(t, 3)
 	// Left behind under the name, reading from #3.
 	left, err := bus.FollowAs(ctx, js, "reader-2", nil, 3)
 	if err != nil {
@@ -288,13 +280,7 @@ func TestFollowAsGoesOnUnderAnotherNameWhenItsOwnCannotBeHad(t *testing.T) {
 // gives up; and reads on once the consumer can be made.
 func TestFollowerSaysWhenItCannotMakeItsConsumerAgain(t *testing.T) {
 	t.Parallel()
-	srv := natstest.Start(t)
-	nc := srv.Conn(t)
-	js := srv.JetStream(t)
-	ctx := natstest.Context(t, time.Minute)
-	if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
-		t.Fatal(err)
-	}
+	nc, js, ctx := logOf(t, 1)
 	// The JetStream API through a relay that, while refusing, answers no
 	// request to make a consumer.
 	var refusing atomic.Bool
@@ -360,4 +346,19 @@ func relayAPI(t *testing.T, nc *nats.Conn, drop func(api string) bool) jetstream
 		t.Fatal(err)
 	}
 	return js
+}
+
+// logOf is a server whose log holds n messages, a connection to it, and
+// a context for the test.
+func logOf(t *testing.T, n int) (*nats.Conn, jetstream.JetStream, context.Context) {
+	t.Helper()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	for range n {
+		if _, err := js.Publish(ctx, "e31.job.v.cancel.alice", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv.Conn(t), js, ctx
 }
