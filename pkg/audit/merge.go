@@ -288,19 +288,14 @@ func (a *Auditor) reviveOpen(ctx context.Context, js jetstream.JetStream) error 
 			continue
 		}
 		from := j.facts[0].seq
-		first, err := firstSeq(ctx, js, id)
-		if err != nil {
-			return err
-		}
-		if first == 0 || first >= from {
-			continue // new
-		}
+		// Replayed whole, a job begun at from ends no more than the
+		// replay found: only one with a history before from can end.
 		sub, err := replayJob(ctx, js, id, a.rep.LastSeq, Options{Forget: true})
 		if err != nil {
 			return err
 		}
 		if _, over := a.revive(id, sub); !over {
-			continue
+			continue // new
 		}
 		// What the replay found of it since (a request stored again)
 		// goes; what its whole history finds after its end (an event
