@@ -104,10 +104,12 @@ func (c *Client) Logs(ctx context.Context, job string, o LogsOptions) error {
 		return &PartialLogsError{Job: rec.Job, Attempt: attempt, State: rec.State, NodeStopped: attemptOver(rec, attempt)}
 	}
 	// The node publishes what the job writes as it comes, where only the
-	// submitter may listen: subscribe first, then catch up with what is
-	// stored, so that nothing falls between.
+	// submitter may listen, and under its own name, which no other node
+	// may publish under: listen to the node the attempt is held on. Subscribe
+	// first, then catch up with what is stored, so that nothing falls
+	// between.
 	live := make(chan *nats.Msg, 256)
-	sub, err := c.nc.ChanSubscribe(events.LogSubject(rec.Submitter, rec.Job, attempt), live)
+	sub, err := c.nc.ChanSubscribe(events.LogSubject(rec.Submitter, rec.Job, attempt, attemptNode(rec, attempt)), live)
 	if err != nil {
 		return fmt.Errorf("follow the logs of %s: %w", rec.Job, err)
 	}
@@ -156,6 +158,16 @@ func attemptLogs(rec *hold.HoldRecord, attempt int) *events.Logs {
 		}
 	}
 	return nil
+}
+
+// attemptNode is the node attempt was held on.
+func attemptNode(rec *hold.HoldRecord, attempt int) string {
+	for _, a := range rec.Attempts {
+		if a.Attempt == attempt {
+			return a.Node
+		}
+	}
+	return rec.Node
 }
 
 // attemptOver reports whether the attempt's compute is released (or the

@@ -462,6 +462,8 @@ func ID(subject string, ev Event) string {
 
 func (n NodeAnnounced) boot() string { return n.Boot }
 func (n NodeExpired) boot() string   { return n.Boot }
+func (n NodeAnnounced) node() string { return n.Node }
+func (n NodeExpired) node() string   { return n.Node }
 
 // ender is implemented by the events that can end a job.
 type ender interface{ ends() bool }

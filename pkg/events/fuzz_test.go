@@ -20,7 +20,7 @@ func FuzzDecode(f *testing.F) {
 		&events.CancelRequested{By: "alice"},
 		&events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"},
 		&events.RunStopped{Hold: events.Hold{Attempt: 1, Node: "n1"}, Outcome: events.Failed},
-		&events.NodeAnnounced{Node: "n1", Boot: "b", CPU: 2},
+		&events.NodeAnnounced{Node: "job-1", Boot: "b", CPU: 2},
 	} {
 		m, err := events.New("job-1", ev, "e31/fuzz", time.Unix(0, 0)).Msg()
 		if err != nil {

@@ -13,11 +13,13 @@ import (
 //
 //	job.<job>.<kind>                 an event of a job (kind: submitted, started, …)
 //	job.<job>.held.<node>            ComputeHeld, on the node it holds
+//	job.<job>.started.<node>         RunStarted, from the node that started it
+//	job.<job>.stopped.<node>         RunStopped, from the node that stopped it
 //	job.<job>.requested.<identity>   JobRequested, under its submitter
 //	job.<job>.cancel.<identity>      CancelRequested, under its sender
 //	job.<job>.delete.<identity>      DeleteRequested, under its sender
 //	node.<node>.<kind>               an event of a node (announced, expired)
-//	logs.<submitter>.<job>.<attempt> what an attempt writes, as it comes
+//	logs.<submitter>.<job>.<attempt>.<node>  what an attempt writes, as it comes
 //	timer.at.<kind>.<job>            a timer while it waits
 //	timer.due.<kind>.<job>           a timer once it fired
 //	poison.<service>                 what a service could never handle
@@ -25,7 +27,17 @@ import (
 // Every <…> is one token that ValidID accepts, except <attempt>, a decimal
 // number from 1 without leading zeros. The identity on a client's kinds is
 // the last token so that the server's permissions (alice may publish only
-// ….requested.alice) bind it to whoever published.
+// ….requested.alice) bind it to whoever published; so is the node on what a
+// node publishes (node-1 may publish only ….started.node-1, ….stopped.node-1
+// and its own logs), and a node's event is valid only where its body names
+// that node (Decode), so that no node speaks for another.
+//
+// Before nodes were named in them, starts and stops were stored on
+// job.<job>.started and job.<job>.stopped, and logs on
+// logs.<submitter>.<job>.<attempt>. The log keeps what was stored so:
+// ParseSubject still reads those subjects, KindSubjects still matches them,
+// and Decode accepts an event stored on them. No node may publish on them
+// any more (pkg/auth).
 
 // Space is what a subject is about: the token after "e31.".
 type Space string
@@ -45,8 +57,10 @@ type Subject struct {
 	Space Space
 	// Job is the job of SpaceJob, SpaceLogs and SpaceTimer.
 	Job string
-	// Node is the node of SpaceNode, and the node a hold is for (Kind
-	// "held").
+	// Node is the node of SpaceNode; the node a hold is for (Kind "held");
+	// the node that sent a start or a stop (Kind "started", "stopped"),
+	// absent on the subjects they were stored on before; and the node that
+	// publishes an attempt's logs (SpaceLogs), likewise.
 	Node string
 	// Kind is the kind token of a job or node event ("submitted", "held",
 	// "announced"), or a timer's kind ("expire").
@@ -65,6 +79,8 @@ type Subject struct {
 // The kind tokens whose subject carries one more token, and what it is.
 const (
 	kindHeld      = "held"
+	kindStarted   = "started"
+	kindStopped   = "stopped"
 	kindRequested = "requested"
 	kindCancel    = "cancel"
 	kindDelete    = "delete"
@@ -102,7 +118,7 @@ func parseSubject(subject string) (Subject, bool) {
 		return Subject{}, false
 	}
 	space, rest, _ := strings.Cut(rest, ".")
-	var t [4]string
+	var t [5]string
 	n := tokens(rest, t[:])
 	if n < 0 {
 		return Subject{}, false
@@ -111,8 +127,8 @@ func parseSubject(subject string) (Subject, bool) {
 	case SpaceJob:
 		s := Subject{Space: SpaceJob, Job: t[0], Kind: t[1]}
 		switch {
-		case n == 2 && !tailed(t[1]):
-		case n == 3 && t[1] == kindHeld:
+		case n == 2 && (!tailed(t[1]) || untailedBefore(t[1])):
+		case n == 3 && nodeTailed(t[1]):
 			s.Node = t[2]
 		case n == 3 && tailed(t[1]):
 			s.Identity = t[2]
@@ -126,14 +142,14 @@ func parseSubject(subject string) (Subject, bool) {
 		}
 		return Subject{Space: SpaceNode, Node: t[0], Kind: t[1]}, true
 	case SpaceLogs:
-		if n != 3 {
+		if n != 3 && n != 4 {
 			return Subject{}, false
 		}
 		a, err := strconv.Atoi(t[2])
 		if err != nil || a < 1 || strconv.Itoa(a) != t[2] {
 			return Subject{}, false
 		}
-		return Subject{Space: SpaceLogs, Identity: t[0], Job: t[1], Attempt: a}, true
+		return Subject{Space: SpaceLogs, Identity: t[0], Job: t[1], Attempt: a, Node: t[3]}, true
 	case SpaceTimer:
 		if n != 3 || (t[0] != "at" && t[0] != "due") {
 			return Subject{}, false
@@ -168,12 +184,18 @@ func tokens(s string, t []string) int {
 
 // tailed reports whether a job event of kind carries one more token.
 func tailed(kind string) bool {
-	switch kind {
-	case kindHeld, kindRequested, kindCancel, kindDelete:
-		return true
-	}
-	return false
+	return nodeTailed(kind) || kind == kindRequested || kind == kindCancel || kind == kindDelete
 }
+
+// nodeTailed reports whether that token is a node: the node a hold is for,
+// or the node that sent a start or a stop.
+func nodeTailed(kind string) bool {
+	return kind == kindHeld || kind == kindStarted || kind == kindStopped
+}
+
+// untailedBefore reports whether a job event of kind was stored without its
+// tail before it had one: starts and stops, before they named their node.
+func untailedBefore(kind string) bool { return kind == kindStarted || kind == kindStopped }
 
 // String is the subject the parts make: the inverse of ParseSubject. It
 // does not check the parts: build with SubjectOf, RequestSubject and the
@@ -182,8 +204,9 @@ func (s Subject) String() string {
 	switch s.Space {
 	case SpaceJob:
 		switch {
-		case s.Kind == kindHeld:
+		case nodeTailed(s.Kind) && (s.Node != "" || !untailedBefore(s.Kind)):
 			return "e31.job." + s.Job + "." + s.Kind + "." + s.Node
+		case nodeTailed(s.Kind):
 		case tailed(s.Kind):
 			return "e31.job." + s.Job + "." + s.Kind + "." + s.Identity
 		}
@@ -191,7 +214,10 @@ func (s Subject) String() string {
 	case SpaceNode:
 		return "e31.node." + s.Node + "." + s.Kind
 	case SpaceLogs:
-		return "e31.logs." + s.Identity + "." + s.Job + "." + strconv.Itoa(s.Attempt)
+		if s.Node == "" {
+			return "e31.logs." + s.Identity + "." + s.Job + "." + strconv.Itoa(s.Attempt)
+		}
+		return "e31.logs." + s.Identity + "." + s.Job + "." + strconv.Itoa(s.Attempt) + "." + s.Node
 	case SpaceTimer:
 		when := "at"
 		if s.Due {
@@ -236,11 +262,24 @@ func HeldSubject(node string) string {
 	return Subject{Space: SpaceJob, Job: "*", Kind: kindHeld, Node: node}.String()
 }
 
-// KindSubject matches one kind of job event for every job, e.g.
-// "e31.job.*.submitted", or "e31.job.*.requested.*" for the kinds that end
-// with a node or an identity.
+// KindSubject matches one kind of job event for every job as it is stored
+// now, e.g. "e31.job.*.submitted", or "e31.job.*.requested.*" for the kinds
+// that end with a node or an identity. KindSubjects also matches where a
+// kind was stored before.
 func KindSubject(ceType string) string {
 	return Subject{Space: SpaceJob, Job: "*", Kind: kinds[ceType].token, Node: "*", Identity: "*"}.String()
+}
+
+// KindSubjects matches one kind of job event for every job wherever it is
+// stored: KindSubject and, for starts and stops, the subject they were
+// stored on before they named their node. A consumer of a kind filters on
+// all of them, or misses what the log kept from before.
+func KindSubjects(ceType string) []string {
+	out := []string{KindSubject(ceType)}
+	if k := kinds[ceType].token; untailedBefore(k) {
+		out = append(out, Subject{Space: SpaceJob, Job: "*", Kind: k}.String())
+	}
+	return out
 }
 
 // RequestSubject is where a submitter publishes a request for job: only
@@ -249,17 +288,23 @@ func RequestSubject(job, submitter string) string {
 	return Subject{Space: SpaceJob, Job: job, Kind: kindRequested, Identity: submitter}.String()
 }
 
-// LogSubject is where a run node publishes, as it comes, what attempt of
-// job writes, for its submitter's `e31 logs --follow`: plain NATS, stored
-// nowhere, so that no one following costs nothing. Only the submitter (and
-// the operator) may subscribe to LogSubjects(submitter).
-func LogSubject(submitter, job string, attempt int) string {
-	return Subject{Space: SpaceLogs, Identity: submitter, Job: job, Attempt: attempt}.String()
+// LogSubject is where node, which holds attempt of job, publishes what the
+// attempt writes, as it comes, for its submitter's `e31 logs --follow`:
+// plain NATS, stored nowhere, so that no one following costs nothing. Only
+// the submitter (and the operator) may subscribe to LogSubjects(submitter),
+// and only node may publish on NodeLogSubjects(node): a follower who
+// listens to the node the attempt is held on hears no other.
+func LogSubject(submitter, job string, attempt int, node string) string {
+	return Subject{Space: SpaceLogs, Identity: submitter, Job: job, Attempt: attempt, Node: node}.String()
 }
 
 // LogSubjects matches every LogSubject of submitter's jobs; "*" for every
 // submitter's.
 func LogSubjects(submitter string) string { return "e31.logs." + submitter + ".>" }
+
+// NodeLogSubjects matches every LogSubject node may publish on: the logs of
+// any job, sent as itself.
+func NodeLogSubjects(node string) string { return "e31.logs.*.*.*." + node }
 
 // TimerSubject is where a timer of kind for job waits (due false) or is
 // published once it fires (due true).
@@ -279,7 +324,12 @@ func storedOn(subj, id string, k kind, ev Event) bool {
 		return false
 	}
 	prefix := "e31.job."
-	if _, ok := ev.(interface{ boot() string }); ok {
+	if n, ok := ev.(interface{ node() string }); ok {
+		// A node's event speaks for the node its subject names: NodeExpired
+		// is RENT's, but NodeAnnounced the node's own (see the grammar).
+		if n.node() != id {
+			return false
+		}
 		prefix = "e31.node."
 	}
 	rest, ok := strings.CutPrefix(subj, prefix)
@@ -290,7 +340,7 @@ func storedOn(subj, id string, k kind, ev Event) bool {
 		return false
 	}
 	tail, _, ok := tailOf(ev)
-	if !ok {
+	if !ok || rest == k.token && untailedBefore(k.token) {
 		return rest == k.token
 	}
 	rest, ok = cutToken(rest, k.token)
@@ -307,12 +357,17 @@ func cutToken(s, tok string) (string, bool) {
 
 // tailOf is the token some kinds of job event end with, and what it names:
 // the node a hold is for, so that each node's consumer sees its own holds;
-// the submitter of a request and the sender of a cancel or a deletion, so
-// that the server's permissions (alice may publish only ...requested.alice)
-// bind the identity to the event. ok is false for the other kinds.
+// the node that sent a start or a stop, the submitter of a request and the
+// sender of a cancel or a deletion, so that the server's permissions (alice
+// may publish only ...requested.alice, node-1 only ...stopped.node-1) bind
+// the sender to the event. ok is false for the other kinds.
 func tailOf(ev Event) (tail, what string, ok bool) {
 	switch e := ev.(type) {
 	case *ComputeHeld:
+		return e.Node, "node", true
+	case *RunStarted:
+		return e.Node, "node", true
+	case *RunStopped:
 		return e.Node, "node", true
 	case *JobRequested:
 		return e.Submitter, "submitter", true
@@ -333,7 +388,10 @@ func SubjectOf(subject string, ev Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
 	}
-	if _, ok := ev.(interface{ boot() string }); ok {
+	if n, ok := ev.(interface{ node() string }); ok {
+		if n.node() != subject {
+			return "", fmt.Errorf("events: a %s about node %q names node %q", Name(ev.Type()), subject, n.node())
+		}
 		return Subject{Space: SpaceNode, Node: subject, Kind: k.token}.String(), nil
 	}
 	s := Subject{Space: SpaceJob, Job: subject, Kind: k.token}

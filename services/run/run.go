@@ -632,7 +632,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)
-		s.flushLogs(flushCtx, logs, events.LogSubject(held.Submitter, job, held.Attempt), log)
+		s.flushLogs(flushCtx, logs, events.LogSubject(held.Submitter, job, held.Attempt, held.Node), log)
 	}()
 	startSpan.End()
 	runCtx, runSpan := trace.Child(ctx, "run job", attrs...)
