@@ -123,10 +123,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
+	start, err := s.takeOverStopsConsumer(ctx)
+	if err != nil {
+		return err
+	}
 	returned := bus.Handler{
 		Name:       "output",
-		Topic:      events.KindSubject(events.TypeRunStopped),
-		Subscriber: bus.SubscriberConfig{Durable: "output", Lanes: 16},
+		Topic:      stopsTopic,
+		Subscriber: bus.SubscriberConfig{Durable: "output", Lanes: 16, StartSeq: start},
 		Handle:     s.Handle,
 	}
 	if s.retention == nil {
@@ -147,6 +151,17 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 		return nil
 	}
 	if s.pub.Now().Sub(env.Time) > historyAge && s.returnedAlready(ctx, env.Subject, stopped.Attempt) {
+		return nil
+	}
+	// A node may publish a stop of any job under its own name; only the
+	// node the attempt was held on speaks for it.
+	holder, held, err := s.holderOf(ctx, env.Subject, stopped.Attempt, stopped.Node)
+	if err != nil {
+		return fmt.Errorf("return output of %s attempt %d: %w", env.Subject, stopped.Attempt, err)
+	}
+	if !held || !events.FromHolder(stopped, holder) {
+		s.log.Warn("setting aside a stop from a node the attempt was not held on", "job", env.Subject,
+			"attempt", stopped.Attempt, "node", stopped.Node, "held_on", holder, "seq", env.Seq)
 		return nil
 	}
 	vctx, span := trace.Child(ctx, "output verify", trace.KeyJob.String(env.Subject), trace.KeyAttempt.Int(stopped.Attempt))
@@ -196,6 +211,34 @@ func (s *Service) returnedAlready(ctx context.Context, job string, attempt int) 
 	}
 	r, ok := env.Event.(*events.OutputReturned)
 	return ok && r.Attempt == attempt
+}
+
+// holderOf is the node attempt of job was held on, as the log's leader
+// says (a lagging replica may not know the hold yet, and an honest stop
+// taken for a foreign one would be a job that never ends), and false if no
+// hold of that attempt is in the log. It looks first at the last hold on
+// claimed, the node that sent the stop: that is the attempt's, unless a
+// node forged the stop, or held the job again since.
+func (s *Service) holderOf(ctx context.Context, job string, attempt int, claimed string) (string, bool, error) {
+	if subject, err := events.SubjectOf(job, &events.ComputeHeld{Hold: events.Hold{Node: claimed}}); err == nil {
+		m, err := bus.LeaderLast(ctx, s.js, events.Stream, subject)
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return "", false, err
+		}
+		if err == nil {
+			if env, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
+				if h, ok := env.Event.(*events.ComputeHeld); ok && h.Attempt == attempt {
+					return h.Node, true, nil
+				}
+			}
+		}
+	}
+	history, err := bus.ReadJob(ctx, s.js, job, 1)
+	if err != nil {
+		return "", false, err
+	}
+	node, ok := events.HeldOn(history, attempt)
+	return node, ok, nil
 }
 
 // checked is what verifying a stop's output found.
@@ -479,4 +522,35 @@ func requiredMissing(stopped events.RunStopped) []string {
 		}
 	}
 	return out
+}
+
+// stopsTopic is what OUTPUT consumes: every stop, on the subject that
+// names its node and on the one stops were stored on before.
+var stopsTopic = strings.Join(events.KindSubjects(events.TypeRunStopped), " ")
+
+// takeOverStopsConsumer finds the consumer OUTPUT read stops with before
+// they named their node (its one filter, e31.job.*.stopped, named it), and
+// returns where the consumer of stopsTopic is to start, if it is made now:
+// after the last stop the old one had settled, rather than from the first
+// stop of the log, which OUTPUT would read again at every upgrade of a
+// long log, ahead of the jobs that stop meanwhile. It deletes the old one:
+// what it had not settled comes again in the new one (a stop handled twice
+// changes nothing). With no old consumer it returns 0 (the new one's own
+// start, or where it already is).
+func (s *Service) takeOverStopsConsumer(ctx context.Context) (uint64, error) {
+	legacy := events.KindSubjects(events.TypeRunStopped)[1]
+	name := bus.ConsumerName("output", legacy)
+	old, err := s.js.Consumer(ctx, events.Stream, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("output: the consumer of stops from before: %w", err)
+	}
+	start := old.CachedInfo().AckFloor.Stream + 1
+	if err := s.js.DeleteConsumer(ctx, events.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, fmt.Errorf("output: the consumer of stops from before: %w", err)
+	}
+	s.log.Info("the consumer of stops from before nodes were named in them is replaced", "old", name, "from", start)
+	return start, nil
 }

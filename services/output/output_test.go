@@ -263,6 +263,9 @@ func TestHandleOfHistoryLooksForTheReturnFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := events.Hold{Attempt: 2, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
+	if _, err := f.pub.Append(f.ctx, "other", &events.ComputeHeld{Hold: h, Submitter: "alice"}); err != nil {
+		t.Fatal(err)
+	}
 	second, err := f.pub.Append(f.ctx, "other", &events.RunStopped{Hold: h, Outcome: events.Succeeded,
 		Output: events.Collected{Files: []events.OutputFile{file}, Missing: []string{}, Bytes: file.Bytes}})
 	if err != nil {
@@ -300,5 +303,51 @@ func TestHandleOfHistoryLooksForTheReturnFirst(t *testing.T) {
 	}
 	if ret := f.returned(t, "other"); len(ret) != 2 || ret[1].Attempt != 2 {
 		t.Errorf("a second attempt after a first one's return: returned %+v, want attempts 1 and 2", ret)
+	}
+}
+
+// TestAStopFromAnotherNodeIsSetAside: a node publishes, under its own name,
+// a stop of an attempt held on another node, naming output of its own.
+// OUTPUT returns nothing for it, and returns the holder's stop as ever.
+func TestAStopFromAnotherNodeIsSetAside(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	svc := f.service(t, storeVerifier{f.store})
+	file := f.upload(t, "result.csv", "a,b\n1,2\n")
+	forged := f.upload(t, "result.csv", "forged\n")
+	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
+	for _, ev := range []events.Event{&events.ComputeHeld{Hold: h, Submitter: "alice"}, &events.RunStarted{Hold: h}} {
+		if _, err := f.pub.Append(f.ctx, "job-1", ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same hold but for the node: the stop decodes only on the
+	// subject of the node its body names, which only that node may use.
+	other := h
+	other.Node = "mallory"
+	for _, attempt := range []int{1, 2} {
+		other.Attempt = attempt
+		env, err := f.pub.Append(f.ctx, "job-1", &events.RunStopped{Hold: other, Outcome: events.NodeLost,
+			Output: events.Collected{Files: []events.OutputFile{forged}, Missing: []string{}, Bytes: forged.Bytes}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Handle(f.ctx, env); err != nil {
+			t.Fatal(err)
+		}
+		if ret := f.returned(t, "job-1"); len(ret) != 0 {
+			t.Fatalf("a stop from mallory of attempt %d returned %+v", attempt, ret)
+		}
+	}
+	honest, err := f.pub.Append(f.ctx, "job-1", &events.RunStopped{Hold: h, Outcome: events.Succeeded,
+		Output: events.Collected{Files: []events.OutputFile{file}, Missing: []string{}, Bytes: file.Bytes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Handle(f.ctx, honest); err != nil {
+		t.Fatal(err)
+	}
+	if ret := f.returned(t, "job-1"); len(ret) != 1 || ret[0].Outcome != events.Succeeded || ret[0].Node != "n1" || !slices.Equal(ret[0].Files, []events.OutputFile{file}) {
+		t.Errorf("returned %+v, want n1's stop with its file", ret)
 	}
 }

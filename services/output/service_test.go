@@ -377,6 +377,9 @@ func TestReturnsManyFilesThroughTheManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1}
+	if _, err := f.pub.Append(f.ctx, "job-m", &events.ComputeHeld{Hold: h, Submitter: "alice"}); err != nil {
+		t.Fatal(err)
+	}
 	env, err := f.pub.Append(f.ctx, "job-m", &events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: new(int), Output: c})
 	if err != nil {
 		t.Fatal(err)
@@ -490,6 +493,7 @@ func TestAStartSetsTheTimersOfEveryJobInTheLog(t *testing.T) {
 		h := events.Hold{Attempt: 1, Node: "n1", CPU: 1}
 		for _, ev := range []events.Event{
 			&events.JobSubmitted{Submitter: "alice", Spec: spec},
+			&events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec},
 			&events.RunStarted{Hold: h},
 			&events.RunStopped{Hold: h, Outcome: events.Failed, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}},
 				Logs: &events.Logs{StderrBytes: 12}},

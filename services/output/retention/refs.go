@@ -59,6 +59,11 @@ type Held struct {
 	// with the output: they leave the store at the next sweep.
 	DroppedLogs []int
 
+	// holder is the node the last attempt held (holderAttempt) was held
+	// on: only it speaks for the attempt (events.FromHolder).
+	holder        string
+	holderAttempt int
+
 	// tombstone says the job is over, holds nothing and waits in
 	// Refs.deleted to be forgotten.
 	tombstone bool
@@ -339,6 +344,12 @@ func (r *Refs) Swept(job string, roots []Root, logs []int, now time.Time) {
 	}
 }
 
+// fromHolder reports whether ev, a node's event about the attempt of
+// hold, came from the node that attempt was held on.
+func (h *Held) fromHolder(ev events.Event, hold events.Hold) bool {
+	return hold.Attempt == h.holderAttempt && events.FromHolder(ev, h.holder)
+}
+
 // apply folds env into h, what its job holds.
 func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 	switch e := env.Event.(type) {
@@ -353,9 +364,19 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 	case *events.JobSubmitted:
 		h.Submitter, h.Name, h.Retention = strings.Clone(e.Submitter), strings.Clone(e.Spec.Name), e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
+	case *events.ComputeHeld:
+		h.holder, h.holderAttempt = strings.Clone(e.Node), e.Attempt
 	case *events.RunStarted:
+		if !h.fromHolder(e, e.Hold) {
+			return nil
+		}
 		holdLogs(h, e.Attempt)
 	case *events.RunStopped:
+		if !h.fromHolder(e, e.Hold) {
+			// A node's word about an attempt held elsewhere: the output
+			// and logs it names are no part of the job.
+			return nil
+		}
 		if stage.EmptyLog(e.Logs) {
 			// An attempt that wrote nothing stored no log (stage.JobLog):
 			// there is nothing of it to keep, and a job that holds

@@ -34,21 +34,23 @@ var (
 )
 
 // printed is a whole job that stored no data and returned no file: all it
-// left is its attempt's log. It ends at t0+3s.
+// left is its attempt's log. It ends at t0+4s.
 func printed(job string, seq uint64) []events.Envelope {
 	return history(job, seq,
 		&events.JobSubmitted{Submitter: "alice"},
+		&events.ComputeHeld{Hold: outHold},
 		&events.RunStarted{Hold: outHold},
 		&events.RunStopped{Hold: outHold, Outcome: events.Failed, Logs: &events.Logs{StderrBytes: 12}},
 		&events.ComputeReleased{Hold: outHold, Outcome: events.Failed, Final: true})
 }
 
 // life is a whole job that stored data and returned output, with a day of
-// retention, ending at t0+3s.
+// retention, ending at t0+4s.
 func life(job string, seq uint64, extra ...events.Event) []events.Envelope {
 	spec := events.JobSpec{Data: []events.DataRef{folder, oneFile}, RetentionSeconds: 86400}
 	evs := []events.Event{
 		&events.JobSubmitted{Submitter: "alice", Spec: spec},
+		&events.ComputeHeld{Hold: outHold},
 		&events.RunStopped{Hold: outHold, Outcome: events.Succeeded, Output: events.Collected{Files: returned.Files, Bytes: 7, Manifest: digest('d')}},
 		&returned,
 		&events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true},
@@ -69,7 +71,7 @@ func TestRefsCountsWhatJobsHold(t *testing.T) {
 			t.Errorf("%v held %d times, want 2", root, n)
 		}
 	}
-	end := t0.Add(3 * time.Second)
+	end := t0.Add(4 * time.Second)
 	want := []retention.Timer{{Kind: "expire", Job: "a", At: end.Add(24 * time.Hour)}, {Kind: "expire", Job: "b", At: end.Add(24 * time.Hour)}}
 	if !reflect.DeepEqual(timers, want) {
 		t.Errorf("timers %+v, want %+v", timers, want)
@@ -99,7 +101,7 @@ func TestRefsCountsWhatJobsHold(t *testing.T) {
 
 func TestRefsSetsTimers(t *testing.T) {
 	t.Parallel()
-	end := t0.Add(3 * time.Second)
+	end := t0.Add(4 * time.Second)
 	ask := events.DeleteRequested{What: events.WhatAll, By: "alice"}
 	tests := []struct {
 		name string
@@ -108,25 +110,25 @@ func TestRefsSetsTimers(t *testing.T) {
 	}{
 		{"a request after the end: at once",
 			life("j", 1, &ask),
-			[]retention.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(4 * time.Second)}}},
+			[]retention.Timer{{"expire", "j", end.Add(24 * time.Hour)}, {"delete", "j", t0.Add(5 * time.Second)}}},
 		{"a request before the end: at the end",
 			history("j", 1, &events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}}, &ask,
 				&events.JobCancelled{Reason: "x"}),
 			[]retention.Timer{{"expire", "j", t0.Add(2*time.Second + events.DefaultRetention)}, {"delete", "j", t0.Add(2 * time.Second)}}},
 		{"a job that only printed: the retention of its logs",
 			printed("j", 1),
-			[]retention.Timer{{"expire", "j", t0.Add(3*time.Second + events.DefaultRetention)}}},
+			[]retention.Timer{{"expire", "j", t0.Add(4*time.Second + events.DefaultRetention)}}},
 		{"a job that ran and wrote nothing: no timer (its stop says 0 and 0 bytes, so no log was stored)",
-			history("j", 1, &events.JobSubmitted{Submitter: "alice"}, &events.RunStarted{Hold: outHold},
+			history("j", 1, &events.JobSubmitted{Submitter: "alice"}, &events.ComputeHeld{Hold: outHold}, &events.RunStarted{Hold: outHold},
 				&events.RunStopped{Hold: outHold, Outcome: events.Succeeded, Logs: &events.Logs{}},
 				&events.OutputReturned{Hold: outHold, Outcome: events.Succeeded},
 				&events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true}),
 			nil},
 		{"an attempt whose stop says nothing of its logs (lost with its node): they are kept",
-			history("j", 1, &events.JobSubmitted{Submitter: "alice"}, &events.RunStarted{Hold: outHold},
+			history("j", 1, &events.JobSubmitted{Submitter: "alice"}, &events.ComputeHeld{Hold: outHold}, &events.RunStarted{Hold: outHold},
 				&events.RunStopped{Hold: outHold, Outcome: events.NodeLost},
 				&events.ComputeReleased{Hold: outHold, Outcome: events.NodeLost, Final: true}),
-			[]retention.Timer{{"expire", "j", t0.Add(3*time.Second + events.DefaultRetention)}}},
+			[]retention.Timer{{"expire", "j", t0.Add(4*time.Second + events.DefaultRetention)}}},
 		{"a job that stored nothing: no timer",
 			history("j", 1, &events.JobRequested{}, &events.JobRejected{Reason: "no"}),
 			nil},
@@ -148,7 +150,7 @@ func TestRefsSetsTimers(t *testing.T) {
 
 func TestDecideDelete(t *testing.T) {
 	t.Parallel()
-	end := t0.Add(3 * time.Second)
+	end := t0.Add(4 * time.Second)
 	expires := end.Add(24 * time.Hour)
 	data := events.Deleted{What: events.WhatData, Cause: events.CauseExpired, Files: 4, Bytes: 310}
 	out := events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}
@@ -173,9 +175,9 @@ func TestDecideDelete(t *testing.T) {
 			&returned,
 			&events.ComputeReleased{Hold: outHold, Outcome: events.Succeeded, Final: true}), t0.Add(2*time.Second + events.DefaultRetention),
 			[]events.Event{&events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired, Files: 1, Bytes: 7}}},
-		{"only printed: its output, its logs, expires", printed("j", 1), t0.Add(3*time.Second + events.DefaultRetention),
+		{"only printed: its output, its logs, expires", printed("j", 1), t0.Add(4*time.Second + events.DefaultRetention),
 			[]events.Event{&events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired}}},
-		{"only printed, retention not passed: nothing", printed("j", 1), t0.Add(2*time.Second + events.DefaultRetention), nil},
+		{"only printed, retention not passed: nothing", printed("j", 1), t0.Add(3*time.Second + events.DefaultRetention), nil},
 	}
 	for _, tt := range tests {
 		if got := retention.DecideDelete(tt.history, tt.now); !reflect.DeepEqual(got, tt.want) {
@@ -230,7 +232,9 @@ func TestTheLogsGoWithTheOutput(t *testing.T) {
 	second := events.Hold{Attempt: 2, Node: "n2", CPU: 1}
 	evs := history("j", 1,
 		&events.JobSubmitted{Submitter: "alice", Spec: events.JobSpec{Data: []events.DataRef{oneFile}}},
+		&events.ComputeHeld{Hold: outHold},
 		&events.RunStarted{Hold: outHold},
+		&events.ComputeHeld{Hold: second},
 		&events.RunStarted{Hold: second},
 		&events.RunStopped{Hold: second, Outcome: events.Succeeded},
 		&events.ComputeReleased{Hold: second, Outcome: events.Succeeded, Final: true},
@@ -242,8 +246,36 @@ func TestTheLogsGoWithTheOutput(t *testing.T) {
 	if !reflect.DeepEqual(h.Logs, []int{1, 2}) || len(h.DroppedLogs) != 0 {
 		t.Fatalf("after the data went: logs %v, dropped %v; want both attempts' logs held", h.Logs, h.DroppedLogs)
 	}
-	r.Apply(history("j", 7, &events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired})[0])
+	r.Apply(history("j", 9, &events.Deleted{What: events.WhatOutput, Cause: events.CauseExpired})[0])
 	if len(h.Logs) != 0 || !reflect.DeepEqual(h.DroppedLogs, []int{1, 2}) {
 		t.Errorf("after the output went: logs %v, dropped %v; want both attempts' logs dropped", h.Logs, h.DroppedLogs)
+	}
+}
+
+// TestAStopFromAnotherNodeHoldsNothing: a node's start and stop of an
+// attempt held elsewhere (or never held) name logs and output that are no
+// part of the job: they are not held, and go with nothing of the job's.
+func TestAStopFromAnotherNodeHoldsNothing(t *testing.T) {
+	t.Parallel()
+	r := retention.NewRefs()
+	forged := events.Hold{Attempt: 1, Node: "mallory", CPU: 1}
+	never := events.Hold{Attempt: 2, Node: "mallory", CPU: 1}
+	for _, e := range history("j", 1,
+		&events.JobSubmitted{Submitter: "alice"},
+		&events.ComputeHeld{Hold: outHold},
+		&events.RunStarted{Hold: forged},
+		&events.RunStopped{Hold: forged, Outcome: events.Succeeded, Logs: &events.Logs{StdoutBytes: 1},
+			Output: events.Collected{Files: returned.Files, Bytes: 7, Manifest: digest('e')}},
+		&events.RunStopped{Hold: never, Outcome: events.Succeeded, Logs: &events.Logs{StdoutBytes: 1},
+			Output: events.Collected{Files: returned.Files, Bytes: 7, Manifest: digest('e')}},
+	) {
+		r.Apply(e)
+	}
+	h := r.Job("j")
+	if len(h.Logs) != 0 || len(h.Output) != 0 {
+		t.Errorf("mallory's start and stop held logs %v and output %v", h.Logs, h.Output)
+	}
+	if n := r.Count(retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest('e')}); n != 0 {
+		t.Errorf("mallory's manifest held %d times", n)
 	}
 }
