@@ -58,10 +58,10 @@ func TestParseSubjectRefuses(t *testing.T) {
 		"e32.job.j.submitted",
 		"e31.job",
 		"e31.job.j",
-		"e31.job.j.held",              // a hold names its node
-		"e31.job.j.requested",         // a request names its submitter
-		"e31.job.j.submitted.extra",   // only some kinds carry one more token
-		"e31.job.j.stopped.n1.x",      // and only one
+		"e31.job.j.held",            // a hold names its node
+		"e31.job.j.requested",       // a request names its submitter
+		"e31.job.j.submitted.extra", // only some kinds carry one more token
+		"e31.job.j.stopped.n1.x",    // and only one
 		"e31.job.j.held.n1.x",
 		"e31.job.j.requested.alice.x", // and only one
 		"e31.job.*.submitted",         // a filter, not a subject
