@@ -197,6 +197,9 @@ type fact struct {
 	digest [32]byte
 	ev     events.Event // slimmed: see slim
 	repeat bool         // the job's log already held this ce-id
+	// foreign marks a node's word (a start, a stop) about an attempt the
+	// node did not hold: listed, set aside, no part of the job.
+	foreign bool
 }
 
 // decoded is one message digested, decoded and checked on its own, ready
@@ -296,10 +299,11 @@ func (a *Auditor) ingest(d *decoded) {
 	}
 	a.rep.LastSeq = a.seqs.last
 	if d.err != nil {
-		if subj.ClientKind() {
+		if subj.ClientKind() || subj.NodesWord() {
 			// Anyone allowed to submit can publish garbage on its own tail
-			// of any job's subjects: it is the client's fault, not the
-			// log's, and it changes no job. Only a job's first request,
+			// of any job's subjects, and any node on its own subjects of a
+			// start or a stop: it is the client's (or the node's) fault,
+			// not the log's, and it changes no job. Only a job's first request,
 			// readable or not, says what the job is: SUBMIT refuses an
 			// unreadable one with a JobRejected that names the problem.
 			a.rep.SetAside++
@@ -323,20 +327,26 @@ func (a *Auditor) ingest(d *decoded) {
 		return
 	}
 	env := &d.env
-	if !subj.ClientKind() {
+	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
+	sender, fromNode := senderOf(subj, f.ev)
+	t, over := a.ended[env.Subject]
+	// A node's start or stop counts only from the node the attempt was
+	// held on; after the job's end, from none.
+	f.foreign = fromNode && (over || sender != a.heldOn(env.Subject, env.Attempt()))
+	if !subj.ClientKind() && !f.foreign {
 		// A client's request may carry any id: it is the client's own
 		// publish, checked by no service, and changes nothing but as
-		// what it asks. The services' events must carry theirs.
+		// what it asks; so is a node's word about what it did not hold.
+		// The services' events must carry theirs.
 		for _, w := range d.wrong {
 			a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Inconsistent, Detail: w})
 		}
 	}
-	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
 	if subj.Space == events.SpaceNode {
 		a.nodeEvent(f, env.Subject)
 		return
 	}
-	if t, over := a.ended[env.Subject]; over {
+	if over {
 		a.afterEnd(env.Subject, t, f)
 		return
 	}
@@ -359,7 +369,18 @@ func (a *Auditor) ingest(d *decoded) {
 		a.jobs++
 		a.maxOpen = max(a.maxOpen, len(a.open))
 	}
+	if f.foreign {
+		// Listed (it is in the job's log), and set aside: its id is not
+		// the job's, lest the holder's, which has the same, be taken for
+		// a repeat.
+		a.rep.SetAside++
+		j.facts = append(j.facts, f)
+		return
+	}
 	for i := range j.facts {
+		if j.facts[i].foreign {
+			continue
+		}
 		if j.facts[i].id == f.id {
 			f.repeat = true
 			if !isRequest(f.typ) {
@@ -470,6 +491,23 @@ func (a *Auditor) afterEnd(id string, t tomb, f fact) {
 		}
 	}
 	rec := a.rep.Records[id]
+	if f.foreign {
+		// A node's start or stop after the job's end: listed, set aside.
+		// The ledger sets aside one from a node the attempt was not held
+		// on alike; one from the holder it counts, and the records then
+		// differ where the stop changed it.
+		a.rep.SetAside++
+		t.last = f.seq
+		if rec != nil {
+			rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:]), SetAside: true})
+			rec.EventsDigest = eventsDigest(rec.Events)
+		} else {
+			t.sums.events.add(f.seq, events.Name(f.typ), f.digest)
+		}
+		a.ended[id] = t
+		a.tombChanged(id)
+		return
+	}
 	if f.typ == events.TypeJobRequested {
 		// Set aside: only the first request says what was asked; a repeat
 		// under a used id is not even listed.
@@ -512,6 +550,41 @@ func (a *Auditor) afterEnd(id string, t tomb, f fact) {
 			a.ended[id] = t
 		}
 	}
+}
+
+// senderOf is the node that published ev, a start or a stop: the node its
+// subject ends with, which the server lets only that node publish on, or,
+// on a subject from before nodes were named there, the node its body
+// names. ok is false for every other event. (The ledger asks
+// events.FromHolder, which reads the body, which Decode holds to the
+// subject: two ways to one answer.)
+func senderOf(subj events.Subject, ev events.Event) (node string, ok bool) {
+	var h events.Hold
+	switch e := ev.(type) {
+	case *events.RunStarted:
+		h = e.Hold
+	case *events.RunStopped:
+		h = e.Hold
+	default:
+		return "", false
+	}
+	if subj.Node != "" {
+		return subj.Node, true
+	}
+	return h.Node, true
+}
+
+// heldOn is the node attempt of job, still open, was held on, as its
+// ComputeHeld says; "" if it was not held.
+func (a *Auditor) heldOn(job string, attempt int) string {
+	if j := a.open[job]; j != nil {
+		for _, f := range j.facts {
+			if h, ok := f.ev.(*events.ComputeHeld); ok && h.Attempt == attempt && !f.repeat {
+				return h.Node
+			}
+		}
+	}
+	return ""
 }
 
 // requested reports whether a readable request of job, still open, has

@@ -148,8 +148,8 @@ func TestIllegalLivesAreNamed(t *testing.T) {
 		build func(l *log)
 		want  string // kind, and a word of the detail
 	}{
-		{"started before held", func(l *log) {
-			l.submitted("j").add("j", &events.RunStarted{Hold: h})
+		{"returned before held", func(l *log) {
+			l.submitted("j").add("j", &events.OutputReturned{Hold: h, Outcome: events.Succeeded, Files: []events.OutputFile{}, Missing: []string{}})
 		}, "order j never held"},
 		{"submitted without a request", func(l *log) {
 			l.add("j", &events.JobSubmitted{Submitter: "a", Spec: spec})

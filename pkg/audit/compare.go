@@ -84,6 +84,10 @@ func differences(ledger, audit *hold.HoldRecord) []difference {
 			out = append(out, difference{e.Seq, fmt.Sprintf("event #%d is a %s in the record, a %s in the log", e.Seq, e.Type, m.Type)})
 		case e.Digest != "" && m.Digest != e.Digest:
 			out = append(out, difference{e.Seq, fmt.Sprintf("%s #%d is not the event the record was built from: its digest is %s, the record's %s", e.Type, e.Seq, m.Digest, e.Digest)})
+		case m.SetAside && !e.SetAside:
+			out = append(out, difference{e.Seq, fmt.Sprintf("the record counts %s #%d, which must be set aside: a node the attempt was not held on published it, or it came after the job's end", e.Type, e.Seq)})
+		case !m.SetAside && e.SetAside:
+			out = append(out, difference{e.Seq, fmt.Sprintf("the record sets aside %s #%d, which the node the attempt was held on published", e.Type, e.Seq)})
 		}
 		theirs[e.Seq] = true
 	}

@@ -113,10 +113,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 			continue
 		}
 		if list {
-			rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:])})
+			rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:]), SetAside: f.foreign})
 			sum.Write(f.digest[:])
 		}
-		if f.repeat {
+		if f.repeat || f.foreign {
 			continue
 		}
 		name := events.Name(f.typ)

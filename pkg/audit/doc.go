@@ -65,6 +65,14 @@
 //     attempt is held, and cancelled only after a cancel was requested;
 //     after the end, only a cancel request or what events.AfterEnd allows.
 //   - Every event of an attempt names the node and resources of its hold.
+//     A node's start or stop (stored on a subject that ends with the node
+//     that published it) counts only from the node the attempt was held on:
+//     one from any other node, of an attempt never held, or after the
+//     job's end, and garbage on a node's own subject, are listed (where
+//     they decode), set aside and no finding, unless the ledger's record
+//     counted one, which is a finding that names it. The audit tells the
+//     sender by the subject; the ledger by the body, which the decoder
+//     holds to the subject.
 //   - No compute is still held for a job that is over, and no attempt is
 //     released before it was held.
 //   - No node is ever held beyond what it announced, in cpu, memory, gpu or

@@ -170,14 +170,16 @@ func TestPipelineKeepsTheLogsOrder(t *testing.T) {
 	// Out of stream order, deep in the log: two messages swapped.
 	i := 3*readBatch + 7
 	raws[i], raws[i+1] = raws[i+1], raws[i]
-	// A job started before it was held, in another batch: its RunStarted
-	// moved before its ComputeHeld, both keeping their sequences.
+	// A job returned before it was held, in another batch: its
+	// OutputReturned moved before its ComputeHeld, both keeping their
+	// sequences. (A start before its hold is a node's word about what it
+	// did not hold: set aside, no finding.)
 	var held, started int
 	for k, r := range raws[readBatch:] {
 		if strings.HasSuffix(r.Subject, ".held.n1") && held == 0 {
 			held = readBatch + k
 		}
-		if held > 0 && strings.HasPrefix(r.Subject, strings.Split(raws[held].Subject, ".held")[0]) && strings.Contains(r.Subject, ".started") {
+		if held > 0 && strings.HasPrefix(r.Subject, strings.Split(raws[held].Subject, ".held")[0]) && strings.HasSuffix(r.Subject, ".returned") {
 			started = readBatch + k
 			break
 		}

@@ -93,6 +93,15 @@ func (s Subject) ClientKind() bool {
 	return s.Space == SpaceJob && (s.Kind == kindRequested || s.Kind == kindCancel || s.Kind == kindDelete)
 }
 
+// NodesWord reports whether the subject is one a node publishes on under
+// its own name (Node): a start or a stop of an attempt, what an attempt
+// writes. Such a message is the node's word, which the server bound to
+// the node and no service checked before it was stored; of a start or a
+// stop, it counts only from the node the attempt was held on.
+func (s Subject) NodesWord() bool {
+	return s.Node != "" && (s.Space == SpaceLogs || s.Space == SpaceJob && untailedBefore(s.Kind))
+}
+
 // IsRequest reports whether the subject is a job's JobRequested.
 func (s Subject) IsRequest() bool { return s.Space == SpaceJob && s.Kind == kindRequested }
 

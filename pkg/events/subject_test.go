@@ -232,6 +232,12 @@ func TestFromHolder(t *testing.T) {
 	t.Parallel()
 	stop := &events.RunStopped{Hold: events.Hold{Attempt: 1, Node: "a"}}
 	start := &events.RunStarted{Hold: events.Hold{Attempt: 1, Node: "a"}}
+	for subject, want := range map[string]bool{"e31.job.j.stopped.a": true, "e31.job.j.started.a": true, "e31.logs.al.j.1.a": true,
+		"e31.job.j.stopped": false, "e31.job.j.held.a": false, "e31.node.a.announced": false, "e31.job.j.requested.a": false} {
+		if s, err := events.ParseSubject(subject); err != nil || s.NodesWord() != want {
+			t.Errorf("ParseSubject(%q).NodesWord() = %v (%v), want %v", subject, s.NodesWord(), err, want)
+		}
+	}
 	if !events.FromHolder(stop, "a") || !events.FromHolder(start, "a") {
 		t.Error("the holder's own start and stop are refused")
 	}

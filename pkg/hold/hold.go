@@ -144,6 +144,10 @@ type EventRef struct {
 	// (see pkg/chain/SPEC.md): an auditor holding the record can tell whether
 	// the event in a copy of the log is the one the record was built from.
 	Digest string `json:"digest,omitempty"`
+	// SetAside marks a node's event about an attempt that another node
+	// held (events.FromHolder): it is in the job's log, and listed, but
+	// changed nothing of the record.
+	SetAside bool `json:"set_aside,omitempty"`
 }
 
 // Over reports whether the job has ended.

@@ -46,7 +46,7 @@ var (
 	descNodes = prometheus.NewDesc("e31_nodes",
 		"Nodes that announced themselves, up or lost, by the isolation they announced.", []string{"state", "isolation"}, nil)
 	descEvents = prometheus.NewDesc("e31_events_total",
-		"Messages read from the log, by ce-type; unknown and undecodable for those that are not events this version folds.", []string{"type"}, nil)
+		"Messages read from the log, by ce-type; unknown and undecodable for those that are not events this version folds, set_aside for a node's start or stop of an attempt another node held.", []string{"type"}, nil)
 	descApplied = prometheus.NewDesc("e31_log_applied_sequence",
 		"The last stream sequence of the log folded into these figures.", nil, nil)
 	descOverrun = prometheus.NewDesc("e31_hold_max_overrun_seconds",

@@ -53,8 +53,10 @@
 // The log:
 //
 //   - e31_events_total{type}: events read, by ce-type; "unknown" for types
-//     this version does not know and "undecodable" for messages that are
-//     not valid events, so that nobody who can publish grows the label set.
+//     this version does not know, "undecodable" for messages that are
+//     not valid events and "set_aside" for a node's start or stop of an
+//     attempt held on another node, so that nobody who can publish grows
+//     the label set.
 //   - e31_log_applied_sequence: the last stream sequence folded in.
 //
 // The bus, asked of the NATS server at each scrape by StreamCollector

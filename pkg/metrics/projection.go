@@ -17,6 +17,10 @@ const gib = 1 << 30
 const (
 	TypeUnknown     = "unknown"
 	TypeUndecodable = "undecodable"
+	// TypeSetAside labels a node's start or stop of an attempt another
+	// node held (events.FromHolder), counted here and not under its type:
+	// the word of a node that speaks for jobs it does not hold.
+	TypeSetAside = "set_aside"
 )
 
 // IsolationUnknown labels the nodes that announced no isolation (nodes older
@@ -132,8 +136,8 @@ type Figures struct {
 	Meter                map[string]Meter
 	Wait, Start, Release Histogram
 	Nodes                map[string]Node
-	// Events counts the messages read, by ce-type or TypeUnknown or
-	// TypeUndecodable.
+	// Events counts the messages read, by ce-type or TypeUnknown,
+	// TypeUndecodable or TypeSetAside.
 	Events map[string]uint64
 }
 
@@ -234,6 +238,10 @@ func (p *Projection) Apply(env events.Envelope) {
 		return
 	}
 	p.applied = max(p.applied, env.Seq)
+	if !p.fromHolder(env) {
+		p.events[TypeSetAside]++
+		return
+	}
 	p.events[env.Event.Type()]++
 	at := env.Time
 	switch e := env.Event.(type) {
@@ -400,6 +408,23 @@ func (p *Projection) attempt(id string, n int, kind kinds) (*job, *attempt) {
 	}
 	j.attempts = append(j.attempts, attempt{n: n, seen: kind})
 	return j, &j.attempts[len(j.attempts)-1]
+}
+
+// fromHolder reports whether env may count: any event but a node's start
+// or stop may; those only from the node their attempt was held on.
+func (p *Projection) fromHolder(env events.Envelope) bool {
+	if _, ok := events.SenderOf(env.Event); !ok {
+		return true
+	}
+	held := ""
+	if j := p.jobs[env.Subject]; j != nil {
+		for i := range j.attempts {
+			if a := &j.attempts[i]; a.n == env.Attempt() && a.seen&kindHeld != 0 {
+				held = a.node
+			}
+		}
+	}
+	return events.FromHolder(env.Event, held)
 }
 
 // released stops the meter of one attempt and, if it was the last, ends

@@ -364,3 +364,30 @@ func TestOverrun(t *testing.T) {
 		t.Errorf("after the release: overrun %v, want 0", got)
 	}
 }
+
+// TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt: a node's
+// start and stop of an attempt held on n1, before n1's own, count as set
+// aside and change no figure: the job is running and then succeeds as
+// n1 says.
+func TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt(t *testing.T) {
+	t.Parallel()
+	forged := hold1
+	forged.Node = "mallory"
+	full := life("j1", "alice", events.Succeeded)
+	evs := append([]events.Envelope{}, full[:3]...)
+	evs = append(evs, at(3.1, "j1", &events.RunStarted{Hold: forged}), at(3.2, "j1", &events.RunStopped{Hold: forged, Outcome: events.Failed}))
+	evs = append(evs, full[3:]...)
+	p := NewProjection()
+	for i, e := range logOf(evs...) {
+		p.Apply(e)
+		if i == 5 { // n1's start
+			if got := p.Figures().Jobs[hold.StateRunning]; got != 1 {
+				t.Errorf("after n1's start, %v; want the job running", p.Figures().Jobs)
+			}
+		}
+	}
+	f := p.Figures()
+	if f.Events[TypeSetAside] != 2 || f.Events[events.TypeRunStopped] != 1 || f.Finished[events.Succeeded] != 1 || f.Finished[events.Failed] != 0 {
+		t.Errorf("events %v, finished %v; want mallory's two set aside, n1's stop counted, succeeded", f.Events, f.Finished)
+	}
+}

@@ -215,6 +215,9 @@ const (
 // right, but someone should look. Its methods may be called concurrently.
 type Ledger struct {
 	mended *prometheus.CounterVec
+	// setAside counts nodes' events about attempts other nodes held:
+	// not a mend, but a node to look at.
+	setAside prometheus.Counter
 }
 
 // NewLedger returns the ledger's metrics, to register once per process
@@ -224,7 +227,11 @@ func NewLedger() *Ledger {
 	l := &Ledger{mended: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "e31_ledger_mended_total",
 		Help: "Records the ledger's fold mended since the process started: an entry of its bucket past the checkpoint beside it, made again from the log (entry_ahead), or an event given again for a record that held it, skipped (event_held).",
-	}, []string{"kind"})}
+	}, []string{"kind"}),
+		setAside: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "e31_ledger_node_events_set_aside_total",
+			Help: "Starts and stops the ledger's fold set aside since the process started because a node other than the one their attempt was held on published them: a node that speaks for jobs it does not hold.",
+		})}
 	for _, k := range []string{mendEntryAhead, mendEventHeld} {
 		l.mended.WithLabelValues(k)
 	}
@@ -237,11 +244,20 @@ func (l *Ledger) MadeAgain(n int) { l.mended.WithLabelValues(mendEntryAhead).Add
 // HeldAlready counts n events skipped as held already.
 func (l *Ledger) HeldAlready(n int) { l.mended.WithLabelValues(mendEventHeld).Add(float64(n)) }
 
+// SetAside counts n node's events set aside (see ledger.Observer).
+func (l *Ledger) SetAside(n int) { l.setAside.Add(float64(n)) }
+
 // Describe sends the description of the ledger's metrics.
-func (l *Ledger) Describe(ch chan<- *prometheus.Desc) { l.mended.Describe(ch) }
+func (l *Ledger) Describe(ch chan<- *prometheus.Desc) {
+	l.mended.Describe(ch)
+	l.setAside.Describe(ch)
+}
 
 // Collect sends the ledger's metrics.
-func (l *Ledger) Collect(ch chan<- prometheus.Metric) { l.mended.Collect(ch) }
+func (l *Ledger) Collect(ch chan<- prometheus.Metric) {
+	l.mended.Collect(ch)
+	l.setAside.Collect(ch)
+}
 
 // Results of e31_audit_runs_total.
 const (

@@ -67,7 +67,7 @@ func TestLedgerMends(t *testing.T) {
 `
 	if err := testutil.CollectAndCompare(l, strings.NewReader(head+`e31_ledger_mended_total{kind="entry_ahead"} 0
 e31_ledger_mended_total{kind="event_held"} 0
-`)); err != nil {
+`), "e31_ledger_mended_total"); err != nil {
 		t.Errorf("before any mend: %v", err)
 	}
 	l.MadeAgain(89)
@@ -75,8 +75,18 @@ e31_ledger_mended_total{kind="event_held"} 0
 	l.HeldAlready(2)
 	if err := testutil.CollectAndCompare(l, strings.NewReader(head+`e31_ledger_mended_total{kind="entry_ahead"} 90
 e31_ledger_mended_total{kind="event_held"} 2
-`)); err != nil {
+`), "e31_ledger_mended_total"); err != nil {
 		t.Errorf("after mends: %v", err)
+	}
+	// Not a mend: a node's word set aside, counted apart, at 0 from the
+	// start too.
+	l.SetAside(3)
+	if err := testutil.CollectAndCompare(l, strings.NewReader(`
+# HELP e31_ledger_node_events_set_aside_total Starts and stops the ledger's fold set aside since the process started because a node other than the one their attempt was held on published them: a node that speaks for jobs it does not hold.
+# TYPE e31_ledger_node_events_set_aside_total counter
+e31_ledger_node_events_set_aside_total 3
+`), "e31_ledger_node_events_set_aside_total"); err != nil {
+		t.Errorf("after set asides: %v", err)
 	}
 	if problems, err := testutil.CollectAndLint(l); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)

@@ -134,6 +134,13 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 	if j.Trace == "" {
 		j.Trace = traceID(traceparent)
 	}
+	if sender, ok := events.SenderOf(env.Event); ok && (env.Attempt() != j.Attempt || !events.FromHolder(env.Event, j.Node)) {
+		// A node's word about an attempt it does not hold: shown, and
+		// nothing of the job changed by it.
+		j.Timeline = append(j.Timeline, entry{Seq: env.Seq, Type: events.Name(env.Type), Time: at,
+			Detail: strings.Clone("set aside: from node " + sender + ", which does not hold attempt " + itoa(env.Attempt()))})
+		return
+	}
 	detail := ""
 	switch e := env.Event.(type) {
 	case *events.JobRejected:

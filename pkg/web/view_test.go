@@ -87,3 +87,25 @@ func BenchmarkViewApply(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
 }
+
+// TestAStopFromANodeThatDoesNotHoldTheAttemptChangesNothing: mallory's
+// stop of an attempt held on n1 is on the job's timeline, set aside, and
+// the job runs on as n1 says.
+func TestAStopFromANodeThatDoesNotHoldTheAttemptChangesNothing(t *testing.T) {
+	t.Parallel()
+	v := newView()
+	evs := life("alice")
+	forged := events.Hold{Attempt: 1, Node: "mallory", CPU: 1}
+	for i, ev := range append(evs[:4:4], &events.RunStopped{Hold: forged, Outcome: events.Failed}) {
+		env := events.New("j", ev, "test", time.Date(2026, 12, 3, 12, 0, i, 0, time.UTC))
+		env.Seq = uint64(i + 1)
+		v.apply(env, "")
+	}
+	j := v.jobs["j"]
+	if j.State != "running" || j.Outcome != "" {
+		t.Errorf("the job is %s (%s), want running as n1 said", j.State, j.Outcome)
+	}
+	if last := j.Timeline[len(j.Timeline)-1]; last.Seq != 5 || last.Detail != "set aside: from node mallory, which does not hold attempt 1" {
+		t.Errorf("the timeline ends with %+v", last)
+	}
+}

@@ -77,6 +77,7 @@ type mends struct{ madeAgain, heldAlready int }
 
 func (m *mends) MadeAgain(n int)   { m.madeAgain += n }
 func (m *mends) HeldAlready(n int) { m.heldAlready += n }
+func (m *mends) SetAside(int)      {}
 
 // foldFromBucket opens a projection from the bucket, as an instance does,
 // and folds the log into it up to last, without writing anything.

@@ -60,6 +60,10 @@ type Observer interface {
 	// HeldAlready: n events were to be folded into a record that already
 	// held them, and were skipped.
 	HeldAlready(n int)
+	// SetAside: n node's events were about an attempt another node held,
+	// and were listed and set aside (events.FromHolder): a node that
+	// speaks for what it does not hold is one to look at.
+	SetAside(n int)
 }
 
 // nopObserver watches nothing.
@@ -67,6 +71,7 @@ type nopObserver struct{}
 
 func (nopObserver) MadeAgain(int)   {}
 func (nopObserver) HeldAlready(int) {}
+func (nopObserver) SetAside(int)    {}
 
 // Service is the LEDGER. Several may run; each keeps its own projection.
 // Its query handlers run concurrently with each other and with the fold
@@ -358,9 +363,14 @@ func (s *Service) reportMended() {
 	for _, h := range s.proj.heldAlready {
 		s.log.Error("an event was to be folded into a record that already holds it: skipped, not listed twice", "job", h.job, "seq", h.seq, "record_last_seq", h.last)
 	}
+	for _, a := range s.proj.setAside {
+		s.log.Warn("setting aside an event from a node the attempt was not held on", "job", a.job,
+			"event", events.Name(a.typ), "held_on", a.heldOn, "seq", a.seq)
+	}
 	s.cfg.Observer.MadeAgain(len(s.proj.madeAgain))
 	s.cfg.Observer.HeldAlready(len(s.proj.heldAlready))
-	s.proj.madeAgain, s.proj.heldAlready = nil, nil
+	s.cfg.Observer.SetAside(len(s.proj.setAside))
+	s.proj.madeAgain, s.proj.heldAlready, s.proj.setAside = nil, nil, nil
 }
 
 // waitFor waits until the projection has applied seq, or until deadline,

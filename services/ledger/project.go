@@ -77,6 +77,15 @@ type Projection struct {
 	// that already lists them, and skipped (see fold), for the service to
 	// report.
 	heldAlready []heldEvent
+	// setAside are the node's events about an attempt another node held,
+	// listed and set aside (events.FromHolder), for the service to report.
+	setAside []setAsideEvent
+}
+
+// setAsideEvent is a node's event the fold set aside.
+type setAsideEvent struct {
+	job, typ, heldOn string
+	seq              uint64
 }
 
 // entry is what the projection keeps of one job: its record and what
@@ -405,6 +414,10 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		p.pos[e.Job] = len(p.fresh)
 		p.fresh = append(p.fresh, e.Job)
 	}
+	// A node may publish a start or a stop of any job under its own name,
+	// with the ids the holder's will have: listed, it counts for nothing,
+	// and its id is not the job's, lest the holder's be taken for a repeat.
+	foreign := !events.FromHolder(env.Event, heldOn(r, env.Attempt()))
 	repeated := false
 	for _, id := range e.IDs {
 		repeated = repeated || id == env.ID
@@ -412,8 +425,10 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 	if repeated && env.Type == events.TypeJobRequested {
 		return
 	}
-	e.IDs = append(e.IDs, strings.Clone(env.ID))
-	ref := hold.EventRef{Seq: env.Seq, Type: events.Name(env.Type)}
+	if !foreign {
+		e.IDs = append(e.IDs, strings.Clone(env.ID))
+	}
+	ref := hold.EventRef{Seq: env.Seq, Type: events.Name(env.Type), SetAside: foreign}
 	if digest != nil {
 		if e.digest == nil {
 			e.digest = sha256.New()
@@ -423,6 +438,10 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		r.EventsDigest = sha256Text(e.digest.Sum(nil))
 	}
 	r.Events = append(r.Events, ref)
+	if foreign {
+		p.setAside = append(p.setAside, setAsideEvent{job: e.Job, seq: env.Seq, typ: env.Type, heldOn: heldOn(r, env.Attempt())})
+		return
+	}
 	if repeated {
 		return
 	}
@@ -512,6 +531,16 @@ func isNodeEvent(env events.Envelope) bool {
 	}
 	s, err := events.ParseSubject(subject)
 	return err == nil && s.Space == events.SpaceNode
+}
+
+// heldOn is the node attempt n of the record was held on, "" if none.
+func heldOn(r *hold.HoldRecord, n int) string {
+	for i := range r.Attempts {
+		if r.Attempts[i].Attempt == n {
+			return r.Attempts[i].Node
+		}
+	}
+	return ""
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.

@@ -389,3 +389,41 @@ func differences(path string, want, got any) []string {
 		return nil
 	}
 }
+
+// TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt: a node
+// publishes, under its own name and with the ids the holder's will have, a
+// start and a stop of an attempt held on n1 (a day of cpu, node_lost). The
+// record lists them, marked set aside, and counts only n1's start and stop,
+// which come after with the same ids.
+func TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt(t *testing.T) {
+	t.Parallel()
+	full := fullLife().envs
+	forged := holdOn("mallory", 1)
+	var h history
+	for _, env := range full {
+		if _, ok := env.Event.(*events.RunStarted); ok {
+			h.add("count-clips-1", at("1.1s"), &events.RunStarted{Hold: forged})
+			h.add("count-clips-1", at("1.2s"), &events.RunStopped{Hold: forged, Outcome: events.NodeLost,
+				Usage: events.Usage{CPUSeconds: 86400}, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}}})
+		}
+		h.add(env.Subject, env.Time, env.Event)
+	}
+	got := project(h.envs).Record("count-clips-1")
+	want := project(full).Record("count-clips-1")
+	if got == nil || want == nil {
+		t.Fatal("no record")
+	}
+	if got.Outcome != events.Succeeded || got.Usage != want.Usage || got.HeldSeconds != want.HeldSeconds ||
+		!got.StartedAt.Equal(*want.StartedAt) || !got.StoppedAt.Equal(*want.StoppedAt) || len(got.Attempts) != 1 {
+		t.Errorf("record %+v, want the holder's: %+v", got, want)
+	}
+	var aside []uint64
+	for _, e := range got.Events {
+		if e.SetAside {
+			aside = append(aside, e.Seq)
+		}
+	}
+	if len(got.Events) != len(want.Events)+2 || !slices.Equal(aside, []uint64{5, 6}) {
+		t.Errorf("events %+v, want every one listed and mallory's (#5, #6) set aside", got.Events)
+	}
+}

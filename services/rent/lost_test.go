@@ -26,6 +26,14 @@ func lost(job string, attempt int, node string, cpu float64) step {
 		Reason: "node stopped renewing its lease"}}
 }
 
+// stopFrom is a RunStopped of an attempt held with holdOf(), as node
+// publishes it: under its own name.
+func stopFrom(job string, attempt int, node string, cpu float64) step {
+	return step{job, &events.RunStopped{
+		Hold:    events.Hold{Attempt: attempt, Node: node, CPU: cpu, MemoryBytes: gib, DiskBytes: 1 << 20},
+		Outcome: events.Succeeded}}
+}
+
 // announceNode announces a node with the disk and isolation given.
 func announceNode(node string, cpu float64, disk int64, iso events.Isolation, allow bool) step {
 	return step{node, &events.NodeAnnounced{Node: node, Boot: "boot-1", CPU: cpu, MemoryBytes: 16 * gib, DiskBytes: disk,
@@ -80,6 +88,18 @@ func TestPoolDecideLostNodesInputsAndIsolation(t *testing.T) {
 			name: "a held job on an expired node is lost, and only once its release comes is it queued",
 			log:  append(slices.Clone(pool), submit("a", 4), holdOf("a", 1, "big", 4), expire("big")),
 			want: []string{"lose a#1 on big"},
+		},
+		{
+			name: "a stop another node published of the attempt does not keep it from being lost with its node",
+			log: append(slices.Clone(pool), submit("a", 4), holdOf("a", 1, "big", 4),
+				stopFrom("a", 1, "small", 4), expire("big")),
+			want: []string{"lose a#1 on big"},
+		},
+		{
+			name: "the holder's own stop does: its return and release follow",
+			log: append(slices.Clone(pool), submit("a", 4), holdOf("a", 1, "big", 4),
+				stopFrom("a", 1, "big", 4), expire("big")),
+			want: []string{},
 		},
 		{
 			name: "a job submitted while the only node that can hold it was just lost waits for it",

@@ -121,6 +121,10 @@ type PoolConfig struct {
 	// remembers (and how many cancels of jobs it has not seen): default
 	// DefaultRememberEnded.
 	RememberEnded int
+	// SetAside, if set, is told of each node's event the pool sets aside:
+	// a stop from a node other than heldOn, the one its attempt is held
+	// on (events.FromHolder). The Service logs it.
+	SetAside func(env events.Envelope, heldOn string)
 }
 
 // DefaultRememberEnded is how many ended jobs the pool remembers. Once a
@@ -415,6 +419,12 @@ func (p *Pool) Apply(env events.Envelope) {
 		p.usage[j.submitter] += hold.milliCPU
 	case *events.RunStopped:
 		if j != nil && j.state == held && e.Attempt == j.attempt {
+			if !events.FromHolder(e, j.node) {
+				if p.cfg.SetAside != nil {
+					p.cfg.SetAside(env, j.node)
+				}
+				return
+			}
 			j.stopped = true
 		}
 	case *events.HoldLost:

@@ -155,8 +155,15 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	log := cfg.Logger.With("service", "rent", "instance", instance)
+	if cfg.Pool.SetAside == nil {
+		cfg.Pool.SetAside = func(env events.Envelope, heldOn string) {
+			log.Warn("setting aside an event from a node the attempt is not held on", "job", env.Subject,
+				"event", events.Name(env.Type), "attempt", env.Attempt(), "held_on", heldOn, "seq", env.Seq)
+		}
+	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
-		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
+		log: log, instance: instance,
 		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
 		kick: make(chan struct{}, 1), unresolved: make(chan struct{}, 1), queryLimits: cfg.Queries}
 	// Named after the instance, so that its backlog is watched like a

@@ -21,6 +21,10 @@ func TestDecideStart(t *testing.T) {
 		},
 	}
 	attempt := func(n int) events.Hold { h := held.Hold; h.Attempt = n; return h }
+	// The attempt as another node, mallory, names it in what it publishes
+	// under its own name.
+	elsewhere := held.Hold
+	elsewhere.Node = "mallory"
 	zero := 0
 	result := events.RunStopped{Hold: held.Hold, Outcome: events.Succeeded, ExitCode: &zero,
 		Usage:  events.Usage{CPUSeconds: 0.5},
@@ -105,6 +109,12 @@ func TestDecideStart(t *testing.T) {
 			want:  nil,
 		},
 		{
+			name: "another node's stop and start of the attempt: set aside, it starts",
+			after: logged(&events.RunStopped{Hold: elsewhere, Outcome: events.NodeLost},
+				&events.RunStarted{Hold: elsewhere}),
+			want: []events.Event{&events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
+		},
+		{
 			name:  "a start and a stop of an earlier attempt do not count",
 			after: logged(&events.RunStarted{Hold: attempt(1)}, &events.RunStopped{Hold: attempt(1), Outcome: events.NodeLost}),
 			want:  []events.Event{&events.RunStarted{Hold: held.Hold, Isolation: events.IsolationSandbox}},
@@ -126,6 +136,8 @@ func TestDecideStop(t *testing.T) {
 	h2 := events.Hold{Attempt: 2, Node: "n1", CPU: 1, MemoryBytes: 1 << 30}
 	h1 := h2
 	h1.Attempt = 1
+	mallory := h2
+	mallory.Node = "mallory"
 	zero := 0
 	stopped := events.RunStopped{Hold: h2, Outcome: events.Succeeded, ExitCode: &zero}
 	tests := []struct {
@@ -139,6 +151,7 @@ func TestDecideStop(t *testing.T) {
 		{"given up as lost with its node: nothing, a late result must not land", []events.Event{&events.HoldLost{Hold: h2}}, nil},
 		{"already released: nothing", []events.Event{&events.HoldLost{Hold: h2}, &events.ComputeReleased{Hold: h2, Outcome: events.NodeLost}}, nil},
 		{"another attempt's end does not count", []events.Event{&events.HoldLost{Hold: h1}, &events.RunStopped{Hold: h1}}, []events.Event{&stopped}},
+		{"another node's stop of the attempt does not count", []events.Event{&events.RunStopped{Hold: mallory, Outcome: events.Failed}}, []events.Event{&stopped}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -438,10 +438,11 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 
 // DecideStop is what RUN appends when a job it ran stops, given what
 // happened to the job since its start: nothing if the stop is already
-// recorded, or if the attempt was given up as lost with its node.
+// recorded, or if the attempt was given up as lost with its node. A stop
+// another node published of this node's attempt is no stop of it.
 func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Event {
 	for _, e := range after {
-		if h, ok := events.HoldOf(e.Event); ok && h.Attempt == stopped.Attempt {
+		if h, ok := events.HoldOf(e.Event); ok && h.Attempt == stopped.Attempt && events.FromHolder(e.Event, stopped.Node) {
 			switch e.Event.(type) {
 			case *events.RunStopped, *events.HoldLost, *events.ComputeReleased:
 				return nil
@@ -483,9 +484,15 @@ func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job
 //   - a cancel came first: stopped as cancelled, never started;
 //   - otherwise: RunStarted, under the given isolation (the executor's for
 //     this job).
+//
+// A start or a stop of the attempt from any other node is set aside: only
+// this node speaks for what it holds.
 func DecideStart(held events.ComputeHeld, after []events.Envelope, result events.RunStopped, hasResult bool, isolation events.Isolation) []events.Event {
 	started, cancelled := false, false
 	for _, e := range after {
+		if !events.FromHolder(e.Event, held.Node) {
+			continue
+		}
 		switch ev := e.Event.(type) {
 		case *events.RunStopped:
 			if ev.Attempt == held.Attempt {
