@@ -33,6 +33,7 @@ var Streams = append(slices.Clone(events.Streams), limits.Stream)
 func Provision(ctx context.Context, js jetstream.JetStream, o events.StreamOptions, opts ...retry.Option) error {
 	for _, step := range []func() error{
 		func() error { return events.Setup(ctx, js, o) },
+		func() error { _, err := events.LinkNodeLeases(ctx, js); return err },
 		func() error { _, err := events.OpenBucket(ctx, js, events.OutputBucketConfig(o)); return err },
 		func() error { _, err := limits.Setup(ctx, js, max(o.Replicas, 1)); return err },
 	} {

@@ -443,6 +443,10 @@ func (s *Stack) setup(leaseTTL time.Duration) error {
 	if err := events.Setup(s.ctx, js, events.StreamOptions{LeaseTTL: leaseTTL}); err != nil {
 		return err
 	}
+	// A DIR made before the nodes wrote their leases apart.
+	if _, err := events.LinkNodeLeases(s.ctx, js); err != nil {
+		return err
+	}
 	if _, err := limits.Setup(s.ctx, js, 1); err != nil {
 		return err
 	}

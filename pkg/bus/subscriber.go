@@ -74,6 +74,10 @@ type SubscriberConfig struct {
 	Drain time.Duration
 	// Logger for problems the Subscriber cannot return; default slog.Default().
 	Logger *slog.Logger
+	// Make, if set, makes (or updates) the durable consumer in the
+	// Subscriber's stead, which then only reads it: for a reader that may
+	// not make consumers itself (a run node asks the node gate, pkg/gate).
+	Make func(ctx context.Context, stream string, cc jetstream.ConsumerConfig) error
 }
 
 // Subscriber implements watermill's message.Subscriber over durable pull
@@ -343,6 +347,9 @@ func (s *Subscriber) reconsume(ctx context.Context, sub *subscription) (deliveri
 		cons, err := s.js.Consumer(ctx, s.cfg.Stream, cc.Durable)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start
+			if s.cfg.Make != nil {
+				return s.made(ctx, cc)
+			}
 			return s.js.CreateConsumer(ctx, s.cfg.Stream, cc)
 		}
 		return cons, err
@@ -387,7 +394,18 @@ func (s *Subscriber) createConsumer(ctx context.Context, cc jetstream.ConsumerCo
 			return nil, err
 		}
 	}
+	if s.cfg.Make != nil {
+		return s.made(ctx, cc)
+	}
 	return s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, cc)
+}
+
+// made has Make make cc, and reads it.
+func (s *Subscriber) made(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	if err := s.cfg.Make(ctx, s.cfg.Stream, cc); err != nil {
+		return nil, err
+	}
+	return s.js.Consumer(ctx, s.cfg.Stream, cc.Durable)
 }
 
 // run pulls messages and hands them to lanes (or straight out) until ctx ends.

@@ -26,8 +26,21 @@ const (
 	DataBucket = "E31_DATA"
 
 	// LeasesBucket is the KV bucket of leases: node.<name> for each live run
-	// node and leader.<service> for the one instance that decides.
+	// node and leader.<service> for the one instance that decides. Its
+	// expiry markers (what RENT watches to see a lease lapse) need the
+	// stream to take rollups, which the server then forces on: so no run
+	// node writes it; each writes its lease in NodeLeasesBucket, which this
+	// bucket sources.
 	LeasesBucket = "E31_LEASES"
+	// NodeLeasesBucket is where run nodes write their leases
+	// (node.<name>): a KV bucket without expiry markers that refuses
+	// rollups and purges, so that no node can roll up or purge the leases
+	// of the others (a write to its own key with "Nats-Rollup: all" would,
+	// in LeasesBucket, purge every lease, the leader's included, and every
+	// node would fence itself). LeasesBucket sources it, key for key. Its
+	// lease time is three quarters of LeasesBucket's: a lease lapses here,
+	// where the node renews it, before it lapses there, where RENT sees it.
+	NodeLeasesBucket = "E31_NODE_LEASES"
 	// LedgerBucket is the LEDGER's own store, a KV bucket: the records of
 	// jobs that are over (and of every job as of its last checkpoint), an
 	// index of them in the order the log made them, and the checkpoint
@@ -120,6 +133,76 @@ func LeasesBucketConfig(o StreamOptions) jetstream.KeyValueConfig {
 	}
 }
 
+// NodeLeasesStreamConfig is the stream behind NodeLeasesBucket: shaped as
+// nats.go makes a KV bucket (so that a node opens it as one), with no
+// expiry markers, refusing rollups and purges.
+func NodeLeasesStreamConfig(o StreamOptions) jetstream.StreamConfig {
+	ttl := NodeLeaseTTL(LeasesBucketConfig(o).TTL)
+	return jetstream.StreamConfig{
+		Name:              KVStream(NodeLeasesBucket),
+		Description:       "e31 run nodes' leases, as each node writes its own: sourced into " + LeasesBucket,
+		Subjects:          []string{"$KV." + NodeLeasesBucket + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxMsgs:           -1,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		MaxAge:            ttl,
+		MaxConsumers:      -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          max(o.Replicas, 1),
+		Discard:           jetstream.DiscardNew,
+		Duplicates:        min(ttl, DuplicateWindow),
+		AllowDirect:       true,
+		AllowRollup:       false,
+		DenyDelete:        true,
+		DenyPurge:         true,
+	}
+}
+
+// NodeLeaseTTL is the lease time of NodeLeasesBucket for LeasesBucket's
+// lease time: three quarters of it.
+func NodeLeaseTTL(ttl time.Duration) time.Duration { return ttl * 3 / 4 }
+
+// nodeLeasesSource is LeasesBucket's source of the nodes' leases, each key
+// under its own name.
+func nodeLeasesSource() *jetstream.StreamSource {
+	return &jetstream.StreamSource{Name: KVStream(NodeLeasesBucket), SubjectTransforms: []jetstream.SubjectTransformConfig{
+		{Source: "$KV." + NodeLeasesBucket + ".>", Destination: "$KV." + LeasesBucket + ".>"}}}
+}
+
+// LinkNodeLeases makes NodeLeasesBucket if it is missing, and makes
+// LeasesBucket source it if it does not yet: for a deployment made before
+// nodes wrote their leases apart (`e31 setup` and `e31 dev` call it, as
+// the operator). It changes nothing else of either, and reports whether it
+// changed anything.
+func LinkNodeLeases(ctx context.Context, js jetstream.JetStream) (bool, error) {
+	leases, err := js.Stream(ctx, KVStream(LeasesBucket))
+	if err != nil {
+		return false, fmt.Errorf("link the nodes' leases: %w", err)
+	}
+	cfg := leases.CachedInfo().Config
+	changed := false
+	if _, err := js.Stream(ctx, KVStream(NodeLeasesBucket)); errors.Is(err, jetstream.ErrStreamNotFound) {
+		in := NodeLeasesStreamConfig(StreamOptions{Replicas: cfg.Replicas, LeaseTTL: cfg.MaxAge})
+		if _, err := js.CreateStream(ctx, in); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return false, fmt.Errorf("link the nodes' leases: %w", err)
+		}
+		changed = true
+	} else if err != nil {
+		return false, fmt.Errorf("link the nodes' leases: %w", err)
+	}
+	for _, src := range cfg.Sources {
+		if src.Name == KVStream(NodeLeasesBucket) {
+			return changed, nil
+		}
+	}
+	cfg.Sources = append(cfg.Sources, nodeLeasesSource())
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return changed, fmt.Errorf("link the nodes' leases: %w", err)
+	}
+	return true, nil
+}
+
 // KVStream is the stream behind the KV bucket named bucket, as nats.go
 // names it.
 func KVStream(bucket string) string { return "KV_" + bucket }
@@ -131,7 +214,7 @@ func KVStream(bucket string) string { return "KV_" + bucket }
 // own may purge them.
 var Streams = []string{
 	Stream, PoisonStream, TimerStream,
-	KVStream(LeasesBucket), KVStream(LedgerBucket), KVStream(RentBucket), KVStream(OutputBucket),
+	KVStream(LeasesBucket), KVStream(NodeLeasesBucket), KVStream(LedgerBucket), KVStream(RentBucket), KVStream(OutputBucket),
 }
 
 // RentBucketConfig is the configuration of RENT's bucket.
@@ -305,7 +388,7 @@ func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // who made the log three-way replicated must not have a service that was
 // started with the defaults make it single again.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
-	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o), LedgerBucketConfig(o)} {
+	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o), LedgerBucketConfig(o), NodeLeasesStreamConfig(o)} {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
 			continue
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -315,7 +398,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	for _, cfg := range []jetstream.KeyValueConfig{LeasesBucketConfig(o), RentBucketConfig(o)} {
+	leases := LeasesBucketConfig(o)
+	leases.Sources = []*jetstream.StreamSource{nodeLeasesSource()}
+	for _, cfg := range []jetstream.KeyValueConfig{leases, RentBucketConfig(o)} {
 		if _, err := OpenBucket(ctx, js, cfg); err != nil {
 			return err
 		}

@@ -23,6 +23,8 @@ import (
 //	timer.at.<kind>.<job>            a timer while it waits
 //	timer.due.<kind>.<job>           a timer once it fired
 //	poison.<service>                 what a service could never handle
+//	gate.<node>.<op>                 what a node asks of the node gate (pkg/gate)
+//	gate.<node>.chunk.<session>      a piece of what a node puts through the gate
 //
 // Every <…> is one token that ValidID accepts, except <attempt>, a decimal
 // number from 1 without leading zeros. The identity on a client's kinds is
@@ -49,6 +51,7 @@ const (
 	SpaceLogs   Space = "logs"
 	SpaceTimer  Space = "timer"
 	SpacePoison Space = "poison"
+	SpaceGate   Space = "gate"
 )
 
 // Subject is one subject of e31, read into its parts. The zero value of a
@@ -74,6 +77,9 @@ type Subject struct {
 	Due bool
 	// Service is the service of SpacePoison.
 	Service string
+	// Session is the upload a chunk of SpaceGate is part of (Kind
+	// "chunk"); the Kind of a gate subject is what the node asks.
+	Session string
 }
 
 // The kind tokens whose subject carries one more token, and what it is.
@@ -169,6 +175,13 @@ func parseSubject(subject string) (Subject, bool) {
 			return Subject{}, false
 		}
 		return Subject{Space: SpacePoison, Service: t[0]}, true
+	case SpaceGate:
+		switch {
+		case n == 2 && t[1] != GateChunk:
+			return Subject{Space: SpaceGate, Node: t[0], Kind: t[1]}, true
+		case n == 3 && t[1] == GateChunk:
+			return Subject{Space: SpaceGate, Node: t[0], Kind: t[1], Session: t[2]}, true
+		}
 	}
 	return Subject{}, false
 }
@@ -235,6 +248,11 @@ func (s Subject) String() string {
 		return "e31.timer." + when + "." + s.Kind + "." + s.Job
 	case SpacePoison:
 		return "e31.poison." + s.Service
+	case SpaceGate:
+		if s.Kind == GateChunk {
+			return "e31.gate." + s.Node + "." + s.Kind + "." + s.Session
+		}
+		return "e31.gate." + s.Node + "." + s.Kind
 	}
 	return ""
 }
@@ -320,6 +338,26 @@ func NodeLogSubjects(node string) string { return "e31.logs.*.*.*." + node }
 func TimerSubject(kind, job string, due bool) string {
 	return Subject{Space: SpaceTimer, Kind: kind, Job: job, Due: due}.String()
 }
+
+// GateChunk is the kind of a gate subject that carries a piece of an
+// upload (GateChunkSubject); every other kind is a request of its own.
+const GateChunk = "chunk"
+
+// GateSubject is where node asks the node gate (pkg/gate) for op: only
+// node may publish under GateSubjects(node), so the gate knows who asks.
+func GateSubject(node, op string) string {
+	return Subject{Space: SpaceGate, Node: node, Kind: op}.String()
+}
+
+// GateChunkSubject is where node sends the pieces of the upload session
+// the gate opened for it.
+func GateChunkSubject(node, session string) string {
+	return Subject{Space: SpaceGate, Node: node, Kind: GateChunk, Session: session}.String()
+}
+
+// GateSubjects matches everything node may ask of the gate; "*" for every
+// node's (what the gate answers).
+func GateSubjects(node string) string { return "e31.gate." + node + ".>" }
 
 // PoisonSubject is where service puts what it could never handle.
 func PoisonSubject(service string) string {

@@ -33,6 +33,8 @@ func TestParseSubject(t *testing.T) {
 		{"e31.timer.at.expire.j-1", events.Subject{Space: events.SpaceTimer, Kind: "expire", Job: "j-1"}},
 		{"e31.timer.due.sweep.j-1", events.Subject{Space: events.SpaceTimer, Kind: "sweep", Job: "j-1", Due: true}},
 		{"e31.poison.rent", events.Subject{Space: events.SpacePoison, Service: "rent"}},
+		{"e31.gate.n1.get", events.Subject{Space: events.SpaceGate, Node: "n1", Kind: "get"}},
+		{"e31.gate.n1.chunk.s-1", events.Subject{Space: events.SpaceGate, Node: "n1", Kind: "chunk", Session: "s-1"}},
 	}
 	for _, tt := range tests {
 		got, err := events.ParseSubject(tt.subject)
@@ -80,6 +82,10 @@ func TestParseSubjectRefuses(t *testing.T) {
 		"e31.timer.at.expire",
 		"e31.poison",
 		"e31.poison.rent.x",
+		"e31.gate.n1",
+		"e31.gate.n1.chunk",           // a chunk names its session
+		"e31.gate.n1.get.x",           // nothing else does
+		"e31.gate.n1.chunk.s.x",       // and only one
 		"e31.api.alice.ledger.record", // the query side's, not the log's
 		"e31.weird.x",
 		"e31.job." + strings.Repeat("j", 65) + ".submitted",

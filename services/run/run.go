@@ -35,6 +35,7 @@ import (
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/gate"
 	"github.com/e31net/e31/pkg/lease"
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/retry"
@@ -74,8 +75,15 @@ type Config struct {
 	// nothing only then. When New opens the executor, it is set from
 	// ExecutorKind.
 	AllowUnisolated bool
+	// Gate, if set, is how the node reaches what a node's permissions do
+	// not let it reach itself (pkg/gate): its consumers, made for it, and
+	// the store of each attempt held on it, while it is held. A node with
+	// a node's credentials (the NODES account) needs it; Stores and Store
+	// are then unused.
+	Gate *gate.Client
 	// Stores gives each submitter's store; Store, if set instead, serves
-	// every submitter (tests). Neither: every submitter's bucket in js.
+	// every submitter (tests). Neither nor Gate: every submitter's bucket
+	// in js.
 	Stores stage.Stores
 	Store  stage.Store
 	// Grace is how long before its limit a job gets SIGTERM (SIGKILL comes
@@ -147,7 +155,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Stores == nil && cfg.Store != nil {
 		cfg.Stores = stage.Single{Store: cfg.Store}
 	}
-	if cfg.Stores == nil {
+	if cfg.Stores == nil && cfg.Gate == nil {
 		cfg.Stores = stage.NewTenants(js, true)
 	}
 	if cfg.Grace <= 0 {
@@ -206,10 +214,15 @@ func (s *Service) closeExecutor() {
 // they are held again elsewhere) and returns.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.closeExecutor()
-	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
-		return err
+	// A node with a node's credentials sets up nothing: it may not.
+	if s.cfg.Gate == nil {
+		if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
+			return err
+		}
 	}
-	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
+	// Its own lease, in the bucket of the nodes' leases, which no node can
+	// roll up: RENT sees it in the leases bucket, which sources it.
+	kv, err := s.js.KeyValue(ctx, events.NodeLeasesBucket)
 	if err != nil {
 		return fmt.Errorf("run: leases: %w", err)
 	}
@@ -238,24 +251,30 @@ func (s *Service) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// handle runs the node's handlers until ctx ends.
+// handle runs the node's handlers until ctx ends, on the consumers a node
+// reads (gate.NodeConsumers), made by the gate where the node may not.
 func (s *Service) handle(ctx context.Context) error {
-	durable := "run-" + s.cfg.Node
+	var makeConsumer func(context.Context, string, jetstream.ConsumerConfig) error
+	if s.cfg.Gate != nil {
+		makeConsumer = s.cfg.Gate.MakeConsumer
+	}
+	cs := gate.NodeConsumers(s.cfg.Node)
+	holds, cancels := cs[0], cs[1]
 	return bus.Run(ctx, s.js, s.pub, "run", s.log,
 		bus.Handler{
-			Name:  "held",
-			Topic: events.HeldSubject(s.cfg.Node),
+			Name:  holds.Handler,
+			Topic: holds.Topic,
 			// Every hold at once: RENT already decided what fits here. A
 			// hold whose node died is redelivered after AckWait, when the
 			// node is back: short, because running jobs keep their holds
 			// alive with in-progress signals.
-			Subscriber: bus.SubscriberConfig{Durable: durable, Lanes: 0, MaxAckPending: 10000, AckWait: 10 * time.Second},
+			Subscriber: bus.SubscriberConfig{Durable: holds.Durable, Lanes: 0, MaxAckPending: 10000, AckWait: 10 * time.Second, Make: makeConsumer},
 			Handle:     s.HandleHeld,
 		},
 		bus.Handler{
-			Name:       "cancel",
-			Topic:      events.KindSubject(events.TypeCancelRequested),
-			Subscriber: bus.SubscriberConfig{Durable: durable, Lanes: 0, DeliverNew: true},
+			Name:       cancels.Handler,
+			Topic:      cancels.Topic,
+			Subscriber: bus.SubscriberConfig{Durable: cancels.Durable, Lanes: 0, DeliverNew: true, Make: makeConsumer},
 			Handle:     s.HandleCancel,
 		},
 	)
@@ -595,9 +614,14 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: spec.Request.DiskBytes,
 		Limit: limit, Deadline: deadline, Grace: grace,
 	}
-	// A job's data, output and logs live in its submitter's store.
+	// A job's data, output and logs live in its submitter's store, which
+	// a node reaches through the gate, for this attempt alone.
 	var store stage.Store
 	err := again(prepCtx, log, "opening the store", tryRequest, func(ctx context.Context) (err error) {
+		if s.cfg.Gate != nil {
+			store = s.cfg.Gate.Store(job, held.Attempt)
+			return nil
+		}
 		store, err = s.cfg.Stores.For(ctx, held.Submitter)
 		return err
 	})

@@ -1,0 +1,200 @@
+package gate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/bus"
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/stage"
+)
+
+// hold is one attempt as the gate knows it from the log: where it is held,
+// whether its hold is over, and what of its submitter's store it may read.
+// Its fields are guarded by mu.
+type hold struct {
+	mu        sync.Mutex
+	job       string
+	attempt   int
+	node      string // where it was held; "" if it never was
+	submitter string
+	data      []events.DataRef
+	last      uint64 // the job's last message read
+	over      string // why the hold is over; "" while it is held
+	// reads are the objects the attempt may read, once known: those its
+	// staged data is stored in.
+	reads map[string]bool
+}
+
+// fold takes what the job's log says after h.last.
+func (h *hold) fold(hist bus.History) {
+	for _, e := range hist.Events {
+		switch ev := e.Event.(type) {
+		case *events.ComputeHeld:
+			switch {
+			case ev.Attempt == h.attempt && h.node == "":
+				h.node, h.submitter, h.data = ev.Node, ev.Submitter, ev.Spec.Data
+			case ev.Attempt > h.attempt && h.over == "":
+				h.over = "the job was held again"
+			}
+		case *events.RunStopped:
+			// The node's own stop ends its hold; another node's is
+			// set aside, as everywhere.
+			if ev.Attempt == h.attempt && events.FromHolder(ev, h.node) && h.over == "" {
+				h.over = "the attempt stopped"
+			}
+		case *events.HoldLost:
+			if ev.Attempt == h.attempt && h.over == "" {
+				h.over = "the attempt was lost with its node"
+			}
+		case *events.ComputeReleased:
+			if ev.Attempt == h.attempt && h.over == "" {
+				h.over = "the attempt's compute was released"
+			}
+		}
+		if events.Terminal(e.Event) && h.over == "" {
+			h.over = "the job is over"
+		}
+	}
+	h.last = max(h.last, hist.Last)
+}
+
+// holds are the attempts the gate was asked about lately. Their number is
+// bounded: one the gate forgot is read again from the log.
+type holds struct {
+	mu sync.Mutex
+	m  map[holdKey]*hold
+}
+
+type holdKey struct {
+	job     string
+	attempt int
+}
+
+// maxHolds bounds the attempts remembered: more than a node runs at once
+// times the nodes that ask one gate instance at once.
+const maxHolds = 4096
+
+func (hs *holds) get(job string, attempt int) *hold {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	k := holdKey{job, attempt}
+	if h := hs.m[k]; h != nil {
+		return h
+	}
+	if len(hs.m) >= maxHolds {
+		// Those over first; if none is, any: it is read again.
+		for key, h := range hs.m {
+			if h.mu.TryLock() {
+				over := h.over != ""
+				h.mu.Unlock()
+				if over {
+					delete(hs.m, key)
+				}
+			}
+		}
+		for key := range hs.m {
+			if len(hs.m) < maxHolds {
+				break
+			}
+			delete(hs.m, key)
+		}
+	}
+	h := &hold{job: job, attempt: attempt}
+	hs.m[k] = h
+	return h
+}
+
+// held checks, as the log says now (one read of what the job's log holds
+// past what was read before), that attempt of job is held on node and its
+// hold is not over. Anything else is ErrRefused, saying which. Its node,
+// submitter and data, once known, never change.
+func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold, error) {
+	if !events.ValidID(job) || attempt < 1 {
+		return nil, fmt.Errorf("%w: job %q attempt %d", errBadRequest, job, attempt)
+	}
+	h := s.holds.get(job, attempt)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
+	if err != nil {
+		return nil, err
+	}
+	h.fold(hist)
+	// One message: another node learns nothing of where the attempt is.
+	switch {
+	case h.node != node:
+		return nil, fmt.Errorf("%w: job %s attempt %d is not held on node %s", ErrRefused, job, attempt, node)
+	case h.over != "":
+		return nil, fmt.Errorf("%w: the hold of job %s attempt %d on node %s is over: %s", ErrRefused, job, attempt, node, h.over)
+	}
+	return h, nil
+}
+
+// readable reports whether the attempt may read name: an object its staged
+// data is stored in (its files and folders, the output of a job it stages
+// from), learned once per attempt.
+func (s *Server) readable(ctx context.Context, h *hold, st stage.Store, name string) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reads == nil {
+		reads := map[string]bool{}
+		x := stage.NewExpander(st)
+		for _, ref := range h.data {
+			if ref.Digest == "" && ref.FromJob != "" {
+				resolved, err := s.outputOf(ctx, st, ref.FromJob)
+				if err != nil {
+					// The node, which resolves it the same way,
+					// fails to stage it, and says why.
+					continue
+				}
+				ref = resolved
+			}
+			if ref.Digest == "" {
+				continue
+			}
+			names, _, err := x.Objects(ctx, ref.Kind, ref.Digest)
+			if errors.Is(err, stage.ErrBadRef) {
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			for _, n := range names {
+				reads[n] = true
+			}
+		}
+		h.reads = reads
+	}
+	return h.reads[name], nil
+}
+
+// outputOf is the output an earlier, succeeded job returned, as data: what
+// a job that stages it (from_job) reads. RUN resolves it alike.
+func (s *Server) outputOf(ctx context.Context, st stage.Store, job string) (events.DataRef, error) {
+	history, err := bus.ReadJob(ctx, s.js, job, 1)
+	if err != nil {
+		return events.DataRef{}, err
+	}
+	over, outcome, ret := events.FinalOutput(history)
+	if !over || outcome != events.Succeeded || ret == nil {
+		return events.DataRef{}, fmt.Errorf("job %s has not succeeded", job)
+	}
+	if _, gone := events.DeletedOf(history, events.WhatOutput); gone {
+		return events.DataRef{}, fmt.Errorf("the output of job %s was deleted", job)
+	}
+	return stage.OutputRef(ctx, st, ret.Manifest, ret.Files)
+}
+
+// storeOf is the store of the attempt's submitter.
+func (s *Server) storeOf(ctx context.Context, h *hold) (stage.Store, error) {
+	st, err := s.stores.For(ctx, h.submitter)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, stage.ErrNoBucket) {
+		return nil, fmt.Errorf("the store of job %s: %w", h.job, stage.ErrNotFound)
+	}
+	return st, err
+}
