@@ -143,6 +143,10 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 		ev = &events.DeleteRequested{What: events.WhatData, By: tail}
 	case events.TypeComputeHeld:
 		ev = &events.ComputeHeld{Hold: events.Hold{Node: tail}}
+	case events.TypeRunStarted:
+		ev = &events.RunStarted{Hold: events.Hold{Node: node}}
+	case events.TypeRunStopped:
+		ev = &events.RunStopped{Hold: events.Hold{Node: node}}
 	case events.TypeNodeAnnounced:
 		id, ev = node, &events.NodeAnnounced{Node: node}
 	case events.TypeNodeExpired:
@@ -244,7 +248,8 @@ func TestEachRoleMayPublishOnlyItsEvents(t *testing.T) {
 			}
 			// As someone else: bob's name, another node.
 			switch ceType {
-			case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested, events.TypeNodeAnnounced:
+			case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested, events.TypeNodeAnnounced,
+				events.TypeRunStarted, events.TypeRunStopped:
 				other := subjectFor(t, ceType, "node-2", "bob")
 				if got := !refused(t, nc, other); got != (id.Role == auth.Operator) {
 					t.Errorf("%s publishing %s on %s: allowed %v, want only the operator", id, events.Name(ceType), other, got)
@@ -405,8 +410,8 @@ func TestCredentialsSayWhoTheyAre(t *testing.T) {
 		t.Errorf("identity %+v (%v), want %+v", got, err, id)
 	}
 	uc, err := back.Claims()
-	if err != nil || uc.Expires == 0 || uc.IssuerAccount != tr.keys.AccountKey() {
-		t.Errorf("claims %+v (%v): want an expiry, issued for the E31 account", uc, err)
+	if err != nil || uc.Expires == 0 || uc.IssuerAccount != tr.keys.NodesAccountKey() {
+		t.Errorf("claims %+v (%v): want an expiry, issued for the NODES account", uc, err)
 	}
 	nc, err := nats.Connect(tr.srv.ClientURL(), nats.UserCredentials(p), nats.CustomInboxPrefix(id.InboxPrefix()))
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // server trust e31's operator: include it from each server's config
 // (`include ./e31-auth.conf`). It uses the server's own account resolver
 // ("full": JWTs kept in resolverDir and shared across a cluster), preloaded
-// with the E31, TENANTS and system accounts, so that a pushed account update (Push,
+// with the E31, TENANTS, NODES and system accounts, so that a pushed account update (Push,
 // after Revoke) reaches every server without a restart.
 func (k *Keys) ServerConfig(resolverDir string) (string, error) {
 	t, err := k.Trust()
@@ -45,6 +45,8 @@ func (k *Keys) ServerConfig(resolverDir string) (string, error) {
 			name = "SYS"
 		case k.TenantsAccountKey():
 			name = TenantsAccountName
+		case k.NodesAccountKey():
+			name = NodesAccountName
 		}
 		fmt.Fprintf(&b, "  # %s\n  %s: %q\n", name, key, t.Accounts[key])
 	}
@@ -52,7 +54,7 @@ func (k *Keys) ServerConfig(resolverDir string) (string, error) {
 	return b.String(), nil
 }
 
-// Push gives the servers reachable at url the JWTs of e31's two accounts
+// Push gives the servers reachable at url the JWTs of e31's accounts
 // as they are signed now (with the revocations of Keys.Revoke), as the
 // system account, and waits for a server to take each. Servers of a
 // cluster pass them on to each other.

@@ -113,3 +113,8 @@ func (id Identity) InboxPrefix() string {
 	}
 	return "_INBOX_" + string(id.Role) + "_" + id.Name
 }
+
+// IsNode reports whether the identity is a run node (the service run, one
+// per node, named after it): a user of the NODES account, which may speak
+// only for itself and the jobs held on it.
+func (id Identity) IsNode() bool { return id.Role == Service && id.Service == RunService }

@@ -22,8 +22,14 @@ const AccountName = "E31"
 // TenantsAccountName is the name of the submitters' account. It has no
 // JetStream of its own and reaches e31 only through service imports from
 // E31, so that every reply to a submitter's request comes back into it
-// (see doc.go, "Two accounts").
+// (see doc.go, "Accounts").
 const TenantsAccountName = "TENANTS"
+
+// NodesAccountName is the name of the run nodes' account: like TENANTS, no
+// JetStream of its own, and e31 only through the imports of what E31
+// exports to it (see doc.go, "Accounts"). What the nodes' jobs write it
+// exports to TENANTS and E31.
+const NodesAccountName = "NODES"
 
 // Key files in a keys directory: the seeds, each readable by its owner only.
 // Whoever holds account-signing.nk can mint any identity; whoever holds
@@ -38,11 +44,15 @@ const (
 	SystemSigningKeyFile   = "system-signing.nk"
 	TenantsKeyFile         = "tenants.nk"
 	TenantsSigningKeyFile  = "tenants-signing.nk"
+	NodesKeyFile           = "nodes.nk"
+	NodesSigningKeyFile    = "nodes-signing.nk"
 	// AccountJWTFile keeps the account JWT once written, so that what is
 	// only in it (revocations) survives the next signing.
 	AccountJWTFile = "account.jwt"
 	// TenantsJWTFile does the same for the TENANTS account.
 	TenantsJWTFile = "tenants.jwt"
+	// NodesJWTFile does the same for the NODES account.
+	NodesJWTFile = "nodes.jwt"
 )
 
 // keyFiles lists the seeds a keys directory has had from the start: all or
@@ -52,7 +62,8 @@ var keyFiles = []string{OperatorKeyFile, OperatorSigningKeyFile, AccountKeyFile,
 // ErrKeys is wrapped by errors about a keys directory that cannot be used.
 var ErrKeys = errors.New("auth: keys")
 
-// Keys are the operator's, the E31, TENANTS and system accounts' keys.
+// Keys are the operator's, the E31, TENANTS, NODES and system accounts'
+// keys.
 // The identity keys sign only their own claims; everyday signing is done
 // with the signing keys (the operator's signs accounts, each account's signs
 // its users), so that a signing key can be replaced without changing who the
@@ -69,6 +80,8 @@ type Keys struct {
 	SystemSigning   nkeys.KeyPair
 	Tenants         nkeys.KeyPair
 	TenantsSigning  nkeys.KeyPair
+	Nodes           nkeys.KeyPair
+	NodesSigning    nkeys.KeyPair
 }
 
 // InitKeys loads the keys in dir, or creates them all if dir has none, and
@@ -120,14 +133,14 @@ func InitKeys(dir string) (*Keys, bool, error) {
 		}
 		*x.kp = kp
 	}
-	if err := k.addTenantsKeys(); err != nil {
+	if err := k.addLaterKeys(); err != nil {
 		return nil, false, err
 	}
 	return k, true, nil
 }
 
-// LoadKeys reads the keys in dir, and makes the TENANTS account's if dir
-// was made before there was one.
+// LoadKeys reads the keys in dir, and makes the TENANTS and NODES
+// accounts' if dir was made before there were.
 func LoadKeys(dir string) (*Keys, error) {
 	k := &Keys{Dir: dir}
 	for _, x := range []struct {
@@ -156,23 +169,27 @@ func LoadKeys(dir string) (*Keys, error) {
 		}
 		*x.kp = kp
 	}
-	if err := k.addTenantsKeys(); err != nil {
+	if err := k.addLaterKeys(); err != nil {
 		return nil, err
 	}
 	return k, nil
 }
 
-// addTenantsKeys reads the TENANTS account's keys, making whichever is
-// missing: they came after the others, and a directory made before gains
-// them when it is loaded. The account holds no data, so new keys orphan
-// nothing; they void only submitter credentials signed by keys now gone.
-func (k *Keys) addTenantsKeys() error {
+// addLaterKeys reads the TENANTS and NODES accounts' keys, making
+// whichever is missing: they came after the others, and a directory made
+// before gains them when it is loaded. Neither account holds data, so new
+// keys orphan nothing; they void only credentials signed by keys now gone
+// (a node's made before NODES are E31 users, and keep working until
+// revoked: see SECURITY.md).
+func (k *Keys) addLaterKeys() error {
 	for _, x := range []struct {
 		kp   *nkeys.KeyPair
 		file string
 	}{
 		{&k.Tenants, TenantsKeyFile},
 		{&k.TenantsSigning, TenantsSigningKeyFile},
+		{&k.Nodes, NodesKeyFile},
+		{&k.NodesSigning, NodesSigningKeyFile},
 	} {
 		p := filepath.Join(k.Dir, x.file)
 		b, err := os.ReadFile(p)
@@ -222,16 +239,40 @@ func (k *Keys) AccountKey() string { return pub(k.Account) }
 // TenantsAccountKey is the TENANTS account's public key.
 func (k *Keys) TenantsAccountKey() string { return pub(k.Tenants) }
 
+// NodesAccountKey is the NODES account's public key.
+func (k *Keys) NodesAccountKey() string { return pub(k.Nodes) }
+
 // SystemAccountKey is the system account's public key.
 func (k *Keys) SystemAccountKey() string { return pub(k.System) }
 
 // AccountOf is the public key of the account whose users have role:
-// TENANTS for submitters, E31 for everyone else.
+// TENANTS for submitters, E31 for everyone else but the run nodes (see
+// AccountFor).
 func (k *Keys) AccountOf(role Role) string {
 	if role == Submitter {
 		return k.TenantsAccountKey()
 	}
 	return k.AccountKey()
+}
+
+// AccountFor is the public key of the account id is a user of: NODES for
+// a run node (service run), else AccountOf its role.
+func (k *Keys) AccountFor(id Identity) string {
+	if id.IsNode() {
+		return k.NodesAccountKey()
+	}
+	return k.AccountOf(id.Role)
+}
+
+// signerFor is the signing key of id's account.
+func (k *Keys) signerFor(id Identity) nkeys.KeyPair {
+	switch {
+	case id.IsNode():
+		return k.NodesSigning
+	case id.Role == Submitter:
+		return k.TenantsSigning
+	}
+	return k.AccountSigning
 }
 
 // OperatorJWT is the operator's self-signed JWT: what servers trust.
@@ -250,21 +291,21 @@ func (k *Keys) OperatorJWT() (string, error) {
 	return t, nil
 }
 
-// tenantService is one service E31 exports to TENANTS, and TENANTS imports
+// shared is one subject an account exports to another, which imports it
 // under the same subject.
-type tenantService struct {
+type shared struct {
 	subject string
 	// stream: the answer to one request may be several messages.
 	stream bool
-	// flow: not a service but a flow of messages E31 publishes and TENANTS
-	// receives (a stream export, in NATS's words): a request's reply plays
-	// no part in it.
+	// flow: not a service but a flow of messages the exporter publishes
+	// and the importer receives (a stream export, in NATS's words): a
+	// request's reply plays no part in it.
 	flow bool
 }
 
 // tenantServices is everything a submitter may ask of e31: what E31
-// exports and TENANTS imports. A submitter's permissions narrow each to its
-// own subjects (Permissions); the imports only carry what those permissions
+// exports to TENANTS. A submitter's permissions narrow each to its own
+// subjects (Permissions); the imports only carry what those permissions
 // let through into E31, and every answer back. They are:
 //
 //   - its requests, cancels and deletions, stored by the E31 stream: the
@@ -272,27 +313,111 @@ type tenantService struct {
 //   - its queries, answered by the query services;
 //   - the object store subjects of its bucket (chunks and metadata): PubAcks;
 //   - the JetStream API (the info of its bucket, reading, purging): an API
-//     answer, or for a batched direct get several messages;
-//   - and, flowing the other way, what its running jobs write, which nodes
-//     publish for `e31 logs --follow` (events.LogSubjects).
-func tenantServices() []tenantService {
-	var out []tenantService
+//     answer, or for a batched direct get several messages.
+//
+// What its running jobs write (events.LogSubjects), which nodes publish
+// for `e31 logs --follow`, it imports from NODES (nodeFlows).
+func tenantServices() []shared {
+	var out []shared
 	for _, t := range submitted {
-		out = append(out, tenantService{subject: subjectOf(t, "*", "*")})
+		out = append(out, shared{subject: subjectOf(t, "*", "*")})
 	}
 	return append(out,
-		tenantService{subject: wire.UserSubjects("*")},
-		tenantService{subject: "$O.>"},
-		tenantService{subject: jsAPI + ">", stream: true},
-		tenantService{subject: events.LogSubjects("*"), flow: true},
+		shared{subject: wire.UserSubjects("*")},
+		shared{subject: "$O.>"},
+		shared{subject: jsAPI + ">", stream: true},
 	)
+}
+
+// nodeServices is everything a run node may ask of e31: what E31 exports
+// to NODES. A node's permissions narrow each to its own (Permissions);
+// through the imports every answer comes back into NODES, where nothing
+// stores it. They are:
+//
+//   - its events (NodeAnnounced, RunStarted, RunStopped) and its poison
+//     subject, stored by the E31 and poison streams: the answer is the
+//     PubAck;
+//   - its lease, in the nodes' bucket (events.NodeLeasesBucket): PubAcks;
+//   - the JetStream API (reading the log, the info of its consumers and
+//     the pulls from them): an API answer, or several messages;
+//   - the acks of what it pulled, which go to $JS.ACK.<stream>.<consumer>…;
+//   - the node gate (pkg/gate), which may answer with several messages.
+func nodeServices() []shared {
+	var out []shared
+	for _, t := range owned[RunService] {
+		out = append(out, shared{subject: subjectOf(t, "*", "*")})
+	}
+	return append(out,
+		shared{subject: events.PoisonSubject(RunService)},
+		shared{subject: "$KV." + events.NodeLeasesBucket + ".>"},
+		shared{subject: jsAPI + ">", stream: true},
+		shared{subject: "$JS.ACK.>"},
+		shared{subject: events.GateSubjects("*"), stream: true},
+	)
+}
+
+// nodeFlows is what NODES exports, to TENANTS and E31: what the nodes'
+// running jobs write, for their submitters (and the operator) to follow.
+func nodeFlows() []shared {
+	return []shared{{subject: events.LogSubjects("*"), flow: true}}
+}
+
+// export is s as an export that only an account holding an activation
+// token may import.
+func (s shared) export() *jwt.Export {
+	e := &jwt.Export{Name: s.subject, Subject: jwt.Subject(s.subject), TokenReq: true, Type: jwt.Service,
+		ResponseType: jwt.ResponseTypeSingleton}
+	if s.stream {
+		e.ResponseType = jwt.ResponseTypeStream
+	}
+	if s.flow {
+		e.Type, e.ResponseType = jwt.Stream, ""
+	}
+	return e
+}
+
+// imports adds to ac the imports of what the account from exports,
+// each with an activation token signed by signer for ac's account.
+func imports(ac *jwt.AccountClaims, from string, signer nkeys.KeyPair, what []shared) error {
+	for _, s := range what {
+		typ := jwt.Service
+		if s.flow {
+			typ = jwt.Stream
+		}
+		act := jwt.NewActivationClaims(ac.Subject)
+		act.Name = s.subject
+		act.ImportSubject = jwt.Subject(s.subject)
+		act.ImportType = typ
+		act.IssuerAccount = from
+		token, err := act.Encode(signer)
+		if err != nil {
+			return fmt.Errorf("%w: sign the activation of %s: %w", ErrKeys, s.subject, err)
+		}
+		ac.Imports.Add(&jwt.Import{Name: s.subject, Subject: jwt.Subject(s.subject), Account: from, Token: token, Type: typ})
+	}
+	return nil
+}
+
+// exported is what E31 exports: what TENANTS and NODES import, each
+// subject once.
+func exported() []shared {
+	var out []shared
+	seen := map[string]bool{}
+	for _, s := range append(tenantServices(), nodeServices()...) {
+		if !seen[s.subject] {
+			seen[s.subject] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // AccountJWT signs the E31 account's JWT: JetStream enabled without limits,
 // users signed by the account signing key, no permissions at all for a
-// user whose JWT carries none, and the services TENANTS imports, exported
-// to it alone (an activation token signed for it). Revocations already in
-// the account JWT file are kept.
+// user whose JWT carries none, the services TENANTS and NODES import,
+// exported to them alone (an activation token signed for each), and what
+// the nodes' jobs write, imported from NODES for the operator. Revocations
+// already in the account JWT file are kept.
 func (k *Keys) AccountJWT() (string, error) {
 	prev, err := k.readAccountJWT(AccountJWTFile, pub(k.Account))
 	if err != nil {
@@ -311,16 +436,11 @@ func (k *Keys) signAccount(revoked jwt.RevocationList) (string, error) {
 	// none, rather than everything.
 	ac.DefaultPermissions.Pub.Deny.Add(">")
 	ac.DefaultPermissions.Sub.Deny.Add(">")
-	for _, s := range tenantServices() {
-		e := &jwt.Export{Name: s.subject, Subject: jwt.Subject(s.subject), Type: jwt.Service, TokenReq: true,
-			ResponseType: jwt.ResponseTypeSingleton}
-		if s.stream {
-			e.ResponseType = jwt.ResponseTypeStream
-		}
-		if s.flow {
-			e.Type, e.ResponseType = jwt.Stream, ""
-		}
-		ac.Exports.Add(e)
+	for _, s := range exported() {
+		ac.Exports.Add(s.export())
+	}
+	if err := imports(ac, pub(k.Nodes), k.NodesSigning, nodeFlows()); err != nil {
+		return "", err
 	}
 	t, err := ac.Encode(k.OperatorSigning)
 	if err != nil {
@@ -331,8 +451,8 @@ func (k *Keys) signAccount(revoked jwt.RevocationList) (string, error) {
 
 // TenantsJWT signs the TENANTS account's JWT: no JetStream, users signed
 // by its own signing key, no permissions for a user whose JWT carries none,
-// and the imports of tenantServices from E31. Revocations already in the
-// TENANTS JWT file are kept.
+// the imports of tenantServices from E31 and of nodeFlows from NODES.
+// Revocations already in the TENANTS JWT file are kept.
 func (k *Keys) TenantsJWT() (string, error) {
 	prev, err := k.readAccountJWT(TenantsJWTFile, pub(k.Tenants))
 	if err != nil {
@@ -352,29 +472,51 @@ func (k *Keys) signTenants(revoked jwt.RevocationList) (string, error) {
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{}
 	ac.DefaultPermissions.Pub.Deny.Add(">")
 	ac.DefaultPermissions.Sub.Deny.Add(">")
-	for _, s := range tenantServices() {
-		act := jwt.NewActivationClaims(pub(k.Tenants))
-		act.Name = s.subject
-		act.ImportSubject = jwt.Subject(s.subject)
-		act.ImportType = jwt.Service
-		if s.flow {
-			act.ImportType = jwt.Stream
-		}
-		act.IssuerAccount = pub(k.Account)
-		token, err := act.Encode(k.AccountSigning)
-		if err != nil {
-			return "", fmt.Errorf("%w: sign the activation of %s: %w", ErrKeys, s.subject, err)
-		}
-		imp := &jwt.Import{Name: s.subject, Subject: jwt.Subject(s.subject), Account: pub(k.Account),
-			Token: token, Type: jwt.Service}
-		if s.flow {
-			imp.Type = jwt.Stream
-		}
-		ac.Imports.Add(imp)
+	if err := imports(ac, pub(k.Account), k.AccountSigning, tenantServices()); err != nil {
+		return "", err
+	}
+	if err := imports(ac, pub(k.Nodes), k.NodesSigning, nodeFlows()); err != nil {
+		return "", err
 	}
 	t, err := ac.Encode(k.OperatorSigning)
 	if err != nil {
 		return "", fmt.Errorf("%w: sign the tenants account: %w", ErrKeys, err)
+	}
+	return t, nil
+}
+
+// NodesJWT signs the NODES account's JWT: no JetStream, users signed by
+// its own signing key, no permissions for a user whose JWT carries none,
+// the imports of nodeServices from E31, and nodeFlows exported to TENANTS
+// and E31. Revocations already in the NODES JWT file are kept.
+func (k *Keys) NodesJWT() (string, error) {
+	prev, err := k.readAccountJWT(NodesJWTFile, pub(k.Nodes))
+	if err != nil {
+		return "", err
+	}
+	return k.signNodes(prev)
+}
+
+func (k *Keys) signNodes(revoked jwt.RevocationList) (string, error) {
+	ac := jwt.NewAccountClaims(pub(k.Nodes))
+	ac.Revocations = revoked
+	ac.Name = NodesAccountName
+	ac.SigningKeys.Add(pub(k.NodesSigning))
+	// No JetStream, for the reason TENANTS has none: whatever reply a
+	// node names, JetStream's answer comes back here, where nothing
+	// stores it.
+	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{}
+	ac.DefaultPermissions.Pub.Deny.Add(">")
+	ac.DefaultPermissions.Sub.Deny.Add(">")
+	if err := imports(ac, pub(k.Account), k.AccountSigning, nodeServices()); err != nil {
+		return "", err
+	}
+	for _, s := range nodeFlows() {
+		ac.Exports.Add(s.export())
+	}
+	t, err := ac.Encode(k.OperatorSigning)
+	if err != nil {
+		return "", fmt.Errorf("%w: sign the nodes account: %w", ErrKeys, err)
 	}
 	return t, nil
 }
@@ -412,32 +554,45 @@ func (k *Keys) WriteAccountJWT() (string, error) {
 	return t, nil
 }
 
-// WriteAccountJWTs signs the JWTs of both of e31's accounts, writes each
-// to its file, and returns them by account public key, E31's first in
-// AccountOrder: what servers are given, preloaded or pushed.
+// WriteAccountJWTs signs the JWTs of e31's three accounts, writes each to
+// its file, and returns them by account public key: what servers are
+// given, preloaded or pushed (in AccountOrder).
 func (k *Keys) WriteAccountJWTs() (map[string]string, error) {
 	acc, err := k.WriteAccountJWT()
 	if err != nil {
 		return nil, err
 	}
-	ten, err := k.TenantsJWT()
-	if err != nil {
-		return nil, err
+	out := map[string]string{pub(k.Account): acc}
+	for _, a := range []struct {
+		file, account string
+		sign          func() (string, error)
+	}{
+		{TenantsJWTFile, pub(k.Tenants), k.TenantsJWT},
+		{NodesJWTFile, pub(k.Nodes), k.NodesJWT},
+	} {
+		t, err := a.sign()
+		if err != nil {
+			return nil, err
+		}
+		if err := writeSecret(filepath.Join(k.Dir, a.file), []byte(t+"\n")); err != nil {
+			return nil, err
+		}
+		out[a.account] = t
 	}
-	if err := writeSecret(filepath.Join(k.Dir, TenantsJWTFile), []byte(ten+"\n")); err != nil {
-		return nil, err
-	}
-	return map[string]string{pub(k.Account): acc, pub(k.Tenants): ten}, nil
+	return out, nil
 }
 
-// AccountOrder is the order accounts are given to servers in: E31 (the
-// exporter) before TENANTS (its importer).
-func (k *Keys) AccountOrder() []string { return []string{pub(k.Account), pub(k.Tenants)} }
+// AccountOrder is the order accounts are given to servers in: E31, the
+// exporter of most, first; then NODES, which exports to TENANTS; then
+// TENANTS.
+func (k *Keys) AccountOrder() []string {
+	return []string{pub(k.Account), pub(k.Nodes), pub(k.Tenants)}
+}
 
-// Revoke records in both account JWT files that every credential of user
+// Revoke records in every account JWT file that every credential of user
 // (its public key, Creds.UserKey) issued until now is void, whichever
 // account signed them: a key names no account, and a revocation in the
-// other one is harmless. Servers learn of it when they are given the JWTs
+// others is harmless. Servers learn of it when they are given the JWTs
 // (Push).
 func (k *Keys) Revoke(userKey string) error {
 	if !nkeys.IsValidPublicUserKey(userKey) {
@@ -449,6 +604,7 @@ func (k *Keys) Revoke(userKey string) error {
 	}{
 		{AccountJWTFile, pub(k.Account), k.signAccount},
 		{TenantsJWTFile, pub(k.Tenants), k.signTenants},
+		{NodesJWTFile, pub(k.Nodes), k.signNodes},
 	} {
 		prev, err := k.readAccountJWT(a.file, a.account)
 		if err != nil {
@@ -486,8 +642,8 @@ func (k *Keys) SystemJWT() (string, error) {
 type Trust struct {
 	OperatorJWT   string
 	SystemAccount string
-	// Accounts maps each account's public key to its JWT: E31, TENANTS
-	// and the system account.
+	// Accounts maps each account's public key to its JWT: E31, TENANTS,
+	// NODES and the system account.
 	Accounts map[string]string
 }
 
@@ -510,8 +666,9 @@ func (k *Keys) Trust() (Trust, error) {
 }
 
 // Issue mints credentials for id, valid for expires (0: until revoked),
-// with the permissions of its role: a submitter in the TENANTS account,
-// signed by its signing key; everyone else in E31.
+// with the permissions of its role: a submitter in the TENANTS account and
+// a run node in NODES, each signed by its account's signing key; everyone
+// else in E31.
 func (k *Keys) Issue(id Identity, expires time.Duration) (Creds, error) {
 	perms, err := Permissions(id)
 	if err != nil {
@@ -523,7 +680,7 @@ func (k *Keys) Issue(id Identity, expires time.Duration) (Creds, error) {
 	}
 	uc := jwt.NewUserClaims(pub(ukp))
 	uc.Name = id.Name
-	uc.IssuerAccount = k.AccountOf(id.Role)
+	uc.IssuerAccount = k.AccountFor(id)
 	uc.Permissions = perms
 	uc.Tags.Add(tagRole + string(id.Role))
 	if id.Service != "" {
@@ -532,11 +689,7 @@ func (k *Keys) Issue(id Identity, expires time.Duration) (Creds, error) {
 	if expires > 0 {
 		uc.Expires = time.Now().Add(expires).Unix()
 	}
-	signer := k.AccountSigning
-	if id.Role == Submitter {
-		signer = k.TenantsSigning
-	}
-	t, err := uc.Encode(signer)
+	t, err := uc.Encode(k.signerFor(id))
 	if err != nil {
 		return Creds{}, fmt.Errorf("auth: issue %s: %w", id, err)
 	}

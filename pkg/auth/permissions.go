@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/gate"
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/query/wire"
 )
@@ -96,9 +97,47 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 		g.pub(readMessages(ledger)...)
 		g.pub(consume(ledger, false)...)
 	case Service:
-		servicePermissions(&g, id)
+		if id.IsNode() {
+			nodePermissions(&g, id)
+		} else {
+			servicePermissions(&g, id)
+		}
 	}
 	return g.permissions(), nil
+}
+
+// nodePermissions adds what a run node needs, in the NODES account, all of
+// it through its imports (keys.go) and all of it under its own name:
+//
+//   - its events (NodeAnnounced, RunStarted, RunStopped) on the subjects
+//     that end with it, and its poison subject;
+//   - what its jobs write (events.NodeLogSubjects);
+//   - its lease, in the nodes' bucket (events.NodeLeasesBucket): nothing
+//     else of any bucket, and no rollup anyone could take (the bucket
+//     refuses them);
+//   - reading the log (direct gets: a job's history, RUN's decisions);
+//   - its two consumers (gate.NodeConsumers), which the gate makes for it:
+//     their info, pulls and acks. It may make, change or delete no
+//     consumer, nor create, change or purge any stream;
+//   - the images the operator allows (direct gets on the limits' bucket);
+//   - the node gate (pkg/gate): its consumers made, the data of the jobs
+//     held on it, while they are.
+func nodePermissions(g *grant, id Identity) {
+	node := id.Name
+	g.pub(subjectOf(events.TypeNodeAnnounced, node, "*"))
+	g.pub(subjectOf(events.TypeRunStarted, "*", node), subjectOf(events.TypeRunStopped, "*", node))
+	g.pub(events.PoisonSubject(RunService))
+	g.pub(events.NodeLogSubjects(node))
+	g.pub(streamInfo(events.KVStream(events.NodeLeasesBucket)), kvKey(events.NodeLeasesBucket, "node."+node))
+	g.pub(streamInfo(events.Stream))
+	g.pub(readMessages(events.Stream)...)
+	for _, c := range gate.NodeConsumers(node) {
+		g.pub(jsAPI+"CONSUMER.INFO."+events.Stream+"."+c.Name(), jsAPI+"CONSUMER.MSG.NEXT."+events.Stream+"."+c.Name(),
+			"$JS.ACK."+events.Stream+"."+c.Name()+".>", "$JS.ACK.*.*."+events.Stream+"."+c.Name()+".>")
+	}
+	g.pub(streamInfo(limits.Stream))
+	g.pub(readMessages(limits.Stream)...)
+	g.pub(events.GateSubjects(node))
 }
 
 // servicePermissions adds what the service of id needs.
@@ -115,12 +154,7 @@ func servicePermissions(g *grant, id Identity) {
 	g.pub(consume(events.Stream, true)...)
 	g.pub(events.PoisonSubject(id.Service))
 	for _, t := range owned[id.Service] {
-		node := "*"
-		if t == events.TypeNodeAnnounced {
-			// A node announces itself only.
-			node = id.Name
-		}
-		g.pub(subjectOf(t, node, "*"))
+		g.pub(subjectOf(t, "*", "*"))
 	}
 	switch id.Service {
 	case SubmitService:
@@ -139,15 +173,6 @@ func servicePermissions(g *grant, id Identity) {
 		g.pub(kvRead(events.RentBucket)...)
 		g.pub(kvKey(events.RentBucket, events.RentCheckpointKey))
 		g.serve(wire.RentWhySubject("*"))
-	case RunService:
-		// The node's own lease; inputs staged in, output collected out.
-		g.pub(kvRead(events.LeasesBucket)...)
-		g.pub(kvKey(events.LeasesBucket, "node."+id.Name))
-		g.dataBuckets()
-		// The images allowed, which its container executor checks again.
-		g.pub(kvRead(limits.Bucket)...)
-		// What its running jobs write, for their submitters to follow.
-		g.pub(events.LogSubjects("*"))
 	case OutputService:
 		// Returned output, manifests, deletions and sweeps of every
 		// submitter's bucket; its retention timers; what jobs keep, asked
@@ -165,6 +190,10 @@ func servicePermissions(g *grant, id Identity) {
 		g.pub(streamInfo(events.TimerStream))
 		g.pub(consume(events.TimerStream, true)...)
 		g.serve(wire.OutputStoredService)
+		// The node gate (pkg/gate): what nodes ask of the jobs held on
+		// them, a read answered in several messages.
+		g.serve(events.GateSubjects("*"))
+		g.respondMany = true
 		// Its checkpoint, read on start and written as it goes.
 		g.pub(kvRead(events.OutputBucket)...)
 		g.pub(kvKey(events.OutputBucket, events.OutputCheckpointKey))
@@ -289,8 +318,8 @@ var samples = map[string]events.Event{
 	events.TypeJobSubmitted:    &events.JobSubmitted{},
 	events.TypeJobRejected:     &events.JobRejected{},
 	events.TypeComputeHeld:     &events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
-	events.TypeRunStarted:      &events.RunStarted{},
-	events.TypeRunStopped:      &events.RunStopped{},
+	events.TypeRunStarted:      &events.RunStarted{Hold: events.Hold{Node: tailMark}},
+	events.TypeRunStopped:      &events.RunStopped{Hold: events.Hold{Node: tailMark}},
 	events.TypeOutputReturned:  &events.OutputReturned{},
 	events.TypeComputeReleased: &events.ComputeReleased{},
 	events.TypeCancelRequested: &events.CancelRequested{By: tailMark},
@@ -333,6 +362,9 @@ type grant struct {
 	// wildcard matches them: NATS applies a deny over any allow.
 	denied  []string
 	respond bool
+	// respondMany lets every reply be answered with several messages
+	// (within responseTTL): a streamed answer.
+	respondMany bool
 }
 
 func (g *grant) pub(s ...string)  { g.pubs = append(g.pubs, s...) }
@@ -355,6 +387,9 @@ func (g *grant) permissions() jwt.Permissions {
 	p.Sub.Allow.Add(minimal(g.subs)...)
 	if g.respond {
 		p.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: responseTTL}
+		if g.respondMany {
+			p.Resp.MaxMsgs = -1
+		}
 	}
 	return p
 }

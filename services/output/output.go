@@ -14,6 +14,7 @@ import (
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/gate"
 	"github.com/e31net/e31/pkg/query"
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/pkg/trace"
@@ -118,7 +119,8 @@ func (s *Service) QueryStats() query.Stats {
 }
 
 // Run handles events until ctx ends: stopped jobs, and, with a Store, the
-// retention of what jobs stored.
+// retention of what jobs stored and the node gate (pkg/gate): what the run
+// nodes read and write of the jobs held on them.
 func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
@@ -136,11 +138,13 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.retention == nil {
 		return bus.Run(ctx, s.js, s.pub, "output", s.log, returned)
 	}
-	// Returning and retention end together: the first to fail ends the
-	// other, and Run returns its error.
+	// Returning, retention and the node gate end together: the first to
+	// fail ends the others, and Run returns its error. The gate is here
+	// because OUTPUT holds what it needs already (pkg/gate says why).
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return bus.Run(ctx, s.js, s.pub, "output", s.log, returned) })
 	g.Go(func() error { return s.retention.Run(ctx) })
+	g.Go(func() error { return gate.New(s.js, gate.Config{Stores: s.stores, Logger: s.log}).Run(ctx) })
 	return g.Wait()
 }
 
