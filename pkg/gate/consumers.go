@@ -39,37 +39,50 @@ func NodeConsumers(node string) []Consumer {
 // takes every hold at once, and no node holds more.
 const maxAckPending = 10000
 
-// checkConsumer reports why cc is no consumer the gate makes for node: one
-// of NodeConsumers, on the log, with its filters, acked one by one. It is
-// a pull consumer whatever the node asked: jetstream.ConsumerConfig has no
-// deliver subject, and the gate sends the server the config it decoded,
-// never the node's bytes (a push consumer would deliver the log to any
-// subject of E31 its creator named).
-func checkConsumer(node, stream string, cc jetstream.ConsumerConfig) error {
+// consumerFor is the consumer the gate makes for node of what it asked:
+// one of NodeConsumers, on the log, with its filters, acked one by one, and
+// pulled: the gate builds the config afresh, taking from what the node
+// asked only what a node may choose (how long to wait for its acks, how
+// many to hold out, where a new consumer starts, when to redeliver), never
+// a deliver subject (a push consumer delivers the log to any subject of
+// E31 its creator names), nor anything jetstream.ConsumerConfig gains later.
+func consumerFor(node, stream string, asked jetstream.ConsumerConfig) (jetstream.ConsumerConfig, error) {
 	if stream != events.Stream {
-		return fmt.Errorf("%w: consumers on %s only", ErrRefused, events.Stream)
+		return jetstream.ConsumerConfig{}, fmt.Errorf("%w: consumers on %s only", ErrRefused, events.Stream)
 	}
 	for _, c := range NodeConsumers(node) {
-		if cc.Durable != c.Name() {
+		if asked.Durable != c.Name() {
 			continue
 		}
-		filters := cc.FilterSubjects
-		if cc.FilterSubject != "" {
-			filters = append([]string{cc.FilterSubject}, filters...)
+		filters := asked.FilterSubjects
+		if asked.FilterSubject != "" {
+			filters = append([]string{asked.FilterSubject}, filters...)
 		}
 		switch {
 		case !slices.Equal(filters, strings.Fields(c.Topic)):
-			return fmt.Errorf("%w: consumer %s filters on %q, not %v", ErrRefused, cc.Durable, c.Topic, filters)
-		case cc.Name != "" && cc.Name != cc.Durable:
-			return fmt.Errorf("%w: consumer %s named %s", ErrRefused, cc.Durable, cc.Name)
-		case cc.AckPolicy != jetstream.AckExplicitPolicy:
-			return fmt.Errorf("%w: consumer %s must ack each message", ErrRefused, cc.Durable)
-		case cc.MaxAckPending <= 0 || cc.MaxAckPending > maxAckPending:
-			return fmt.Errorf("%w: consumer %s: max ack pending %d, from 1 to %d", ErrRefused, cc.Durable, cc.MaxAckPending, maxAckPending)
-		case len(cc.Metadata) > 0:
-			return fmt.Errorf("%w: consumer %s: no metadata", ErrRefused, cc.Durable)
+			return jetstream.ConsumerConfig{}, fmt.Errorf("%w: consumer %s filters on %q, not %v", ErrRefused, asked.Durable, c.Topic, filters)
+		case asked.DeliverSubject != "" || asked.DeliverGroup != "":
+			return jetstream.ConsumerConfig{}, fmt.Errorf("%w: consumer %s must be pulled from: no deliver subject", ErrRefused, asked.Durable)
+		case asked.MaxAckPending <= 0 || asked.MaxAckPending > maxAckPending:
+			return jetstream.ConsumerConfig{}, fmt.Errorf("%w: consumer %s: max ack pending %d, from 1 to %d", ErrRefused, asked.Durable, asked.MaxAckPending, maxAckPending)
 		}
-		return nil
+		cc := jetstream.ConsumerConfig{
+			Durable:           asked.Durable,
+			AckPolicy:         jetstream.AckExplicitPolicy,
+			AckWait:           asked.AckWait,
+			MaxDeliver:        asked.MaxDeliver,
+			BackOff:           asked.BackOff,
+			MaxAckPending:     asked.MaxAckPending,
+			DeliverPolicy:     asked.DeliverPolicy,
+			OptStartSeq:       asked.OptStartSeq,
+			InactiveThreshold: asked.InactiveThreshold,
+		}
+		if len(filters) == 1 {
+			cc.FilterSubject = filters[0]
+		} else {
+			cc.FilterSubjects = filters
+		}
+		return cc, nil
 	}
-	return fmt.Errorf("%w: %q is no consumer of node %s", ErrRefused, cc.Durable, node)
+	return jetstream.ConsumerConfig{}, fmt.Errorf("%w: %q is no consumer of node %s", ErrRefused, asked.Durable, node)
 }

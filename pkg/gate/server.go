@@ -80,7 +80,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		subs = append(subs, sub)
 	}
-	if err := s.nc.FlushWithContext(ctx); err != nil && ctx.Err() == nil {
+	if err := s.nc.Flush(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("gate: subscribe: %w", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -162,16 +162,13 @@ func (s *Server) reply(m *nats.Msg, v any, err error) {
 // consumer makes one of the node's consumers, as it proposes it, if it is
 // one the node may have.
 func (s *Server) consumer(ctx context.Context, node string, body []byte) error {
-	var cc jetstream.ConsumerConfig
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cc); err != nil {
-		// A deliver subject among them: a push consumer, which no node
-		// may have.
-		return fmt.Errorf("%w: %v", ErrRefused, err)
+	var asked jetstream.ConsumerConfig
+	if err := json.Unmarshal(body, &asked); err != nil {
+		return fmt.Errorf("%w: %v", errBadRequest, err)
 	}
-	if err := checkConsumer(node, events.Stream, cc); err != nil {
-		s.log.Warn("refused a node's consumer", "node", node, "consumer", cc.Durable, "why", err)
+	cc, err := consumerFor(node, events.Stream, asked)
+	if err != nil {
+		s.log.Warn("refused a node's consumer", "node", node, "consumer", asked.Durable, "why", err)
 		return err
 	}
 	if _, err := s.js.CreateOrUpdateConsumer(ctx, events.Stream, cc); err != nil {
