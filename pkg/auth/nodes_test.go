@@ -29,9 +29,13 @@ func startGate(t *testing.T, tr *trusted) {
 	js := tr.js(t, auth.Identity{Role: auth.Service, Service: auth.OutputService, Name: "output-1"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- gate.New(js, gate.Config{Stores: stage.NewTenants(js, true), Workers: 4}).Run(ctx)
-	}()
+	g := gate.New(js, gate.Config{Stores: stage.NewTenants(js, true), Workers: 4})
+	go func() { done <- g.Run(ctx) }()
+	select {
+	case <-g.Ready():
+	case err := <-done:
+		t.Fatalf("the gate: %v", err)
+	}
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

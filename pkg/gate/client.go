@@ -115,19 +115,26 @@ func (s *store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A channel, not NextMsg, as the bus reads: the pieces of an object
-	// (at most a part of a file, 16 MiB) may all come before the first is
-	// read, and must not be dropped.
-	in := make(chan *nats.Msg, 64)
-	sub, err := s.c.nc.ChanSubscribe(s.c.nc.NewInbox(), in)
+	// The pieces of an object (at most a part of a file, 16 MiB) may all
+	// come before the first is read, and must not be dropped: they wait in
+	// the subscription's own list, as long as it takes, handed over one
+	// at a time.
+	in := make(chan *nats.Msg)
+	gone := make(chan struct{})
+	sub, err := s.c.nc.Subscribe(s.c.nc.NewInbox(), func(m *nats.Msg) {
+		select {
+		case in <- m:
+		case <-gone:
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("get %s: gate: %w", name, err)
 	}
+	r := &reader{ctx: ctx, sub: sub, in: in, gone: gone, wait: s.c.wait, name: name}
 	if err := sub.SetPendingLimits(-1, 256<<20); err != nil {
-		_ = sub.Unsubscribe()
+		r.Close()
 		return nil, fmt.Errorf("get %s: gate: %w", name, err)
 	}
-	r := &reader{ctx: ctx, sub: sub, in: in, wait: s.c.wait, name: name}
 	if err := s.c.nc.PublishRequest(subjectOf(s.c.node, OpGet), sub.Subject, body); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("get %s: gate: %w", name, err)
@@ -144,6 +151,7 @@ type reader struct {
 	ctx  context.Context
 	sub  *nats.Subscription
 	in   chan *nats.Msg
+	gone chan struct{} // closed by Close
 	wait time.Duration
 	name string
 	buf  []byte
@@ -207,6 +215,10 @@ func (r *reader) Read(p []byte) (int, error) {
 
 // Close implements io.Closer.
 func (r *reader) Close() error {
+	if r.gone != nil {
+		close(r.gone)
+		r.gone = nil
+	}
 	_ = r.sub.Unsubscribe()
 	return nil
 }

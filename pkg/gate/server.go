@@ -43,7 +43,12 @@ type Server struct {
 	workers int
 	idle    time.Duration
 	holds   holds
+	ready   chan struct{}
 }
+
+// Ready is closed once Run listens: a request made before may find no
+// gate to answer it (nats.ErrNoResponders, which passes).
+func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // New returns a gate that answers on js's connection.
 func New(js jetstream.JetStream, cfg Config) *Server {
@@ -57,7 +62,7 @@ func New(js jetstream.JetStream, cfg Config) *Server {
 		cfg.Idle = time.Minute
 	}
 	return &Server{nc: js.Conn(), js: js, stores: cfg.Stores, log: cfg.Logger.With("part", "gate"),
-		workers: cfg.Workers, idle: cfg.Idle, holds: holds{m: map[holdKey]*hold{}}}
+		workers: cfg.Workers, idle: cfg.Idle, holds: holds{m: map[holdKey]*hold{}}, ready: make(chan struct{})}
 }
 
 // queue is the queue group the gate's instances share.
@@ -83,6 +88,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.nc.Flush(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("gate: subscribe: %w", err)
 	}
+	close(s.ready)
 	g, gctx := errgroup.WithContext(ctx)
 	for range s.workers {
 		g.Go(func() error {
