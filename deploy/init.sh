@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make the secrets of a deployed e31, once, offline: the keys of the E31
-# and TENANTS (submitters') accounts, the TLS authority and the servers'
+# Make the secrets of a deployed e31, once, offline: the keys of the E31,
+# TENANTS (submitters') and NODES (run nodes') accounts, the TLS authority and the servers'
 # certificate, and one credentials file per identity compose.yaml runs.
 # Everything goes into deploy/secrets (or $E31_SECRETS), which git ignores:
 #
@@ -80,8 +80,10 @@ identity auditor auditor auditor
 for s in submit rent output release ledger; do
 	identity "$s" service "$s" "$s"
 done
+# A node is a user of the NODES account: it speaks only for itself, and
+# reaches the data of the jobs held on it through the node gate.
 for i in $(seq 1 "$nodes"); do
-	identity "node-$i" service "node-$i" run
+	identity "node-$i" node "node-$i"
 done
 mkdir -p "$out/users"
 for u in "$@"; do

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/gate"
 	"github.com/e31net/e31/services/ledger"
 	"github.com/e31net/e31/services/output"
 	"github.com/e31net/e31/services/release"
@@ -55,6 +56,11 @@ func NewService(name string, nc *nats.Conn, js jetstream.JetStream, cfgs Configs
 	case "run":
 		cfg := cfgs.Run
 		cfg.Logger = orLogger(cfg.Logger, log)
+		if cfg.Gate == nil && cfg.Store == nil && cfg.Stores == nil {
+			// A node reaches its consumers and its jobs' data through
+			// the gate, as its credentials (the NODES account) let it.
+			cfg.Gate = gate.NewClient(nc, cfg.Node)
+		}
 		return run.New(js, cfg)
 	case "output":
 		cfg := cfgs.Output

@@ -154,6 +154,8 @@ type service struct {
 	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan struct{}
+	// name is the service it is (rent, run, …): Stop stops them in turn.
+	name string
 }
 
 // Start starts the broker and every service, and writes the credentials.
@@ -290,7 +292,7 @@ func (s *Stack) startService(name, id string, cfgs Configs) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	ss := &service{nc: nc, cancel: cancel, done: make(chan struct{})}
+	ss := &service{nc: nc, cancel: cancel, done: make(chan struct{}), name: name}
 	s.mu.Lock()
 	s.services[id] = ss
 	s.mu.Unlock()
@@ -362,8 +364,28 @@ func (s *Stack) Crash(id string) {
 }
 
 // Stop cancels every service, waits for them, then shuts the broker down.
-// It returns what failed meanwhile.
+// The scheduler goes first, then the nodes, then the rest: a node that
+// stops stores what its jobs wrote and left, and records how they
+// stopped, through the node gate (OUTPUT) and the log, which are there
+// until it is done; and no scheduler holds a job again on a node that is
+// going. It returns what failed meanwhile.
 func (s *Stack) Stop() error {
+	for _, name := range []string{"rent", "run"} {
+		s.mu.Lock()
+		var these []*service
+		for _, svc := range s.services {
+			if svc.name == name {
+				these = append(these, svc)
+			}
+		}
+		s.mu.Unlock()
+		for _, svc := range these {
+			svc.cancel()
+		}
+		for _, svc := range these {
+			<-svc.done
+		}
+	}
 	s.cancel()
 	s.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -25,6 +25,10 @@ func credsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
+// roleNode is what `e31 creds user --role` calls a run node: the service
+// run, named after its node.
+const roleNode = "node"
+
 // madeOrKept says whether keys were made now or kept from before.
 var madeOrKept = map[bool]string{true: "made", false: "kept"}
 
@@ -49,6 +53,7 @@ func credsInitCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.out, "%s the keys in %s\n", madeOrKept[created], dir)
 			fmt.Fprintf(a.out, "account %s: %s\n", auth.AccountName, keys.AccountKey())
 			fmt.Fprintf(a.out, "account %s: %s (submitters)\n", auth.TenantsAccountName, keys.TenantsAccountKey())
+			fmt.Fprintf(a.out, "account %s: %s (run nodes)\n", auth.NodesAccountName, keys.NodesAccountKey())
 			fmt.Fprintf(a.out, "server config: %s (include it from each nats-server's config)\n", filepath.Join(dir, auth.ServerConfFile))
 			fmt.Fprintf(a.out, "next: e31 creds user --dir %s --role operator --name operator -o operator.creds\n", dir)
 			return nil
@@ -72,6 +77,14 @@ func credsUserCmd(a *app) *cobra.Command {
 				return usageErr("--dir and -o are required")
 			}
 			id := auth.Identity{Role: auth.Role(role), Name: name, Service: service}
+			if role == roleNode {
+				// A run node: the service run, named after its node,
+				// in the NODES account.
+				if service != "" && service != auth.RunService {
+					return usageErr("--role node is the service run: no --service %s", service)
+				}
+				id = auth.Identity{Role: auth.Service, Service: auth.RunService, Name: name}
+			}
 			if err := id.Validate(); err != nil {
 				return usageErr("%v", err)
 			}
@@ -96,7 +109,7 @@ func credsUserCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "", "the keys directory of 'e31 creds init'")
-	f.StringVar(&role, "role", string(auth.Submitter), "submitter, auditor, operator or service")
+	f.StringVar(&role, "role", string(auth.Submitter), "submitter, node, auditor, operator or service")
 	f.StringVar(&name, "name", "", "the identity's name: a submitter's id, a node's id, an instance's name")
 	f.StringVar(&service, "service", "", "with --role service: submit, rent, run, output, release or ledger")
 	f.StringVarP(&out, "output", "o", "", "the credentials file to write")
@@ -119,8 +132,8 @@ func credsRevokeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return usageErr("%v", err)
 			}
-			fmt.Fprintf(a.out, "revoked %s in %s and %s; give the servers the new account JWTs: e31 creds push --dir %s --nats URL\n",
-				revoked, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), dir)
+			fmt.Fprintf(a.out, "revoked %s in %s, %s and %s; give the servers the new account JWTs: e31 creds push --dir %s --nats URL\n",
+				revoked, filepath.Join(dir, auth.AccountJWTFile), filepath.Join(dir, auth.TenantsJWTFile), filepath.Join(dir, auth.NodesJWTFile), dir)
 			return nil
 		},
 	}
@@ -134,7 +147,7 @@ func credsPushCmd(a *app) *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
 		Use:   "push",
-		Short: "Give running servers the account JWTs in --dir, E31's and TENANTS' (after a revocation)",
+		Short: "Give running servers the account JWTs in --dir, E31's, TENANTS' and NODES' (after a revocation)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" {
@@ -153,8 +166,9 @@ func credsPushCmd(a *app) *cobra.Command {
 			if err := auth.Push(cmd.Context(), url, keys, opts...); err != nil {
 				return troubleErr(err)
 			}
-			fmt.Fprintf(a.out, "accounts %s %s and %s %s updated on %s\n",
-				auth.AccountName, keys.AccountKey(), auth.TenantsAccountName, keys.TenantsAccountKey(), url)
+			fmt.Fprintf(a.out, "accounts %s %s, %s %s and %s %s updated on %s\n",
+				auth.AccountName, keys.AccountKey(), auth.TenantsAccountName, keys.TenantsAccountKey(),
+				auth.NodesAccountName, keys.NodesAccountKey(), url)
 			return nil
 		},
 	}

@@ -134,7 +134,8 @@ output: [{path: x, required: false}]
 			if err := json.Unmarshal([]byte(l), &e); err != nil {
 				t.Fatal(err)
 			}
-			if e.Subject == "e31.job."+job+"."+kind {
+			// Starts and stops end with the node that sent them.
+			if e.Subject == "e31.job."+job+"."+kind || strings.HasPrefix(e.Subject, "e31.job."+job+"."+kind+".") {
 				return i, e.Seq
 			}
 		}

@@ -114,7 +114,7 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 //   - what its jobs write (events.NodeLogSubjects);
 //   - its lease, in the nodes' bucket (events.NodeLeasesBucket): nothing
 //     else of any bucket, and no rollup anyone could take (the bucket
-//     refuses them);
+//     refuses them); and reading it back where RENT sees it;
 //   - reading the log (direct gets: a job's history, RUN's decisions);
 //   - its two consumers (gate.NodeConsumers), which the gate makes for it:
 //     their info, pulls and acks. It may make, change or delete no
@@ -129,6 +129,7 @@ func nodePermissions(g *grant, id Identity) {
 	g.pub(events.PoisonSubject(RunService))
 	g.pub(events.NodeLogSubjects(node))
 	g.pub(streamInfo(events.KVStream(events.NodeLeasesBucket)), kvKey(events.NodeLeasesBucket, "node."+node))
+	g.pub(events.LeaseGetSubject("node." + node))
 	g.pub(streamInfo(events.Stream))
 	g.pub(readMessages(events.Stream)...)
 	for _, c := range gate.NodeConsumers(node) {

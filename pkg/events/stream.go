@@ -159,6 +159,13 @@ func NodeLeasesStreamConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
+// LeaseGetSubject is where the lease under key of LeasesBucket is read
+// with a direct get: a node reads its own there (its permissions allow it
+// no other), to see that RENT can.
+func LeaseGetSubject(key string) string {
+	return "$JS.API.DIRECT.GET." + KVStream(LeasesBucket) + ".$KV." + LeasesBucket + "." + key
+}
+
 // NodeLeaseTTL is the lease time of NodeLeasesBucket for LeasesBucket's
 // lease time: three quarters of it.
 func NodeLeaseTTL(ttl time.Duration) time.Duration { return ttl * 3 / 4 }

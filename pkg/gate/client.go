@@ -81,17 +81,17 @@ type store struct {
 	attempt int
 }
 
-func (s *store) ask(name string) Request {
-	return Request{Job: s.job, Attempt: s.attempt, Name: name}
+// header is the request about name, in headers.
+func (s *store) header(q Request) nats.Header {
+	h := nats.Header{}
+	q.Job, q.Attempt = s.job, s.attempt
+	q.header(h)
+	return h
 }
 
 // Stat implements stage.Store.
 func (s *store) Stat(ctx context.Context, name string) (stage.Info, error) {
-	body, err := json.Marshal(s.ask(name))
-	if err != nil {
-		return stage.Info{}, err
-	}
-	r, err := s.c.request(ctx, subjectOf(s.c.node, OpStat), body, nil)
+	r, err := s.c.request(ctx, subjectOf(s.c.node, OpStat), nil, s.header(Request{Name: name}))
 	if err != nil {
 		return stage.Info{}, fmt.Errorf("stat %s: %w", name, err)
 	}
@@ -111,10 +111,6 @@ func (s *store) Delete(_ context.Context, name string) error {
 // pieces. The first piece, or the error, is waited for before it returns,
 // so that a missing object fails here with stage.ErrNotFound.
 func (s *store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
-	body, err := json.Marshal(s.ask(name))
-	if err != nil {
-		return nil, err
-	}
 	// The pieces of an object (at most a part of a file, 16 MiB) may all
 	// come before the first is read, and must not be dropped: they wait in
 	// the subscription's own list, as long as it takes, handed over one
@@ -135,7 +131,9 @@ func (s *store) Get(ctx context.Context, name string) (io.ReadCloser, error) {
 		r.Close()
 		return nil, fmt.Errorf("get %s: gate: %w", name, err)
 	}
-	if err := s.c.nc.PublishRequest(subjectOf(s.c.node, OpGet), sub.Subject, body); err != nil {
+	m := nats.NewMsg(subjectOf(s.c.node, OpGet))
+	m.Reply, m.Header = sub.Subject, s.header(Request{Name: name})
+	if err := s.c.nc.PublishMsg(m); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("get %s: gate: %w", name, err)
 	}
@@ -223,27 +221,36 @@ func (r *reader) Close() error {
 	return nil
 }
 
-// Put implements stage.Store: the gate opens a session, and the object
-// goes to it piece by piece, each answered once written; the last answer
-// is the outcome of storing it.
+// Put implements stage.Store: the object's first piece goes with the
+// request, and if it is all of it (a small object, most of them) the
+// answer is the outcome of storing it. Otherwise the gate opens a session,
+// and the rest goes to it piece by piece, each answered once written; the
+// last answer is the outcome of storing the whole.
 func (s *store) Put(ctx context.Context, name, digest string, size int64, r io.Reader) error {
-	q := s.ask(name)
-	q.Digest, q.Size = digest, size
-	body, err := json.Marshal(q)
-	if err != nil {
-		return err
+	buf := make([]byte, ChunkBytes)
+	n, rerr := io.ReadFull(r, buf)
+	last := errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
+	if rerr != nil && !last {
+		return fmt.Errorf("put %s: %w", name, rerr)
 	}
-	reply, err := s.c.request(ctx, subjectOf(s.c.node, OpPut), body, nil)
-	if err != nil {
-		return fmt.Errorf("put %s: %w", name, err)
+	h := s.header(Request{Name: name, Digest: digest, Size: size})
+	h.Set(HeaderPart, "0")
+	if last {
+		h.Set(HeaderEnd, "1")
+	}
+	reply, err := s.c.request(ctx, subjectOf(s.c.node, OpPut), buf[:n], h)
+	if err != nil || last {
+		if err != nil {
+			return fmt.Errorf("put %s: %w", name, err)
+		}
+		return nil
 	}
 	var ses Session
 	if err := json.Unmarshal(reply.Data, &ses); err != nil || !events.ValidID(ses.ID) {
 		return fmt.Errorf("put %s: gate: no session in %q", name, reply.Data)
 	}
 	subject := events.GateChunkSubject(s.c.node, ses.ID)
-	buf := make([]byte, ChunkBytes)
-	for part := 0; ; part++ {
+	for part := 1; ; part++ {
 		n, rerr := io.ReadFull(r, buf)
 		last := errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
 		if rerr != nil && !last {

@@ -302,3 +302,36 @@ func TestTheGateMakesANodesConsumersOnly(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestALargeObjectComesInPieces: an object of several pieces goes through
+// a session and back, byte for byte; one whose bytes are not its name's
+// digest is stored not at all.
+func TestALargeObjectComesInPieces(t *testing.T) {
+	t.Parallel()
+	w := start(t)
+	w.hold(t, "job-1", "n1")
+	st := w.n1.Store("job-1", 1)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3*gate.ChunkBytes/16+100)
+	name, digest := blob(string(big))
+	if err := st.Put(w.ctx, name, digest, int64(len(big)), bytes.NewReader(big)); err != nil {
+		t.Fatalf("put %d bytes: %v", len(big), err)
+	}
+	rc, err := w.alice.Get(w.ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, big) {
+		t.Errorf("alice's store has %d bytes (%v), want the %d put", len(got), err, len(big))
+	}
+	bad := append([]byte{}, big...)
+	bad[len(bad)-1] ^= 1
+	name2, digest2 := blob(string(big) + "x")
+	if err := st.Put(w.ctx, name2, digest2, int64(len(bad)), bytes.NewReader(bad)); err == nil {
+		t.Error("bytes that are not their name's digest were stored")
+	}
+	if _, err := w.alice.Stat(w.ctx, name2); !errors.Is(err, stage.ErrNotFound) {
+		t.Errorf("after a put of the wrong bytes: %v, want nothing stored", err)
+	}
+}

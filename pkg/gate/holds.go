@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -23,8 +24,9 @@ type hold struct {
 	node      string // where it was held; "" if it never was
 	submitter string
 	data      []events.DataRef
-	last      uint64 // the job's last message read
-	over      string // why the hold is over; "" while it is held
+	last      uint64    // the job's last message read
+	looked    time.Time // when the log was last asked about the job
+	over      string    // why the hold is over; "" while it is held
 	// reads are the objects the attempt may read, once known: those its
 	// staged data is stored in.
 	reads map[string]bool
@@ -75,6 +77,10 @@ type holdKey struct {
 	attempt int
 }
 
+// recheck is how long what the log said of a hold answers the requests
+// that follow: the most a node is served past the end of its hold.
+const recheck = 100 * time.Millisecond
+
 // maxHolds bounds the attempts remembered: more than a node runs at once
 // times the nodes that ask one gate instance at once.
 const maxHolds = 4096
@@ -120,11 +126,25 @@ func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold
 	h := s.holds.get(job, attempt)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
-	if err != nil {
-		return nil, err
+	// Anything new since it was last read? One question to the log's
+	// leader, which a lagging replica could not answer: it usually says
+	// no. A request within recheck of the last look is answered by it: a
+	// node stages and stores its files many at once.
+	if h.looked.IsZero() || time.Since(h.looked) >= recheck {
+		looking := time.Now()
+		_, err := bus.LeaderNext(ctx, s.js, events.Stream, events.JobSubject(job), h.last+1)
+		switch {
+		case err == nil:
+			hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
+			if err != nil {
+				return nil, err
+			}
+			h.fold(hist)
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, err
+		}
+		h.looked = looking
 	}
-	h.fold(hist)
 	// One message: another node learns nothing of where the attempt is.
 	switch {
 	case h.node != node:

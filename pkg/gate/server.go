@@ -71,15 +71,25 @@ const queue = "e31-gate"
 // Run answers the nodes until ctx ends; then it stops taking requests and
 // waits for those it took, and the sessions it opened, to end.
 func (s *Server) Run(ctx context.Context) error {
-	in := make(chan *nats.Msg, s.workers)
+	in := make(chan *nats.Msg)
 	var subs []*nats.Subscription
 	defer func() {
 		for _, sub := range subs {
 			_ = sub.Unsubscribe()
 		}
 	}()
+	// A callback that waits for a worker, not a channel the client fills:
+	// requests wait in the subscription's own list, where a full channel
+	// would drop them (a node staging a folder of many files asks for
+	// each at once).
+	take := func(m *nats.Msg) {
+		select {
+		case in <- m:
+		case <-ctx.Done():
+		}
+	}
 	for _, op := range Ops {
-		sub, err := s.nc.ChanQueueSubscribe(events.GateSubject("*", op), queue, in)
+		sub, err := s.nc.QueueSubscribe(events.GateSubject("*", op), queue, take)
 		if err != nil {
 			return fmt.Errorf("gate: subscribe: %w", err)
 		}
@@ -105,7 +115,8 @@ func (s *Server) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// handle answers one request; a put opens a session that g runs.
+// handle answers one request; a put of more than a piece opens a session
+// that g runs.
 func (s *Server) handle(ctx context.Context, g *errgroup.Group, m *nats.Msg) {
 	subj, err := events.ParseSubject(m.Subject)
 	if err != nil || subj.Space != events.SpaceGate || m.Reply == "" {
@@ -116,9 +127,9 @@ func (s *Server) handle(ctx context.Context, g *errgroup.Group, m *nats.Msg) {
 		s.reply(m, nil, s.consumer(ctx, node, m.Data))
 		return
 	}
-	var q Request
-	if err := json.Unmarshal(m.Data, &q); err != nil {
-		s.reply(m, nil, fmt.Errorf("%w: %v", errBadRequest, err))
+	q, err := requestOf(m.Header)
+	if err != nil {
+		s.reply(m, nil, err)
 		return
 	}
 	log := s.log.With("node", node, "job", q.Job, "attempt", q.Attempt, "object", q.Name)
@@ -259,10 +270,12 @@ func (s *Server) get(ctx context.Context, h *hold, m *nats.Msg, name string) err
 	return s.nc.PublishMsg(r)
 }
 
-// put opens a session for an object the attempt may write, and g runs it:
-// a blob only with the bytes its name is the digest of, a part list only
-// if its parts join to the file it names (checked once it has come), and
-// any object of the attempt's own log.
+// put stores an object the attempt may write: a blob only with the bytes
+// its name is the digest of, a part list only if its parts join to the
+// file it names (checked once it has come whole), and any object of the
+// attempt's own log. The request carries the first piece: if it is the
+// whole, it is stored and the answer says how that went; otherwise a
+// session, which g runs, takes the rest.
 func (s *Server) put(ctx context.Context, g *errgroup.Group, node string, h *hold, m *nats.Msg, q Request) error {
 	parts := false
 	switch {
@@ -280,12 +293,16 @@ func (s *Server) put(ctx context.Context, g *errgroup.Group, node string, h *hol
 		}
 		return fmt.Errorf("%w: job %s attempt %d may not store %s (digest %s)", ErrRefused, h.job, h.attempt, q.Name, q.Digest)
 	}
-	if q.Size < 0 {
-		return fmt.Errorf("%w: size %d", errBadRequest, q.Size)
+	if m.Header.Get(HeaderPart) != "0" {
+		return fmt.Errorf("%w: a put begins with piece 0", errBadRequest)
 	}
 	st, err := s.storeOf(ctx, h)
 	if err != nil {
 		return err
+	}
+	if m.Header.Get(HeaderEnd) != "" {
+		s.reply(m, nil, s.store(ctx, st, q, parts, m.Data))
+		return nil
 	}
 	ses := strings.ToLower(nuid.Next())
 	in := make(chan *nats.Msg, 4)
@@ -293,25 +310,36 @@ func (s *Server) put(ctx context.Context, g *errgroup.Group, node string, h *hol
 	if err != nil {
 		return err
 	}
+	first := m.Data
 	g.Go(func() error {
 		defer func() { _ = sub.Unsubscribe() }()
-		s.session(ctx, st, q, parts, in)
+		s.session(ctx, st, q, parts, first, in)
 		return nil
 	})
 	s.reply(m, Session{ID: ses}, nil)
 	return nil
 }
 
-// session takes the pieces of one object and stores it, answering each
-// piece once written, the last with the outcome. An object stored intact
-// already is taken and dropped: its bytes are the same.
-func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts bool, in <-chan *nats.Msg) {
+// store stores an object that came whole.
+func (s *Server) store(ctx context.Context, st stage.Store, q Request, parts bool, b []byte) error {
+	if parts {
+		d, _ := stage.PartsDigest(q.Name)
+		if err := stage.CheckPartList(ctx, st, d, b); err != nil {
+			return err
+		}
+	}
+	return st.Put(ctx, q.Name, q.Digest, q.Size, bytes.NewReader(b))
+}
+
+// session takes the pieces of one object after the first and stores it,
+// answering each piece once written, the last with the outcome. An object
+// stored intact already is taken and dropped: its bytes are the same.
+func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts bool, first []byte, in <-chan *nats.Msg) {
 	log := s.log.With("job", q.Job, "attempt", q.Attempt, "object", q.Name)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
 	stored := make(chan error, 1)
-	var list bytes.Buffer
 	go func() {
 		switch info, err := st.Stat(sctx, q.Name); {
 		case err == nil && info.Digest == q.Digest && info.Size == q.Size && !parts:
@@ -319,13 +347,10 @@ func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts b
 			stored <- err
 		case parts:
 			// A part list is small: it is checked whole before it is stored.
+			var list bytes.Buffer
 			_, err := io.Copy(&list, io.LimitReader(pr, stage.MaxManifestBytes+1))
 			if err == nil {
-				d, _ := stage.PartsDigest(q.Name)
-				err = stage.CheckPartList(sctx, st, d, list.Bytes())
-			}
-			if err == nil {
-				err = st.Put(sctx, q.Name, q.Digest, q.Size, bytes.NewReader(list.Bytes()))
+				err = s.store(sctx, st, q, true, list.Bytes())
 			}
 			pr.CloseWithError(err)
 			stored <- err
@@ -339,9 +364,13 @@ func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts b
 		pw.CloseWithError(err)
 		<-stored
 	}
+	if _, err := pw.Write(first); err != nil {
+		<-stored
+		return
+	}
 	idle := time.NewTimer(s.idle)
 	defer idle.Stop()
-	for part := 0; ; part++ {
+	for part := 1; ; part++ {
 		var m *nats.Msg
 		select {
 		case m = <-in:
@@ -371,11 +400,7 @@ func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts b
 		}
 		if end := m.Header.Get(HeaderEnd); end != "" {
 			pw.Close()
-			err := <-stored
-			if parts && err == nil {
-				log.Debug("a part list stored, its parts checked")
-			}
-			s.reply(m, nil, err)
+			s.reply(m, nil, <-stored)
 			return
 		}
 		s.reply(m, nil, nil)

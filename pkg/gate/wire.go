@@ -1,13 +1,16 @@
 package gate
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/retry"
 	"github.com/e31net/e31/pkg/stage"
 )
 
@@ -32,6 +35,13 @@ const (
 	// HeaderEnd marks the last message of an object, with how many pieces
 	// it had.
 	HeaderEnd = "E31-Gate-End"
+	// What a request is about (Request): the job, the attempt, the
+	// object's name, and what a put stores (its digest and size).
+	HeaderJob     = "E31-Gate-Job"
+	HeaderAttempt = "E31-Gate-Attempt"
+	HeaderObject  = "E31-Gate-Object"
+	HeaderDigest  = "E31-Gate-Digest"
+	HeaderSize    = "E31-Gate-Size"
 )
 
 // The codes of HeaderError.
@@ -42,22 +52,54 @@ const (
 	CodeChanged    = "changed"
 	CodeFull       = "full"
 	CodeBadRequest = "bad_request"
-	CodeFailed     = "failed"
+	// CodeUnavailable: the gate could not do it now (it is stopping, its
+	// JetStream did not answer): ask again.
+	CodeUnavailable = "unavailable"
+	CodeFailed      = "failed"
 )
 
 // ChunkBytes is the most one message of an object carries: well under the
 // servers' max_payload (1 MiB).
 const ChunkBytes = 256 << 10
 
-// Request is what a node asks about an object of one attempt.
+// Request is what a node asks about an object of one attempt, carried in
+// the request's headers (HeaderJob and the rest), so that a put's body is
+// the object's first piece: an object of one piece, most of what a job
+// returns and every chunk of its log, is stored in one round trip.
 type Request struct {
-	Job     string `json:"job"`
-	Attempt int    `json:"attempt"`
+	Job     string
+	Attempt int
 	// Name is the object's name in the job's submitter's store.
-	Name string `json:"name"`
+	Name string
 	// Digest and Size are what a put will store.
-	Digest string `json:"digest,omitempty"`
-	Size   int64  `json:"size,omitempty"`
+	Digest string
+	Size   int64
+}
+
+// header writes the request into h.
+func (q Request) header(h nats.Header) {
+	h.Set(HeaderJob, q.Job)
+	h.Set(HeaderAttempt, strconv.Itoa(q.Attempt))
+	h.Set(HeaderObject, q.Name)
+	if q.Digest != "" {
+		h.Set(HeaderDigest, q.Digest)
+		h.Set(HeaderSize, strconv.FormatInt(q.Size, 10))
+	}
+}
+
+// requestOf reads the request in h.
+func requestOf(h nats.Header) (Request, error) {
+	q := Request{Job: h.Get(HeaderJob), Name: h.Get(HeaderObject), Digest: h.Get(HeaderDigest)}
+	var err error
+	if q.Attempt, err = strconv.Atoi(h.Get(HeaderAttempt)); err != nil {
+		return q, fmt.Errorf("%w: attempt %q", errBadRequest, h.Get(HeaderAttempt))
+	}
+	if size := h.Get(HeaderSize); size != "" {
+		if q.Size, err = strconv.ParseInt(size, 10, 64); err != nil || q.Size < 0 {
+			return q, fmt.Errorf("%w: size %q", errBadRequest, size)
+		}
+	}
+	return q, nil
 }
 
 // Info is the answer to a stat.
@@ -102,13 +144,24 @@ func errorOf(m *nats.Msg) error {
 		return fmt.Errorf("gate: %s: %w", text, stage.ErrFull)
 	case CodeBadRequest:
 		return bus.Permanent(fmt.Errorf("gate: bad request: %s", text))
+	case CodeUnavailable:
+		return unavailable("gate: " + text)
 	}
 	return fmt.Errorf("gate: %s", text)
 }
 
+// unavailable is the gate saying it could not do it now: an error that
+// passes (retry.Transient).
+type unavailable string
+
+func (u unavailable) Error() string   { return string(u) }
+func (u unavailable) Transient() bool { return true }
+
 // codeOf is the code an error of the server is sent with.
 func codeOf(err error) string {
 	switch {
+	case errors.Is(err, context.Canceled) || retry.Transient(err):
+		return CodeUnavailable
 	case errors.Is(err, ErrRefused):
 		return CodeRefused
 	case errors.Is(err, errBadRequest):

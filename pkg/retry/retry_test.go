@@ -153,3 +153,18 @@ func TestBackOffGrowsToItsCap(t *testing.T) {
 		t.Errorf("after Reset: %s, want about %s", first, p.First)
 	}
 }
+
+// passing says of itself that it passes.
+type passing struct{}
+
+func (passing) Error() string   { return "not now" }
+func (passing) Transient() bool { return true }
+
+// TestAnErrorThatSaysItPassesIsTransient: a service's answer that it could
+// not do it now is tried again, wrapped or not.
+func TestAnErrorThatSaysItPassesIsTransient(t *testing.T) {
+	t.Parallel()
+	if !retry.Transient(passing{}) || !retry.Transient(fmt.Errorf("gate: %w", passing{})) {
+		t.Error("an error that says it passes is not transient")
+	}
+}

@@ -37,13 +37,20 @@ var transientCodes = map[jetstream.ErrorCode]string{
 //   - the connection being made again (nats.ErrDisconnected,
 //     nats.ErrConnectionReconnecting);
 //   - a JetStream API error whose code is on the list above: a cluster
-//     without a leader, or not yet done assigning.
+//     without a leader, or not yet done assigning;
+//   - an error that says of itself that it passes (a method Transient
+//     that returns true): a service that answered it could not do it now
+//     (pkg/gate, whose server stops or whose JetStream is away).
 //
 // Anything else, such as a configuration the server refuses, a closed
 // connection or a cancelled context, is not helped by asking again.
 func Transient(err error) bool {
 	if err == nil {
 		return false
+	}
+	var passes interface{ Transient() bool }
+	if errors.As(err, &passes) && passes.Transient() {
+		return true
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {

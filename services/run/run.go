@@ -133,6 +133,7 @@ type Service struct {
 	mu      sync.Mutex
 	running map[string]*running          // by job id
 	results map[string]events.RunStopped // stopped but not yet recorded, by job/attempt
+	boot    string                       // of the lease held now
 }
 
 type running struct {
@@ -289,6 +290,12 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	if err != nil {
 		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
 	}
+	if err := s.leaseSeen(ctx, func(held string) bool { return held == boot }); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.boot = boot
+	s.mu.Unlock()
 	labels := map[string]string{}
 	for k, v := range s.cfg.Labels {
 		labels[k] = v
@@ -309,6 +316,36 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	return l, nil
 }
 
+// leaseSeen waits until the leases bucket, which RENT watches, holds what
+// see wants of the node's lease (its boot; "" for none): it has it from
+// the nodes' bucket, a moment later. Announced before, the node could be
+// taken for lost: the release of its boot before, which the bucket may
+// take first, reads as its new boot's lease gone. Gone before its release
+// is seen there, the node could leave RENT, stopped or restarted meanwhile,
+// taking its old boot for live and holding a job on it.
+func (s *Service) leaseSeen(ctx context.Context, see func(held string) bool) error {
+	subject := events.LeaseGetSubject("node." + s.cfg.Node)
+	return retry.Do(ctx, retry.Step, func() error {
+		tctx, cancel := context.WithTimeout(ctx, tryRequest)
+		defer cancel()
+		m, err := s.js.Conn().RequestWithContext(tctx, subject, nil)
+		if err != nil {
+			return err
+		}
+		held := string(m.Data)
+		if m.Header.Get("Status") != "" || m.Header.Get("KV-Operation") != "" {
+			held = ""
+		}
+		if !see(held) {
+			return errLeaseUnseen
+		}
+		return nil
+	}, retry.If(retry.Always))
+}
+
+// errLeaseUnseen is the leases bucket not yet holding the node's lease.
+var errLeaseUnseen = errors.New("run: the leases bucket does not hold the node's lease yet")
+
 // keepLease renews the node's lease until ctx ends, then gives it up. If
 // the lease is lost (the node was cut off for longer than its TTL), the pool
 // has counted this node dead and held its jobs again elsewhere: stop every
@@ -322,6 +359,13 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 			defer cancel()
 			if err := l.Release(release); err != nil {
 				s.log.Warn("giving up the node's lease; the pool counts the node gone when it lapses", "err", err)
+				return nil
+			}
+			s.mu.Lock()
+			boot := s.boot
+			s.mu.Unlock()
+			if err := s.leaseSeen(release, func(held string) bool { return held != boot }); err != nil {
+				s.log.Warn("the lease given up is not yet seen gone where RENT watches", "err", err)
 			}
 			return nil
 		}
