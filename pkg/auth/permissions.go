@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/jwt/v2"
 
 	"github.com/e31net/e31/pkg/events"
-	"github.com/e31net/e31/pkg/gate"
 	"github.com/e31net/e31/pkg/limits"
 	"github.com/e31net/e31/pkg/query/wire"
 )
@@ -116,7 +115,7 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 //     else of any bucket, and no rollup anyone could take (the bucket
 //     refuses them); and reading it back where RENT sees it;
 //   - reading the log (direct gets: a job's history, RUN's decisions);
-//   - its two consumers (gate.NodeConsumers), which the gate makes for it:
+//   - its two consumers (events.NodeConsumers), which the gate makes for it:
 //     their info, pulls and acks. It may make, change or delete no
 //     consumer, nor create, change or purge any stream;
 //   - the images the operator allows (direct gets on the limits' bucket);
@@ -132,7 +131,7 @@ func nodePermissions(g *grant, id Identity) {
 	g.pub(events.LeaseGetSubject("node." + node))
 	g.pub(streamInfo(events.Stream))
 	g.pub(readMessages(events.Stream)...)
-	for _, c := range gate.NodeConsumers(node) {
+	for _, c := range events.NodeConsumers(node) {
 		g.pub(jsAPI+"CONSUMER.INFO."+events.Stream+"."+c.Name(), jsAPI+"CONSUMER.MSG.NEXT."+events.Stream+"."+c.Name(),
 			"$JS.ACK."+events.Stream+"."+c.Name()+".>", "$JS.ACK.*.*."+events.Stream+"."+c.Name()+".>")
 	}

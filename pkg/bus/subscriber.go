@@ -2,8 +2,6 @@ package bus
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -138,32 +136,10 @@ func JobKey(subject string) string {
 	return subject
 }
 
-// ConsumerName is the durable consumer a Subscriber with durable uses for topic.
-func ConsumerName(durable, topic string) string {
-	var b strings.Builder
-	b.WriteString(durable)
-	for _, f := range strings.Fields(topic) {
-		b.WriteByte('_')
-		for _, r := range f {
-			switch r {
-			case '.':
-				b.WriteByte('-')
-			case '*':
-				b.WriteString("any")
-			case '>':
-				b.WriteString("all")
-			default:
-				b.WriteRune(r)
-			}
-		}
-	}
-	name := b.String()
-	if len(name) > 64 {
-		sum := sha256.Sum256([]byte(topic))
-		name = durable + "_" + hex.EncodeToString(sum[:8])
-	}
-	return name
-}
+// ConsumerName is the durable consumer a Subscriber with durable uses for
+// topic (events.ConsumerName, where the permissions of a node's consumers
+// read it too).
+func ConsumerName(durable, topic string) string { return events.ConsumerName(durable, topic) }
 
 // Subscribe starts consuming topic. The channel closes when ctx is done or
 // the Subscriber is closed; an unacked message is then redelivered later.

@@ -101,7 +101,7 @@ func TestTailRebuildsThenFollows(t *testing.T) {
 // test's goroutines count).
 func TestTailOfAnEmptyLogIsCaughtUpAtOnce(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction(natstest.LeftBySourcing)) })
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)

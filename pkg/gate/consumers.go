@@ -7,33 +7,12 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 )
 
-// Consumer is one durable consumer a run node reads: made for it by the
-// gate, read by the node by name (its permissions name it, pkg/auth).
-type Consumer struct {
-	// Handler names what the node does with it.
-	Handler string
-	// Topic is what it filters on (filters separated by spaces, as
-	// bus.SubscriberConfig takes them), Durable the consumer group the
-	// node reads it as.
-	Topic, Durable string
-}
-
-// Name is the consumer's name on the server.
-func (c Consumer) Name() string { return bus.ConsumerName(c.Durable, c.Topic) }
-
-// NodeConsumers are the consumers node reads: the holds on it, and every
-// cancel (it stops the jobs it runs that are cancelled).
-func NodeConsumers(node string) []Consumer {
-	durable := "run-" + node
-	return []Consumer{
-		{Handler: "held", Topic: events.HeldSubject(node), Durable: durable},
-		{Handler: "cancel", Topic: events.KindSubject(events.TypeCancelRequested), Durable: durable},
-	}
-}
+// NodeConsumers are the consumers node reads (events.NodeConsumers): the
+// gate makes them, and no other, for the node.
+func NodeConsumers(node string) []events.NodeConsumer { return events.NodeConsumers(node) }
 
 // maxAckPending bounds what a node's consumer may hold out at once: a node
 // takes every hold at once, and no node holds more.

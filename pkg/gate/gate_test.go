@@ -169,7 +169,16 @@ func TestANodeStagesAndReturnsTheDataOfWhatItHolds(t *testing.T) {
 		t.Errorf("after n2's stop: %v", err)
 	}
 	w.append(t, "job-1", &events.RunStopped{Hold: h, Outcome: events.Succeeded})
-	_, err = st.Get(w.ctx, "blob/sha256/"+strings.TrimPrefix(file.Digest, "sha256:"))
+	// Refused once the gate looks at the log again: within a tenth of a
+	// second of its last look.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		var rc io.ReadCloser
+		rc, err = st.Get(w.ctx, "blob/sha256/"+strings.TrimPrefix(file.Digest, "sha256:"))
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+		rc.Close()
+	}
 	if !errors.Is(err, gate.ErrRefused) || !strings.Contains(err.Error(), "is over") {
 		t.Errorf("n1 reads its job's input after its stop: %v, want refused, the hold over", err)
 	}

@@ -19,7 +19,7 @@ import (
 // it runs last).
 func TestRunLeavesNothingRunning(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction(natstest.LeftBySourcing)) })
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	nc := srv.Conn(t)

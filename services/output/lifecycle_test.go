@@ -7,6 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
 )
 
 // TestRunLeavesNothingRunning: OUTPUT returns a job's output, its
@@ -16,7 +17,7 @@ import (
 // connections are gone (registered first, so it runs last).
 func TestRunLeavesNothingRunning(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction(natstest.LeftBySourcing)) })
 	w := startWorld(t)
 	w.runJob(t, "job-l", time.Hour, nil, map[string]string{"r.txt": "result\n"})
 	w.waitEvent(t, "job-l", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })

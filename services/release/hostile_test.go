@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
 )
 
 // TestRunReleasesAJobDespiteJunkOnItsSubjects: junk another tenant
@@ -17,7 +18,7 @@ import (
 // compute held. Nothing Run started outlives it.
 func TestRunReleasesAJobDespiteJunkOnItsSubjects(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction(natstest.LeftBySourcing)) })
 	f := start(t)
 	released := make(chan struct{}, 1)
 	sub, err := f.js.Conn().Subscribe("e31.job.job-1.released", func(*nats.Msg) { released <- struct{}{} })

@@ -19,7 +19,7 @@ import (
 // nothing the test started is still running. Register it first.
 func noLeaks(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction(natstest.LeftBySourcing)) })
 }
 
 // instance is one RENT running in the background.

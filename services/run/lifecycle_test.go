@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
 )
 
 // TestRunRecordsItsJobsThenGivesUpTheNodesLease: on the way out, RUN
@@ -18,11 +19,13 @@ import (
 // Nothing Run started outlives it.
 func TestRunRecordsItsJobsThenGivesUpTheNodesLease(t *testing.T) {
 	before := goleak.IgnoreCurrent()
-	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	t.Cleanup(func() { goleak.VerifyNone(t, before, goleak.IgnoreAnyFunction(natstest.LeftBySourcing)) })
 	n := startNode(t, nil)
 	nc := n.js.Conn()
 	seen := make(chan *nats.Msg, 16)
-	for _, subject := range []string{"$KV." + events.LeasesBucket + ".node.n1", "e31.job.long.started", "e31.job.long.stopped"} {
+	// The node writes its lease in the nodes' bucket; its start and stop
+	// end with its name.
+	for _, subject := range []string{"$KV." + events.NodeLeasesBucket + ".node.n1", "e31.job.long.started.n1", "e31.job.long.stopped.n1"} {
 		sub, err := nc.ChanSubscribe(subject, seen)
 		if err != nil {
 			t.Fatal(err)
@@ -46,18 +49,18 @@ func TestRunRecordsItsJobsThenGivesUpTheNodesLease(t *testing.T) {
 	ctx, stop := context.WithCancel(n.ctx)
 	done := make(chan error, 1)
 	go func() { done <- n.run.Run(ctx) }()
-	if m := next("the node's lease"); m.Subject != "$KV."+events.LeasesBucket+".node.n1" {
+	if m := next("the node's lease"); m.Subject != "$KV."+events.NodeLeasesBucket+".node.n1" {
 		t.Fatalf("first came %s, want the node's lease", m.Subject)
 	}
 	n.hold(t, "long", job("sleep 60", nil))
-	for m := next("the start"); m.Subject != "e31.job.long.started"; m = next("the start") {
+	for m := next("the start"); m.Subject != "e31.job.long.started.n1"; m = next("the start") {
 	}
 	stop()
 	var order []string
 	for len(order) < 2 {
 		m := next("the stop and the lease given up")
 		switch {
-		case m.Subject == "e31.job.long.stopped":
+		case m.Subject == "e31.job.long.stopped.n1":
 			order = append(order, "stopped")
 		case m.Header.Get("KV-Operation") == "DEL":
 			order = append(order, "lease given up")
