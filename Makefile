@@ -28,11 +28,12 @@ test: lint unit fuzz-short e2e
 unit:
 	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(RACE) $(TEST_FLAGS) ./$$m/...; done
 
-# e2e/upstream and e2e/hostile are modules of their own, outside the
-# workspace: a system that knows e31 only by its published schemas, and a
-# hostile tenant that knows it only as a submitter does; neither could
+# e2e/upstream, e2e/hostile and e2e/compromised are modules of their own,
+# outside the workspace: a system that knows e31 only by its published
+# schemas, a hostile tenant that knows it only as a submitter does, and a
+# compromised run node that knows it only as a node does; none could
 # import it.
-OUTSIDE_MODULES := e2e/upstream e2e/hostile
+OUTSIDE_MODULES := e2e/upstream e2e/hostile e2e/compromised
 # A cold machine builds Prometheus from its module first (~8 minutes on 2
 # cores, once per version): the end-to-end tests get the time for it.
 E2E_TIMEOUT ?= 30m

@@ -412,4 +412,3 @@ func hasEvent(rec record, seq uint64) bool {
 	}
 	return false
 }
-

@@ -182,19 +182,27 @@ func (r *rogueNode) makeConsumer(ctx context.Context, cfg map[string]any) error 
 	return err
 }
 
+// request is a gate request about an object of an attempt: its fields
+// in headers, as pkg/gate says.
+func request(subject, job string, attempt int, name string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set("E31-Gate-Job", job)
+	m.Header.Set("E31-Gate-Attempt", strconv.Itoa(attempt))
+	m.Header.Set("E31-Gate-Object", name)
+	return m
+}
+
 // get reads an object of an attempt's store through the gate.
 func (r *rogueNode) get(ctx context.Context, job string, attempt int, name string) ([]byte, error) {
-	b, err := json.Marshal(map[string]any{"job": job, "attempt": attempt, "name": name})
-	if err != nil {
-		return nil, err
-	}
 	inbox := r.nc.NewInbox()
 	sub, err := r.nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	if err := r.nc.PublishRequest("e31.gate."+rogue+".get", inbox, b); err != nil {
+	m := request("e31.gate."+rogue+".get", job, attempt, name)
+	m.Reply = inbox
+	if err := r.nc.PublishMsg(m); err != nil {
 		return nil, err
 	}
 	var out []byte
@@ -216,26 +224,18 @@ func (r *rogueNode) get(ctx context.Context, job string, attempt int, name strin
 	}
 }
 
-// put stores content under a content-addressed name of an attempt's store
-// through the gate, and returns the name and digest.
+// put stores content, in one piece, under a content-addressed name of an
+// attempt's store through the gate, and returns the name and digest.
 func (r *rogueNode) put(ctx context.Context, job string, attempt int, content []byte) (name, digest string, err error) {
 	sum := sha256.Sum256(content)
 	name, digest = "blob/sha256/"+hex.EncodeToString(sum[:]), "sha256:"+hex.EncodeToString(sum[:])
-	m, err := r.ask(ctx, "put", map[string]any{"job": job, "attempt": attempt, "name": name, "digest": digest, "size": len(content)})
-	if err != nil {
-		return name, digest, err
-	}
-	var ses struct {
-		Session string `json:"session"`
-	}
-	if err := json.Unmarshal(m.Data, &ses); err != nil {
-		return name, digest, err
-	}
-	piece := nats.NewMsg("e31.gate." + rogue + ".chunk." + ses.Session)
-	piece.Header.Set(gatePart, "0")
-	piece.Header.Set(gateEnd, "1")
-	piece.Data = content
-	answer, err := r.nc.RequestMsgWithContext(ctx, piece)
+	m := request("e31.gate."+rogue+".put", job, attempt, name)
+	m.Header.Set("E31-Gate-Digest", digest)
+	m.Header.Set("E31-Gate-Size", strconv.Itoa(len(content)))
+	m.Header.Set(gatePart, "0")
+	m.Header.Set(gateEnd, "1")
+	m.Data = content
+	answer, err := r.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return name, digest, err
 	}

@@ -194,6 +194,10 @@ func servicePermissions(g *grant, id Identity) {
 		// them, a read answered in several messages.
 		g.serve(events.GateSubjects("*"))
 		g.respondMany = true
+		// What is published about jobs as it is stored, which tells the
+		// gate when to look at the log again: what OUTPUT reads of the
+		// log anyway.
+		g.sub(events.JobSubjects)
 		// Its checkpoint, read on start and written as it goes.
 		g.pub(kvRead(events.OutputBucket)...)
 		g.pub(kvKey(events.OutputBucket, events.OutputCheckpointKey))

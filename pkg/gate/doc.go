@@ -15,7 +15,9 @@
 //     of a random name. A permission can give a node every submitter's
 //     bucket or none. So the node asks the gate, naming the job and attempt,
 //     and the gate checks in the log, before each request, that the attempt
-//     is held on that node and not over (stopped, lost, released): inputs of
+//     is held on that node and not over (stopped, lost, released; it looks
+//     again whenever something is published about the job, and at least
+//     every second): inputs of
 //     the job are read (the objects its staged data is stored in: its files,
 //     folders, the output of the job it stages from), its logs and output
 //     are written (a blob only with the bytes its name is the digest of, a

@@ -169,8 +169,8 @@ func TestANodeStagesAndReturnsTheDataOfWhatItHolds(t *testing.T) {
 		t.Errorf("after n2's stop: %v", err)
 	}
 	w.append(t, "job-1", &events.RunStopped{Hold: h, Outcome: events.Succeeded})
-	// Refused once the gate looks at the log again: within a tenth of a
-	// second of its last look.
+	// Refused once the gate has heard of the stop, published as it was
+	// stored, and looked at the log again.
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		var rc io.ReadCloser
 		rc, err = st.Get(w.ctx, "blob/sha256/"+strings.TrimPrefix(file.Digest, "sha256:"))

@@ -78,8 +78,27 @@ type holdKey struct {
 }
 
 // recheck is how long what the log said of a hold answers the requests
-// that follow: the most a node is served past the end of its hold.
-const recheck = 100 * time.Millisecond
+// that follow, if the gate hears of nothing published about the job
+// meanwhile (stale): a bound on what a missed publication costs.
+const recheck = time.Second
+
+// stale makes the next request about job look at the log: something was
+// published on its subjects, which may end a hold of it.
+func (hs *holds) stale(job string) {
+	hs.mu.Lock()
+	var those []*hold
+	for a := 1; a <= events.MaxAttempts+1; a++ {
+		if h := hs.m[holdKey{job, a}]; h != nil {
+			those = append(those, h)
+		}
+	}
+	hs.mu.Unlock()
+	for _, h := range those {
+		h.mu.Lock()
+		h.looked = time.Time{}
+		h.mu.Unlock()
+	}
+}
 
 // maxHolds bounds the attempts remembered: more than a node runs at once
 // times the nodes that ask one gate instance at once.
@@ -128,8 +147,9 @@ func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold
 	defer h.mu.Unlock()
 	// Anything new since it was last read? One question to the log's
 	// leader, which a lagging replica could not answer: it usually says
-	// no. A request within recheck of the last look is answered by it: a
-	// node stages and stores its files many at once.
+	// no. A request within recheck of the last look is answered by it (a
+	// node stages and stores its files many at once), unless something was
+	// published on the job's subjects since (stale).
 	if h.looked.IsZero() || time.Since(h.looked) >= recheck {
 		looking := time.Now()
 		_, err := bus.LeaderNext(ctx, s.js, events.Stream, events.JobSubject(job), h.last+1)

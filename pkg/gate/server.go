@@ -95,6 +95,22 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		subs = append(subs, sub)
 	}
+	// What is published about a job as it is stored (a stop, a loss, a
+	// release) makes the gate look at the log at its next request of it:
+	// a hold ends for the gate when it ends in the log, not a recheck
+	// later.
+	news, err := s.nc.Subscribe(events.JobSubjects, func(m *nats.Msg) {
+		if job := events.JobOf(m.Subject); job != "" {
+			s.holds.stale(job)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("gate: subscribe: %w", err)
+	}
+	if err := news.SetPendingLimits(-1, -1); err != nil {
+		return fmt.Errorf("gate: subscribe: %w", err)
+	}
+	subs = append(subs, news)
 	if err := s.nc.Flush(); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("gate: subscribe: %w", err)
 	}
