@@ -4,9 +4,10 @@
 //
 // # The model: NATS decentralized JWT authentication
 //
-// An operator key signs two accounts, E31 and TENANTS; each account's
-// signing key signs one user per identity: the services, the auditor and
-// the operator in E31, the submitters in TENANTS. A server trusts the
+// An operator key signs three accounts, E31, TENANTS and NODES; each
+// account's signing key signs one user per identity: the services, the
+// auditor and the operator in E31, the submitters in TENANTS, the run
+// nodes in NODES. A server trusts the
 // operator and is given the accounts' JWTs (preloaded into its resolver);
 // it never learns about users.
 // A user presents its JWT and proves it holds the key named in it, and the
@@ -20,7 +21,7 @@
 // may do what without sharing a user list; and revoking a user is one
 // account JWT update, pushed to the servers while they run.
 //
-// # Two accounts
+// # Accounts
 //
 // Everything tenants share (the event log, the leases, the buckets) lives
 // in E31, and tenants are told apart there by subject permissions. But
@@ -38,11 +39,28 @@
 // where nothing stores it. A submitter's permissions are what they were:
 // the imports carry only what they let through.
 //
+// Run nodes live in NODES for the same reason, and more: a node runs
+// tenants' code and may belong to someone the submitters never met, so
+// its credentials are the likeliest to leak. NODES has no JetStream and
+// imports from E31 only what a node needs (nodeServices): its events and
+// poison subject, its lease in the nodes' own bucket
+// (events.NodeLeasesBucket, which refuses rollups and purges), the
+// JetStream API (reading the log, pulling from its consumers), the acks of
+// what it pulled, and the node gate (pkg/gate), through which it has its
+// two consumers made and reads and writes the data of the jobs held on it,
+// while they are. What its jobs write (events.LogSubjects) it publishes in
+// NODES, which exports it to TENANTS and E31. A node may create, change,
+// purge or delete no stream and no consumer: a consumer create's body may
+// name a deliver subject, any subject of E31, and no permission can read a
+// body.
+//
 // # Identity travels in subjects
 //
 // A user may publish only on subjects that name it: a submitter's requests
 // on e31.job.<id>.requested.<name>, its cancels on e31.job.<id>.cancel.<name>,
-// its queries on e31.api.<name>.…. So whoever reads the subject knows who
+// its queries on e31.api.<name>.…; a node's starts and stops on
+// e31.job.<id>.started.<node> and …stopped.<node>, its announcement on
+// e31.node.<node>.announced. So whoever reads the subject knows who
 // sent it, vouched for by the server, never by a field the client filled
 // in. Replies to a user go to its own inbox prefix (Identity.InboxPrefix),
 // which no one else may subscribe to; the services answer with response
@@ -54,7 +72,9 @@
 // Permissions is the one place that says what each role may do; its tests
 // try every event type as every role on a real server. In short: a
 // submitter publishes its own requests, cancels and queries, and reads and
-// writes its own data bucket; each service publishes only the event types
-// its step owns (Owned) and reads what it consumes; the auditor reads the
+// writes its own data bucket; a node publishes its own events and reaches
+// the data of what it holds through the gate; each other service publishes
+// only the event types its step owns (Owned) and reads what it consumes;
+// the auditor reads the
 // whole log and changes nothing; the operator may do everything.
 package auth

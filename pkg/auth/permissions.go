@@ -54,10 +54,12 @@ const responseTTL = time.Minute
 //     the E31 stream) and ask the query services as "auditor"; nothing it
 //     may publish changes anything;
 //   - the operator: everything;
-//   - a service: the event types its step owns (Owned), its poison subject,
-//     reading the streams it consumes with acks for its consumers, and what
-//     its step needs besides (leases, data buckets, timers, its query
-//     endpoints, answered with response permissions).
+//   - a run node (service run, in the NODES account): its own events and
+//     lease, its two consumers, the log read, the node gate (nodePermissions);
+//   - any other service: the event types its step owns (Owned), its poison
+//     subject, reading the streams it consumes with acks for its consumers,
+//     and what its step needs besides (leases, data buckets, timers, its
+//     query endpoints, answered with response permissions).
 func Permissions(id Identity) (jwt.Permissions, error) {
 	if err := id.Validate(); err != nil {
 		return jwt.Permissions{}, err
