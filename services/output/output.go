@@ -217,19 +217,29 @@ func (s *Service) returnedAlready(ctx context.Context, job string, attempt int) 
 	return ok && r.Attempt == attempt
 }
 
-// holderOf is the node attempt of job was held on, as the log's leader
-// says (a lagging replica may not know the hold yet, and an honest stop
-// taken for a foreign one would be a job that never ends), and false if no
-// hold of that attempt is in the log. It looks first at the last hold on
-// claimed, the node that sent the stop: that is the attempt's, unless a
-// node forged the stop, or held the job again since.
+// holderOf is the node attempt of job was held on, and false if no hold
+// of that attempt is in the log: as the log's leader says where a replica
+// does not know it (a lagging replica may not have the hold yet, and an
+// honest stop taken for a foreign one would be a job that never ends). It
+// looks first at the last hold on claimed, the node that sent the stop:
+// that is the attempt's, unless a node forged the stop, or held the job
+// again since.
 func (s *Service) holderOf(ctx context.Context, job string, attempt int, claimed string) (string, bool, error) {
 	if subject, err := events.SubjectOf(job, &events.ComputeHeld{Hold: events.Hold{Node: claimed}}); err == nil {
-		m, err := bus.LeaderLast(ctx, s.js, events.Stream, subject)
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			return "", false, err
-		}
-		if err == nil {
+		// Any replica first (a direct get, the cheapest read): one that
+		// has the hold has it in its place; one that has not may lag, and
+		// the leader says.
+		for _, last := range []func() (*jetstream.RawStreamMsg, error){
+			func() (*jetstream.RawStreamMsg, error) { return bus.Last(ctx, s.js, subject) },
+			func() (*jetstream.RawStreamMsg, error) { return bus.LeaderLast(ctx, s.js, events.Stream, subject) },
+		} {
+			m, err := last()
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return "", false, err
+			}
+			if err != nil {
+				continue
+			}
 			if env, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
 				if h, ok := env.Event.(*events.ComputeHeld); ok && h.Attempt == attempt {
 					return h.Node, true, nil
