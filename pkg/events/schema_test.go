@@ -397,7 +397,7 @@ func TestEmptyListsAreValid(t *testing.T) {
 		&events.ComputeReleased{Hold: hold, Outcome: events.NodeLost, Final: false},
 		&events.JobRequested{Submitter: "bob", Spec: events.JobSpec{
 			Work:    events.Work{Command: []string{"/bin/true"}},
-			Request: events.Request{CPU: 0.25, LimitSeconds: 1},
+			Request: events.Request{CPU: 0.25, MemoryBytes: 1 << 20, DiskBytes: 1 << 20, LimitSeconds: 1},
 		}},
 		&events.JobRejected{Reason: "request.cpu: must be more than 0"},
 		&events.CancelRequested{By: "alice"},
@@ -458,16 +458,27 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"cause":     "expired",
 			"name":      "clips",
 			"command":   "/bin/true",
+			"image":     "alpine:3.20",
 		}[name]
 		if !ok {
 			s = "text for " + name
 		}
 		v.SetString(s)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		// A size has a floor where it is declared (a request's memory and
+		// disk: 1MiB); 3MiB is within it everywhere.
+		if strings.HasSuffix(name, "_bytes") {
+			v.SetInt(3 << 20)
+			return
+		}
 		v.SetInt(3)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		v.SetUint(3)
 	case reflect.Float32, reflect.Float64:
+		if name == "retention_seconds" { // a minute at least
+			v.SetFloat(3600)
+			return
+		}
 		v.SetFloat(1.5)
 	case reflect.Bool:
 		v.SetBool(true)
@@ -941,7 +952,7 @@ func TestSchemasAccept(t *testing.T) {
 			"name": "model", "from_job": "01JC8W2M5R7T9V1X3Z5B7D9F1H",
 			"digest": "sha256:" + strings.Repeat("0", 64), "kind": "dir", "bytes": 1 << 20, "files": 3,
 		}},
-		{events.TypeJobSubmitted, "/spec/data/0/name", "clips v2.tar"},
+		{events.TypeJobSubmitted, "/spec/data/0/name", "clips-v2.tar"}, // SUBMIT never took a space
 		{events.TypeJobSubmitted, "/spec/output/0/path", "plots/**/*.png"},
 		{events.TypeJobSubmitted, "/spec/request/cpu", 0.25},
 		{events.TypeRunStopped, "/outcome", "out_of_memory"}, // and so no exit code needed…
