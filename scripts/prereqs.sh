@@ -14,7 +14,8 @@
 #   chromium        the operator's page is tested in a real browser.
 #   curl, jq        deploy/README.md's commands, which the cluster test runs.
 #   iproute2        ip: the document tests run e31 dev in a network of their own.
-#   make, git       the Makefile; `make lint` lists the files with git.
+#   make, git       the Makefile (run this script alone where make is missing:
+#                   sudo scripts/prereqs.sh demo); `make lint` lists the files with git.
 set -eu
 
 what=${1:-}
@@ -42,9 +43,15 @@ have_sbin() { have "$1" || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 root=no
 [ "$(id -u)" -eq 0 ] && root=yes
 
-if ! have go; then
+if have go; then
+	:
+elif [ -x /usr/local/go/bin/go ]; then
+	# Installed from go.dev, but not on this PATH: sudo resets it.
+	problem "/usr/local/go/bin on PATH (sudo resets PATH: sudo env PATH=\"\$PATH\" make $what)"
+else
 	problem "Go 1.26 or newer: https://go.dev/dl/ (Debian's golang package is older)"
 fi
+have make || need make
 have_sbin mkfs.btrfs || need btrfs-progs
 
 if [ "$what" = demo ] && [ "$root" = no ]; then
@@ -52,7 +59,6 @@ if [ "$what" = demo ] && [ "$root" = no ]; then
 fi
 
 if [ "$what" = test ]; then
-	have make || need make
 	have git || need git
 	# The run node's image needs busybox without shared libraries.
 	if ! have busybox || ! { ldd "$(command -v busybox)" 2>&1 || true; } | grep -q 'not a dynamic executable'; then
