@@ -104,47 +104,6 @@ type level struct {
 	n        int
 }
 
-// PoolConfig tunes the pool.
-type PoolConfig struct {
-	// Grace bounds how long past its limit a job may hold its node (the
-	// stop's grace period, collecting output, releasing). Backfill counts on
-	// every job being gone by then.
-	Grace time.Duration
-	// MaxScan bounds the waiting jobs one pass looks at, so that a queue of
-	// a hundred thousand jobs costs no more per decision than a short one.
-	MaxScan int
-	// RememberLost is how long a node whose lease lapsed still counts when
-	// a job is judged on whether any node could ever hold it. Default:
-	// DefaultRememberLost.
-	RememberLost time.Duration
-	// RememberEnded is how many of the jobs that ended last the pool
-	// remembers (and how many cancels of jobs it has not seen): default
-	// DefaultRememberEnded.
-	RememberEnded int
-}
-
-// DefaultRememberEnded is how many ended jobs the pool remembers. Once a
-// job is over, the events that may still come about it (a late cancel, the
-// log's copy of what RENT appended and applied already) come within
-// moments, and a job that runs after one that ended long ago has its
-// outcome read from the log: a hundred thousand is ample and costs a few
-// MiB, whatever the history.
-const DefaultRememberEnded = 100_000
-
-// DefaultRememberLost is how long a lost node (its lease lapsed) still
-// counts for whether a newly queued job could ever be held. Run nodes come
-// back after a crash, a reboot or an upgrade within minutes: a job submitted
-// meanwhile that only such a node can hold waits for it rather than being
-// rejected. Fifteen minutes covers a reboot of a large machine with room to
-// spare; a node gone longer is taken to be gone for good, so that retiring
-// one does not leave jobs that nothing else can run waiting for it.
-//
-// It bounds only that judgement, made once when a job first enters the
-// queue. A job judged able to run waits however long its node is away, and
-// a job held once and lost with its node is never judged again: a lost node
-// is never the job's fault.
-const DefaultRememberLost = 15 * time.Minute
-
 // Pool is RENT's view of the world, built only from events: the nodes and
 // what each has free, the jobs waiting in order and those held. It does no
 // I/O; the Service feeds it events and publishes what it decides. It is not
@@ -222,18 +181,7 @@ type Pool struct {
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
 func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
-	if cfg.Grace <= 0 {
-		cfg.Grace = time.Minute
-	}
-	if cfg.MaxScan <= 0 {
-		cfg.MaxScan = 2000
-	}
-	if cfg.RememberLost <= 0 {
-		cfg.RememberLost = DefaultRememberLost
-	}
-	if cfg.RememberEnded <= 0 {
-		cfg.RememberEnded = DefaultRememberEnded
-	}
+	cfg = cfg.withDefaults()
 	if now == nil {
 		now = time.Now
 	}

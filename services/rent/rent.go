@@ -57,27 +57,6 @@ const maxHoldsPerPass = 256
 // leaderKey is the leader lease in the leases bucket.
 const leaderKey = "leader.rent"
 
-// Config configures the service. It is the one way the service is built,
-// by its own main, `e31 serve rent` and `e31 dev` alike: the zero value is a
-// working service, and New fills in the defaults of the fields left zero.
-type Config struct {
-	// Source is the CloudEvents source it stamps; default
-	// events.DefaultSource ("e31/rent/HOST").
-	Source string
-	Logger *slog.Logger
-	Now    func() time.Time
-	// Instance names this instance: its consumer and its claim to lead.
-	// Default: the host name.
-	Instance string
-	Pool     PoolConfig
-	// Queries bounds what askers may hold of the why endpoint at once
-	// (zero fields: query's defaults).
-	Queries query.Limits
-	// Observer, if set, is told what the scheduler does, for the
-	// operator's metrics (pkg/metrics.Scheduler implements it).
-	Observer Observer
-}
-
 // Observer is told what the scheduler does. Its methods are called from
 // the scheduler's loop and the leader lease's, and must not block.
 type Observer interface {
