@@ -503,6 +503,10 @@ func (p *Pool) Unresolved() []string {
 	return slices.Sorted(maps.Keys(p.unresolved))
 }
 
+// HasUnresolved reports whether Unresolved has any job, at no cost: the
+// Service asks after every event it applies.
+func (p *Pool) HasUnresolved() bool { return len(p.unresolved) > 0 }
+
 // Resolve tells the pool what the log says of a job in Unresolved: ended
 // with outcome, or not ended (ended false), in which case its own events
 // will tell. Its dependents go on, or are rejected, as if it had just ended;

@@ -354,7 +354,7 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
 	s.remember(env)
-	unresolved := len(s.pool.unresolved) > 0
+	unresolved := s.pool.HasUnresolved()
 	s.mu.Unlock()
 	if unresolved {
 		select {
