@@ -59,17 +59,17 @@ func (p *Pool) Checkpoint(read uint64) Checkpoint {
 		// A live job's cancel decided nothing yet, or it would not be
 		// live; its submission is read again, and finds the cancel
 		// waiting.
-		if by := p.liveEarly[j.id]; len(by) > 0 && len(c.Early) < maxEarly {
+		if by := p.early.live[j.id]; len(by) > 0 && len(c.Early) < maxEarly {
 			c.Early = append(c.Early, EarlyCancel{Job: j.id, By: by})
 		}
 	}
 	slices.SortFunc(c.Early, func(a, b EarlyCancel) int { return strings.Compare(a.Job, b.Job) })
 	var waiting []EarlyCancel // newest first
-	for id := range p.earlyOrder.newestFirst() {
+	for id := range p.early.unseen.newestFirst() {
 		if len(c.Early)+len(waiting) == maxEarly {
 			break
 		}
-		if early := p.early[id]; early != nil && early.seq < c.From {
+		if early, ok := p.early.unseen.get(id); ok && early.seq < c.From {
 			waiting = append(waiting, EarlyCancel{Job: id, By: early.by})
 		}
 	}
@@ -84,7 +84,7 @@ func (p *Pool) Checkpoint(read uint64) Checkpoint {
 func (p *Pool) Restore(c Checkpoint) {
 	for _, e := range c.Early {
 		for _, by := range e.By {
-			p.cancelEarly(e.Job, 0, by)
+			p.early.add(e.Job, 0, by)
 		}
 	}
 	p.applied = max(p.applied, c.From-1)

@@ -156,7 +156,7 @@ func TestNeverHeldBeyondCapacity(t *testing.T) {
 		w.decide()
 		used := map[string]float64{}
 		for id, h := range w.held {
-			if _, over := w.p.over[id]; !over {
+			if _, over := w.p.over.get(id); !over {
 				used[h.Node] += h.CPU
 			}
 		}
@@ -164,7 +164,7 @@ func TestNeverHeldBeyondCapacity(t *testing.T) {
 			t.Fatalf("round %d: held %v, beyond capacity", round, used)
 		}
 		for id := range w.held {
-			if _, over := w.p.over[id]; !over {
+			if _, over := w.p.over.get(id); !over {
 				w.release(id)
 				break
 			}
