@@ -1,7 +1,16 @@
 // Package rent is the RENT step: it keeps the pool (which nodes exist and
 // what each has free) and holds compute for jobs when they fit, recording
 // ComputeHeld, which starts the meter. Jobs that do not fit wait; nothing is
-// dropped. The order, fair share and backfill are in Pool.
+// dropped. The order, fair share and backfill are in Pool, and in its
+// parts: the queue (queue.go), placement (place.go), what it forgets
+// (forget.go) and why a job waits (why.go).
+//
+// A placement is the pool's decision to hold compute for a waiting job on
+// a node, appended as ComputeHeld; once that is applied the job is placed
+// (its status is "held") and is one of its node's jobs until
+// ComputeReleased. "Hold" is left to the events (events.Hold, the attempt
+// that ComputeHeld, HoldLost and ComputeReleased name) and to the ledger's
+// record of what a job held (pkg/hold).
 //
 // RENT is a projection of the log: on start it reads every event into a
 // Pool, and decides only once it has caught up; then it follows the log in
@@ -51,8 +60,9 @@ import (
 	"github.com/e31net/e31/pkg/trace"
 )
 
-// maxHoldsPerPass bounds the holds appended in one round trip.
-const maxHoldsPerPass = 256
+// maxPlacementsPerPass bounds the placements (ComputeHeld) appended in one
+// round trip.
+const maxPlacementsPerPass = 256
 
 // leaderKey is the leader lease in the leases bucket.
 const leaderKey = "leader.rent"
@@ -260,9 +270,9 @@ func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope
 // follow is the tail's Apply: every message counted as its job's last
 // (touch), and every event the pool applies decoded and handled, in order,
 // except the events this instance appended itself, which schedule applied
-// the moment they were stored. Decoding those again (a hold carries the
-// job's whole spec) would be a third of the leader's reading for nothing:
-// the pool would find them applied already.
+// the moment they were stored. Decoding those again (a ComputeHeld carries
+// the job's whole spec) would be a third of the leader's reading for
+// nothing: the pool would find them applied already.
 func (s *Service) follow(o bus.Observer) bus.Apply {
 	decoded := bus.Decoded(s.log, s.observed(o))
 	var skip []bool
@@ -595,7 +605,7 @@ func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstrea
 // sweepNodes looks up the lease of every node the pool counts live, once
 // per lease time, apart from the watcher. A KV watcher does not survive a
 // NATS server restart (nats.go v1.56 does not make its consumer again), and
-// a node whose lease lapsed unseen would keep its holds for ever.
+// a node whose lease lapsed unseen would keep its jobs placed for ever.
 func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
 	ttl, err := lease.TTL(ctx, kv)
 	if err != nil {
@@ -683,7 +693,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		began := time.Now()
-		decisions := s.pool.Decide(maxHoldsPerPass)
+		decisions := s.pool.Decide(maxPlacementsPerPass)
 		s.obs.Decided(time.Since(began))
 		s.mu.Unlock()
 		if len(decisions) == 0 {
@@ -699,7 +709,7 @@ func (s *Service) schedule(ctx context.Context) error {
 			trace.End(sp, errs[i])
 		}
 		var failed []error
-		applied, holds := 0, 0
+		applied, placements := 0, 0
 		s.mu.Lock()
 		for i, err := range errs {
 			switch {
@@ -712,7 +722,7 @@ func (s *Service) schedule(ctx context.Context) error {
 				applied++
 				s.logDecision(decisions[i], stored[i])
 				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {
-					holds++
+					placements++
 				}
 			case errors.Is(err, bus.ErrConflict):
 				// The job moved on; the message that moved it is on its way
@@ -727,7 +737,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		if len(failed) > 0 {
 			return fmt.Errorf("rent: %w", errors.Join(failed...))
 		}
-		if applied == 0 || holds < maxHoldsPerPass {
+		if applied == 0 || placements < maxPlacementsPerPass {
 			return nil
 		}
 	}
