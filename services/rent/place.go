@@ -1,7 +1,8 @@
 package rent
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -177,8 +178,9 @@ func reserve(j *job, live []*node, free []res, now time.Time, grace time.Duratio
 			continue
 		}
 		type ending struct {
-			at   time.Time
-			give res
+			at    time.Time
+			order uint64
+			give  res
 		}
 		ends := make([]ending, 0, len(n.jobs))
 		for _, o := range n.jobs {
@@ -186,9 +188,18 @@ func reserve(j *job, live []*node, free []res, now time.Time, grace time.Duratio
 			if at.Before(now) {
 				at = now
 			}
-			ends = append(ends, ending{at, o.need})
+			ends = append(ends, ending{at, o.order, o.need})
 		}
-		sort.Slice(ends, func(a, b int) bool { return ends[a].at.Before(ends[b].at) })
+		// Jobs past their end all end "now": submission order breaks the
+		// tie, so that the reservation (and what backfill it allows) is the
+		// same in every pool built from the same log, whatever order the
+		// node's map gives them in.
+		slices.SortFunc(ends, func(a, b ending) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.order, b.order)
+		})
 		have, at := free[i], now
 		for _, e := range ends {
 			if j.need.fits(have) {
