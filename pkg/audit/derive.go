@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash"
+	"slices"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -138,10 +139,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				}
 				at = &attempt{a: hold.Attempt{Attempt: h.Attempt}}
 				attempts = append(attempts, at)
-			} else if at.step >= held && h != at.hold {
-				bad(f, Inconsistent, "%s for attempt %d names node %s with %g cpu, %d bytes, %d gpu, %d disk, but it was held on %s with %g cpu, %d bytes, %d gpu, %d disk at #%d",
-					name, h.Attempt, h.Node, h.CPU, h.MemoryBytes, h.GPU, h.DiskBytes,
-					at.hold.Node, at.hold.CPU, at.hold.MemoryBytes, at.hold.GPU, at.hold.DiskBytes, at.heldAt)
+			} else if at.step >= held && !sameHold(h, at.hold) {
+				bad(f, Inconsistent, "%s for attempt %d names node %s with %g cpu, %d bytes, %d gpu %v, %d disk, but it was held on %s with %g cpu, %d bytes, %d gpu %v, %d disk at #%d",
+					name, h.Attempt, h.Node, h.CPU, h.MemoryBytes, h.GPU, h.GPUs, h.DiskBytes,
+					at.hold.Node, at.hold.CPU, at.hold.MemoryBytes, at.hold.GPU, at.hold.GPUs, at.hold.DiskBytes, at.heldAt)
 			}
 			// may lists the steps an event may follow.
 			may := func(next step, after ...step) {
@@ -308,4 +309,12 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 
 func requestOf(s events.JobSpec) hold.Request {
 	return hold.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
+}
+
+// sameHold reports whether two events name the same attempt and resources,
+// the devices and their order included. Written here rather than taken
+// from the ledger or pkg/events: the audit shares no code that decides.
+func sameHold(a, b events.Hold) bool {
+	return a.Attempt == b.Attempt && a.Node == b.Node && a.CPU == b.CPU && a.MemoryBytes == b.MemoryBytes &&
+		a.GPU == b.GPU && a.DiskBytes == b.DiskBytes && slices.Equal(a.GPUs, b.GPUs)
 }

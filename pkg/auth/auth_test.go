@@ -147,6 +147,10 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 		id, ev = node, &events.NodeAnnounced{Node: node}
 	case events.TypeNodeExpired:
 		id, ev = node, &events.NodeExpired{Node: node}
+	case events.TypeDeviceWithdrawn:
+		id, ev = node, &events.DeviceWithdrawn{Node: node}
+	case events.TypeDeviceRestored:
+		id, ev = node, &events.DeviceRestored{Node: node}
 	default:
 		ev = sampleOf(t, ceType)
 	}
@@ -185,6 +189,8 @@ var mayPublish = map[string][]string{
 	events.TypeRunStarted:      {auth.RunService},
 	events.TypeRunStopped:      {auth.RunService},
 	events.TypeNodeAnnounced:   {auth.RunService},
+	events.TypeDeviceWithdrawn: {auth.RunService},
+	events.TypeDeviceRestored:  {auth.RunService},
 	events.TypeOutputReturned:  {auth.OutputService},
 	events.TypeDeleted:         {auth.OutputService},
 	events.TypeComputeReleased: {auth.ReleaseService},
@@ -244,7 +250,8 @@ func TestEachRoleMayPublishOnlyItsEvents(t *testing.T) {
 			}
 			// As someone else: bob's name, another node.
 			switch ceType {
-			case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested, events.TypeNodeAnnounced:
+			case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested, events.TypeNodeAnnounced,
+				events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
 				other := subjectFor(t, ceType, "node-2", "bob")
 				if got := !refused(t, nc, other); got != (id.Role == auth.Operator) {
 					t.Errorf("%s publishing %s on %s: allowed %v, want only the operator", id, events.Name(ceType), other, got)

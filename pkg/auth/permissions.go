@@ -20,7 +20,7 @@ import (
 var owned = map[string][]string{
 	SubmitService:  {events.TypeJobSubmitted, events.TypeJobRejected},
 	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired},
-	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced},
+	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced, events.TypeDeviceWithdrawn, events.TypeDeviceRestored},
 	OutputService:  {events.TypeOutputReturned, events.TypeDeleted},
 	ReleaseService: {events.TypeComputeReleased},
 	LedgerService:  {},
@@ -116,8 +116,9 @@ func servicePermissions(g *grant, id Identity) {
 	g.pub(events.PoisonSubject(id.Service))
 	for _, t := range owned[id.Service] {
 		node := "*"
-		if t == events.TypeNodeAnnounced {
-			// A node announces itself only.
+		switch t {
+		case events.TypeNodeAnnounced, events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
+			// A node announces itself, and its own devices, only.
 			node = id.Name
 		}
 		g.pub(subjectOf(t, node, "*"))
@@ -297,6 +298,8 @@ var samples = map[string]events.Event{
 	events.TypeJobCancelled:    &events.JobCancelled{},
 	events.TypeNodeAnnounced:   &events.NodeAnnounced{Node: idMark},
 	events.TypeNodeExpired:     &events.NodeExpired{Node: idMark},
+	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{Node: idMark},
+	events.TypeDeviceRestored:  &events.DeviceRestored{Node: idMark},
 	events.TypeHoldLost:        &events.HoldLost{},
 	events.TypeDeleteRequested: &events.DeleteRequested{What: events.WhatData, By: tailMark},
 	events.TypeDeleted:         &events.Deleted{What: events.WhatData},

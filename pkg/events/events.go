@@ -129,12 +129,19 @@ type Hold struct {
 	// DiskBytes is the node disk held: request.disk (the job's writable
 	// space) and its staged inputs, which are written to the same disk.
 	DiskBytes int64 `json:"disk_bytes"`
+	// GPUs are the UUIDs of the devices held, GPU of them, in the order
+	// the job sees them (CUDA_VISIBLE_DEVICES 0, 1, …): absent when none
+	// are, and in holds of nodes that announced no devices.
+	GPUs []string `json:"gpus,omitempty"`
 }
 
 // Usage is what the job measurably used, read from the kernel at its end.
 type Usage struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`
 	MaxRSSBytes int64   `json:"max_rss_bytes"`
+	// GPUs is what each held device did, where the node measured it
+	// (NVML); absent where it did not.
+	GPUs []DeviceUsage `json:"gpus,omitempty"`
 }
 
 // OutputFile is one returned file: its path under /out, size and digest.
@@ -304,6 +311,10 @@ type NodeAnnounced struct {
 	// AllowUnisolated says the node's operator started it with an explicit
 	// flag that lets it run jobs without isolation.
 	AllowUnisolated bool `json:"allow_unisolated,omitempty"`
+	// Devices lists each GPU the node offers, GPU of them, by its bus
+	// location; absent on a node that offers none or that announced a
+	// count alone (RENT then holds counts, naming no device).
+	Devices []Device `json:"devices,omitempty"`
 }
 
 // Isolation is how a node keeps a job apart from the node and other jobs.
@@ -409,6 +420,8 @@ var kinds = map[string]kind{
 	TypeHoldLost:        {"lost", true, func() Event { return new(HoldLost) }, "HoldLost", shapeOf[HoldLost]()},
 	TypeDeleteRequested: {"delete", false, func() Event { return new(DeleteRequested) }, "DeleteRequested", shapeOf[DeleteRequested]()},
 	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted", shapeOf[Deleted]()},
+	TypeDeviceWithdrawn: {"device_withdrawn", false, func() Event { return new(DeviceWithdrawn) }, "DeviceWithdrawn", shapeOf[DeviceWithdrawn]()},
+	TypeDeviceRestored:  {"device_restored", false, func() Event { return new(DeviceRestored) }, "DeviceRestored", shapeOf[DeviceRestored]()},
 }
 
 // Types lists every event type this package can decode.
@@ -450,6 +463,9 @@ func ID(subject string, ev Event) string {
 	k := kinds[ev.Type()]
 	if h, ok := HoldOf(ev); ok && k.perHold {
 		return subject + "/" + k.token + "/" + strconv.Itoa(h.Attempt)
+	}
+	if c, ok := ev.(interface{ change() string }); ok {
+		return subject + "/" + k.token + "/" + c.change()
 	}
 	if n, ok := ev.(interface{ boot() string }); ok {
 		return subject + "/" + k.token + "/" + n.boot()

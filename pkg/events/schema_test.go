@@ -46,6 +46,8 @@ var goTypes = map[string]events.Event{
 	events.TypeHoldLost:        &events.HoldLost{},
 	events.TypeDeleteRequested: &events.DeleteRequested{},
 	events.TypeDeleted:         &events.Deleted{},
+	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{},
+	events.TypeDeviceRestored:  &events.DeviceRestored{},
 }
 
 // The golden bodies tell the story of one job on one node.
@@ -73,6 +75,8 @@ var goldenSubjects = map[string]string{
 	events.TypeHoldLost:        "e31.job." + goldenJob + ".lost",
 	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete.alice",
 	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
+	events.TypeDeviceWithdrawn: "e31.node." + goldenNode + ".device_withdrawn",
+	events.TypeDeviceRestored:  "e31.node." + goldenNode + ".device_restored",
 }
 
 var goldenIDs = map[string]string{
@@ -91,6 +95,8 @@ var goldenIDs = map[string]string{
 	events.TypeHoldLost:        goldenJob + "/lost/1",
 	events.TypeDeleteRequested: goldenJob + "/delete/output",
 	events.TypeDeleted:         goldenJob + "/deleted/output",
+	events.TypeDeviceWithdrawn: goldenNode + "/device_withdrawn/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.1",
+	events.TypeDeviceRestored:  goldenNode + "/device_restored/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.2",
 }
 
 // goType is the Go type of an event type, or stops the test.
@@ -105,7 +111,8 @@ func goType(t testing.TB, ceType string) reflect.Type {
 
 // goldenSubject is the ce-subject of a golden event: the job, or the node.
 func goldenSubject(ceType string) string {
-	if ceType == events.TypeNodeAnnounced || ceType == events.TypeNodeExpired {
+	switch ceType {
+	case events.TypeNodeAnnounced, events.TypeNodeExpired, events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
 		return goldenNode
 	}
 	return goldenJob
@@ -459,6 +466,9 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"name":      "clips",
 			"command":   "/bin/true",
 			"image":     "alpine:3.20",
+			"gpus":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"uuid":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"device":    "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
 		}[name]
 		if !ok {
 			s = "text for " + name

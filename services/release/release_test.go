@@ -137,7 +137,7 @@ func TestHandleReleasesOnceWhenAReturnIsDeliveredTwice(t *testing.T) {
 
 	rel := f.deliverTwice(t, trigger)
 	want := events.ComputeReleased{Hold: hold(1), Outcome: events.NodeLost, Final: false}
-	if len(rel) != 1 || *rel[0] != want {
+	if len(rel) != 1 || !reflect.DeepEqual(*rel[0], want) {
 		t.Fatalf("released %+v, want once: %+v", rel, want)
 	}
 }
@@ -154,7 +154,7 @@ func TestHandleReleasesALostHoldOnce(t *testing.T) {
 
 	rel := f.deliverTwice(t, trigger)
 	want := events.ComputeReleased{Hold: hold(1), Outcome: events.NodeLost, Final: false}
-	if len(rel) != 1 || *rel[0] != want {
+	if len(rel) != 1 || !reflect.DeepEqual(*rel[0], want) {
 		t.Fatalf("released %+v, want once: %+v", rel, want)
 	}
 }
