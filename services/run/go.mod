@@ -3,6 +3,7 @@ module github.com/e31net/e31/services/run
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/e31net/e31/pkg v0.0.0
