@@ -58,11 +58,11 @@ type job struct {
 	queue     *subQueue
 }
 
-// heldAs is j's current attempt as its ComputeHeld recorded it: what a
-// HoldLost of it names.
-func (j *job) heldAs() events.Hold {
+// heldAs is j's current attempt, placed on n, as its ComputeHeld recorded
+// it: what a HoldLost of it names.
+func (j *job) heldAs(n *node) events.Hold {
 	r := j.spec.Request
-	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: j.heldDisk}
+	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: j.heldDisk, GPUs: n.devs.of(j.id)}
 }
 
 // inputBytes is what a job's staged inputs take on a node's disk, as far as

@@ -12,6 +12,9 @@ type node struct {
 	boot string
 	cap  res
 	used res
+	// devs are its GPUs by UUID, when it announced them (nil when it
+	// announced a count alone): then its free GPUs are those of devs.
+	devs *devices
 	// containers says the node runs jobs that name an image.
 	containers bool
 	expired    bool // its lease lapsed: nothing new is placed on it until it announces again
@@ -25,6 +28,16 @@ type node struct {
 	// jobs are the jobs placed on it: their ComputeHeld applied, their
 	// ComputeReleased not yet.
 	jobs map[string]*job
+}
+
+// free is what n has free now: its GPUs counted by device where it
+// announced them, so that a withdrawn device is not free.
+func (n *node) free() res {
+	f := n.cap.minus(n.used)
+	if n.devs != nil {
+		f.gpu = n.devs.free()
+	}
+	return f
 }
 
 // runs reports whether n can run j at all: a job that names an image needs

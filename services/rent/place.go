@@ -14,6 +14,9 @@ import (
 type placement struct {
 	job  *job
 	node *node
+	// gpus are the devices it holds, in the order the job sees them: nil
+	// on a node that announced no devices.
+	gpus []string
 }
 
 // decision is p as the event to append: the disk held is request.disk and
@@ -22,7 +25,7 @@ func (p placement) decision() Decision {
 	j := p.job
 	return Decision{Job: j.id, Expect: j.last, Event: &events.ComputeHeld{
 		Hold: events.Hold{Attempt: j.attempt + 1, Node: p.node.name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
-			GPU: j.spec.Request.GPU, DiskBytes: j.need.disk},
+			GPU: j.spec.Request.GPU, DiskBytes: j.need.disk, GPUs: p.gpus},
 		Submitter: j.submitter,
 		Spec:      j.spec,
 	}}
@@ -46,7 +49,10 @@ type placer struct {
 	grace   time.Duration
 	maxScan int
 	free    []res
-	usage   map[string]int64
+	// gpus counts, per live node, the devices earlier placements of the
+	// pass took: the next takes the free ones after them.
+	gpus  []int64
+	usage map[string]int64
 }
 
 // place walks the waiting jobs of q in the queue's order and places what
@@ -67,11 +73,13 @@ func (pl *placer) place(live []*node, q *queue, held map[string]int64, now time.
 	}
 	if cap(pl.free) < len(live) {
 		pl.free = make([]res, len(live))
+		pl.gpus = make([]int64, len(live))
 	}
-	free := pl.free[:len(live)]
+	free, taken := pl.free[:len(live)], pl.gpus[:len(live)]
 	var capBound res
 	for i, n := range live {
-		free[i] = n.cap.minus(n.used)
+		free[i] = n.free()
+		taken[i] = 0
 		capBound = upper(capBound, n.cap)
 	}
 	freeBound := bound(free)
@@ -125,7 +133,12 @@ func (pl *placer) place(live []*node, q *queue, held map[string]int64, now time.
 		}
 		usage[j.submitter] += j.need.milliCPU
 		ps.charged(j.submitter)
-		out = append(out, placement{job: j, node: n})
+		var gpus []string
+		if n.devs != nil && j.need.gpu > 0 {
+			gpus = n.devs.pick(j.need.gpu, taken[i])
+			taken[i] += j.need.gpu
+		}
+		out = append(out, placement{job: j, node: n, gpus: gpus})
 	}
 	return out
 }

@@ -148,6 +148,11 @@ func (p *Pool) Apply(env events.Envelope) {
 		// through their own events.
 		n.boot, n.expired, n.lostAt = e.Boot, false, time.Time{}
 		n.cap = resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		if len(e.Devices) > 0 || n.devs != nil {
+			// By device: what the node lists now, what its jobs still hold.
+			n.devs = announced(e.Devices, n.devs)
+			n.cap.gpu = int64(len(e.Devices))
+		}
 		n.containers = e.Labels[events.LabelContainers] == "true"
 		// An announcement without isolation (a node older than it, or a
 		// synthetic one) is taken as before: the node may hold jobs.
@@ -162,6 +167,18 @@ func (p *Pool) Apply(env events.Envelope) {
 		if n := p.nodes.all[e.Node]; n != nil && n.boot == e.Boot && !n.expired {
 			n.expired, n.lostAt = true, p.timeOf(env)
 			p.nodes.changed()
+		}
+		return
+	case *events.DeviceWithdrawn:
+		// Of the node's present boot only: an older boot's word about a
+		// device is replaced by the announcement since.
+		if n := p.nodes.all[e.Node]; n != nil && n.boot == e.Boot && n.devs != nil {
+			n.devs.withdraw(e.Device, e.Reason)
+		}
+		return
+	case *events.DeviceRestored:
+		if n := p.nodes.all[e.Node]; n != nil && n.boot == e.Boot && n.devs != nil {
+			n.devs.restore(e.Device)
 		}
 		return
 	}
@@ -231,6 +248,9 @@ func (p *Pool) Apply(env events.Envelope) {
 		j.stopped, j.lost = false, false
 		took := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		j.heldDisk = e.DiskBytes
+		if n.devs != nil {
+			n.devs.take(j.id, e.GPUs)
+		}
 		n.used = n.used.plus(took)
 		n.jobs[j.id] = j
 		p.usage[j.submitter] += took.milliCPU
@@ -254,6 +274,9 @@ func (p *Pool) Apply(env events.Envelope) {
 		if n := p.nodes.all[j.node]; n != nil {
 			n.used = n.used.minus(gave)
 			delete(n.jobs, j.id)
+			if n.devs != nil {
+				n.devs.give(j.id)
+			}
 		}
 		p.usage[j.submitter] -= gave.milliCPU
 		if p.usage[j.submitter] == 0 {
@@ -450,7 +473,7 @@ func (p *Pool) Decide(max int) []Decision {
 		for _, j := range byOrder(n.jobs) {
 			if !j.lost && !j.stopped {
 				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.HoldLost{
-					Hold:   j.heldAs(),
+					Hold:   j.heldAs(n),
 					Reason: fmt.Sprintf("node %s stopped renewing its lease (boot %s): the attempt is lost with it", n.name, n.boot)}})
 			}
 		}

@@ -2,8 +2,9 @@
 // what each has free) and holds compute for jobs when they fit, recording
 // ComputeHeld, which starts the meter. Jobs that do not fit wait; nothing is
 // dropped. The order, fair share and backfill are in Pool, and in its
-// parts: the queue (queue.go), placement (place.go), what it forgets
-// (forget.go) and why a job waits (why.go).
+// parts: the queue (queue.go), placement (place.go), a node's GPUs by
+// device (devices.go), what it forgets (forget.go) and why a job waits
+// (why.go).
 //
 // A placement is the pool's decision to hold compute for a waiting job on
 // a node, appended as ComputeHeld; once that is applied the job is placed

@@ -5,7 +5,8 @@ import "math"
 // res is an amount of compute, counted: what a node has, what a job needs,
 // what is free. CPU is in thousandths of a core so that holding and
 // releasing fractions never drifts. GPUs are a count here; which devices a
-// node has, and which are free, would be a type of their own beside it.
+// node has, and which are free, is a type of its own (devices, devices.go)
+// that the node's free GPUs are counted from.
 type res struct {
 	milliCPU int64
 	memory   int64

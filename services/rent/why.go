@@ -82,6 +82,8 @@ func (p *Pool) why(id string, redact bool) wire.WhyReply {
 		r.Reason = noLiveNode(&p.nodes, j)
 	case !anyCouldHold(live, j):
 		r.Reason = waitsForNode(&p.nodes, j)
+	case gpuWait(live, j, redact) != "":
+		r.Reason = gpuWait(live, j, redact)
 	case redact:
 		// How many of other tenants' jobs are ahead, and how busy the
 		// nodes are with them, are theirs to know.
@@ -186,7 +188,7 @@ func largest(live []*node) res {
 func mostFree(live []*node) res {
 	var best res
 	for _, n := range live {
-		f := n.cap.minus(n.used)
+		f := n.free()
 		if f.milliCPU > best.milliCPU || (f.milliCPU == best.milliCPU && f.memory > best.memory) {
 			best = f
 		}
