@@ -41,6 +41,7 @@ import (
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // Config configures one node: what it offers and how it runs jobs. It is
@@ -53,9 +54,21 @@ type Config struct {
 	Node        string
 	CPU         float64
 	MemoryBytes int64
-	GPU         int
-	DiskBytes   int64
-	Labels      map[string]string
+	// GPU is a count of GPUs to announce without devices, for a node
+	// whose driver lists none (a test's); a node that finds devices
+	// (GPURoot, GPUs) announces each, and as many.
+	GPU       int
+	DiskBytes int64
+	Labels    map[string]string
+	// GPURoot is where the node reads its NVIDIA driver's view of its GPUs
+	// (proc/driver/nvidia/gpus, proc/devices): "" or "/" on a real node, a
+	// fake tree in a test. GPUs chooses which it offers: "auto" (every
+	// one the driver lists; the default), "none", or UUIDs, comma
+	// separated. GPUCheck is how often a withdrawn device is checked for
+	// health again; default DefaultGPUCheck.
+	GPURoot  string
+	GPUs     string
+	GPUCheck time.Duration
 
 	// Executor runs the jobs. Nil: New opens the one ExecutorKind names,
 	// with its workspaces under WorkDir, and Run closes it when it ends
@@ -121,6 +134,7 @@ type Service struct {
 	log *slog.Logger
 	// ownsExec says New opened the executor, so Run closes it.
 	ownsExec bool
+	gpus     *nodeGPUs
 
 	mu      sync.Mutex
 	running map[string]*running          // by job id
@@ -168,6 +182,16 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Source == "" {
 		cfg.Source = "e31/run/" + cfg.Node
 	}
+	if cfg.GPUCheck <= 0 {
+		cfg.GPUCheck = DefaultGPUCheck
+	}
+	gpus, err := openGPUs(cfg, cfg.Logger.With("node", cfg.Node))
+	if err != nil {
+		return nil, err
+	}
+	if len(gpus.offered) > 0 {
+		cfg.GPU = len(gpus.offered)
+	}
 	ownsExec := cfg.Executor == nil
 	if ownsExec {
 		if cfg.ExecutorKind == "" {
@@ -184,7 +208,7 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		cfg.Executor, cfg.AllowUnisolated = exec, cfg.ExecutorKind == ExecProcess
 	}
 	return &Service{
-		cfg: cfg, js: js, ownsExec: ownsExec,
+		cfg: cfg, js: js, ownsExec: ownsExec, gpus: gpus,
 		pub:     bus.NewPublisher(js, cfg.Source, cfg.Now),
 		log:     cfg.Logger.With("service", "run", "node", cfg.Node),
 		running: map[string]*running{},
@@ -206,6 +230,7 @@ func (s *Service) closeExecutor() {
 // they are held again elsewhere) and returns.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.closeExecutor()
+	defer s.gpus.close()
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
@@ -227,6 +252,7 @@ func (s *Service) Run(ctx context.Context) error {
 	handling, handled := context.WithCancel(context.WithoutCancel(ctx))
 	defer handled()
 	g.Go(func() error { return s.keepLease(handling, kv, l) })
+	g.Go(func() error { return s.checkGPUs(gctx) })
 	g.Go(func() error {
 		defer handled()
 		err := s.handle(gctx)
@@ -281,10 +307,13 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
+		Devices: s.gpus.offered,
 	}
+	before := previousDevices(ctx, s.js, s.cfg.Node)
 	if _, err := s.pub.Append(ctx, s.cfg.Node, &ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
 	}
+	s.tell(ctx, withdrawals(s.gpus.announced(boot, before))...)
 	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes,
 		"isolation", ann.Isolation, "allow_unisolated", ann.AllowUnisolated)
 	return l, nil
@@ -380,7 +409,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
 	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), nil
+		return refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold)), nil
 	})
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
@@ -581,12 +610,15 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
 	}
+	// Its GPUs, alone (see gpus.go), checked again once it is over.
+	gpus, gaveBack := s.gpus.give(job, held.Hold, env)
+	defer func() { s.tell(ctx, withdrawals(gaveBack())...) }()
 	// The job's writable space is its request.disk. The hold's disk is more
 	// when it stages inputs: they take the node's disk too, outside it.
 	xspec := executor.Spec{
 		JobID: job, Attempt: held.Attempt, Submitter: held.Submitter, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: spec.Request.DiskBytes,
-		Limit: limit, Deadline: deadline, Grace: grace,
+		Limit: limit, Deadline: deadline, Grace: grace, GPUs: gpus,
 	}
 	// A job's data, output and logs live in its submitter's store.
 	var store stage.Store
@@ -636,7 +668,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}()
 	startSpan.End()
 	runCtx, runSpan := trace.Child(ctx, "run job", attrs...)
+	meter := gpu.StartMeter(s.gpus.probe, gpus.UUIDs(), time.Second)
 	res, err := xjob.Run(runCtx)
+	res.Usage.GPUs = meter.Stop()
 	trace.End(runSpan, err)
 	stopFlushing()
 	<-flushed

@@ -48,6 +48,10 @@ type Spec struct {
 	Deadline time.Time
 	Grace    time.Duration
 
+	// GPUs are the devices the job holds and what it is given of them
+	// (see GPUs); the zero value for a job that holds none.
+	GPUs GPUs
+
 	// Stdout and Stderr receive what the job writes to its stdout and
 	// stderr, as it writes it, through pipes the executor reads (see
 	// Pipes). They must not block: RUN's copy only keeps the bytes in

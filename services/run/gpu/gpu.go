@@ -286,3 +286,34 @@ func Listed(root string, dev events.Device) string {
 	}
 	return ""
 }
+
+// WriteParams writes to dst the driver's params under root
+// (proc/driver/nvidia/params) with ModifyDeviceFiles set to 0, and
+// reports whether the driver has params at all. A job whose
+// /proc/driver/nvidia/params says ModifyDeviceFiles: 0 never asks the
+// driver (through nvidia-modprobe) to make the device nodes of the GPUs
+// it was not given.
+func WriteParams(root, dst string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(root, "proc/driver/nvidia/params"))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("gpu: read the driver's params: %w", err)
+	}
+	var out []string
+	found := false
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if k, _, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "ModifyDeviceFiles" {
+			line, found = "ModifyDeviceFiles: 0", true
+		}
+		out = append(out, line)
+	}
+	if !found {
+		out = append(out, "ModifyDeviceFiles: 0")
+	}
+	if err := os.WriteFile(dst, []byte(strings.Join(out, "\n")+"\n"), 0o444); err != nil {
+		return false, fmt.Errorf("gpu: write params: %w", err)
+	}
+	return true, nil
+}

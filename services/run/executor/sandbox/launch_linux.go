@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // launch describes one job start: everything the launcher thread needs,
@@ -48,6 +50,18 @@ type launch struct {
 	// admit is called with the job's pid while it is stopped right after
 	// its execve, before its first instruction (see jobCgroup.admit).
 	admit func(pid int) error
+	// gpus are the device nodes of the GPUs the job holds: with any, it
+	// gets a /dev of its own holding them (devNodes, with links and, for a
+	// test, unallowed), instead of the template's.
+	gpus, unallowed []gpu.Node
+	links           []link
+	// hide and params are what is covered of the driver in the job's
+	// /proc (see hideDriver); params is a file on the node, "" for none.
+	hide   []string
+	params string
+	// paramsFd is params cloned (open_tree) while the node's files are in
+	// view, for hideDriver to mount once the job's /proc is; -1 for none.
+	paramsFd int
 }
 
 // bind is one bind mount of a host path into the job's root.
@@ -193,6 +207,12 @@ func (l *launch) start() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	l.paramsFd = -1
+	defer func() {
+		if l.paramsFd >= 0 {
+			unix.Close(l.paramsFd)
+		}
+	}()
 	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
@@ -281,6 +301,9 @@ func (l *launch) afterExec(pid, hostProc int) error {
 		if err := mountProc(hostProc, pid); err != nil {
 			return err
 		}
+		if err := hideDriver(l.hide, l.paramsFd); err != nil {
+			return err
+		}
 	}
 	if err := unix.PtraceDetach(pid); err != nil {
 		return fmt.Errorf("release job from exec stop: %w", err)
@@ -315,6 +338,14 @@ func (l *launch) enterRoot() error {
 		}
 		clones = append(clones, fd)
 	}
+	if l.params != "" {
+		// Closed by start, once hideDriver has moved it.
+		fd, err := bind{src: l.params, readOnly: true}.clone()
+		if err != nil {
+			return err
+		}
+		l.paramsFd = fd
+	}
 	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template mount namespace: %w", err)
 	}
@@ -330,10 +361,18 @@ func (l *launch) enterRoot() error {
 			return fmt.Errorf("mount %s at /%s: %w", b.src, b.dst, err)
 		}
 	}
+	if len(l.gpus) > 0 {
+		if err := devNodes(l.gpus, l.unallowed, l.links); err != nil {
+			return err
+		}
+	}
 	if l.hostProc {
 		// A new procfs instance (Linux 5.8+), so hidepid applies to it alone.
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
 			return fmt.Errorf("mount /proc: %w", err)
+		}
+		if err := hideDriver(l.hide, l.paramsFd); err != nil {
+			return err
 		}
 	}
 	if err := unix.Chdir("/"); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/services/run/executor"
 	"github.com/e31net/e31/services/run/executor/internal/workspace"
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // Executor is the default executor: each job in its own namespaces, root,
@@ -49,6 +50,12 @@ type Executor struct {
 	// template is a file descriptor of the mount namespace every job's root
 	// is copied from; see buildTemplate.
 	template int
+	// devLinks are the links of the template's /dev, which a job holding
+	// GPUs gets in a /dev of its own (see devNodes).
+	devLinks []link
+	// testNodes are device nodes a test has made in the /dev of every job
+	// holding GPUs, which its cgroup does not allow (see devNodes).
+	testNodes []gpu.Node
 	// hostProc is the fallback for kernels without procfs pidns=; see probe.
 	hostProc  bool
 	launchers *launchers
@@ -195,10 +202,11 @@ func New(cfg Config) (*Executor, error) {
 	for _, b := range e.system {
 		dirs = append(dirs, b.dst)
 	}
-	links = append(links,
-		link{"dev/fd", "/proc/self/fd"}, link{"dev/stdin", "/proc/self/fd/0"},
-		link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
-		link{"dev/shm", "/tmp"})
+	e.devLinks = []link{
+		{"dev/fd", "/proc/self/fd"}, {"dev/stdin", "/proc/self/fd/0"},
+		{"dev/stdout", "/proc/self/fd/1"}, {"dev/stderr", "/proc/self/fd/2"},
+		{"dev/shm", "/tmp"}}
+	links = append(links, e.devLinks...)
 	// Root itself is the template's mount point, in its namespace only.
 	if e.template, err = buildTemplate(root, e.etcDir, dirs, links, e.system); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
@@ -414,7 +422,10 @@ func (e *Executor) prepare(j *job) error {
 		mem = e.cfg.DefaultMemoryBytes
 	}
 	j.mem = mem
-	lim := limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax}
+	if len(j.spec.GPUs.Nodes) > 0 && !e.cgroups.limitsDevices() {
+		return fmt.Errorf("the node has no devices cgroup (%s): it cannot keep a job to its own GPUs", e.cgroups.describe())
+	}
+	lim := limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax, devices: j.spec.GPUs.Nodes}
 	if s.cg != nil {
 		if err := s.cg.reset(lim); err != nil {
 			j.log.Warn("reset slot cgroup; making a new one", "err", err)
@@ -490,20 +501,25 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		binds = append(binds, bind{src: j.ws.Data, dst: "data", readOnly: true, overlay: !e.bindData, emptyDir: e.emptyDir})
 	}
 	l := &launch{
-		template: e.template,
-		binds:    binds,
-		argv:     spec.Command,
-		env:      env,
-		path:     path,
-		uid:      j.uid,
-		gid:      j.uid,
-		files:    files,
-		capLast:  e.capLast,
-		filter:   e.filter,
-		hostProc: e.hostProc,
-		netns:    j.slot.net.fd,
-		enter:    j.cg.enterFiles(),
-		leave:    e.cgroups.leaveFiles(),
+		template:  e.template,
+		binds:     binds,
+		argv:      spec.Command,
+		env:       env,
+		path:      path,
+		uid:       j.uid,
+		gid:       j.uid,
+		files:     files,
+		capLast:   e.capLast,
+		filter:    e.filter,
+		hostProc:  e.hostProc,
+		netns:     j.slot.net.fd,
+		enter:     j.cg.enterFiles(),
+		leave:     e.cgroups.leaveFiles(),
+		gpus:      spec.GPUs.Nodes,
+		hide:      spec.GPUs.Hide,
+		params:    spec.GPUs.Params,
+		links:     e.devLinks,
+		unallowed: e.testNodes,
 	}
 	admitted := make(chan admitReq)
 	l.admit = j.cg.admit
