@@ -30,6 +30,9 @@ type devOptions struct {
 	sync       string
 	executor   string
 	grace      time.Duration
+	// gpuRoot and gpus are the first node's GPUs (run.Config's GPURoot
+	// and GPUs): the machine's, found where its driver lists them.
+	gpuRoot, gpus string
 	// rentInstances and leaseTTL are for trying failover: several
 	// schedulers, of which one decides, and how soon a dead node or
 	// scheduler is noticed.
@@ -63,6 +66,8 @@ func devCmd(a *app) *cobra.Command {
 	f.StringVar(&o.logCap, "log-cap", jobfile.FormatSize(run.DefaultLogCap), "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	f.StringVar(&o.sync, "sync", "always", "when the event store writes to disk: always or interval")
 	f.StringVar(&o.executor, "executor", run.ExecAuto, "how nodes run jobs: sandbox (isolated; needs root), process (NOT isolated, and the nodes say so), auto (the sandbox, or refuse to start where it cannot run)")
+	f.StringVar(&o.gpuRoot, "gpu-root", "/", "where the NVIDIA driver's view of the machine's GPUs is read (proc/driver/nvidia/gpus, proc/devices); they are node-1's")
+	f.StringVar(&o.gpus, "gpus", "auto", "the GPUs node-1 offers: auto (every one the driver lists), none, or device UUIDs, comma separated")
 	f.DurationVar(&o.grace, "grace", run.DefaultGrace, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
@@ -99,7 +104,7 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 func startDev(ctx context.Context, a *app, o devOptions) (*stack.Stack, error) {
 	cfg := stack.Config{Dir: o.dir, Listen: o.listen, Sync: broker.Sync(o.sync), Nodes: o.nodes,
 		RentInstances: o.rentInstances, LeaseTTL: o.leaseTTL, Logger: a.log, Metrics: true,
-		Node: run.Config{CPU: o.nodeCPU, ExecutorKind: o.executor, Grace: o.grace}}
+		Node: run.Config{CPU: o.nodeCPU, ExecutorKind: o.executor, Grace: o.grace, GPURoot: o.gpuRoot, GPUs: o.gpus}}
 	var err error
 	if cfg.Node.MemoryBytes, err = jobfile.ParseSize(o.nodeMemory); err != nil {
 		return nil, usageErr("--node-memory: %v", err)

@@ -91,7 +91,10 @@ type Executor struct {
 	cli       *client.Client
 	cgroupsV2 bool
 	usage     bool // the engine uses cgroupfs: job cgroup parents work
-	log       *slog.Logger
+	// cdiDirs are where the engine reads CDI specs; none where it does
+	// not (see devices.go).
+	cdiDirs []string
+	log     *slog.Logger
 	// mu guards disk, which Close gives back.
 	mu sync.Mutex
 	// disk holds the jobs' writable space, with a quota per job; nil
@@ -171,6 +174,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		cli:       cli,
 		cgroupsV2: info.CgroupVersion == "2",
 		usage:     info.CgroupDriver == "cgroupfs",
+		cdiDirs:   info.CDISpecDirs,
 		log:       cfg.Logger,
 	}
 	e.openDisk()
@@ -307,7 +311,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		Image:           spec.Image,
 		Entrypoint:      spec.Command[:1],
 		Cmd:             spec.Command[1:],
-		Env:             jobEnv(spec),
+		Env:             withEnv(jobEnv(spec), "NVIDIA_VISIBLE_DEVICES", visibleDevices(spec.GPUs)),
 		User:            fmt.Sprintf("%d:%d", j.uid, j.uid),
 		WorkingDir:      "/tmp",
 		Hostname:        "e31",
@@ -335,6 +339,11 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	if spec.CPU > 0 {
 		host.Resources.NanoCPUs = int64(spec.CPU * 1e9)
 	}
+	var names map[string]string
+	if len(e.cdiDirs) > 0 {
+		names = cdiNames(e.cdiDirs)
+	}
+	host.Resources.DeviceRequests = deviceRequests(spec.GPUs, names)
 	if e.usage {
 		host.Resources.CgroupParent = j.parent
 	}
