@@ -39,6 +39,7 @@ const (
 	Unreleased   = "unreleased"   // compute still held for a job that is over
 	Clock        = "clock"        // compute released before it was held
 	Capacity     = "capacity"     // a node held beyond what it has, while expired, or unisolated without leave
+	Device       = "device"       // a GPU held by two attempts at once, or one its node did not announce
 	Chain        = "chain"        // the log does not pass through a chain head
 	Mismatch     = "mismatch"     // the ledger's record differs from the log's
 	MissingRec   = "missing_record"
@@ -158,6 +159,8 @@ type Auditor struct {
 	spare [][]fact
 	nodes map[string]*node
 	holds map[holdKey]*holdUse // attempts held and not yet released
+	// devices are the GPUs held now, by UUID (see devices.go).
+	devices map[string]deviceHolder
 }
 
 // tomb is what the audit keeps of a job that is over: enough to judge
@@ -213,7 +216,7 @@ type decoded struct {
 // New returns an empty Auditor.
 func New(opts Options) *Auditor {
 	a := &Auditor{opts: opts, heads: map[uint64][]headCheck{}, open: map[string]*job{}, ended: map[string]tomb{},
-		nodes: map[string]*node{}, holds: map[holdKey]*holdUse{}}
+		nodes: map[string]*node{}, holds: map[holdKey]*holdUse{}, devices: map[string]deviceHolder{}}
 	if !opts.Forget {
 		a.rep.Records = map[string]*hold.HoldRecord{}
 	}

@@ -44,6 +44,8 @@ type node struct {
 	unisolated uint64
 	cap, used  amount
 	ids        []string
+	// devices are the device UUIDs its announcement in force lists.
+	devices []string
 }
 
 type holdKey struct {
@@ -55,6 +57,7 @@ type holdKey struct {
 type holdUse struct {
 	node string
 	amt  amount
+	gpus []string // the devices it names
 }
 
 func (a *Auditor) node(name string) *node {
@@ -80,6 +83,7 @@ func (a *Auditor) nodeEvent(f fact, name string) {
 	case *events.NodeAnnounced:
 		n.announced, n.boot, n.expired, n.unisolated = true, e.Boot, 0, 0
 		n.cap = amountOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		n.announce(e.Devices)
 		if e.Isolation == events.IsolationNone && !e.AllowUnisolated {
 			n.unisolated = f.seq
 		}
@@ -106,7 +110,8 @@ func (a *Auditor) capacity(jobID string, f fact) {
 			return // the order check reports an attempt held twice
 		}
 		amt := amountOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
-		a.holds[key] = &holdUse{node: e.Node, amt: amt}
+		a.holds[key] = &holdUse{node: e.Node, amt: amt, gpus: e.GPUs}
+		a.holdDevices(jobID, f, e)
 		n := a.node(e.Node)
 		n.used = amount{n.used.milliCPU + amt.milliCPU, n.used.memory + amt.memory, n.used.gpu + amt.gpu, n.used.disk + amt.disk}
 		switch {
@@ -132,6 +137,7 @@ func (a *Auditor) capacity(jobID string, f fact) {
 			return // the order check reports a release of nothing held
 		}
 		delete(a.holds, key)
+		a.releaseDevices(key, h.gpus)
 		n := a.node(h.node)
 		n.used = amount{n.used.milliCPU - h.amt.milliCPU, n.used.memory - h.amt.memory, n.used.gpu - h.amt.gpu, n.used.disk - h.amt.disk}
 	}

@@ -58,6 +58,13 @@ func (at *attempt) meter(releasedAt time.Time) {
 	at.a.CPUCoreSeconds = at.a.Held.CPU * s
 	at.a.MemoryGiBSeconds = float64(at.a.Held.MemoryBytes) / (1 << 30) * s
 	at.a.GPUSeconds = float64(at.a.Held.GPU) * s
+	// Each device held is held the whole attempt.
+	if len(at.a.Held.GPUs) > 0 {
+		at.a.GPUSecondsByDevice = map[string]float64{}
+		for _, u := range at.a.Held.GPUs {
+			at.a.GPUSecondsByDevice[u] = s
+		}
+	}
 }
 
 // derived is one job's record rebuilt from its history, and what is wrong
@@ -171,7 +178,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				}
 				at.step, at.hold, at.heldAt = held, h, f.seq
 				at.a.Node, at.a.HeldAt = ev.Node, &t
-				at.a.Held = hold.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes}
+				at.a.Held = hold.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes, GPUs: ev.GPUs}
 				last = max(last, h.Attempt)
 				ph = holding
 				rec.State = hold.StateHeld

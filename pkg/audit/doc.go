@@ -71,6 +71,10 @@
 //     disk, at any point of the log, nor held while it is expired. The log's
 //     order is the instant: it is the one order every service saw, where
 //     ce-times come from several clocks.
+//   - No GPU is ever held by two attempts at once (a device is held from
+//     its attempt's ComputeHeld to its ComputeReleased, in the log's
+//     order), nor held on a node whose announcement in force did not list
+//     it.
 //   - With heads to check (the ledger's, and any given with --since-head),
 //     the chain recomputed from the first message passes through each.
 //

@@ -111,6 +111,9 @@ type Resources struct {
 	MemoryBytes int64   `json:"memory_bytes"`
 	GPU         int     `json:"gpu"`
 	DiskBytes   int64   `json:"disk_bytes"`
+	// GPUs are the UUIDs of the devices held, in the order the job saw
+	// them; absent when none were, or the node held GPUs by count.
+	GPUs []string `json:"gpus,omitempty"`
 }
 
 // Attempt is one hold of the job on one node.
@@ -132,8 +135,11 @@ type Attempt struct {
 	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
 	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
 	GPUSeconds       float64      `json:"gpu_seconds"`
-	Usage            events.Usage `json:"usage"`
-	Logs             *events.Logs `json:"logs,omitempty"`
+	// GPUSecondsByDevice is the meter of each device held (Held.GPUs),
+	// by UUID: the seconds it was held. GPUSeconds is their sum.
+	GPUSecondsByDevice map[string]float64 `json:"gpu_seconds_by_device,omitempty"`
+	Usage              events.Usage       `json:"usage"`
+	Logs               *events.Logs       `json:"logs,omitempty"`
 }
 
 // EventRef names one event a record was built from.

@@ -74,12 +74,18 @@ func WriteText(w io.Writer, r *HoldRecord) error {
 		if a.Outcome != "" && len(r.Attempts) > 1 {
 			line += " → " + string(a.Outcome)
 		}
+		if len(a.Held.GPUs) > 0 {
+			line += "; GPUs " + strings.Join(a.Held.GPUs, ", ")
+		}
 		p.printf("%s\n", line)
 	}
 	if len(r.Attempts) > 0 {
 		p.printf("meter    %.3f s held: %.3f cpu-core-s, %.3f memory-GiB-s, %.3f gpu-s\n",
 			r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds)
 		p.printf("usage    %.3f cpu-seconds, %s peak memory\n", r.Usage.CPUSeconds, HumanBytes(r.Usage.MaxRSSBytes))
+		for _, g := range r.Usage.GPUs {
+			p.printf("usage    %s: %.1f%% utilised, %s peak device memory (%d samples)\n", g.UUID, g.UtilizationPercent, HumanBytes(g.MemoryPeakBytes), g.Samples)
+		}
 	}
 	if r.Output.Files > 0 || len(r.Output.Missing) > 0 || r.State == StateReleased {
 		out := fmt.Sprintf("%d file(s), %s", r.Output.Files, HumanBytes(r.Output.Bytes))

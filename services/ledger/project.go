@@ -452,7 +452,7 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 	case *events.ComputeHeld:
 		a := p.attempt(r, e.Attempt)
 		a.Node, a.HeldAt = e.Node, &at
-		a.Held = hold.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes}
+		a.Held = hold.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes, GPUs: e.GPUs}
 		r.State = hold.StateHeld
 	case *events.RunStarted:
 		p.attempt(r, e.Attempt).StartedAt = &at
@@ -502,6 +502,12 @@ func meter(a *hold.Attempt, held float64) {
 	a.CPUCoreSeconds = a.Held.CPU * held
 	a.MemoryGiBSeconds = float64(a.Held.MemoryBytes) / gib * held
 	a.GPUSeconds = float64(a.Held.GPU) * held
+	if len(a.Held.GPUs) > 0 {
+		a.GPUSecondsByDevice = make(map[string]float64, len(a.Held.GPUs))
+		for _, u := range a.Held.GPUs {
+			a.GPUSecondsByDevice[u] = held
+		}
+	}
 }
 
 // isNodeEvent reports whether env is about a node rather than a job.
