@@ -65,7 +65,8 @@ func (ts *testSystem) start(nodes int) {
 	ctx := context.Background()
 	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
 		nodeMemory: "2GiB", nodeDisk: "4GiB", logCap: ts.opts.logCap, sync: "interval", executor: cmp.Or(ts.opts.executor, testExecutor), grace: 500 * time.Millisecond,
-		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL, users: testUsers, http: ts.opts.http})
+		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL, users: testUsers, http: ts.opts.http,
+		gpuRoot: ts.opts.gpuRoot, gpus: ts.opts.gpus})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)
 	}
