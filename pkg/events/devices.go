@@ -3,6 +3,7 @@ package events
 import (
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Devices: a node's GPUs, held one by one.
@@ -119,7 +120,8 @@ func NewDeviceStates() *DeviceStates {
 func (s *DeviceStates) Apply(ev Event) bool {
 	switch e := ev.(type) {
 	case *NodeAnnounced:
-		s.boot[e.Node] = e.Boot
+		// Copies: what is decoded shares the message's buffer.
+		s.boot[strings.Clone(e.Node)] = strings.Clone(e.Boot)
 		delete(s.withdrawn, e.Node)
 		return true
 	case *DeviceWithdrawn:
@@ -129,9 +131,9 @@ func (s *DeviceStates) Apply(ev Event) bool {
 		m := s.withdrawn[e.Node]
 		if m == nil {
 			m = map[string]string{}
-			s.withdrawn[e.Node] = m
+			s.withdrawn[strings.Clone(e.Node)] = m
 		}
-		m[e.Device] = e.Reason
+		m[strings.Clone(e.Device)] = strings.Clone(e.Reason)
 		return true
 	case *DeviceRestored:
 		if b, ok := s.boot[e.Node]; ok && b != e.Boot {

@@ -132,9 +132,9 @@ type Attempt struct {
 	HeldSeconds      float64        `json:"held_seconds"`
 	// The meter of this attempt: Held times HeldSeconds, zero until the
 	// compute is released (memory in GiB, 2^30 bytes).
-	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
-	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
-	GPUSeconds       float64      `json:"gpu_seconds"`
+	CPUCoreSeconds   float64 `json:"cpu_core_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	GPUSeconds       float64 `json:"gpu_seconds"`
 	// GPUSecondsByDevice is the meter of each device held (Held.GPUs),
 	// by UUID: the seconds it was held. GPUSeconds is their sum.
 	GPUSecondsByDevice map[string]float64 `json:"gpu_seconds_by_device,omitempty"`

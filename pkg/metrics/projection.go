@@ -73,6 +73,9 @@ type Node struct {
 	Capacity  Resources
 	// Held is what the attempts held on it and not yet released take.
 	Held Resources
+	// Withdrawn are the devices it withdrew (DeviceWithdrawn) and has not
+	// restored since, by UUID, with why: they take no job.
+	Withdrawn map[string]string
 }
 
 // Histogram is a distribution of durations in seconds over DurationBuckets.
@@ -154,6 +157,7 @@ type Projection struct {
 	nodes    map[string]*Node
 	boots    map[string]string
 	events   map[string]uint64
+	devices  *events.DeviceStates
 }
 
 // job is what the projection keeps about a live job.
@@ -203,6 +207,7 @@ func NewProjection() *Projection {
 		nodes:    map[string]*Node{},
 		boots:    map[string]string{},
 		events:   map[string]uint64{},
+		devices:  events.NewDeviceStates(),
 	}
 }
 
@@ -239,6 +244,9 @@ func (p *Projection) Apply(env events.Envelope) {
 	switch e := env.Event.(type) {
 	case *events.NodeAnnounced:
 		p.announce(e)
+		p.devices.Apply(e)
+	case *events.DeviceWithdrawn, *events.DeviceRestored:
+		p.devices.Apply(e)
 	case *events.NodeExpired:
 		if n := p.nodes[e.Node]; n != nil && p.boots[e.Node] == e.Boot {
 			n.Up = false
@@ -490,7 +498,9 @@ func (p *Projection) Figures() Figures {
 		f.Meter[s] = *m
 	}
 	for name, n := range p.nodes {
-		f.Nodes[name] = *n
+		c := *n
+		c.Withdrawn = maps.Clone(p.devices.Withdrawn(name))
+		f.Nodes[name] = c
 	}
 	return f
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -229,7 +230,7 @@ func TestProjection(t *testing.T) {
 					"n1": {Announced: true, Up: true, Isolation: "sandbox", Capacity: Resources{CPU: 4, MemoryBytes: 8 * gib, DiskBytes: 20 * gib}},
 					"n2": {Announced: true, Up: false, Isolation: IsolationUnknown, Capacity: Resources{CPU: 2, MemoryBytes: gib}},
 				}
-				if !maps.Equal(f.Nodes, want) {
+				if !reflect.DeepEqual(f.Nodes, want) {
 					t.Errorf("nodes\n got %+v\nwant %+v", f.Nodes, want)
 				}
 			},
@@ -362,5 +363,29 @@ func TestOverrun(t *testing.T) {
 	}
 	if got := p.Overrun(t0.Add(time.Hour)); got != 0 {
 		t.Errorf("after the release: overrun %v, want 0", got)
+	}
+}
+
+func TestProjectionShowsWithdrawnGPUs(t *testing.T) {
+	t.Parallel()
+	p := NewProjection()
+	ann := &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: gib, GPU: 2,
+		Devices: []events.Device{{UUID: "GPU-0"}, {UUID: "GPU-1"}}}
+	for i, ev := range []events.Event{ann,
+		&events.DeviceWithdrawn{Node: "n1", Boot: "b1", Device: "GPU-1", Reason: "1 compute process(es) still on it (pid 7)", Change: 1},
+		&events.DeviceWithdrawn{Node: "n1", Boot: "b0", Device: "GPU-0", Reason: "of an older boot", Change: 1},
+	} {
+		env := events.New("n1", ev, "e31/test", time.Now())
+		env.Seq = uint64(i + 1)
+		p.Apply(env)
+	}
+	if got := p.Figures().Nodes["n1"].Withdrawn; !reflect.DeepEqual(got, map[string]string{"GPU-1": "1 compute process(es) still on it (pid 7)"}) {
+		t.Errorf("withdrawn %v, want GPU-1 alone, with why", got)
+	}
+	env := events.New("n1", &events.DeviceRestored{Node: "n1", Boot: "b1", Device: "GPU-1", Change: 2}, "e31/test", time.Now())
+	env.Seq = 4
+	p.Apply(env)
+	if got := p.Figures().Nodes["n1"].Withdrawn; len(got) != 0 {
+		t.Errorf("withdrawn after the restoration: %v", got)
 	}
 }
