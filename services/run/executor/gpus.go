@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,10 +22,12 @@ type GPUs struct {
 	// holding no device. The devices cgroup allows these and refuses
 	// every other device.
 	Nodes []gpu.Node
-	// Hide are the bus locations of the node's devices the job does not
-	// hold: their /proc/driver/nvidia/gpus/<bus> is covered in the job's
-	// /proc, as nvidia-container-toolkit does.
-	Hide []string
+	// ProcDir is where the node's driver lists its devices
+	// (/proc/driver/nvidia/gpus under the node's GPU root): in the job's
+	// /proc that directory is covered by an empty one holding only the
+	// held devices' entries, taken from here, as nvidia-container-toolkit
+	// does; "" where the node has no driver.
+	ProcDir string
 	// Params is a file on the node holding the driver's
 	// /proc/driver/nvidia/params with ModifyDeviceFiles: 0, mounted over
 	// the job's, so that CUDA in the job never tries to make the device
@@ -77,13 +80,9 @@ func GPUsFor(d gpu.Driver, offered []events.Device, held []string, params string
 	}
 	slices.SortFunc(g.Held, func(a, b events.Device) int { return strings.Compare(a.Bus, b.Bus) })
 	g.Nodes = d.Nodes(g.Held)
-	for _, dev := range d.Devices {
-		if !slices.Contains(held, dev.UUID) {
-			g.Hide = append(g.Hide, dev.Bus)
-		}
-	}
 	if d.Major != 0 {
 		g.Params = params
+		g.ProcDir = filepath.Join(d.Root, "proc/driver/nvidia/gpus")
 	}
 	return g
 }

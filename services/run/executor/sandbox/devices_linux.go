@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/services/run/gpu"
 )
 
@@ -108,28 +109,90 @@ func devNodes(extra, unallowed []gpu.Node, links []link) error {
 // driverDir is where the NVIDIA driver shows itself in procfs.
 const driverDir = "/proc/driver/nvidia"
 
-// hideDriver covers, in the job's /proc (mounted in this thread's mount
-// namespace), what the driver shows of the devices the job does not hold
-// (each /proc/driver/nvidia/gpus/<bus> under an empty read-only tmpfs),
-// and mounts params (a detached mount of a copy with ModifyDeviceFiles: 0,
-// or -1) over the driver's params. It does nothing where the driver is
-// not loaded.
-func hideDriver(hide []string, params int) error {
+// driverClones are what of the node's driver view a job is shown, cloned
+// while the node's files are in view (see driverClones.clone): each held
+// device's entry of the driver's device list, and the params to mount
+// over the driver's.
+type driverClones struct {
+	buses  []string // the held devices' bus locations, one per fd of gpus
+	gpus   []int
+	params int // -1 for none
+}
+
+// clone clones, from the node's view, procDir/<bus> of each held device
+// that has one, and params ("" for none). Only where the node has a
+// driver (procDir exists); nothing is cloned for a test's fake one, whose
+// entries no job's /proc would have anyway.
+func (d *driverClones) clone(procDir string, held []events.Device, params string) error {
+	if procDir == "" {
+		return nil
+	}
 	if _, err := os.Stat(driverDir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	for _, bus := range hide {
-		dir := filepath.Join(driverDir, "gpus", bus)
-		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+	for _, dev := range held {
+		src := filepath.Join(procDir, dev.Bus)
+		if _, err := os.Stat(src); err != nil {
 			continue
 		}
-		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=1,mode=0555"); err != nil {
-			return fmt.Errorf("hide %s: %w", dir, err)
+		fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("clone %s: %w", src, err)
+		}
+		d.buses, d.gpus = append(d.buses, dev.Bus), append(d.gpus, fd)
+	}
+	if params != "" {
+		fd, err := bind{src: params, readOnly: true}.clone()
+		if err != nil {
+			return err
+		}
+		d.params = fd
+	}
+	return nil
+}
+
+func (d *driverClones) close() {
+	for _, fd := range d.gpus {
+		unix.Close(fd)
+	}
+	if d.params >= 0 {
+		unix.Close(d.params)
+	}
+	*d = driverClones{params: -1}
+}
+
+// hideDriver shows, in the job's /proc (mounted in this thread's mount
+// namespace), only what d holds of the driver, as nvidia-container-toolkit
+// does: /proc/driver/nvidia/gpus is covered by a read-only tmpfs that
+// holds the held devices' entries alone (CUDA and NVML list the devices
+// they find there), and params, with ModifyDeviceFiles: 0, is mounted
+// over the driver's. It does nothing where the driver is not loaded.
+func hideDriver(d driverClones) error { return hideDriverAt(driverDir, d) }
+
+// hideDriverAt is hideDriver of a driver shown at dir.
+func hideDriverAt(dir string, d driverClones) error {
+	gpus := filepath.Join(dir, "gpus")
+	if _, err := os.Stat(gpus); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := unix.Mount("tmpfs", gpus, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=16k,nr_inodes=64,mode=0555"); err != nil {
+		return fmt.Errorf("cover %s: %w", gpus, err)
+	}
+	for i, bus := range d.buses {
+		dst := filepath.Join(gpus, bus)
+		if err := unix.Mkdir(dst, 0o555); err != nil {
+			return fmt.Errorf("mkdir %s: %w", dst, err)
+		}
+		if err := unix.MoveMount(d.gpus[i], "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mount the driver's %s: %w", dst, err)
 		}
 	}
-	if params >= 0 {
-		dst := filepath.Join(driverDir, "params")
-		if err := unix.MoveMount(params, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	if err := unix.Mount("", gpus, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("make %s read-only: %w", gpus, err)
+	}
+	if d.params >= 0 {
+		dst := filepath.Join(dir, "params")
+		if err := unix.MoveMount(d.params, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("mount params over %s: %w", dst, err)
 		}
 	}

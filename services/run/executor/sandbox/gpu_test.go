@@ -27,7 +27,7 @@ import (
 // EPERM (the cgroup denied it before any driver was asked).
 const (
 	reachedKernel = "No such device or address"
-	denied = "Operation not permitted"
+	denied        = "Operation not permitted"
 )
 
 // probeDevices is a job that lists its /dev and tries to open each NVIDIA
@@ -210,3 +210,79 @@ func TestTheV2RulesRefuseEveryOtherDevice(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestTheJobsProcShowsTheDriverOfItsOwnDevicesAlone mounts, in a mount
+// namespace of its own, what a job's /proc/driver/nvidia becomes: a copy
+// of the driver's view with two devices, of which the job holds one.
+// (No driver is loaded on the machines that test e31: this is the part
+// of the real path that can run here.)
+func TestTheJobsProcShowsTheDriverOfItsOwnDevicesAlone(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("mounts need root")
+	}
+	root := t.TempDir()
+	devs := gputest.Devices(2)
+	gputest.Tree(t, root, devs, 0)
+	driver := filepath.Join(root, "proc/driver/nvidia")
+	if err := os.WriteFile(filepath.Join(driver, "params"), []byte("ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	params := filepath.Join(t.TempDir(), "params")
+	if ok, err := gpu.WriteParams(root, params); !ok || err != nil {
+		t.Fatalf("WriteParams: %v, %v", ok, err)
+	}
+	type seen struct {
+		gpus        []string
+		information string
+		params      string
+		err         error
+	}
+	done := make(chan seen, 1)
+	go onOwnThread(func() {
+		var s seen
+		defer func() { done <- s }()
+		if s.err = unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_FS); s.err != nil {
+			return
+		}
+		if s.err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); s.err != nil {
+			return
+		}
+		var d driverClones
+		d.params = -1
+		fd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Join(driver, "gpus", devs[1].Bus), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if s.err = err; err != nil {
+			return
+		}
+		d.buses, d.gpus = []string{devs[1].Bus}, []int{fd}
+		if d.params, s.err = (bind{src: params, readOnly: true}).clone(); s.err != nil {
+			return
+		}
+		defer d.close()
+		if s.err = hideDriverAt(driver, d); s.err != nil {
+			return
+		}
+		ents, _ := os.ReadDir(filepath.Join(driver, "gpus"))
+		for _, e := range ents {
+			s.gpus = append(s.gpus, e.Name())
+		}
+		b, _ := os.ReadFile(filepath.Join(driver, "gpus", devs[1].Bus, "information"))
+		s.information = string(b)
+		b, _ = os.ReadFile(filepath.Join(driver, "params"))
+		s.params = string(b)
+	})
+	s := <-done
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	if len(s.gpus) != 1 || s.gpus[0] != devs[1].Bus || !strings.Contains(s.information, devs[1].UUID) {
+		t.Errorf("the job's driver lists %v (%q), want %s alone", s.gpus, s.information, devs[1].Bus)
+	}
+	if !strings.Contains(s.params, "ModifyDeviceFiles: 0") || strings.Contains(s.params, "ModifyDeviceFiles: 1") || !strings.Contains(s.params, "DeviceFileUID: 0") {
+		t.Errorf("the job's params:\n%s\nwant ModifyDeviceFiles: 0 and the rest as the driver's", s.params)
+	}
+	// The node's own view is as it was.
+	if ents, _ := os.ReadDir(filepath.Join(driver, "gpus")); len(ents) != 2 {
+		t.Errorf("the node's driver view lists %d devices after, want 2", len(ents))
+	}
+}

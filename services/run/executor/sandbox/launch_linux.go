@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/services/run/gpu"
 )
 
@@ -55,13 +56,17 @@ type launch struct {
 	// test, unallowed), instead of the template's.
 	gpus, unallowed []gpu.Node
 	links           []link
-	// hide and params are what is covered of the driver in the job's
-	// /proc (see hideDriver); params is a file on the node, "" for none.
-	hide   []string
-	params string
-	// paramsFd is params cloned (open_tree) while the node's files are in
-	// view, for hideDriver to mount once the job's /proc is; -1 for none.
-	paramsFd int
+	// procDir, held and params are what the job's /proc shows of the
+	// driver (see hideDriver): procDir is where the node's driver lists
+	// its devices, held the job's devices, params a file on the node ("",
+	// none for each).
+	procDir string
+	held    []events.Device
+	params  string
+	// driver is procDir's entries of the held devices and params, cloned
+	// (open_tree) while the node's files are in view, for hideDriver to
+	// mount once the job's /proc is.
+	driver driverClones
 }
 
 // bind is one bind mount of a host path into the job's root.
@@ -207,12 +212,8 @@ func (l *launch) start() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	l.paramsFd = -1
-	defer func() {
-		if l.paramsFd >= 0 {
-			unix.Close(l.paramsFd)
-		}
-	}()
+	l.driver = driverClones{params: -1}
+	defer l.driver.close()
 	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
@@ -301,7 +302,7 @@ func (l *launch) afterExec(pid, hostProc int) error {
 		if err := mountProc(hostProc, pid); err != nil {
 			return err
 		}
-		if err := hideDriver(l.hide, l.paramsFd); err != nil {
+		if err := hideDriver(l.driver); err != nil {
 			return err
 		}
 	}
@@ -338,13 +339,9 @@ func (l *launch) enterRoot() error {
 		}
 		clones = append(clones, fd)
 	}
-	if l.params != "" {
-		// Closed by start, once hideDriver has moved it.
-		fd, err := bind{src: l.params, readOnly: true}.clone()
-		if err != nil {
-			return err
-		}
-		l.paramsFd = fd
+	// Closed by start, once hideDriver has moved them.
+	if err := l.driver.clone(l.procDir, l.held, l.params); err != nil {
+		return err
 	}
 	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template mount namespace: %w", err)
@@ -371,7 +368,7 @@ func (l *launch) enterRoot() error {
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
 			return fmt.Errorf("mount /proc: %w", err)
 		}
-		if err := hideDriver(l.hide, l.paramsFd); err != nil {
+		if err := hideDriver(l.driver); err != nil {
 			return err
 		}
 	}
