@@ -26,7 +26,10 @@
 //	    job's fault).
 //	  - CancelRequested / JobCancelled: a submitter asked to stop the job; a job
 //	    that was never held ends with JobCancelled.
-//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity.
+//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity,
+//	    its GPUs listed by device.
+//	  - DeviceWithdrawn / DeviceRestored: a node stopped offering one of its GPUs
+//	    (it went bad) or offers it again (see devices.go).
 //	  - DeleteRequested / Deleted: after the job's end, its staged data or its
 //	    output was deleted, asked for or because its retention passed (see
 //	    retention.go).
