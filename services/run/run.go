@@ -189,9 +189,6 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(gpus.offered) > 0 {
-		cfg.GPU = len(gpus.offered)
-	}
 	ownsExec := cfg.Executor == nil
 	if ownsExec {
 		if cfg.ExecutorKind == "" {
@@ -206,6 +203,13 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 			return nil, err
 		}
 		cfg.Executor, cfg.AllowUnisolated = exec, cfg.ExecutorKind == ExecProcess
+	}
+	if len(gpus.offered) > 0 && !executor.LimitsDevices(cfg.Executor) {
+		cfg.Logger.Error("the executor cannot keep a job to its own GPUs on this host (no devices cgroup): the node offers none", "node", cfg.Node, "gpus", uuidsOf(gpus.offered))
+		gpus.offered = nil
+	}
+	if len(gpus.offered) > 0 {
+		cfg.GPU = len(gpus.offered)
 	}
 	return &Service{
 		cfg: cfg, js: js, ownsExec: ownsExec, gpus: gpus,

@@ -35,6 +35,23 @@ type GPUs struct {
 	Params string
 }
 
+// DeviceLimiter is implemented by executors that may be unable to keep a
+// job to its own devices on this host: LimitsDevices reports whether they
+// can. A node whose executor cannot offers no GPU.
+type DeviceLimiter interface {
+	LimitsDevices() bool
+}
+
+// LimitsDevices reports whether e can keep a job to its own devices; an
+// executor that does not say is taken to (the process executor isolates
+// nothing anyway, and says so with its isolation).
+func LimitsDevices(e Executor) bool {
+	if l, ok := e.(DeviceLimiter); ok {
+		return l.LimitsDevices()
+	}
+	return true
+}
+
 // UUIDs are the held devices' UUIDs, in the job's order.
 func (g GPUs) UUIDs() []string {
 	out := make([]string, len(g.Held))

@@ -76,6 +76,11 @@ var (
 	_ executor.Isolator = (*Executor)(nil)
 )
 
+// LimitsDevices implements executor.DeviceLimiter: whether the job
+// cgroups refuse every device but a job's own (no, on a v1 host without
+// the devices controller).
+func (e *Executor) LimitsDevices() bool { return e.cgroups.limitsDevices() }
+
 // Isolation implements executor.Isolator: every job is sandboxed.
 func (e *Executor) Isolation() events.Isolation { return events.IsolationSandbox }
 
