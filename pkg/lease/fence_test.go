@@ -1,0 +1,232 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/natstest"
+)
+
+// fakeClock is a Clock the test moves by hand.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []waiter
+	// changed is closed, and replaced, whenever a timer is set.
+	changed chan struct{}
+}
+
+type waiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), changed: make(chan struct{})}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, waiter{at: c.now.Add(d), ch: ch})
+	close(c.changed)
+	c.changed = make(chan struct{})
+	return ch
+}
+
+// Advance moves the clock on by d and fires the timers due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	left := c.waiters[:0]
+	for _, w := range c.waiters {
+		if w.at.After(c.now) {
+			left = append(left, w)
+			continue
+		}
+		w.ch <- c.now
+	}
+	c.waiters = left
+}
+
+// waitTimers waits until n timers are set and not yet fired: an owner
+// that sets one timer at a time has done what the last Advance woke it
+// for and waits again.
+func (c *fakeClock) waitTimers(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		c.mu.Lock()
+		got, changed := len(c.waiters), c.changed
+		c.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("%d timers set, want %d", got, n)
+		}
+	}
+}
+
+// slowKV stores on the real bucket, but the clock moves on by delay while
+// each update is on its way: the server stores it after it was sent.
+type slowKV struct {
+	jetstream.KeyValue
+	clock *fakeClock
+	delay time.Duration
+}
+
+func (s slowKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	s.clock.Advance(s.delay)
+	return s.KeyValue.Update(ctx, key, value, rev)
+}
+
+// TestAFencedOwnerStopsOnItsOwnClock: with every renewal failing (the
+// bucket refuses writes; a silent partition fails them by their
+// deadlines instead), KeepFenced returns ErrFenced exactly at the TTL less
+// the margin after the last renewal sent, as the owner's clock counts,
+// and not a moment before. The bucket's TTL is an hour: the server never
+// expires the key during the test, so only the owner's clock can fence.
+func TestAFencedOwnerStopsOnItsOwnClock(t *testing.T) {
+	t.Parallel()
+	const ttl, margin = time.Hour, 10 * time.Minute // renewals every 20 min, fence at 50
+	ctx, js, kv := bucketOn(t, ttl)
+	clock := newFakeClock()
+	l, err := lease.Acquire(ctx, kv, "node.test", "boot-1", lease.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := clock.Now()
+	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
+	defer allow()
+	kept := make(chan error, 1)
+	go func() { kept <- l.KeepFenced(ctx, margin) }()
+
+	clock.waitTimers(t, 1) // the renewal's tick, or the fence
+	for _, step := range []time.Duration{20 * time.Minute, 20 * time.Minute, 10*time.Minute - time.Millisecond} {
+		clock.Advance(step)
+		clock.waitTimers(t, 1)
+		select {
+		case err := <-kept:
+			t.Fatalf("KeepFenced returned %v at %s after the lease was taken, before its fence at %s", err, clock.Now().Sub(taken), ttl-margin)
+		default:
+		}
+	}
+	clock.Advance(time.Millisecond)
+	select {
+	case err := <-kept:
+		if !errors.Is(err, lease.ErrFenced) {
+			t.Fatalf("KeepFenced at the fence: %v, want ErrFenced", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("KeepFenced did not return at the fence, %s after the lease was taken", clock.Now().Sub(taken))
+	}
+	if term, kill := (lease.Margins{Fence: margin}).StopTimes(l.Expiry()); !term.Equal(taken.Add(ttl-margin)) || !kill.Equal(taken.Add(ttl-margin/2)) {
+		t.Errorf("stop times %s and %s after the lease was taken, want %s and %s", term.Sub(taken), kill.Sub(taken), ttl-margin, ttl-margin/2)
+	}
+}
+
+// TestAFencedOwnerIsNotFencedWhileItRenews: renewals that succeed move
+// the fence on, however long the owner keeps the lease.
+func TestAFencedOwnerIsNotFencedWhileItRenews(t *testing.T) {
+	t.Parallel()
+	const ttl, margin = time.Hour, 10 * time.Minute
+	ctx, kv := bucket(t, ttl)
+	clock := newFakeClock()
+	l, err := lease.Acquire(ctx, kv, "node.test", "boot-1", lease.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepCtx, stop := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- l.KeepFenced(keepCtx, margin) }()
+	clock.waitTimers(t, 1)
+	for range 10 { // over three TTLs
+		clock.Advance(ttl / 3)
+		clock.waitTimers(t, 1)
+	}
+	select {
+	case err := <-kept:
+		t.Fatalf("KeepFenced returned %v while every renewal succeeded", err)
+	default:
+	}
+	if got, want := l.Expiry(), clock.Now().Add(ttl); !got.Equal(want) {
+		t.Errorf("expiry %s after now, want the TTL, %s, after the last renewal", got.Sub(clock.Now()), ttl)
+	}
+	stop()
+	if err := <-kept; err != nil {
+		t.Errorf("KeepFenced after its context ended: %v", err)
+	}
+}
+
+// TestARenewalCountsFromWhenItWasSent: the server stores a renewal after
+// it was sent, and the key expires a TTL after it was stored; the owner
+// counts from the send, the earlier moment, never from the answer.
+func TestARenewalCountsFromWhenItWasSent(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Hour
+	ctx, kv := bucket(t, ttl)
+	clock := newFakeClock()
+	slow, err := lease.Acquire(ctx, slowKV{KeyValue: kv, clock: clock, delay: 5 * time.Minute}, "node.slow", "boot-1", lease.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := clock.Now()
+	if err := slow.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := slow.Expiry().Sub(sent); got != ttl {
+		t.Errorf("a renewal sent at 0 and stored at 5m expires at %s as its owner counts, want %s", got, ttl)
+	}
+}
+
+// TestMarginsAreChecked: the margins must leave a node time to renew, and
+// the pool must never count a node lost before its lease could lapse.
+func TestMarginsAreChecked(t *testing.T) {
+	t.Parallel()
+	const ttl = 10 * time.Second
+	if err := lease.DefaultMargins(ttl).Check(ttl); err != nil {
+		t.Errorf("the default margins: %v", err)
+	}
+	if got := (lease.Margins{Lapse: time.Second}).Or(ttl); got.Fence != ttl/4 || got.Lapse != time.Second {
+		t.Errorf("Or filled in %+v, want the default fence and the lapse given", got)
+	}
+	for _, c := range []struct {
+		m    lease.Margins
+		ttl  time.Duration
+		want string // in the error; "" for none
+	}{
+		{lease.Margins{Fence: ttl / 2, Lapse: 0}, ttl, ""},
+		{lease.Margins{Fence: 0, Lapse: time.Second}, ttl, "must be positive"},
+		{lease.Margins{Fence: ttl/2 + time.Millisecond, Lapse: time.Second}, ttl, "over half the lease TTL"},
+		{lease.Margins{Fence: time.Second, Lapse: -time.Second}, ttl, "before its lease expired"},
+		{lease.Margins{Fence: time.Second, Lapse: time.Second}, 0, "TTL"},
+	} {
+		err := c.m.Check(c.ttl)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v with TTL %s: %v, want an error saying %q", c.m, c.ttl, err, c.want)
+		}
+	}
+}
