@@ -28,7 +28,7 @@ func DefaultCPU() float64 { return float64(runtime.NumCPU()) }
 
 // Flags defines on fs the flags that set c, with the defaults above: the
 // node's id (the host name), its size, its executor, its work directory,
-// the grace before a limit and the log cap.
+// the fence margin, the grace before a limit and the log cap.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	host, _ := os.Hostname()
 	fs.StringVar(&c.Node, "node", host, "this node's id (one instance per id)")
@@ -38,6 +38,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	sizeVar(fs, &c.LogCap, "log-cap", DefaultLogCap, "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	fs.StringVar(&c.WorkDir, "work-dir", "", "where job workspaces are made (default $TMPDIR/e31/NODE)")
 	fs.StringVar(&c.ExecutorKind, "executor", ExecAuto, "sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
+	fs.DurationVar(&c.FenceMargin, "fence-margin", 0, "when the node cannot renew its lease, how long before the lease could lapse it stops every job (SIGTERM then, SIGKILL at half of it), so that the pool never holds a job again while it runs here; at most half the lease TTL (default a quarter of it)")
 	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 }
 

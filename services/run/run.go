@@ -11,6 +11,9 @@
 // stop, and RUN records the attempt as lost with its node instead of
 // running it again. RELEASE then lets RENT hold the job anew as a new
 // attempt, visibly in the record.
+//
+// A node cut off from NATS stops its own jobs before its lease can lapse,
+// so that a job is never held again while it still runs here (fence.go).
 package run
 
 import (
@@ -92,6 +95,11 @@ type Config struct {
 	// LogFlush is how often a running job's new output is stored, for
 	// `e31 logs --follow`. Default 1s.
 	LogFlush time.Duration
+	// FenceMargin is how long before its lease could lapse the node stops
+	// every job it runs when it cannot renew it (SIGTERM then, SIGKILL at
+	// half of it): see pkg/lease. Zero: a quarter of the lease's TTL. At
+	// most half the TTL, which Run checks once it knows the TTL.
+	FenceMargin time.Duration
 
 	// Source is the CloudEvents source it stamps; default "e31/run/NODE".
 	Source string
@@ -109,9 +117,10 @@ var errCancelRequested = errors.New("run: cancel requested")
 // when its limit passes before it could start.
 var errLimitBeforeStart = errors.New("run: the limit passed before the job started")
 
-// errFenced is the cause given to jobs stopped because this node lost its
-// lease: the pool counts it dead and has held its jobs again elsewhere.
-var errFenced = errors.New("run: the node lost its lease")
+// errFenced is why jobs are stopped when this node fences itself: it could
+// not renew its lease in time, and the pool may count it dead and hold its
+// jobs again elsewhere once the lease lapses (see fence.go).
+var errFenced = errors.New("run: the node could not renew its lease in time")
 
 // Service is the RUN agent of one node.
 type Service struct {
@@ -125,6 +134,12 @@ type Service struct {
 	mu      sync.Mutex
 	running map[string]*running          // by job id
 	results map[string]events.RunStopped // stopped but not yet recorded, by job/attempt
+	// fenced is why the node stopped its jobs, while it has no lease it
+	// can show (nil otherwise), and rejoined is closed once it has one
+	// again: no job starts in between (see fence.go).
+	fenced   *executor.Stop
+	rejoined chan struct{}
+	margins  lease.Margins
 }
 
 type running struct {
@@ -161,6 +176,9 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.LogFlush <= 0 {
 		cfg.LogFlush = time.Second
+	}
+	if cfg.FenceMargin < 0 {
+		return nil, fmt.Errorf("run: node %s: fence margin %s: it must not be negative", cfg.Node, cfg.FenceMargin)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -212,6 +230,14 @@ func (s *Service) Run(ctx context.Context) error {
 	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
 	if err != nil {
 		return fmt.Errorf("run: leases: %w", err)
+	}
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	s.margins = lease.Margins{Fence: s.cfg.FenceMargin}.Or(ttl)
+	if err := s.margins.Check(ttl); err != nil {
+		return fmt.Errorf("run: node %s: %w (--fence-margin)", s.cfg.Node, err)
 	}
 	l, err := s.announce(ctx, kv)
 	if err != nil {
@@ -290,41 +316,6 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	return l, nil
 }
 
-// keepLease renews the node's lease until ctx ends, then gives it up. If
-// the lease is lost (the node was cut off for longer than its TTL), the pool
-// has counted this node dead and held its jobs again elsewhere: stop every
-// job here at once, and join the pool again as a new boot. It fails only if
-// the node cannot join again for a reason that does not pass by itself.
-func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
-	for {
-		err := l.Keep(ctx, nil)
-		if ctx.Err() != nil {
-			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := l.Release(release); err != nil {
-				s.log.Warn("giving up the node's lease; the pool counts the node gone when it lapses", "err", err)
-			}
-			return nil
-		}
-		s.log.Error("the node lost its lease: stopping its jobs, which are held again elsewhere", "err", err)
-		s.mu.Lock()
-		for _, r := range s.running {
-			r.cancel(errFenced)
-		}
-		s.mu.Unlock()
-		l, err = retry.Value(ctx, retry.Rejoin, func() (*lease.Lease, error) { return s.announce(ctx, kv) },
-			retry.OnRetry(func(err error, in time.Duration) {
-				s.log.Warn("joining the pool again failed; retrying", "in", in, "err", err)
-			}))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("run: join the pool again: %w", err)
-		}
-	}
-}
-
 // HandleHeld runs one held job to its end and records how it stopped. It
 // returns only once RunStopped is recorded (or the node stops).
 func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
@@ -334,6 +325,10 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	}
 	job := env.Subject
 	log := s.log.With("job", job, "attempt", held.Attempt)
+	// Nothing starts while the node has no lease it can show.
+	if err := s.waitRejoined(ctx); err != nil {
+		return err
+	}
 
 	s.mu.Lock()
 	for {
@@ -361,6 +356,10 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
 	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
 	s.running[job] = r
+	if s.fenced != nil {
+		// Fenced since the wait above: stopped before it starts.
+		cancel(s.fenced)
+	}
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
 	s.mu.Unlock()
 	defer func() {
@@ -552,14 +551,14 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	fail := func(format string, args ...any) events.RunStopped {
 		stopped.Outcome = events.Failed
 		stopped.Reason = fmt.Sprintf(format, args...)
-		switch context.Cause(prepCtx) {
+		switch causeOf(prepCtx) {
 		case errLimitBeforeStart:
 			stopped.Outcome = events.LimitExceeded
 			stopped.Reason = fmt.Sprintf("its limit of %s passed before it started (%s)", limit, stopped.Reason)
 		case errShutdown:
 			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down before the job started"
 		case errFenced:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease before the job started"
+			stopped.Outcome, stopped.Reason = events.NodeLost, fencedReason+" before the job started"
 		case errCancelRequested:
 			stopped.Outcome, stopped.Reason = events.Cancelled, "cancelled before it started"
 		}
@@ -643,15 +642,17 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
+	if causeOf(ctx) == errFenced {
+		// The node is cut off, and the attempt may be given up as lost by
+		// now: nothing of it is stored (no output, no logs), its
+		// workspace is cleaned on the way out, and the stop says why.
+		stopped.Outcome, stopped.Reason, stopped.Usage = events.NodeLost, fencedReason+" while the job ran", res.Usage
+		return stopped
+	}
 	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
 	stopped.Logs = s.storeLogs(ctx, logs, log)
-	if res.Outcome == events.Cancelled {
-		switch context.Cause(ctx) {
-		case errShutdown:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
-		case errFenced:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease while the job ran"
-		}
+	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
+		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
 	}
 	// Whatever the job left is returned, on every path.
 	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)

@@ -135,7 +135,7 @@ wait:
 			if why == "" {
 				why = events.Cancelled
 				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-				kill = Due(KillBy(time.Now(), spec.Grace, killAt))
+				kill = Due(KillBy(time.Now(), spec.Grace, CancelKill(ctx, killAt)))
 			}
 		case <-kill:
 			kill = nil

@@ -405,7 +405,7 @@ loop:
 			done = nil
 			if !stopping {
 				stop(events.Cancelled, "cancelled")
-				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
+				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, executor.CancelKill(ctx, killAt)))
 			}
 		case <-kill:
 			kill = nil

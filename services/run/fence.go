@@ -1,0 +1,127 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/e31net/e31/pkg/lease"
+	"github.com/e31net/e31/pkg/retry"
+	"github.com/e31net/e31/services/run/executor"
+)
+
+// A node fences itself: it stops its own jobs before the pool may count it
+// lost and hold them again elsewhere, so that two attempts of one job never
+// run at once (pkg/lease says the margins and why).
+//
+// keepLease renews the node's lease on the node's own monotonic clock.
+// When no renewal can be shown for the TTL less the fence margin (a
+// partition, closed or silent; a NATS server that answers nothing), or a
+// renewal answers that the lease is gone, the node:
+//
+//  1. fences: every job it runs is cancelled with SIGTERM at once and
+//     SIGKILL at the TTL less half the margin, before the lease can lapse;
+//     no job starts until it has a lease again (HandleHeld waits);
+//  2. stores nothing of those attempts (no output, no logs: execute) and
+//     cleans their workspaces; each one's stop (node_lost) is recorded
+//     once NATS answers again, unless the attempt was given up as lost
+//     meanwhile (DecideStop), in which case nothing of it is;
+//  3. joins the pool again as a new boot, once NATS answers.
+
+// fencedReason is what the stop of a job the fence ended says.
+const fencedReason = "the node could not renew its lease in time and stopped the job before the lease could lapse"
+
+// causeOf is why ctx ended: its cause, less the Stop that carries a
+// SIGKILL deadline.
+func causeOf(ctx context.Context) error {
+	err := context.Cause(ctx)
+	var stop *executor.Stop
+	if errors.As(err, &stop) {
+		return stop.Err
+	}
+	return err
+}
+
+// keepLease renews the node's lease until ctx ends, then gives it up. If
+// the node fences itself, it stops every job, waits until NATS answers and
+// joins the pool again as a new boot. It fails only if the node cannot
+// join again for a reason that does not pass by itself.
+func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
+	for {
+		err := l.KeepFenced(ctx, s.margins.Fence)
+		if ctx.Err() != nil {
+			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := l.Release(release); err != nil {
+				s.log.Warn("giving up the node's lease; the pool counts the node gone when it lapses", "err", err)
+			}
+			return nil
+		}
+		if !errors.Is(err, lease.ErrFenced) && !errors.Is(err, lease.ErrLost) {
+			return fmt.Errorf("run: keep the node's lease: %w", err)
+		}
+		term, kill := s.margins.StopTimes(l.Expiry())
+		stopped := s.fence(&executor.Stop{Err: errFenced, KillBy: kill})
+		s.log.Error("the node fences itself: it stops every job it runs, which the pool may hold again elsewhere once its lease lapses",
+			"err", err, "jobs", stopped, "sigterm_in", time.Until(term).Round(time.Millisecond),
+			"sigkill_in", time.Until(kill).Round(time.Millisecond), "lease_expires_in", time.Until(l.Expiry()).Round(time.Millisecond))
+		// Whatever the error: a node cut off is answered by timeouts, and
+		// one whose lease bucket refuses writes by the server's errors.
+		l, err = retry.Value(ctx, retry.Rejoin, func() (*lease.Lease, error) { return s.announce(ctx, kv) },
+			retry.If(retry.Always), retry.OnRetry(func(err error, in time.Duration) {
+				s.log.Warn("joining the pool again failed; retrying", "in", in, "err", err)
+			}))
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("run: join the pool again: %w", err)
+		}
+		s.unfence()
+	}
+}
+
+// fence stops every job the node runs with cause, and every job that
+// would start, until unfence. It returns how many it stopped.
+func (s *Service) fence(cause *executor.Stop) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fenced = cause
+	if s.rejoined == nil {
+		s.rejoined = make(chan struct{})
+	}
+	for _, r := range s.running {
+		r.cancel(cause)
+	}
+	return len(s.running)
+}
+
+// unfence lets jobs start again: the node holds a new lease.
+func (s *Service) unfence() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fenced = nil
+	if s.rejoined != nil {
+		close(s.rejoined)
+		s.rejoined = nil
+	}
+}
+
+// waitRejoined returns once the node is not fenced, or with ctx's error.
+func (s *Service) waitRejoined(ctx context.Context) error {
+	s.mu.Lock()
+	ch := s.rejoined
+	s.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
