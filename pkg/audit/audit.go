@@ -38,6 +38,7 @@ const (
 	Inconsistent = "inconsistent" // an event that contradicts itself or its hold
 	Unreleased   = "unreleased"   // compute still held for a job that is over
 	Clock        = "clock"        // compute released before it was held
+	Overlap      = "overlap"      // an attempt held before the job's previous attempt ended, by the log's times
 	Capacity     = "capacity"     // a node held beyond what it has, while expired, or unisolated without leave
 	Chain        = "chain"        // the log does not pass through a chain head
 	Mismatch     = "mismatch"     // the ledger's record differs from the log's

@@ -47,6 +47,19 @@ type attempt struct {
 	step   step
 	hold   events.Hold // as ComputeHeld gave it
 	heldAt uint64      // sequence of the ComputeHeld
+	// end is the fact that ended the attempt in time (see ended), nil
+	// before it.
+	end *fact
+}
+
+// ended notes f as the end of the attempt in time, unless one came
+// before: the attempt runs from its ComputeHeld to the first of its
+// RunStopped (its node stopped it) or HoldLost (RENT gave it up with its
+// node), or, with neither, its ComputeReleased.
+func (at *attempt) ended(f *fact) {
+	if at.end == nil {
+		at.end = f
+	}
 }
 
 // meter is what the attempt held times how long: held seconds and
@@ -168,6 +181,13 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				if h.Attempt != last+1 {
 					bad(f, Order, "attempt %d held after attempt %d", h.Attempt, last)
 				}
+				for _, prev := range attempts {
+					if prev != at && prev.end != nil && t.Before(prev.end.at) {
+						bad(f, Overlap, "attempt %d held at %s, %s before attempt %d ended with %s at #%d (%s): by the log's own times, the two overlap",
+							h.Attempt, t.Format(time.RFC3339Nano), prev.end.at.Sub(t), prev.a.Attempt, events.Name(prev.end.typ), prev.end.seq,
+							prev.end.at.Format(time.RFC3339Nano))
+					}
+				}
 				at.step, at.hold, at.heldAt = held, h, f.seq
 				at.a.Node, at.a.HeldAt = ev.Node, &t
 				at.a.Held = hold.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes}
@@ -181,11 +201,13 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				rec.State = hold.StateRunning
 			case *events.RunStopped:
 				may(stopped, held, started)
+				at.ended(&facts[i])
 				at.a.StoppedAt = &t
 				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason, at.a.Logs = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason, ev.Logs
 				rec.State = hold.StateStopped
 			case *events.HoldLost:
 				may(lost, held, started)
+				at.ended(&facts[i])
 				at.a.Outcome, at.a.Reason = events.NodeLost, ev.Reason
 				rec.State = hold.StateStopped
 			case *events.OutputReturned:
@@ -207,6 +229,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 					break
 				}
 				may(released, returned, lost)
+				at.ended(&facts[i])
 				at.a.ReleasedAt = &t
 				if at.a.HeldAt != nil {
 					at.meter(t)

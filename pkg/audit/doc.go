@@ -67,6 +67,17 @@
 //   - Every event of an attempt names the node and resources of its hold.
 //   - No compute is still held for a job that is over, and no attempt is
 //     released before it was held.
+//   - No two attempts of one job overlap in time, by the log's own times
+//     (each event's ce-time, which the record's …_at figures are): an
+//     attempt runs from its ComputeHeld to the first of its RunStopped
+//     (its node stopped it) or HoldLost (RENT gave it up, with its node),
+//     or with neither to its ComputeReleased; the next attempt's
+//     ComputeHeld must not be earlier. The log's order already puts every
+//     hold after the release before it; a finding means the times say
+//     otherwise: a clock out of step by more than the gap, or a log
+//     changed. A node cut off stops its own jobs before RENT may give
+//     them up (pkg/lease), so its attempt ends, in fact as in the log,
+//     before the next is held.
 //   - No node is ever held beyond what it announced, in cpu, memory, gpu or
 //     disk, at any point of the log, nor held while it is expired. The log's
 //     order is the instant: it is the one order every service saw, where
