@@ -186,6 +186,8 @@ type attemptLog struct {
 	node                                             string
 	hold                                             events.Hold
 	outcome                                          events.Outcome
+	// lostAt is the ce-time of its HoldLost: when RENT gave it up.
+	lostAt time.Time
 }
 
 // jobLog is what the log says of one job.
@@ -269,6 +271,7 @@ func (r *logReport) add(env events.Envelope) {
 		j.trail[len(j.trail)-1] += fmt.Sprintf(" (%s: %s)", e.Outcome, e.Reason)
 	case *events.HoldLost:
 		a.lost++
+		a.lostAt = env.Time
 	case *events.OutputReturned:
 		a.returned++
 		a.outcome = e.Outcome

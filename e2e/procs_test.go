@@ -224,6 +224,8 @@ type systemOptions struct {
 	instances map[string]int // by service; run is the number of nodes
 	nodeCPU   float64
 	leaseTTL  time.Duration
+	// setup are more arguments for `e31 setup` (--allow-image …).
+	setup []string
 }
 
 // startSystem starts nats-server, creates the streams, then every service.
@@ -244,7 +246,7 @@ func startSystem(t testing.TB, o systemOptions) *system {
 	s.nats = startProc(t, dir, "nats-server", natsServer(t),
 		"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "nats"), "-n", "e2e")
 	s.waitNATS()
-	if out, errOut, code := e31(t, s.url, "setup", "--lease-ttl", o.leaseTTL.String()); code != 0 {
+	if out, errOut, code := e31(t, s.url, append([]string{"setup", "--lease-ttl", o.leaseTTL.String()}, o.setup...)...); code != 0 {
 		t.Fatalf("e31 setup: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, class := range []string{"ledger", "submit", "rent", "output", "release", "run"} {
