@@ -230,3 +230,41 @@ func TestMarginsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// TestARenewalWhoseAnswerWasLostIsNoLoss: a renewal the server stored but
+// whose answer never came (its deadline passed) moved the key's revision
+// on; the next renewal must not take that for a lease lost (which would
+// stop every job on the node), since the key still names its owner.
+func TestARenewalWhoseAnswerWasLostIsNoLoss(t *testing.T) {
+	t.Parallel()
+	ctx, kv := bucket(t, time.Minute)
+	l, err := lease.Acquire(ctx, kv, "node.test", "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stored as a renewal of this owner's would be, unbeknown to it.
+	e, err := kv.Get(ctx, "node.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "node.test", []byte("boot-1"), e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); errors.Is(err, lease.ErrLost) {
+		t.Fatalf("renewing after a renewal whose answer was lost: %v, want no loss", err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("the renewal after: %v", err)
+	}
+	// Taken by another owner: lost.
+	e, err = kv.Get(ctx, "node.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Update(ctx, "node.test", []byte("boot-2"), e.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, lease.ErrLost) {
+		t.Fatalf("renewing a lease another owner took: %v, want ErrLost", err)
+	}
+}

@@ -130,6 +130,18 @@ func (l *Lease) revision() uint64 {
 func (l *Lease) Renew(ctx context.Context) error {
 	sent := l.clock.Now()
 	rev, err := l.kv.Update(ctx, l.key, []byte(l.owner), l.revision())
+	if isWrongSequence(err) {
+		// A renewal whose answer was lost (its request's deadline passed
+		// after the server stored it) moved the revision on: the key
+		// still names this owner. Its revision is taken, its time not
+		// (when it was sent is not known), and the next renewal counts.
+		if e, gerr := l.kv.Get(ctx, l.key); gerr == nil && string(e.Value()) == l.owner && e.Revision() > l.revision() {
+			l.mu.Lock()
+			l.rev = e.Revision()
+			l.mu.Unlock()
+			return fmt.Errorf("lease: renew %s: a renewal whose answer was lost was stored; taking its revision", l.key)
+		}
+	}
 	if err != nil {
 		if isWrongSequence(err) || errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			return fmt.Errorf("%w: %s", ErrLost, l.key)
