@@ -29,3 +29,11 @@ func WithClock(c Clock) Option {
 		}
 	}
 }
+
+// OnUnanswered makes a lease kept with KeepFenced call f when a renewal's
+// request ran out its deadline unanswered: the connection it went on may
+// have gone silent, which the client's pings tell only seconds later. f
+// must not block; a node makes its client reconnect at once.
+func OnUnanswered(f func()) Option {
+	return func(l *Lease) { l.unanswered = f }
+}

@@ -268,3 +268,39 @@ func TestARenewalWhoseAnswerWasLostIsNoLoss(t *testing.T) {
 		t.Fatalf("renewing a lease another owner took: %v, want ErrLost", err)
 	}
 }
+
+// silentKV is the real bucket behind a connection gone silent: an update
+// is never answered, and waits until its request's deadline.
+type silentKV struct{ jetstream.KeyValue }
+
+func (silentKV) Update(ctx context.Context, _ string, _ []byte, _ uint64) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestAnUnansweredRenewalIsTold: a renewal that runs out its deadline
+// unanswered is told (a node makes its client reconnect at once, rather
+// than wait for its pings to time out), and the owner still fences on
+// time.
+func TestAnUnansweredRenewalIsTold(t *testing.T) {
+	t.Parallel()
+	const ttl, margin = 3 * time.Second, time.Second
+	ctx, kv := bucket(t, ttl)
+	unanswered := make(chan struct{}, 8)
+	l, err := lease.Acquire(ctx, silentKV{kv}, "node.test", "boot-1",
+		lease.OnUnanswered(func() { unanswered <- struct{}{} }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = l.KeepFenced(ctx, margin)
+	if !errors.Is(err, lease.ErrFenced) {
+		t.Fatalf("KeepFenced: %v, want ErrFenced", err)
+	}
+	if took := time.Since(start); took < ttl-margin || took > ttl {
+		t.Errorf("fenced %s after the lease was taken, want at %s", took, ttl-margin)
+	}
+	if len(unanswered) == 0 {
+		t.Error("no unanswered renewal was told")
+	}
+}

@@ -28,6 +28,8 @@ type Lease struct {
 	owner string
 	ttl   time.Duration
 	clock Clock
+	// unanswered is called when a renewal runs out its deadline.
+	unanswered func()
 
 	// mu guards what a renewal changes: Keep renews on one goroutine while
 	// others ask Valid before they act.
@@ -219,6 +221,9 @@ func (l *Lease) keep(ctx context.Context, regained func(), margin time.Duration)
 		try, cancel := context.WithTimeout(ctx, wait)
 		err := l.Renew(try)
 		cancel()
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && l.unanswered != nil {
+			l.unanswered()
+		}
 		if errors.Is(err, ErrLost) {
 			return err
 		}

@@ -84,6 +84,21 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 	}
 }
 
+// reconnect makes the node's NATS client give its connection up and try
+// the servers again now: a lease renewal went unanswered, and a connection
+// to a server cut off silently looks alive until its pings time out
+// (pkg/connect), by when the node would have fenced itself for nothing.
+func (s *Service) reconnect() {
+	nc := s.js.Conn()
+	if nc == nil || !nc.IsConnected() {
+		return
+	}
+	s.log.Warn("a lease renewal went unanswered: reconnecting to NATS", "server", nc.ConnectedUrlRedacted())
+	if err := nc.ForceReconnect(); err != nil {
+		s.log.Warn("reconnecting to NATS", "err", err)
+	}
+}
+
 // fence stops every job the node runs with cause, and every job that
 // would start, until unfence. It returns how many it stopped.
 func (s *Service) fence(cause *executor.Stop) int {

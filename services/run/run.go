@@ -292,7 +292,7 @@ func (s *Service) handle(ctx context.Context) error {
 // announced without one.
 func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.Lease, error) {
 	boot := strings.ReplaceAll(uuid.NewString(), "-", "")
-	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot)
+	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot, lease.OnUnanswered(s.reconnect))
 	if err != nil {
 		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
 	}
