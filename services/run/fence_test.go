@@ -2,10 +2,12 @@ package run_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/natstest"
+	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/services/run/executor"
 )
@@ -164,5 +167,74 @@ func waitGone(ctx context.Context, t *testing.T, pid int) time.Time {
 			t.Fatal("the job was never stopped")
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// blockedPuts is the real store, except that every Put waits until its
+// context ends, once entered is closed: a store cut off mid-upload.
+type blockedPuts struct {
+	stage.Store
+	once    sync.Once
+	entered chan struct{}
+}
+
+func (b *blockedPuts) Put(ctx context.Context, name, digest string, size int64, r io.Reader) error {
+	b.once.Do(func() { close(b.entered) })
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestAFenceStopsTheStoringOfAJobsOutput: a job that ended by itself just
+// before its node was cut off is not waited on while its output is
+// stored: the fence stops the storing, and nothing of the attempt is
+// recorded but its stop, node_lost.
+func TestAFenceStopsTheStoringOfAJobsOutput(t *testing.T) {
+	t.Parallel()
+	const ttl = 3 * time.Second
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	if _, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl})); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, events.DataBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &blockedPuts{Store: stage.NewObjectStore(obs), entered: make(chan struct{})}
+	exec, err := executor.NewProcess(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := run.New(js, run.Config{Node: "n1", CPU: 2, MemoryBytes: 1 << 30, DiskBytes: 1 << 30,
+		Executor: exec, Store: store, Grace: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- svc.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	nextOn(ctx, t, js, "e31.node.n1.announced", 1)
+	n := &node{ctx: ctx, js: js, pub: bus.NewPublisher(js, "e31/test", nil)}
+	n.hold(t, "stored", job(`echo hi; echo hi > "$E31_OUTPUT/o.txt"`, nil, events.OutputDecl{Path: "o.txt", Required: true}))
+	select {
+	case <-store.entered:
+	case <-ctx.Done():
+		t.Fatal("the job's output was never stored")
+	}
+	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
+	defer allow()
+	stopped := nextOn(ctx, t, js, "e31.job.stored.stopped", 1).Event.(*events.RunStopped)
+	if stopped.Outcome != events.NodeLost || !strings.Contains(stopped.Reason, "could not renew its lease") {
+		t.Errorf("the stop: %s (%q), want node_lost, the node fenced while it stored the output", stopped.Outcome, stopped.Reason)
+	}
+	if stopped.Logs != nil || len(stopped.Output.Files) > 0 || stopped.ExitCode != nil {
+		t.Errorf("the fenced attempt's stop says logs %+v, output %+v, exit code %v; want none", stopped.Logs, stopped.Output.Files, stopped.ExitCode)
 	}
 }

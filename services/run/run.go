@@ -642,20 +642,34 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
-	if causeOf(ctx) == errFenced {
-		// The node is cut off, and the attempt may be given up as lost by
-		// now: nothing of it is stored (no output, no logs), its
-		// workspace is cleaned on the way out, and the stop says why.
-		stopped.Outcome, stopped.Reason, stopped.Usage = events.NodeLost, fencedReason+" while the job ran", res.Usage
+	// A node cut off may be given up as lost by now: nothing of the
+	// attempt is stored (no output, no logs), its workspace is cleaned on
+	// the way out, and the stop says why. The fence may come while the
+	// output is stored, too: the storing stops then.
+	fenced := func() bool { return causeOf(ctx) == errFenced }
+	fencedStop := func(when string) events.RunStopped {
+		stopped.Outcome, stopped.Reason, stopped.Usage = events.NodeLost, fencedReason+" "+when, res.Usage
+		stopped.ExitCode, stopped.Logs = nil, nil
+		stopped.Output = events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}
 		return stopped
 	}
+	if fenced() {
+		return fencedStop("while the job ran")
+	}
+	storing, stopStoring := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStoring()
+	defer context.AfterFunc(ctx, func() {
+		if fenced() {
+			stopStoring()
+		}
+	})()
 	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
-	stopped.Logs = s.storeLogs(ctx, logs, log)
+	stopped.Logs = s.storeLogs(storing, logs, log)
 	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
 		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
 	}
 	// Whatever the job left is returned, on every path.
-	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	collectCtx, cancel := context.WithTimeout(storing, 10*time.Minute)
 	defer cancel()
 	// The job's declared disk bounds its output too; the node's bound is
 	// for jobs that declare none.
@@ -683,6 +697,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	if collected.Missing == nil {
 		collected.Missing = []string{}
+	}
+	if fenced() {
+		return fencedStop("while the job's output was stored")
 	}
 	stopped.Output = collected
 	if err != nil {
@@ -731,10 +748,11 @@ func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject str
 }
 
 // storeLogs stores the rest of what the job wrote, and marks its log
-// complete, on every path the job ran (also when the node stops), and
-// returns what RunStopped says of it.
+// complete, on every path the job ran (also when the node stops: ctx is
+// not the job's, which a shutdown ends), and returns what RunStopped says
+// of it.
 func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
-	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	storeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := again(storeCtx, log, "storing the job's logs", tryLogs, func(ctx context.Context) error { return logs.Flush(ctx, true) }); err != nil {
 		log.Warn("storing the job's logs", "err", err)
