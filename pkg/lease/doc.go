@@ -14,10 +14,11 @@
 // on its own clock. Each renewal counts from the moment its request was
 // sent, on the owner's monotonic clock (Go's time.Now carries one): the
 // server stored it at that moment or later, so the key cannot expire before
-// TTL after it, as the owner counts. [Lease.KeepFenced] returns [ErrFenced]
-// once no renewal can be shown for TTL less the fence margin, whatever the
-// connection believes (a silent partition leaves a TCP connection open for
-// minutes); every renewal request's deadline ends by then too.
+// TTL after it, as the owner counts. [Lease.KeepFenced] fences (and
+// returns [ErrFenced]) once no renewal can be shown for TTL less the fence
+// margin, whatever the connection believes (a silent partition leaves a
+// TCP connection open for minutes), on a timer of its own that no stuck
+// renewal can hold up; every renewal request's deadline ends by then too.
 //
 // The timeline of one lease, from the last renewal sent at 0, with the
 // default margins ([DefaultMargins]) of a TTL of 10 s:

@@ -122,12 +122,13 @@ func TestAFencedOwnerStopsOnItsOwnClock(t *testing.T) {
 	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
 	defer allow()
 	kept := make(chan error, 1)
-	go func() { kept <- l.KeepFenced(ctx, margin) }()
+	fenced := make(chan time.Time, 1)
+	go func() { kept <- l.KeepFenced(ctx, margin, func() { fenced <- clock.Now() }) }()
 
-	clock.waitTimers(t, 1) // the renewal's tick, or the fence
+	clock.waitTimers(t, 2) // the renewal's tick and the fence
 	for _, step := range []time.Duration{20 * time.Minute, 20 * time.Minute, 10*time.Minute - time.Millisecond} {
 		clock.Advance(step)
-		clock.waitTimers(t, 1)
+		clock.waitTimers(t, 2)
 		select {
 		case err := <-kept:
 			t.Fatalf("KeepFenced returned %v at %s after the lease was taken, before its fence at %s", err, clock.Now().Sub(taken), ttl-margin)
@@ -142,6 +143,9 @@ func TestAFencedOwnerStopsOnItsOwnClock(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("KeepFenced did not return at the fence, %s after the lease was taken", clock.Now().Sub(taken))
+	}
+	if at := <-fenced; at.Sub(taken) != ttl-margin {
+		t.Errorf("fenced was called %s after the lease was taken, want %s", at.Sub(taken), ttl-margin)
 	}
 	if term, kill := (lease.Margins{Fence: margin}).StopTimes(l.Expiry()); !term.Equal(taken.Add(ttl-margin)) || !kill.Equal(taken.Add(ttl-margin/2)) {
 		t.Errorf("stop times %s and %s after the lease was taken, want %s and %s", term.Sub(taken), kill.Sub(taken), ttl-margin, ttl-margin/2)
@@ -161,19 +165,18 @@ func TestAFencedOwnerIsNotFencedWhileItRenews(t *testing.T) {
 	}
 	keepCtx, stop := context.WithCancel(ctx)
 	kept := make(chan error, 1)
-	go func() { kept <- l.KeepFenced(keepCtx, margin) }()
-	clock.waitTimers(t, 1)
+	go func() { kept <- l.KeepFenced(keepCtx, margin, nil) }()
+	clock.waitTimers(t, 2)
 	for range 10 { // over three TTLs
 		clock.Advance(ttl / 3)
-		clock.waitTimers(t, 1)
+		clock.waitTimers(t, 2)
+		// The renewal this step woke is stored before the next step.
+		renewedBy(t, l, clock.Now().Add(ttl))
 	}
 	select {
 	case err := <-kept:
 		t.Fatalf("KeepFenced returned %v while every renewal succeeded", err)
 	default:
-	}
-	if got, want := l.Expiry(), clock.Now().Add(ttl); !got.Equal(want) {
-		t.Errorf("expiry %s after now, want the TTL, %s, after the last renewal", got.Sub(clock.Now()), ttl)
 	}
 	stop()
 	if err := <-kept; err != nil {
@@ -284,7 +287,8 @@ func (silentKV) Update(ctx context.Context, _ string, _ []byte, _ uint64) (uint6
 // time.
 func TestAnUnansweredRenewalIsTold(t *testing.T) {
 	t.Parallel()
-	const ttl, margin = 3 * time.Second, time.Second
+	// Renewed at 1 s, unanswered by 2 s, fenced at 2.25 s.
+	const ttl, margin = 3 * time.Second, 750 * time.Millisecond
 	ctx, kv := bucket(t, ttl)
 	unanswered := make(chan struct{}, 8)
 	l, err := lease.Acquire(ctx, silentKV{kv}, "node.test", "boot-1",
@@ -293,14 +297,77 @@ func TestAnUnansweredRenewalIsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err = l.KeepFenced(ctx, margin)
+	err = l.KeepFenced(ctx, margin, nil)
 	if !errors.Is(err, lease.ErrFenced) {
 		t.Fatalf("KeepFenced: %v, want ErrFenced", err)
 	}
-	if took := time.Since(start); took < ttl-margin || took > ttl {
+	// The lease counts from before it was taken: a little earlier.
+	if took := time.Since(start); took < ttl-margin-100*time.Millisecond || took > ttl {
 		t.Errorf("fenced %s after the lease was taken, want at %s", took, ttl-margin)
 	}
 	if len(unanswered) == 0 {
 		t.Error("no unanswered renewal was told")
+	}
+}
+
+// renewedBy waits until the lease expires at want: a renewal the fake
+// clock woke has been stored.
+func renewedBy(t *testing.T, l *lease.Lease, want time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !l.Expiry().Equal(want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("expiry %s, want %s: the renewal was not stored", l.Expiry(), want)
+		}
+		time.Sleep(time.Millisecond) // polling a value no event announces, with a deadline
+	}
+}
+
+// stuckKV is the real bucket behind a client whose every update waits
+// for the test, whatever its deadline: nats.go holds its connection's
+// lock while it dials a server that does not answer, and a request waits
+// for the lock before it looks at its context.
+type stuckKV struct {
+	jetstream.KeyValue
+	release chan struct{}
+}
+
+func (s stuckKV) Update(ctx context.Context, _ string, _ []byte, _ uint64) (uint64, error) {
+	<-s.release
+	return 0, ctx.Err()
+}
+
+// TestAStuckRenewalDoesNotHoldTheFenceUp: the fence comes on time while a
+// renewal is stuck past its own deadline; KeepFenced returns once the
+// renewal is given up.
+func TestAStuckRenewalDoesNotHoldTheFenceUp(t *testing.T) {
+	t.Parallel()
+	const ttl, margin = 3 * time.Second, time.Second
+	ctx, kv := bucket(t, ttl)
+	stuck := stuckKV{KeyValue: kv, release: make(chan struct{})}
+	l, err := lease.Acquire(ctx, stuck, "node.test", "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	fenced := make(chan time.Time, 1)
+	kept := make(chan error, 1)
+	go func() { kept <- l.KeepFenced(ctx, margin, func() { fenced <- time.Now() }) }()
+	select {
+	case at := <-fenced:
+		if late := at.Sub(taken) - (ttl - margin); late > 200*time.Millisecond {
+			t.Errorf("fenced %s late, with a renewal stuck", late)
+		}
+	case <-time.After(ttl):
+		t.Fatal("no fence within the TTL while a renewal was stuck")
+	}
+	select {
+	case err := <-kept:
+		t.Fatalf("KeepFenced returned (%v) with its renewal still stuck", err)
+	default:
+	}
+	close(stuck.release)
+	if err := <-kept; !errors.Is(err, lease.ErrFenced) {
+		t.Errorf("KeepFenced: %v, want ErrFenced", err)
 	}
 }

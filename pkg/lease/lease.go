@@ -172,50 +172,61 @@ func (l *Lease) Keep(ctx context.Context, regained func()) error {
 	return l.keep(ctx, regained, 0)
 }
 
-// KeepFenced renews the lease as Keep does, and also returns ErrFenced
-// once no renewal can be shown for the TTL less margin (0 < margin <
-// TTL), on the owner's clock, whatever the connection to NATS believes:
-// the owner must then stop whatever the lease allowed it, before the key
-// can expire ([Margins.StopTimes] says by when). It is not renewed after
-// that; the owner takes a new one (see the package doc).
-func (l *Lease) KeepFenced(ctx context.Context, margin time.Duration) error {
+// KeepFenced renews the lease as Keep does, and fences on the owner's
+// clock: once no renewal can be shown for the TTL less margin (0 < margin
+// < TTL), whatever the connection to NATS believes, it calls fenced (if
+// not nil) at once, stops renewing and returns ErrFenced. The owner must
+// then stop whatever the lease allowed it before the key can expire
+// ([Margins.StopTimes] says by when), and take a new lease (see the
+// package doc); fenced is where it starts to, since the renewals may take
+// a while to stop.
+//
+// The fence is watched apart from the renewals: a renewal may be held up
+// past its own deadline (nats.go holds its connection's lock while it
+// dials a server that does not answer, and a request waits for the lock
+// before its context is looked at), and a fence that waited for it came
+// seconds late, after the lease had expired.
+func (l *Lease) KeepFenced(ctx context.Context, margin time.Duration, fenced func()) error {
 	if margin <= 0 || margin >= l.ttl {
 		return fmt.Errorf("lease: fence margin %s outside (0, %s)", margin, l.ttl)
 	}
-	return l.keep(ctx, nil, margin)
+	renewing, stop := context.WithCancel(ctx)
+	defer stop()
+	kept := make(chan error, 1)
+	go func() { kept <- l.keep(renewing, nil, margin) }()
+	for {
+		now, fenceAt := l.clock.Now(), l.renewedAt().Add(l.ttl-margin)
+		if !now.Before(fenceAt) {
+			if fenced != nil {
+				fenced()
+			}
+			stop()
+			<-kept
+			return fmt.Errorf("%w: %s: no renewal shown for %s, at a TTL of %s", ErrFenced, l.key, l.ttl-margin, l.ttl)
+		}
+		select {
+		case err := <-kept:
+			return err
+		case <-l.clock.After(fenceAt.Sub(now)):
+		}
+	}
 }
 
-// keep is Keep, and KeepFenced when margin > 0. Each renewal's request
-// ends by the next tick, and by the fence: a request sent on a connection
-// that went silent is never answered, and nats.go waits for its answer
-// until its context ends.
+// keep is Keep. With margin > 0 (KeepFenced), each renewal's request ends
+// by the fence, TTL less margin after the last renewal; every request ends
+// by the next tick: a request sent on a connection that went silent is
+// never answered, and nats.go waits for its answer until its context ends.
 func (l *Lease) keep(ctx context.Context, regained func(), margin time.Duration) error {
 	period := l.ttl / 3
-	nextTick := l.clock.Now().Add(period)
 	for {
-		// One timer at a time: the next renewal, or the fence if sooner.
-		now, wake := l.clock.Now(), nextTick
-		fenceAt := l.renewedAt().Add(l.ttl - margin)
-		if margin > 0 {
-			if !now.Before(fenceAt) {
-				return fmt.Errorf("%w: %s: no renewal shown for %s, at a TTL of %s", ErrFenced, l.key, l.ttl-margin, l.ttl)
-			}
-			if fenceAt.Before(wake) {
-				wake = fenceAt
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-l.clock.After(wake.Sub(now)):
+		case <-l.clock.After(period):
 		}
-		if now = l.clock.Now(); now.Before(nextTick) {
-			continue // the fence: checked at the top
-		}
-		nextTick = now.Add(period)
-		wait := period
+		now, wait := l.clock.Now(), period
 		if margin > 0 {
-			wait = min(wait, fenceAt.Sub(now))
+			wait = min(wait, l.renewedAt().Add(l.ttl-margin).Sub(now))
 		}
 		before := l.renewedAt()
 		try, cancel := context.WithTimeout(ctx, wait)

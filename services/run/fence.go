@@ -51,7 +51,8 @@ func causeOf(ctx context.Context) error {
 // join again for a reason that does not pass by itself.
 func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
 	for {
-		err := l.KeepFenced(ctx, s.margins.Fence)
+		fenced := false
+		err := l.KeepFenced(ctx, s.margins.Fence, func() { fenced = true; s.fenceFor(l, lease.ErrFenced) })
 		if ctx.Err() != nil {
 			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -60,14 +61,15 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 			}
 			return nil
 		}
-		if !errors.Is(err, lease.ErrFenced) && !errors.Is(err, lease.ErrLost) {
+		switch {
+		case errors.Is(err, lease.ErrLost) && !fenced:
+			// Found out from a renewal: the pool may have held the jobs
+			// again already, and they are killed at once.
+			s.fenceFor(l, err)
+		case errors.Is(err, lease.ErrFenced), errors.Is(err, lease.ErrLost):
+		default:
 			return fmt.Errorf("run: keep the node's lease: %w", err)
 		}
-		term, kill := s.margins.StopTimes(l.Expiry())
-		stopped := s.fence(&executor.Stop{Err: errFenced, KillBy: kill})
-		s.log.Error("the node fences itself: it stops every job it runs, which the pool may hold again elsewhere once its lease lapses",
-			"err", err, "jobs", stopped, "sigterm_in", time.Until(term).Round(time.Millisecond),
-			"sigkill_in", time.Until(kill).Round(time.Millisecond), "lease_expires_in", time.Until(l.Expiry()).Round(time.Millisecond))
 		// Whatever the error: a node cut off is answered by timeouts, and
 		// one whose lease bucket refuses writes by the server's errors.
 		l, err = retry.Value(ctx, retry.Rejoin, func() (*lease.Lease, error) { return s.announce(ctx, kv) },
@@ -82,6 +84,17 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 		}
 		s.unfence()
 	}
+}
+
+// fenceFor fences the node for the lease l, lost or about to lapse (why):
+// SIGTERM to every job now, SIGKILL by the TTL less half the fence margin
+// after its last renewal (at once if that is past).
+func (s *Service) fenceFor(l *lease.Lease, why error) {
+	term, kill := s.margins.StopTimes(l.Expiry())
+	stopped := s.fence(&executor.Stop{Err: errFenced, KillBy: kill})
+	s.log.Error("the node fences itself: it stops every job it runs, which the pool may hold again elsewhere once its lease lapses",
+		"err", why, "jobs", stopped, "sigterm_in", time.Until(term).Round(time.Millisecond),
+		"sigkill_in", time.Until(kill).Round(time.Millisecond), "lease_expires_in", time.Until(l.Expiry()).Round(time.Millisecond))
 }
 
 // reconnect makes the node's NATS client give its connection up and try
