@@ -47,8 +47,7 @@ func causeOf(ctx context.Context) error {
 
 // keepLease renews the node's lease until ctx ends, then gives it up. If
 // the node fences itself, it stops every job, waits until NATS answers and
-// joins the pool again as a new boot. It fails only if the node cannot
-// join again for a reason that does not pass by itself.
+// joins the pool again as a new boot, trying for as long as it takes.
 func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
 	for {
 		fenced := false
