@@ -66,6 +66,13 @@ func TestANodeIsCountedLostALapseMarginAfterItsLeaseIsGone(t *testing.T) {
 // nextNodeEvent waits for the first event on a node's subject.
 func nextNodeEvent(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string) {
 	t.Helper()
+	waitForNodeEvent(t, ctx, js, subject)
+}
+
+// waitForNodeEvent waits for the first event on a node's subject and
+// returns its sequence.
+func waitForNodeEvent(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
 	cons, err := js.OrderedConsumer(ctx, events.Stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,5 +83,49 @@ func nextNodeEvent(t *testing.T, ctx context.Context, js jetstream.JetStream, su
 	}
 	if _, err := events.Decode(m.Subject(), m.Headers(), m.Data()); err != nil {
 		t.Fatal(err)
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return md.Sequence.Stream
+}
+
+// TestAStandbyForgetsALapseTheLeaderRecorded: both instances see a node's
+// lease gone; once the standby reads the leader's NodeExpired, it has
+// nothing left to record, and would record nothing again if it led.
+func TestAStandbyForgetsALapseTheLeaderRecorded(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, time.Minute)
+	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "node.n1", []byte("boot-1")); err != nil {
+		t.Fatal(err)
+	}
+	appender(t, ctx, js)(announce("n1", 4))
+	runRent(t, srv, js, "a")
+	leaderIs(t, ctx, kv, "a", 10*time.Second)
+	b := runRent(t, srv, js, "b")
+	for b.svc.Ready(ctx) != nil { // its pool rebuilt, so that it counts the node live
+		select {
+		case <-ctx.Done():
+			t.Fatal("the standby never rebuilt its pool")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := kv.Delete(ctx, "node.n1"); err != nil {
+		t.Fatal(err)
+	}
+	expired := waitForNodeEvent(t, ctx, js, "e31.node.n1.expired")
+	if err := b.svc.WaitApplied(ctx, expired); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.svc.Expiring(); n != 0 {
+		t.Errorf("the standby still has %d lapsed nodes to record after the leader recorded the lapse", n)
 	}
 }

@@ -395,6 +395,11 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
 	s.remember(env)
+	if e, ok := env.Event.(*events.NodeExpired); ok && s.expiring[e.Node].boot == e.Boot {
+		// Recorded by the leader: a standby that saw the lapse too has
+		// nothing left to record when it leads.
+		delete(s.expiring, e.Node)
+	}
 	unresolved := len(s.pool.unresolved) > 0
 	s.mu.Unlock()
 	if unresolved {
