@@ -310,7 +310,10 @@ func (c *cluster) connect() jetstream.JetStream {
 	}
 	nc, err := nats.Connect(c.hostURL, append(sec, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
 		// The servers advertise their addresses on the private network.
-		nats.IgnoreDiscoveredServers())...)
+		nats.IgnoreDiscoveredServers(),
+		// A server cut off from the network falls silent: found out as
+		// the services find it out, not after nats.go's six minutes.
+		nats.PingInterval(connect.PingInterval), nats.MaxPingsOutstanding(connect.MaxPingsOut))...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
