@@ -637,7 +637,8 @@ func TestClusterLosesNothing(t *testing.T) {
 		c.cutOff("run", fmt.Sprintf("node-%d", n+1), c.svcs["run"][n]))
 
 	var chaos sync.WaitGroup
-	var hit []string
+	var hitMu sync.Mutex
+	var hit []string // each fault and how long until it was undone
 	runStart := time.Now()
 	for w := range waves {
 		wave := ids[w*jobs/waves : (w+1)*jobs/waves]
@@ -649,17 +650,22 @@ func TestClusterLosesNothing(t *testing.T) {
 			}
 			expiredBefore, startsBefore := watch.expiredCount(f.node), watch.startCount()
 			if err := f.do(ctx); err != nil {
-				t.Fatalf("%s: %v", f.name, err)
+				t.Fatalf("%s: %v", f, err)
 			}
-			hit = append(hit, f.name)
+			made := time.Now()
 			chaos.Go(func() {
+				defer func() {
+					hitMu.Lock()
+					hit = append(hit, fmt.Sprintf("%s (%s)", f, time.Since(made).Round(100*time.Millisecond)))
+					hitMu.Unlock()
+				}()
 				if f.node != "" {
 					// A run node stays away until RENT has found it lost
 					// (its lease lapsed: NodeExpired), so that the jobs it
 					// held are lost and held again elsewhere.
 					err := watch.waitFor(ctx, time.Minute, "NodeExpired of "+f.node, func(w *logWatch) bool { return w.expired[f.node] > expiredBefore })
 					if err != nil {
-						t.Errorf("%s: %v", f.name, err)
+						t.Errorf("%s: %v", f, err)
 						c.consumerStates(ctx, t, js, watch)
 					}
 				} else {
@@ -667,15 +673,15 @@ func TestClusterLosesNothing(t *testing.T) {
 					// nothing on the log: it stays away until the others
 					// have carried on without it, attempts starting again.
 					const carryOn = 10
-					err := watch.waitFor(ctx, time.Minute, fmt.Sprintf("%d attempts started with %s", carryOn, f.name),
+					err := watch.waitFor(ctx, time.Minute, fmt.Sprintf("%d attempts started with %s", carryOn, f),
 						func(w *logWatch) bool { return w.starts >= startsBefore+carryOn })
 					if err != nil {
-						t.Errorf("%s: %v", f.name, err)
+						t.Errorf("%s: %v", f, err)
 						c.consumerStates(ctx, t, js, watch)
 					}
 				}
 				if err := f.undo(ctx); err != nil {
-					t.Errorf("undo %s: %v", f.name, err)
+					t.Errorf("undo %s: %v", f, err)
 				}
 			})
 		}
@@ -737,6 +743,6 @@ func TestClusterLosesNothing(t *testing.T) {
 	if t.Failed() {
 		c.logTails(ctx, t)
 	}
-	t.Logf("cluster: up in %s; %d jobs through 3 NATS servers (R3, TLS, credentials per identity), 2 of each service, 3 nodes in %s; faults, each undone: %s; %s; partitions: %s",
+	t.Logf("cluster: up in %s; %d jobs through 3 NATS servers (R3, TLS, credentials per identity), 2 of each service, 3 nodes in %s; faults (each undone after): %s; %s; partitions: %s",
 		up.Round(time.Millisecond), jobs, took.Round(time.Millisecond), strings.Join(hit, ", "), s, overlaps)
 }

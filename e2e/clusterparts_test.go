@@ -26,6 +26,8 @@ import (
 // with do and undoes it with undo once the rest carried on without it.
 type fault struct {
 	name string // what it hits: submit-1, node-2, nats-3, "nats-2 cut off", …
+	// named, when set, is the name do found (who leads is known only then).
+	named *string
 	do   func(ctx context.Context) error
 	undo func(ctx context.Context) error
 	// node, for a fault that takes a run node away: the node's id. It is
@@ -79,7 +81,8 @@ func (c *cluster) leaderIsland(js jetstream.JetStream) fault {
 	var rent, nats *testcontainers.DockerContainer
 	var rentName, natsName string
 	var island *testcontainers.DockerNetwork
-	f := fault{name: "the RENT leader isolated with a NATS server", partition: true}
+	named := ""
+	f := fault{name: "the RENT leader isolated with a NATS server", named: &named, partition: true}
 	f.do = func(ctx context.Context) error {
 		rentName, natsName = "rent-1", "nats-1"
 		if kv, err := js.KeyValue(ctx, events.LeasesBucket); err == nil {
@@ -98,7 +101,7 @@ func (c *cluster) leaderIsland(js jetstream.JetStream) fault {
 			return fmt.Errorf("the leases' stream leader is %q, not one of the NATS servers", natsName)
 		}
 		rent, nats = c.svcs["rent"][i-1], c.nats[k-1]
-		f.name = fmt.Sprintf("%s (leading) isolated with %s (the leases' leader)", rentName, natsName)
+		named = fmt.Sprintf("%s (leading) isolated with %s (the leases' leader)", rentName, natsName)
 		var err error
 		if island, err = network.New(ctx); err != nil {
 			return err
@@ -129,6 +132,14 @@ func (c *cluster) leaderIsland(js jetstream.JetStream) fault {
 		return nil
 	}
 	return f
+}
+
+// String is what the fault hit.
+func (f fault) String() string {
+	if f.named != nil && *f.named != "" {
+		return *f.named
+	}
+	return f.name
 }
 
 // killed is the fault of a container killed with SIGKILL and started again.
