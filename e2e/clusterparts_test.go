@@ -28,8 +28,8 @@ type fault struct {
 	name string // what it hits: submit-1, node-2, nats-3, "nats-2 cut off", …
 	// named, when set, is the name do found (who leads is known only then).
 	named *string
-	do   func(ctx context.Context) error
-	undo func(ctx context.Context) error
+	do    func(ctx context.Context) error
+	undo  func(ctx context.Context) error
 	// node, for a fault that takes a run node away: the node's id. It is
 	// undone once RENT has found the node lost.
 	node string
