@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
@@ -86,7 +85,7 @@ func runProcess(ctx context.Context, spec Spec, ws Dirs) (Result, error) {
 	}
 	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = ws.Root
-	cmd.Env = Environ(spec, ws.DataDir, ws.OutDir, ws.Root)
+	cmd.Env = Environ(spec, Places{Data: ws.DataDir, Out: ws.OutDir, Home: ws.Root})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var pipes *Pipes
 	if spec.Stdout != nil && spec.Stderr != nil {
@@ -183,29 +182,4 @@ wait:
 		}
 	}
 	return res, nil
-}
-
-// Environ is a job's environment: the declared variables, then E31_* (which
-// a declaration cannot override) and a PATH if none was declared.
-func Environ(spec Spec, dataDir, outDir, home string) []string {
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	env := make([]string, 0, len(keys)+5)
-	hasPath := false
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-		hasPath = hasPath || k == "PATH"
-	}
-	if !hasPath {
-		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
-	}
-	return append(env,
-		"HOME="+home,
-		"E31_JOB_ID="+spec.JobID,
-		"E31_DATA="+dataDir,
-		"E31_OUTPUT="+outDir,
-	)
 }

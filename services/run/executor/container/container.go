@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -307,7 +306,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		Image:           spec.Image,
 		Entrypoint:      spec.Command[:1],
 		Cmd:             spec.Command[1:],
-		Env:             jobEnv(spec),
+		Env:             executor.Environ(spec, executor.Inside),
 		User:            fmt.Sprintf("%d:%d", j.uid, j.uid),
 		WorkingDir:      "/tmp",
 		Hostname:        "e31",
@@ -578,22 +577,4 @@ func removeCgroup(v2 bool, parent string) error {
 		return err
 	}
 	return cg.Delete()
-}
-
-// jobEnv is the job's environment: its declared variables, PATH and HOME
-// unless declared, and the E31_ variables, which it cannot override.
-func jobEnv(spec executor.Spec) []string {
-	vars := map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "HOME": "/tmp", "TMPDIR": "/tmp"}
-	for k, v := range spec.Env {
-		vars[k] = v
-	}
-	vars["E31_JOB_ID"] = spec.JobID
-	vars["E31_DATA"] = "/data"
-	vars["E31_OUTPUT"] = "/out"
-	env := make([]string, 0, len(vars))
-	for k, v := range vars {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	return env
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -474,7 +473,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			}
 		}()
 	}
-	env, path := jobEnv(spec)
+	env, path := executor.Environ(spec, executor.Inside), executor.SearchPath(spec)
 	// The system directories are in the template already: only the job's
 	// workspace is mounted for it. From the executor's own record, not
 	// from ws, whose fields RUN could change.
@@ -631,30 +630,6 @@ loop:
 type admitReq struct {
 	pid int
 	err chan error
-}
-
-// defaultPath is the job's PATH unless it declares one.
-const defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-
-// jobEnv is the job's environment: its declared variables, then PATH and
-// HOME unless declared, then the E31_ variables, which it cannot override.
-func jobEnv(spec executor.Spec) (env []string, path []string) {
-	vars := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "TMPDIR": "/tmp"}
-	for k, v := range spec.Env {
-		vars[k] = v
-	}
-	vars["E31_JOB_ID"] = spec.JobID
-	vars["E31_DATA"] = "/data"
-	vars["E31_OUTPUT"] = "/out"
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+vars[k])
-	}
-	return env, filepath.SplitList(vars["PATH"])
 }
 
 // release undoes Prepare and gives the slot back. It refuses while a
