@@ -332,6 +332,10 @@ func (a *Auditor) ingest(d *decoded) {
 		}
 	}
 	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
+	// A node's event by the subject it is stored on, as the written
+	// definition says, not by events.IsNodeEvent, which the ledger folds
+	// by: the audit derives the record's rules apart, and Decode holds the
+	// two to one answer.
 	if subj.Space == events.SpaceNode {
 		a.nodeEvent(f, env.Subject)
 		return

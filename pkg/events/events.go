@@ -451,7 +451,7 @@ func ID(subject string, ev Event) string {
 	if h, ok := HoldOf(ev); ok && k.perHold {
 		return subject + "/" + k.token + "/" + strconv.Itoa(h.Attempt)
 	}
-	if n, ok := ev.(interface{ boot() string }); ok {
+	if n, ok := ev.(nodeEvent); ok {
 		return subject + "/" + k.token + "/" + n.boot()
 	}
 	if w, ok := ev.(interface{ what() string }); ok {

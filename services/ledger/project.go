@@ -374,7 +374,7 @@ func (p *Projection) Apply(env events.Envelope) error {
 // changes nothing, except a repeated JobRequested, a client's request
 // under a used id, which SUBMIT refuses and which is no part of the job.
 func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
-	if e == nil || isNodeEvent(env) {
+	if e == nil || events.IsNodeEvent(env.Event) {
 		return
 	}
 	if env.Seq != 0 && env.Seq <= e.last() {
@@ -502,16 +502,6 @@ func meter(a *hold.Attempt, held float64) {
 	a.CPUCoreSeconds = a.Held.CPU * held
 	a.MemoryGiBSeconds = float64(a.Held.MemoryBytes) / gib * held
 	a.GPUSeconds = float64(a.Held.GPU) * held
-}
-
-// isNodeEvent reports whether env is about a node rather than a job.
-func isNodeEvent(env events.Envelope) bool {
-	subject := env.NATSSubject
-	if subject == "" {
-		subject, _ = events.SubjectOf(env.Subject, env.Event)
-	}
-	s, err := events.ParseSubject(subject)
-	return err == nil && s.Space == events.SpaceNode
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.
