@@ -329,14 +329,6 @@ func serviceOf(subject string) string {
 	return "ledger"
 }
 
-// waitOf is how long the ledger may hold a request.
-func waitOf(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 5 * time.Second
-	}
-	return min(d, 30*time.Second)
-}
-
 // validJob refuses what is not a job id before anything is asked.
 func validJob(job string) error {
 	if !events.ValidID(job) {
