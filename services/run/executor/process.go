@@ -113,37 +113,10 @@ func runProcess(ctx context.Context, spec Spec, ws Dirs) (Result, error) {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := Due(termAt), Due(killAt)
-	done := ctx.Done()
-	var why events.Outcome
-	var werr error
-wait:
-	for {
-		select {
-		case werr = <-waited:
-			break wait
-		case <-term:
-			term = nil
-			if why == "" {
-				why = events.LimitExceeded
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			}
-		case <-done:
-			done = nil
-			if why == "" {
-				why = events.Cancelled
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-				kill = Due(KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			if why == "" {
-				why = events.LimitExceeded
-			}
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	}
+	werr, stop, _ := Watch(ctx, spec, res.Started, waited, nil, Signals{
+		Term: func(Stop) { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
+		Kill: func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) },
+	})
 	// The first process is gone; anything it left in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	if pipes != nil {
@@ -159,12 +132,8 @@ wait:
 		}
 	}
 	switch {
-	case why == events.LimitExceeded:
-		res.Outcome = why
-		res.Reason = fmt.Sprintf("ran past its limit of %s", spec.Limit)
-	case why == events.Cancelled:
-		res.Outcome = why
-		res.Reason = "cancelled"
+	case stop.Outcome != "":
+		res.Outcome, res.Reason = stop.Outcome, stop.Reason
 	default:
 		code := cmd.ProcessState.ExitCode()
 		var exitErr *exec.ExitError

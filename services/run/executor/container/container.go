@@ -371,48 +371,25 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		return executor.Result{}, fmt.Errorf("container: start %s: %w", spec.JobID, err)
 	}
 	res := executor.Result{Started: time.Now()}
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := executor.Due(termAt), executor.Due(killAt)
-	stopping := false
-	stop := func(outcome events.Outcome, reason string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		res.Outcome, res.Reason = outcome, reason
-		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
-		if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
-			j.log.Warn("signal container", "err", err)
-		}
-	}
-	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
-	done := ctx.Done()
-loop:
-	for {
-		select {
-		case w := <-waitc:
-			if w.Error != nil && w.Error.Message != "" {
-				j.log.Warn("wait for container", "err", w.Error.Message)
+	w, stop, err := executor.Watch(ctx, spec, res.Started, waitc, errc, executor.Signals{
+		Term: func(why executor.Stop) {
+			j.log.Info("stopping job", "outcome", why.Outcome, "reason", why.Reason)
+			if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
+				j.log.Warn("signal container", "err", err)
 			}
-			break loop
-		case err := <-errc:
-			return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
-		case <-term:
-			term = nil
-			stop(events.LimitExceeded, limitReason)
-		case <-done:
-			done = nil
-			if !stopping {
-				stop(events.Cancelled, "cancelled")
-				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			stop(events.LimitExceeded, limitReason)
+		},
+		Kill: func() {
 			if err := e.cli.ContainerKill(bg, j.id, "SIGKILL"); err != nil {
 				j.log.Warn("kill container", "err", err)
 			}
-		}
+		},
+	})
+	res.Outcome, res.Reason = stop.Outcome, stop.Reason
+	if err != nil {
+		return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
+	}
+	if w.Error != nil && w.Error.Message != "" {
+		j.log.Warn("wait for container", "err", w.Error.Message)
 	}
 	res.Stopped = time.Now()
 	info, err := e.cli.ContainerInspect(bg, j.id)
@@ -438,7 +415,7 @@ loop:
 		}
 		res.Usage = u
 	}
-	if !stopping {
+	if stop.Outcome == "" {
 		code := info.State.ExitCode
 		switch {
 		case info.State.OOMKilled || killedAtLimit(code, res.Usage.MaxRSSBytes, mem):

@@ -536,45 +536,18 @@ wait:
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := executor.Due(termAt), executor.Due(killAt)
-	var (
-		stopping bool
-		ex       exited
-	)
-	stop := func(outcome events.Outcome, reason string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		res.Outcome, res.Reason = outcome, reason
-		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
-		killAll(j.cg, syscall.SIGTERM)
-	}
-	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
-	done := ctx.Done()
-loop:
-	for {
-		select {
-		case ex = <-donec:
-			break loop
-		case <-term:
-			term = nil
-			stop(events.LimitExceeded, limitReason)
-		case <-done:
-			done = nil
-			if !stopping {
-				stop(events.Cancelled, "cancelled")
-				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			stop(events.LimitExceeded, limitReason)
+	ex, stop, _ := executor.Watch(ctx, spec, res.Started, donec, nil, executor.Signals{
+		Term: func(why executor.Stop) {
+			j.log.Info("stopping job", "outcome", why.Outcome, "reason", why.Reason)
+			killAll(j.cg, syscall.SIGTERM)
+		},
+		Kill: func() {
 			// SIGKILL to pid 1 makes the kernel kill its whole pid namespace.
 			_ = syscall.Kill(st.pid, syscall.SIGKILL)
 			killAll(j.cg, syscall.SIGKILL)
-		}
-	}
+		},
+	})
+	res.Outcome, res.Reason = stop.Outcome, stop.Reason
 	if ex.err != nil {
 		j.log.Error("wait for job", "err", ex.err)
 	}
@@ -593,7 +566,7 @@ loop:
 		j.log.Warn("read job usage", "err", err)
 	}
 	res.Usage = events.Usage{CPUSeconds: u.cpuSeconds, MaxRSSBytes: u.peakMemory}
-	if !stopping {
+	if stop.Outcome == "" {
 		switch ws := ex.status; {
 		case ex.err != nil:
 			res.Outcome = events.Failed
