@@ -306,6 +306,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 	return derived{rec: rec, findings: findings, setAside: setAside, end: end}
 }
 
+// requestOf is the record's request, from the job's declaration. The
+// ledger has its own, deliberately: what goes into a record is derived
+// here apart from the ledger's projection, so that one mistake cannot
+// agree with itself.
 func requestOf(s events.JobSpec) hold.Request {
 	return hold.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
 }
