@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -244,7 +245,9 @@ request: {cpu: 0.5, memory: 64MiB, limit: 2m}
 		t.Fatal("the job's first line never showed")
 	}
 	stopFollowing()
-	<-followed
+	if err := <-followed; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("following the logs ended with %v, want nothing but the cancel", err)
+	}
 	ts.stop()
 	ts.start(1)
 	rec, code := ts.wait(id)

@@ -299,7 +299,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

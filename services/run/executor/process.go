@@ -139,7 +139,7 @@ func runProcess(ctx context.Context, spec Spec, ws Dirs) (Result, error) {
 		var exitErr *exec.ExitError
 		if errors.As(werr, &exitErr) && code < 0 {
 			res.Outcome = events.Failed
-			res.Reason = "killed by " + exitErr.ProcessState.String()
+			res.Reason = "killed by " + exitErr.String()
 			break
 		}
 		res.ExitCode = &code

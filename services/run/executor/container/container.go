@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
@@ -185,7 +186,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	}
 	for _, c := range stale {
 		e.log.Warn("removing stale job container", "id", c.ID, "job", c.Labels[jobLabel])
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return nil, errors.Join(fmt.Errorf("container: remove stale container %s: %w", c.ID, err), e.Close())
 		}
 	}
@@ -515,7 +516,7 @@ func (e *Executor) release(j *job) error {
 	var errs []error
 	ctx := context.Background()
 	if j.id != "" {
-		if err := e.cli.ContainerRemove(ctx, j.id, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := e.cli.ContainerRemove(ctx, j.id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container: %w", err))
 		}
 	}
