@@ -160,10 +160,10 @@ func delivered(reply string) (stream, consumer, pending uint64, ok bool) {
 		tok[i], rest, _ = strings.Cut(rest, ".")
 	}
 	var at int // where the stream sequence is
-	switch {
-	case n == 9:
+	switch n {
+	case 9:
 		at = 5
-	case n == 11 || n == 12:
+	case 11, 12:
 		at = 7
 	default:
 		return 0, 0, 0, false

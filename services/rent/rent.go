@@ -507,7 +507,8 @@ func (s *Service) waitFree(ctx context.Context, kv jetstream.KeyValue) {
 		<-wctx.Done()
 		return
 	}
-	defer w.Stop()
+	// Stop's error says only that the watch had ended already.
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-wctx.Done():

@@ -57,7 +57,11 @@ func TestProcessSeesItsEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer j.Release()
+	defer func() {
+		if err := j.Release(); err != nil {
+			t.Errorf("release the job: %v", err)
+		}
+	}()
 	if _, err := j.Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
