@@ -54,7 +54,9 @@ type node struct {
 	// unisolated says it announced isolation none without its operator's
 	// leave to run jobs so: it holds nothing, and counts for nothing.
 	unisolated bool
-	holds      map[string]*job
+	// card is what the pool made of its card (card.go); "" for nothing.
+	card  string
+	holds map[string]*job
 }
 
 type jobState int
@@ -80,10 +82,12 @@ type job struct {
 	state     jobState
 	node      string
 	heldAt    time.Time
-	stopped   bool // the current attempt's RunStopped is logged
-	lost      bool // HoldLost is logged for the current attempt
-	cancel    bool // a cancel was requested
-	pending   int  // jobs of After not yet succeeded
+	stopped   bool  // the current attempt's RunStopped is logged
+	lost      bool  // HoldLost is logged for the current attempt
+	cancel    bool  // a cancel was requested
+	expired   bool  // HoldExpired is logged for the current attempt
+	due       int32 // its place in the pool's dueHeap, plus one; 0 when not there
+	pending   int   // jobs of After not yet succeeded
 	rejection string
 	elem      *list.Element
 	queue     *subQueue
@@ -121,6 +125,9 @@ type PoolConfig struct {
 	// remembers (and how many cancels of jobs it has not seen): default
 	// DefaultRememberEnded.
 	RememberEnded int
+	// Cards says whether nodes are held to the cards the operator signed
+	// for them (card.go).
+	Cards Cards
 }
 
 // DefaultRememberEnded is how many ended jobs the pool remembers. Once a
@@ -218,6 +225,9 @@ type Pool struct {
 	// which the collector then pays for with every queued job's heap.
 	freeBuf  []res
 	usageBuf map[string]int64
+	// due orders the attempts held and not stopped by their deadline
+	// (overrun.go).
+	due dueHeap
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -327,6 +337,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		// An announcement without isolation (a node older than it, or a
 		// synthetic one) is taken as before: the node may hold jobs.
 		n.unisolated = e.Isolation == events.IsolationNone && !e.AllowUnisolated
+		p.holdToCard(n, e)
 		p.live = nil
 		for id, j := range p.unchecked {
 			p.attention[id] = j
@@ -407,7 +418,8 @@ func (p *Pool) Apply(env events.Envelope) {
 		n := p.node(e.Node)
 		p.dequeue(j)
 		j.state, j.attempt, j.node, j.heldAt = held, e.Attempt, e.Node, env.Time
-		j.stopped, j.lost = false, false
+		j.stopped, j.lost, j.expired = false, false, false
+		p.watch(j)
 		hold := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		j.heldDisk = e.DiskBytes
 		n.used = n.used.plus(hold)
@@ -416,10 +428,17 @@ func (p *Pool) Apply(env events.Envelope) {
 	case *events.RunStopped:
 		if j != nil && j.state == held && e.Attempt == j.attempt {
 			j.stopped = true
+			p.unwatch(j)
 		}
 	case *events.HoldLost:
 		if j != nil && j.state == held && e.Attempt == j.attempt {
 			j.lost = true
+			p.unwatch(j)
+		}
+	case *events.HoldExpired:
+		if j != nil && j.state == held && e.Attempt == j.attempt {
+			j.expired = true
+			p.unwatch(j)
 		}
 	case *events.OutputReturned:
 		if j != nil && e.Attempt == j.attempt {
@@ -429,6 +448,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		if j == nil || j.state != held || e.Attempt != j.attempt {
 			return
 		}
+		p.unwatch(j)
 		hold := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		if n := p.nodes[j.node]; n != nil {
 			n.used = n.used.minus(hold)
@@ -490,6 +510,7 @@ func (p *Pool) node(name string) *node {
 func (p *Pool) end(id string, outcome events.Outcome, at time.Time) {
 	if j := p.jobs[id]; j != nil {
 		p.dequeue(j)
+		p.unwatch(j)
 	}
 	out := p.outBytes[id]
 	delete(p.outBytes, id)
@@ -759,8 +780,9 @@ type reservation struct {
 }
 
 // Decide returns what should happen now: rejections and cancellations of
-// jobs that will never be held, holds lost with an expired node, then holds
-// for waiting jobs in order, with backfill. At most max holds are returned.
+// jobs that will never be held, holds lost with an expired node, attempts
+// past their deadline (overrun.go), then holds for waiting jobs in order,
+// with backfill. At most max holds are returned.
 func (p *Pool) Decide(max int) []Decision {
 	now := p.now()
 	var out []Decision
@@ -783,13 +805,14 @@ func (p *Pool) Decide(max int) []Decision {
 	for _, name := range p.expiredNodes() {
 		n := p.nodes[name]
 		for _, j := range p.sorted(n.holds) {
-			if !j.lost && !j.stopped {
+			if !j.lost && !j.stopped && !j.expired {
 				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.HoldLost{
 					Hold:   p.holdOf(j),
 					Reason: fmt.Sprintf("node %s stopped renewing its lease (boot %s): the attempt is lost with it", n.name, n.boot)}})
 			}
 		}
 	}
+	out = append(out, p.overruns(now)...)
 	return append(out, p.holds(now, max)...)
 }
 
@@ -1212,6 +1235,9 @@ func (p *Pool) noLiveNode(j *job) string {
 		reason = fmt.Sprintf("no node in the pool is live: it waits for %s, lost (its lease lapsed), to announce itself again", strings.Join(lost, ", "))
 	}
 	if note := p.unisolatedNote(nil); note != "" {
+		reason += "; " + note
+	}
+	if note := p.uncardedNote(); note != "" {
 		reason += "; " + note
 	}
 	return reason

@@ -76,6 +76,12 @@ type Config struct {
 	// Observer, if set, is told what the scheduler does, for the
 	// operator's metrics (pkg/metrics.Scheduler implements it).
 	Observer Observer
+	// NodeCardsKey is the operator's card key (its text, "ed25519:…", or
+	// a file that holds it, as cards.pub does): nodes are held to the
+	// cards it signed (Pool.Cards). Empty: nodes are taken at their word.
+	NodeCardsKey string
+	// RequireNodeCards holds nothing on a node without a valid card.
+	RequireNodeCards bool
 }
 
 // Observer is told what the scheduler does. Its methods are called from
@@ -154,6 +160,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	instance := sanitize(cfg.Instance)
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
+	}
+	if err := cfg.readCards(); err != nil {
+		return nil, err
 	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
@@ -377,6 +386,7 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.remember(env)
 	unresolved := len(s.pool.unresolved) > 0
 	s.mu.Unlock()
+	s.noteCard(env)
 	if unresolved {
 		select {
 		case s.unresolved <- struct{}{}:
@@ -663,6 +673,8 @@ func (s *Service) nodeGone(name string) {
 func (s *Service) scheduler(ctx context.Context) {
 	again := time.NewTimer(time.Hour)
 	again.Stop()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
 	pauses := retry.Schedule.BackOff()
 	for {
 		select {
@@ -670,8 +682,10 @@ func (s *Service) scheduler(ctx context.Context) {
 			return
 		case <-s.kick:
 		case <-again.C:
+		case <-due.C:
 		}
 		err := s.schedule(ctx)
+		s.armDue(due)
 		s.mu.Lock()
 		depth := s.pool.WaitingBySubmitter()
 		s.mu.Unlock()
