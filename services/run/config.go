@@ -38,6 +38,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	sizeVar(fs, &c.LogCap, "log-cap", DefaultLogCap, "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	fs.StringVar(&c.WorkDir, "work-dir", "", "where job workspaces are made (default $TMPDIR/e31/NODE)")
 	fs.StringVar(&c.ExecutorKind, "executor", ExecAuto, "sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
+	fs.StringVar(&c.SigningKeyFile, "signing-key", "", "this node's signing key (node.key of 'e31 creds node'): every stop it reports is signed with it")
+	fs.StringVar(&c.CardFile, "card", "", "this node's card (node.card of 'e31 creds node'), presented when it announces itself: RENT holds the node to it")
 	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 }
 
