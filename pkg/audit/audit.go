@@ -672,6 +672,12 @@ func (r *Report) Summary() string {
 		if r.SetAside > 0 {
 			s += fmt.Sprintf("; %d message(s) clients published are no part of any job and were set aside", r.SetAside)
 		}
+		if r.StopsVerified > 0 {
+			s += fmt.Sprintf("; %d stop(s) verified as signed by their nodes", r.StopsVerified)
+			if r.CardsKey == "" {
+				s += " (their cards not checked against the operator's card key: give it)"
+			}
+		}
 		if r.Moving > 0 {
 			s += fmt.Sprintf("; %d job(s) not compared this time: the ledger's record is ahead of where the audit read the log, or the ledger not yet as far", r.Moving)
 		}

@@ -107,7 +107,9 @@ func TestAuditChecksEachStopAgainstItsNodesCard(t *testing.T) {
 		counts [2]int // stops verified, unchecked
 	}{
 		{name: "a stop signed by its node's key passes", key: true, counts: [2]int{1, 0},
-			build: func(l *log) { l.announceCarded("n1", 2, 2, k.n1, k.operator).submitted("j").signedLife("j", h1, k.n1, events.Usage{}) }},
+			build: func(l *log) {
+				l.announceCarded("n1", 2, 2, k.n1, k.operator).submitted("j").signedLife("j", h1, k.n1, events.Usage{})
+			}},
 		{name: "a stop whose cpu_seconds was changed after it was signed", key: true,
 			build: func(l *log) {
 				l.announceCarded("n1", 2, 2, k.n1, k.operator).submitted("j").signedLife("j", h1, k.n1, events.Usage{CPUSeconds: 1})
@@ -126,15 +128,23 @@ func TestAuditChecksEachStopAgainstItsNodesCard(t *testing.T) {
 					submitted("j").signedLife("j", h1, k.n2, events.Usage{})
 			}, want: "not with the key of the node's card"},
 		{name: "an unsigned stop from a node with a card", key: true,
-			build: func(l *log) { l.announceCarded("n1", 2, 2, k.n1, k.operator).submitted("j").signedLife("j", h1, nil, events.Usage{}) },
-			want:  "is unsigned, but the node presented a card"},
+			build: func(l *log) {
+				l.announceCarded("n1", 2, 2, k.n1, k.operator).submitted("j").signedLife("j", h1, nil, events.Usage{})
+			},
+			want: "is unsigned, but the node presented a card"},
 		{name: "an unsigned stop from a node without a card, as before cards", key: true, counts: [2]int{0, 1},
-			build: func(l *log) { l.announceCarded("n1", 2, 2, nil, nil).submitted("j").signedLife("j", h1, nil, events.Usage{}) }},
+			build: func(l *log) {
+				l.announceCarded("n1", 2, 2, nil, nil).submitted("j").signedLife("j", h1, nil, events.Usage{})
+			}},
 		{name: "a card a stranger signed binds no key", key: true, counts: [2]int{0, 1},
-			build: func(l *log) { l.announceCarded("n1", 2, 2, k.n1, k.stranger).submitted("j").signedLife("j", h1, k.n1, events.Usage{}) },
-			want:  "not by the operator's card key"},
+			build: func(l *log) {
+				l.announceCarded("n1", 2, 2, k.n1, k.stranger).submitted("j").signedLife("j", h1, k.n1, events.Usage{})
+			},
+			want: "not by the operator's card key"},
 		{name: "without the operator's key, a card is taken as it comes", counts: [2]int{1, 0},
-			build: func(l *log) { l.announceCarded("n1", 2, 2, k.n1, k.stranger).submitted("j").signedLife("j", h1, k.n1, events.Usage{}) }},
+			build: func(l *log) {
+				l.announceCarded("n1", 2, 2, k.n1, k.stranger).submitted("j").signedLife("j", h1, k.n1, events.Usage{})
+			}},
 		{name: "a node held beyond its card's capacity", key: true, counts: [2]int{1, 0},
 			build: func(l *log) {
 				l.announceCarded("n1", 8, 2, k.n1, k.operator).submitted("j").signedLife("j", holdOf("n1", 1, 4), k.n1, events.Usage{})
