@@ -34,7 +34,6 @@ func (p *Pool) deadline(j *job) time.Time { return j.heldAt.Add(j.limit + p.cfg.
 // its index in it plus one, 0 when it is not in it.
 type dueHeap struct {
 	jobs []*job
-	p    *Pool
 }
 
 func (h *dueHeap) Len() int { return len(h.jobs) }
@@ -66,7 +65,6 @@ func (h *dueHeap) Pop() any {
 // watch starts counting j's current attempt towards its deadline.
 func (p *Pool) watch(j *job) {
 	p.unwatch(j)
-	p.due.p = p
 	heap.Push(&p.due, j)
 }
 

@@ -206,3 +206,27 @@ func TestLeaderEndsAQuietNodesAttempt(t *testing.T) {
 		t.Errorf("%d HoldExpired after the old leader decided again, want 1", len(got))
 	}
 }
+
+// TestPoolForgetsTheDeadlinesOfAttemptsThatEnded: an attempt stopped,
+// lost or released no longer counts towards a deadline.
+func TestPoolForgetsTheDeadlinesOfAttemptsThatEnded(t *testing.T) {
+	t.Parallel()
+	var h history
+	p := rent.NewPool(rent.PoolConfig{Grace: overrunGrace}, func() time.Time { return t0 })
+	applyAll(p, h.log(announce("n1", 4), submit("a", 1), submit("b", 1, limit(time.Hour)), submit("c", 1, limit(2*time.Hour)),
+		holdOf("a", 1, "n1", 1), holdOf("b", 1, "n1", 1), holdOf("c", 1, "n1", 1)))
+	due := func(d time.Duration) time.Time { return t0.Add(d + overrunGrace) }
+	for _, tt := range []struct {
+		then step
+		want time.Time
+	}{
+		{stoppedStep("a", 1, "n1", 1), due(time.Hour)},
+		{lost("b", 1, "n1", 1), due(2 * time.Hour)},
+		{ended("c", 1, "n1", 1, events.Cancelled, true), time.Time{}},
+	} {
+		applyAll(p, h.log(tt.then))
+		if got := p.NextDue(); !got.Equal(tt.want) {
+			t.Errorf("after %T of %s: next due %s, want %s", tt.then.ev, tt.then.subject, got, tt.want)
+		}
+	}
+}
