@@ -68,7 +68,7 @@ func (l *log) signedLife(job string, h events.Hold, key ed25519.PrivateKey, usag
 func (l *log) tamper(t *testing.T, job string, change func(map[string]any)) {
 	t.Helper()
 	for i, r := range l.raws {
-		if r.Subject != "e31.job."+job+".stopped" {
+		if subj, err := events.ParseSubject(r.Subject); err != nil || subj.Job != job || r.Headers.Get(events.HeaderType) != events.TypeRunStopped {
 			continue
 		}
 		var body map[string]any
