@@ -73,6 +73,15 @@
 //     disk, at any point of the log, nor held while it is expired. The log's
 //     order is the instant: it is the one order every service saw, where
 //     ce-times come from several clocks.
+//   - Every stop is signed by the node its attempt was held on, with the
+//     key of the card that node presented (pkg/chain/NODES.md); every card
+//     is signed by the operator's card key, when the auditor has it
+//     (Options.CardsKey), and a node is held to its card's capacity. A
+//     stop of a node without a card is unsigned, as before cards.
+//   - No usage a node reports is beyond what its hold could contain
+//     (hold.FlagUsage): the record flags it, and it is a finding.
+//   - A stop a node reports after RENT ended its attempt at its limit
+//     plus grace (HoldExpired) is set aside, and is a finding.
 //   - With heads to check (the ledger's, and any given with --since-head),
 //     the chain recomputed from the first message passes through each.
 //

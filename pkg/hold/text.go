@@ -106,6 +106,9 @@ func WriteText(w io.Writer, r *HoldRecord) error {
 	if r.DataDeletedAt != nil {
 		p.printf("data     deleted %s\n", r.DataDeletedAt.Format(time.RFC3339))
 	}
+	for _, f := range r.Flags {
+		p.printf("flag     %s\n", f)
+	}
 	return p.err
 }
 

@@ -103,3 +103,17 @@ func TestWriteCSV(t *testing.T) {
 		t.Errorf("header %v, want %v", rows[0], CSVColumns)
 	}
 }
+
+// TestWriteTextShowsTheFlags: what a hold could not contain is shown, a
+// line each, under the rest.
+func TestWriteTextShowsTheFlags(t *testing.T) {
+	t.Parallel()
+	r := &HoldRecord{Job: "j", State: StateReleased, Flags: []string{"attempt 1: usage_beyond_hold: cpu_seconds 86400 > 1 cpu × 21 s held"}}
+	var b strings.Builder
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\nflag     attempt 1: usage_beyond_hold: cpu_seconds 86400 > 1 cpu × 21 s held\n") {
+		t.Errorf("the text does not show the flag:\n%s", b.String())
+	}
+}

@@ -460,7 +460,17 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		r.State = hold.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
+		if a.ExpiredAt != nil {
+			// RENT ended the attempt before the node reported: the stop is
+			// listed and set aside, and the record keeps RENT's end.
+			break
+		}
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
+		a.Signature, a.SigningKey = e.Signature, e.SigningKey
+		r.State = hold.StateStopped
+	case *events.HoldExpired:
+		a := p.attempt(r, e.Attempt)
+		a.Outcome, a.Reason, a.ExpiredAt = events.LimitExceeded, e.Reason, &at
 		r.State = hold.StateStopped
 	case *events.HoldLost:
 		a := p.attempt(r, e.Attempt)
@@ -483,6 +493,7 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		a.ReleasedAt = &at
 		if a.HeldAt != nil {
 			meter(a, at.Sub(*a.HeldAt).Seconds())
+			a.Flags = append(a.Flags, usageFlags(a, r.Isolation)...)
 		}
 		if a.Outcome == "" {
 			a.Outcome = e.Outcome
@@ -531,7 +542,11 @@ func (p *Projection) summarize(r *hold.HoldRecord) {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
 	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
+	r.Flags = nil
 	for _, a := range r.Attempts {
+		for _, f := range a.Flags {
+			r.Flags = append(r.Flags, fmt.Sprintf("attempt %d: %s", a.Attempt, f))
+		}
 		r.HeldSeconds += a.HeldSeconds
 		r.CPUCoreSeconds += a.CPUCoreSeconds
 		r.MemoryGiBSeconds += a.MemoryGiBSeconds

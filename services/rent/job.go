@@ -49,10 +49,12 @@ type job struct {
 	state     jobState
 	node      string
 	heldAt    time.Time
-	stopped   bool // the current attempt's RunStopped is logged
-	lost      bool // HoldLost is logged for the current attempt
-	cancel    bool // a cancel was requested
-	pending   int  // jobs of After not yet succeeded
+	stopped   bool  // the current attempt's RunStopped is logged
+	lost      bool  // HoldLost is logged for the current attempt
+	cancel    bool  // a cancel was requested
+	expired   bool  // HoldExpired is logged for the current attempt
+	due       int32 // its place in the meter's heap, plus one; 0 when not there
+	pending   int   // jobs of After not yet succeeded
 	rejection string
 	elem      *list.Element
 	queue     *subQueue

@@ -144,6 +144,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if err := cfg.readCards(); err != nil {
+		return nil, err
+	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
 		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
@@ -366,6 +369,7 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.remember(env)
 	unresolved := s.pool.HasUnresolved()
 	s.mu.Unlock()
+	s.noteCard(env)
 	if unresolved {
 		select {
 		case s.unresolved <- struct{}{}:
@@ -653,6 +657,8 @@ func (s *Service) nodeGone(name string) {
 func (s *Service) scheduler(ctx context.Context) {
 	again := time.NewTimer(time.Hour)
 	again.Stop()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
 	pauses := retry.Schedule.BackOff()
 	for {
 		select {
@@ -660,8 +666,10 @@ func (s *Service) scheduler(ctx context.Context) {
 			return
 		case <-s.kick:
 		case <-again.C:
+		case <-due.C:
 		}
 		err := s.schedule(ctx)
+		s.armDue(due)
 		s.mu.Lock()
 		depth := s.pool.WaitingBySubmitter()
 		s.mu.Unlock()

@@ -104,6 +104,9 @@ func noLiveNode(ns *nodeSet, j *job) string {
 	if note := unisolatedNote(ns, nil); note != "" {
 		reason += "; " + note
 	}
+	if note := ns.uncardedNote(); note != "" {
+		reason += "; " + note
+	}
 	return reason
 }
 

@@ -45,5 +45,7 @@ func (c *Config) NodeFlags(fs *flag.FlagSet) {
 	jobfile.SizeVar(fs, &c.DiskBytes, "node-disk", DefaultDiskBytes, "disk for job output and scratch space")
 	jobfile.SizeVar(fs, &c.LogCap, "log-cap", DefaultLogCap, "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
 	fs.StringVar(&c.ExecutorKind, "executor", ExecAuto, "sandbox (needs root), process (NOT isolated, and the node says so), or auto (the sandbox, or refuse to start where it cannot run)")
+	fs.StringVar(&c.SigningKeyFile, "signing-key", "", "this node's signing key (node.key of 'e31 creds node'): every stop it reports is signed with it")
+	fs.StringVar(&c.CardFile, "card", "", "this node's card (node.card of 'e31 creds node'), presented when it announces itself: RENT holds the node to it")
 	fs.DurationVar(&c.Grace, "grace", DefaultGrace, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 }
