@@ -201,7 +201,9 @@ func (l *Lease) KeepFenced(ctx context.Context, margin time.Duration, fenced fun
 				fenced()
 			}
 			stop()
-			<-kept
+			// The renewals stop with the fence: what they last said is
+			// the fence's to say.
+			<-kept //nolint:errcheck // the fence is the answer
 			return fmt.Errorf("%w: %s: no renewal shown for %s, at a TTL of %s", ErrFenced, l.key, l.ttl-margin, l.ttl)
 		}
 		select {

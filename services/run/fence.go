@@ -38,7 +38,7 @@ const fencedReason = "the node could not renew its lease in time and stopped the
 // SIGKILL deadline.
 func causeOf(ctx context.Context) error {
 	err := context.Cause(ctx)
-	var stop *executor.Stop
+	var stop *executor.StopBy
 	if errors.As(err, &stop) {
 		return stop.Err
 	}
@@ -90,7 +90,7 @@ func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease
 // after its last renewal (at once if that is past).
 func (s *Service) fenceFor(l *lease.Lease, why error) {
 	term, kill := s.margins.StopTimes(l.Expiry())
-	stopped := s.fence(&executor.Stop{Err: errFenced, KillBy: kill})
+	stopped := s.fence(&executor.StopBy{Err: errFenced, KillBy: kill})
 	s.log.Error("the node fences itself: it stops every job it runs, which the pool may hold again elsewhere once its lease lapses",
 		"err", why, "jobs", stopped, "sigterm_in", time.Until(term).Round(time.Millisecond),
 		"sigkill_in", time.Until(kill).Round(time.Millisecond), "lease_expires_in", time.Until(l.Expiry()).Round(time.Millisecond))
@@ -113,7 +113,7 @@ func (s *Service) reconnect() {
 
 // fence stops every job the node runs with cause, and every job that
 // would start, until unfence. It returns how many it stopped.
-func (s *Service) fence(cause *executor.Stop) int {
+func (s *Service) fence(cause *executor.StopBy) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.fenced = cause

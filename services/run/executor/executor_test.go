@@ -71,7 +71,11 @@ func TestProcessIgnoringTermIsKilledAtItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Release()
+	defer func() {
+		if err := ws.Release(); err != nil {
+			t.Errorf("release the workspace: %v", err)
+		}
+	}()
 	res, err := ws.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +103,11 @@ func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Release()
+	defer func() {
+		if err := ws.Release(); err != nil {
+			t.Errorf("release the workspace: %v", err)
+		}
+	}()
 	start := time.Now()
 	res, err := ws.Run(context.Background())
 	if err != nil {
@@ -187,7 +195,7 @@ func TestJobHandleRunsOnceAtATimeAndNotAfterRelease(t *testing.T) {
 	}
 }
 
-// TestCancelKillComesByTheStopsDeadline: a job cancelled with a Stop gets
+// TestCancelKillComesByTheStopsDeadline: a job cancelled with a StopBy gets
 // SIGKILL by its KillBy when that is sooner than its limit's, and any
 // other cancel leaves the limit's SIGKILL as it was.
 func TestCancelKillComesByTheStopsDeadline(t *testing.T) {
@@ -206,9 +214,9 @@ func TestCancelKillComesByTheStopsDeadline(t *testing.T) {
 		limit time.Time
 		want  time.Time
 	}{
-		{"a stop sooner than the limit", cancelled(&Stop{Err: context.Canceled, KillBy: soon}), limit, soon},
-		{"a stop with no limit", cancelled(&Stop{Err: context.Canceled, KillBy: soon}), time.Time{}, soon},
-		{"a stop later than the limit", cancelled(&Stop{Err: context.Canceled, KillBy: limit}), soon, soon},
+		{"a stop sooner than the limit", cancelled(&StopBy{Err: context.Canceled, KillBy: soon}), limit, soon},
+		{"a stop with no limit", cancelled(&StopBy{Err: context.Canceled, KillBy: soon}), time.Time{}, soon},
+		{"a stop later than the limit", cancelled(&StopBy{Err: context.Canceled, KillBy: limit}), soon, soon},
 		{"a plain cancel", cancelled(context.Canceled), limit, limit},
 	} {
 		if got := CancelKill(c.ctx, c.limit); !got.Equal(c.want) {
