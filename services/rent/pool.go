@@ -340,6 +340,10 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		return
 	}
+	if c, ok := events.SweepCancel(env.Event); ok {
+		p.cancelSweep(env.Subject, c.By) // sweep.go
+		return
+	}
 	id := env.Subject
 	if _, ended := p.over[id]; ended {
 		return
