@@ -132,6 +132,12 @@ type running struct {
 	submitter string
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
+	// sweep is the sweep of a member of one; submitted its JobSubmitted's
+	// sequence, 0 until read, and sweepCancel a cancel of the sweep
+	// delivered meanwhile (see sweep.go).
+	sweep       string
+	submitted   uint64
+	sweepCancel uint64
 }
 
 // New checks cfg, fills in the defaults of the fields left zero (see
@@ -360,6 +366,9 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// trace: the sandbox and the upload are spans of this handling.
 	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
 	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
+	if sw := held.Spec.Sweep; sw != nil {
+		r.sweep = sw.ID
+	}
 	s.running[job] = r
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
 	s.mu.Unlock()
@@ -379,9 +388,13 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// that is stored must be known here, so that it is stopped and recorded.
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
-	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
+	decide, err := s.sweepStart(decideCtx, job, held, r, func(after []events.Envelope) ([]events.Event, error) {
 		return DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), nil
 	})
+	if err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
+	}
+	stored, err := s.pub.React(decideCtx, env, decide)
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
 	}
@@ -788,6 +801,10 @@ const (
 // HandleCancel stops the job if it runs on this node. A cancel for a job
 // not started here is decided when its hold arrives (DecideStart).
 func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
+	if c, ok := events.SweepCancel(env.Event); ok {
+		s.cancelSweep(env, c) // sweep.go
+		return nil
+	}
 	s.mu.Lock()
 	r := s.running[env.Subject]
 	s.mu.Unlock()
