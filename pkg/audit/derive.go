@@ -77,7 +77,7 @@ type derived struct {
 // could not be read. Without list, the record does not list its events
 // (nor their digest): a record that is checked and let go of needs
 // neither, and writing each digest out is a good part of the cost.
-func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived {
+func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps sweepCancels) derived {
 	var findings []Finding
 	setAside := 0
 	bad := func(f fact, kind, format string, args ...any) {
@@ -95,6 +95,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 	ph := unrequested
 	last := 0 // the highest attempt held
 	var cancelAsked bool
+	var submittedAt uint64 // the sequence of JobSubmitted
 	var end *fact
 	var endOutcome events.Outcome
 	var endReason string
@@ -249,6 +250,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 			}
 			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
 			rec.SubmittedAt, rec.State = &t, hold.StateWaiting
+			submittedAt = f.seq
 		case *events.JobRejected:
 			if ph != requested && ph != waiting {
 				bad(f, Order, "rejected, but the job %s", ph)
@@ -259,7 +261,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 			if ph != requested && ph != waiting {
 				bad(f, Order, "cancelled, but the job %s", ph)
 			}
-			if !cancelAsked {
+			if !cancelAsked && !sweeps.asked(rec, submittedAt, f.seq) {
 				bad(f, Order, "cancelled, but nobody asked to cancel it")
 			}
 			rec.State, ph, end = hold.StateCancelled, over, &facts[i]
