@@ -87,14 +87,15 @@ func WriteTotalsCSV(w io.Writer, ts []wire.Totals) error {
 func (s SweepSummary) WriteText(w io.Writer) error {
 	p := &printer{w: w}
 	p.printf("sweep %s: %d jobs, %.3f s held in all\n", s.Sweep, s.Jobs, s.HeldSeconds)
+	if s.Replaced > 0 {
+		p.printf("  submitted again: %d (each point counts as its latest)\n", s.Replaced)
+	}
 	p.printf("  states:   %s\n", counts(s.States))
 	if len(s.Outcomes) > 0 {
 		p.printf("  outcomes: %s\n", counts(s.Outcomes))
 	}
-	recs := s.Records
-	sort.Slice(recs, func(a, b int) bool { return recs[a].Sweep.Index < recs[b].Sweep.Index })
-	for _, r := range recs {
-		if r.Over() && r.Outcome != events.Succeeded {
+	for _, r := range s.Records {
+		if r.Over() && r.Outcome != events.Succeeded && r.Sweep != nil {
 			p.printf("  [%d] value %q: %s: %s (%s)\n", r.Sweep.Index, r.Sweep.Value, r.Outcome, r.Reason, r.Job)
 		}
 	}
