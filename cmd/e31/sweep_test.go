@@ -253,7 +253,7 @@ sweep: {count: %d}
 // client and his own credentials, publishes the cancel of alice's sweep on
 // his own tail, which the server takes and every step ignores, and tries
 // it on hers, which the server refuses. Her sweep succeeds; her own cancel
-// of a later sweep stops it.
+// of a later sweep, asked the moment it is submitted, stops it whole.
 func TestAnotherTenantCannotCancelASweep(t *testing.T) {
 	t.Parallel()
 	ts := startSystem(t, t.TempDir(), 1)
@@ -288,6 +288,22 @@ sweep: {count: 8}
 	// Bob's e31 knows no such sweep.
 	if _, errOut, code := ts.cliAs("bob", "cancel", sweep); code == 0 || !strings.Contains(errOut, "no such job") {
 		t.Errorf("bob's e31 cancel of alice's sweep: exit %d: %s", code, errOut)
+	}
+
+	// Alice's cancel of a sweep whose submission SUBMIT is still taking
+	// in, asked at once, stops every job of it, those accepted after the
+	// cancel too.
+	const n = 300
+	later := ts.submitSweep(writeJob(t, fmt.Sprintf(`
+work: {command: ["/bin/sh", "-c", "sleep 600"]}
+request: {cpu: 0.1, memory: 16MiB, limit: 20m}
+sweep: {count: %d}
+`, n), nil), n)
+	if out, errOut, code := ts.cli("cancel", later); code != 0 {
+		t.Fatalf("e31 cancel of the sweep just submitted: exit %d: %s %s", code, out, errOut)
+	}
+	if code := ts.jsonOf(&sum, "wait", "--json", "--timeout", "30s", later); code != exitFailed || sum.Outcomes["cancelled"] != n {
+		t.Fatalf("the sweep cancelled at once: exit %d, states %v, outcomes %v; want every job cancelled", code, sum.States, sum.Outcomes)
 	}
 	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Fatalf("audit:\n%s", out)

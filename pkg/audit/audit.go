@@ -337,7 +337,7 @@ func (a *Auditor) ingest(d *decoded) {
 	if c, ok := events.SweepCancel(env.Event); ok {
 		// About every member of a sweep, so in no one job's record: it is
 		// kept to check the cancels that follow it (sweep.go).
-		a.sweepCancels.add(env.Subject, c.By, f.seq)
+		a.sweepCancels.add(env.Subject, c, f.seq)
 		return
 	}
 	if subj.Space == events.SpaceNode {

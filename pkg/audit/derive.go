@@ -95,7 +95,6 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 	ph := unrequested
 	last := 0 // the highest attempt held
 	var cancelAsked bool
-	var submittedAt uint64 // the sequence of JobSubmitted
 	var end *fact
 	var endOutcome events.Outcome
 	var endReason string
@@ -250,7 +249,6 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 			}
 			rec.Submitter, rec.Name, rec.Request, rec.Sweep = ev.Submitter, ev.Spec.Name, requestOf(ev.Spec), ev.Spec.Sweep
 			rec.SubmittedAt, rec.State = &t, hold.StateWaiting
-			submittedAt = f.seq
 		case *events.JobRejected:
 			if ph != requested && ph != waiting {
 				bad(f, Order, "rejected, but the job %s", ph)
@@ -261,7 +259,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 			if ph != requested && ph != waiting {
 				bad(f, Order, "cancelled, but the job %s", ph)
 			}
-			if !cancelAsked && !sweeps.asked(rec, submittedAt, f.seq) {
+			if !cancelAsked && !sweeps.asked(rec, f.seq) {
 				bad(f, Order, "cancelled, but nobody asked to cancel it")
 			}
 			rec.State, ph, end = hold.StateCancelled, over, &facts[i]

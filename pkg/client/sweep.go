@@ -100,11 +100,12 @@ type SweepCancel struct {
 
 // CancelSweep asks for every member of a sweep that is not over to be
 // stopped, in one event (events.CancelRequested with Sweep): RENT cancels
-// the members that wait, each node stops those it holds. It is one
+// the members that wait, each node stops those it holds, and members of a
+// submission still under way are cancelled as they come. It is one
 // request, stored whole or not at all: a client that dies after it cannot
-// leave half the sweep running. Members submitted after it (SubmitAgain)
-// are not stopped by it. A sweep all of whose members are over is left as
-// it is.
+// leave half the sweep running. Members submitted again after it, in a
+// later round (SubmitAgain), are not stopped by it. A sweep all of whose
+// members are over is left as it is.
 func (c *Client) CancelSweep(ctx context.Context, sweep, reason string) (SweepCancel, error) {
 	recs, err := c.sweepRecords(ctx, sweep)
 	if err != nil {

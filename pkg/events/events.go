@@ -277,18 +277,21 @@ type ComputeReleased struct {
 // cancel is honoured only from the job's submitter or the Operator.
 //
 // With Sweep, the subject's id is a sweep's, and the one event asks to stop
-// every member of the sweep that was submitted before it and is not over:
-// RENT cancels those that wait, RUN stops those it holds, each member as if
-// it had been asked alone, and only where By may cancel that member. Such a
-// cancel is about no one job, so it is in no hold record (SweepCancel).
+// every member of the sweep of round Round or an earlier one
+// (SweepPoint.Again) that is not over, those submitted after it included
+// (the sweep may still be being submitted): RENT cancels those that wait,
+// RUN stops those it holds, each member as if it had been asked alone, and
+// only where By may cancel that member. Such a cancel is about no one job,
+// so it is in no hold record (SweepCancel).
 type CancelRequested struct {
 	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
 	Sweep  bool   `json:"sweep,omitempty"`
-	// Round is, with Sweep, the sweep's latest round of resubmission
-	// (SweepPoint.Again) the asker knew of. It is part of the event's id
-	// (<sweep>/cancel/sweep-<round>), so that a cancel asked after a
-	// resubmission is not dropped as a repeat of one asked before it.
+	// Round is, with Sweep, the sweep's latest round of resubmission the
+	// asker knew of: members submitted again in a later round are not
+	// stopped. It is part of the event's id (<sweep>/cancel/sweep-<round>),
+	// so that a cancel asked after a resubmission is not dropped as a
+	// repeat of one asked before it.
 	Round int `json:"round,omitempty"`
 }
 

@@ -218,6 +218,8 @@ type Pool struct {
 	// which the collector then pays for with every queued job's heap.
 	freeBuf  []res
 	usageBuf map[string]int64
+	// sweeps are the sweeps' cancels it remembers (sweep.go).
+	sweeps sweepCancels
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -341,7 +343,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		return
 	}
 	if c, ok := events.SweepCancel(env.Event); ok {
-		p.cancelSweep(env.Subject, c.By) // sweep.go
+		p.cancelSweep(SweepCancel{Sweep: strings.Clone(env.Subject), By: strings.Clone(c.By), Round: c.Round}) // sweep.go
 		return
 	}
 	id := env.Subject
@@ -372,6 +374,7 @@ func (p *Pool) Apply(env events.Envelope) {
 			}
 			delete(p.early, id)
 		}
+		p.cancelIfSwept(j) // sweep.go
 		j.state = blocked
 		for _, dep := range e.Spec.After {
 			switch outcome, ended := p.over[dep]; {

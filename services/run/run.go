@@ -132,12 +132,8 @@ type running struct {
 	submitter string
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
-	// sweep is the sweep of a member of one; submitted its JobSubmitted's
-	// sequence, 0 until read, and sweepCancel a cancel of the sweep
-	// delivered meanwhile (see sweep.go).
-	sweep       string
-	submitted   uint64
-	sweepCancel uint64
+	// sweep is the point of a member of a sweep (see sweep.go).
+	sweep *events.SweepPoint
 }
 
 // New checks cfg, fills in the defaults of the fields left zero (see
@@ -365,10 +361,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// The job's own context outlives this delivery's, but stays in its
 	// trace: the sandbox and the upload are spans of this handling.
 	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
-	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
-	if sw := held.Spec.Sweep; sw != nil {
-		r.sweep = sw.ID
-	}
+	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{}), sweep: held.Spec.Sweep}
 	s.running[job] = r
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
 	s.mu.Unlock()
@@ -388,7 +381,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// that is stored must be known here, so that it is stopped and recorded.
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
-	decide, err := s.sweepStart(decideCtx, job, held, r, func(after []events.Envelope) ([]events.Event, error) {
+	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
 		return DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), nil
 	})
 	if err != nil {

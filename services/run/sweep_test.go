@@ -16,9 +16,9 @@ func inSweep(spec events.JobSpec, s string, i int) events.JobSpec {
 	return spec
 }
 
-// A member held before its sweep's cancel, whose hold reaches the node
-// after it, stops without starting: the cancel is on the sweep's id, not in
-// the member's history, and the node reads it there.
+// A member whose hold reaches the node after its sweep's cancel stops
+// without starting: the cancel is on the sweep's id, not in the member's
+// history, and the node reads it there.
 func TestHandleHeldOfAMemberOfACancelledSweepStopsWithoutStarting(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
@@ -85,8 +85,8 @@ func TestHandleCancelOfASweepStopsItsRunningMembers(t *testing.T) {
 	}
 }
 
-// A member submitted again after its sweep was cancelled runs: the cancel
-// was for the members before it.
+// A member submitted again in a later round than its sweep's cancel names
+// runs: the cancel was for the rounds before it.
 func TestHandleHeldOfAMemberSubmittedAfterTheSweepsCancelRuns(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
