@@ -74,3 +74,19 @@ func TestSweepOutputText(t *testing.T) {
 		t.Errorf("%d lines, the last %q: want 20 points listed and the rest counted", len(lines), last)
 	}
 }
+
+// A sweep's summary lists the first 20 jobs that did not succeed, not ten
+// thousand.
+func TestSweepTextListsTheFirstFailures(t *testing.T) {
+	var recs []*hold.HoldRecord
+	for i := range 25 {
+		recs = append(recs, member("s-x", i, 0, events.Cancelled))
+	}
+	var b bytes.Buffer
+	if err := client.Summarize("s", recs).WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(b.String(), ": cancelled: "); n != 20 || !strings.HasSuffix(b.String(), "… and more that did not succeed (e31 status s --json; e31 logs s --failed)\n") {
+		t.Errorf("%d listed:\n%s", n, b.String())
+	}
+}

@@ -84,7 +84,7 @@ func (c *Client) OutputSweep(ctx context.Context, sweep, dir string, opts SweepO
 		return SweepOutput{}, err
 	}
 	points := Points(recs)
-	res := SweepOutput{Sweep: sweep, Dir: dir, Points: len(points), Without: []PointWithout{}}
+	res := SweepOutput{Sweep: sweep, Dir: filepath.Clean(dir), Points: len(points), Without: []PointWithout{}}
 	var todo []*hold.HoldRecord
 	var total int64
 	for _, r := range points {

@@ -83,7 +83,7 @@ func WriteTotalsCSV(w io.Writer, ts []wire.Totals) error {
 }
 
 // WriteText writes the sweep for people: its jobs by state and outcome,
-// and each job that did not succeed, by its index in the sweep.
+// and the first jobs that did not succeed, by their index in the sweep.
 func (s SweepSummary) WriteText(w io.Writer) error {
 	p := &printer{w: w}
 	p.printf("sweep %s: %d jobs, %.3f s held in all\n", s.Sweep, s.Jobs, s.HeldSeconds)
@@ -94,10 +94,17 @@ func (s SweepSummary) WriteText(w io.Writer) error {
 	if len(s.Outcomes) > 0 {
 		p.printf("  outcomes: %s\n", counts(s.Outcomes))
 	}
+	listed := 0
 	for _, r := range s.Records {
-		if r.Over() && r.Outcome != events.Succeeded && r.Sweep != nil {
-			p.printf("  [%d] value %q: %s: %s (%s)\n", r.Sweep.Index, r.Sweep.Value, r.Outcome, r.Reason, r.Job)
+		if !r.Over() || r.Outcome == events.Succeeded || r.Sweep == nil {
+			continue
 		}
+		if listed == maxListed {
+			p.printf("  … and more that did not succeed (e31 status %s --json; e31 logs %s --failed)\n", s.Sweep, s.Sweep)
+			break
+		}
+		listed++
+		p.printf("  [%d] value %q: %s: %s (%s)\n", r.Sweep.Index, r.Sweep.Value, r.Outcome, r.Reason, r.Job)
 	}
 	return p.err
 }
