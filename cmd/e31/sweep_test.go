@@ -144,10 +144,12 @@ sweep: {count: %d}
 	// Again: nothing is fetched, nothing is rewritten.
 	before := inodes(t, dir)
 	reads.Store(0)
+	start = time.Now()
 	if code := ts.jsonOf(&out, "output", "--json", "-o", dir, sweep); code != exitFailed ||
 		out.Written != n/2 || out.FilesFetched != 0 || out.FilesKept != n/2 {
 		t.Fatalf("e31 output again: exit %d, %+v; want nothing fetched, 500 kept", code, out)
 	}
+	t.Logf("its output again: nothing fetched, in %s", time.Since(start).Round(time.Millisecond))
 	if r := reads.Load(); r != 0 {
 		t.Errorf("the second e31 output read %d objects, want none", r)
 	}
@@ -160,9 +162,11 @@ sweep: {count: %d}
 
 	// The failures' stderr, each headed by its index and job.
 	var tails []client.PointTail
+	start = time.Now()
 	if code := ts.jsonOf(&tails, "logs", "--failed", "--json", sweep); code != 0 || len(tails) != n/2 {
 		t.Fatalf("e31 logs --failed: exit %d, %d tails; want 500", code, len(tails))
 	}
+	t.Logf("its failures' stderr: %d tails in %s", len(tails), time.Since(start).Round(time.Millisecond))
 	for _, tail := range tails {
 		want := fmt.Sprintf("point %d: odd, so it fails", tail.Index)
 		if tail.Job != fmt.Sprintf("%s-%d", sweep, tail.Index) || len(tail.Stderr) != 1 || tail.Stderr[0] != want {
@@ -177,6 +181,7 @@ sweep: {count: %d}
 	// The failed points, submitted again with the fix, join the sweep.
 	var again client.Again
 	fix := writeJob(t, fmt.Sprintf(job, "yes", n), nil)
+	start = time.Now()
 	if code := ts.jsonOf(&again, "submit", "--again", sweep, "--failed", "--json", fix); code != 0 || len(again.Jobs) != n/2 || again.Round != 1 {
 		t.Fatalf("e31 submit --again: exit %d, %+v; want 500 jobs of round 1", code, again)
 	}
@@ -184,6 +189,7 @@ sweep: {count: %d}
 		sum.Jobs != n || sum.Outcomes["succeeded"] != n || sum.Replaced != n/2 {
 		t.Fatalf("e31 wait after --again: exit %d, %d jobs, outcomes %v, %d replaced; want 0, every point succeeded", code, sum.Jobs, sum.Outcomes, sum.Replaced)
 	}
+	t.Logf("its %d failures submitted again and run in %s", len(again.Jobs), time.Since(start).Round(time.Millisecond))
 	if code := ts.jsonOf(&out, "output", "--json", "-o", dir, sweep); code != 0 ||
 		out.Written != n || out.FilesFetched != n/2 || out.FilesKept != n/2 || len(out.Without) != 0 {
 		t.Fatalf("e31 output after --again: exit %d, %+v; want the 500 new fetched beside the 500 kept", code, out)
@@ -197,9 +203,11 @@ sweep: {count: %d}
 	if code := ts.jsonOf(&again, "submit", "--again", sweep, "--failed", "--json"); code != 0 || len(again.Jobs) != 0 {
 		t.Fatalf("e31 submit --again of a sweep that succeeded: exit %d, %+v; want nothing submitted", code, again)
 	}
+	start = time.Now()
 	if out, _, code := ts.cliAs("auditor", "audit"); code != 0 {
 		t.Fatalf("audit:\n%s", out)
 	}
+	t.Logf("the audit of it all in %s", time.Since(start).Round(time.Millisecond))
 }
 
 // TestCancellingASweepStopsEveryJob: a sweep of 1,000 jobs that would run

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
@@ -184,28 +186,34 @@ func (c *Client) SubmitAgain(ctx context.Context, sweep string, job *jobfile.Job
 		}
 		fromFile = &spec
 	}
-	// The members of one round were submitted together, as one spec: one
-	// read per round the points come from.
-	byRound := map[int]events.JobSpec{}
+	specs := make([]events.JobSpec, len(again))
+	if fromFile == nil {
+		// Each as it was: the members of a round submitted again without
+		// a file come from several rounds, and so from several files.
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(8)
+		for i, r := range again {
+			g.Go(func() (err error) {
+				specs[i], err = c.submittedSpec(gctx, r.Job)
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return res, err
+		}
+	}
 	members := make([]member, 0, len(again))
-	for _, r := range again {
-		spec := fromFile
-		if spec == nil {
-			s, ok := byRound[r.Sweep.Again]
-			if !ok {
-				if s, err = c.submittedSpec(ctx, r.Job); err != nil {
-					return res, err
-				}
-				byRound[r.Sweep.Again] = s
-			}
-			spec = &s
+	for i, r := range again {
+		spec := specs[i]
+		if fromFile != nil {
+			spec = *fromFile
 		}
 		point := *r.Sweep
 		if job != nil && job.Sweep != nil {
 			point.Value = job.Sweep[point.Index]
 		}
 		point.Again, point.AgainOf = res.Round, r.Job
-		members = append(members, member{id: fmt.Sprintf("%s-%d-a%d", sweep, point.Index, res.Round), spec: *spec, point: point})
+		members = append(members, member{id: fmt.Sprintf("%s-%d-a%d", sweep, point.Index, res.Round), spec: spec, point: point})
 	}
 	ids, err := c.requestMembers(ctx, sweep, members, true)
 	res.Jobs = ids
