@@ -232,6 +232,11 @@ sweep: {count: %d}
 	if out, errOut, code := ts.cli("cancel", sweep, "--reason", "gone wrong"); code != 0 || !strings.Contains(out, "cancel of sweep "+sweep+" requested") {
 		t.Fatalf("e31 cancel of the sweep: exit %d: %s %s", code, out, errOut)
 	}
+	// Asked again at once: the server takes it for a repeat (the same
+	// id), and it is stored again, changing nothing.
+	if out, errOut, code := ts.cli("cancel", sweep); code != 0 {
+		t.Fatalf("e31 cancel of the sweep, again: exit %d: %s %s", code, out, errOut)
+	}
 	var sum client.SweepSummary
 	code := ts.jsonOf(&sum, "wait", "--json", "--timeout", "30s", sweep)
 	took := time.Since(start)
@@ -271,17 +276,8 @@ request: {cpu: 0.5, memory: 16MiB, limit: 1m}
 sweep: {count: 8}
 `, nil), 8)
 	ts.waitState(sweep+"-0", hold.StateRunning)
-	js := ts.client("bob").JetStream()
-	ctx := ctxTimeout(t, 30*time.Second)
 	for _, tail := range []string{"bob", "alice"} {
-		env := events.New(sweep, &events.CancelRequested{By: tail, Sweep: true}, "urn:bob", time.Now())
-		m, err := env.Msg()
-		if err != nil {
-			t.Fatal(err)
-		}
-		short, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = js.PublishMsg(short, m)
-		cancel()
+		err := ts.bobCancels(sweep, tail)
 		switch {
 		case tail == "bob" && err != nil:
 			t.Fatalf("bob's cancel on his own tail: %v", err)
@@ -300,13 +296,17 @@ sweep: {count: 8}
 
 	// Alice's cancel of a sweep whose submission SUBMIT is still taking
 	// in, asked at once, stops every job of it, those accepted after the
-	// cancel too.
+	// cancel too; bob's cancel, stored first under the id hers has (its
+	// Nats-Msg-Id), does not keep hers out of the log.
 	const n = 300
 	later := ts.submitSweep(writeJob(t, fmt.Sprintf(`
 work: {command: ["/bin/sh", "-c", "sleep 600"]}
 request: {cpu: 0.1, memory: 16MiB, limit: 20m}
 sweep: {count: %d}
 `, n), nil), n)
+	if err := ts.bobCancels(later, "bob"); err != nil {
+		t.Fatalf("bob's cancel on his own tail: %v", err)
+	}
 	if out, errOut, code := ts.cli("cancel", later); code != 0 {
 		t.Fatalf("e31 cancel of the sweep just submitted: exit %d: %s %s", code, out, errOut)
 	}
@@ -373,4 +373,21 @@ sweep: {values: [a, b, c, d, e, f]}
 	if code := ts.jsonOf(&out, "output", "--json", "-o", dir, sweep); code != 0 || out.Written != 6 {
 		t.Fatalf("e31 output: exit %d, %+v", code, out)
 	}
+}
+
+// bobCancels publishes, as bob with nothing but a plain nats.go client, the
+// cancel of sweep by tail (bob's own, or another's name), with the id and
+// Nats-Msg-Id a sweep's cancel of round 0 has; it returns what the server
+// said.
+func (ts *testSystem) bobCancels(sweep, tail string) error {
+	ts.t.Helper()
+	env := events.New(sweep, &events.CancelRequested{By: tail, Sweep: true}, "urn:bob", time.Now())
+	m, err := env.Msg()
+	if err != nil {
+		ts.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = ts.client("bob").JetStream().PublishMsg(ctx, m)
+	return err
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/e31net/e31/pkg/bus"
@@ -124,10 +126,37 @@ func (c *Client) CancelSweep(ctx context.Context, sweep, reason string) (SweepCa
 		return res, nil
 	}
 	ev := &events.CancelRequested{By: c.who.Name, Reason: reason, Sweep: true, Round: latestRound(recs)}
-	if _, err := c.Append(ctx, sweep, ev); err != nil {
+	if err := c.appendRepeatable(ctx, sweep, ev); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// appendRepeatable records ev, a request that may be stored twice and
+// change nothing twice (a sweep's cancel), about id. A publish the server
+// takes for a repeat of one stored under the same Nats-Msg-Id in the
+// duplicate window is published again without it: a submitter may not
+// read the log to tell its own earlier request from one another tenant
+// forged under the same id on its own tail (bus.Publisher would ask, and
+// wait in vain), and taking a forgery for its own would drop the request.
+func (c *Client) appendRepeatable(ctx context.Context, id string, ev events.Event) error {
+	env := events.New(id, ev, "e31/cli", time.Now())
+	env.Trace = trace.Of(ctx)
+	m, err := env.Msg()
+	if err != nil {
+		return kind(ErrInvalid, err)
+	}
+	gctx, done := c.Guard(ctx, m.Subject)
+	defer done()
+	ack, err := c.js.PublishMsg(gctx, m)
+	if err == nil && ack.Duplicate {
+		m.Header.Del(nats.MsgIdHdr)
+		_, err = c.js.PublishMsg(gctx, m)
+	}
+	if err != nil {
+		return c.refused(gctx, fmt.Sprintf("%s of %s", events.Name(ev.Type()), id), err)
+	}
+	return nil
 }
 
 // Again is what SubmitAgain submitted: the round, each new member's id by
