@@ -18,10 +18,11 @@ func submitCmd(a *app) *cobra.Command {
 	var timeout time.Duration
 	var again string
 	cmd := &cobra.Command{
-		Use:   "submit FILE | submit --again SWEEP --failed [FILE]",
-		Short: "Stage a job's data and submit it; prints the job id",
-		Long:  help("submit"),
-		Args:  cobra.RangeArgs(0, 1),
+		Use:     "submit FILE",
+		Short:   "Stage a job's data and submit it; prints the job id",
+		Long:    help("submit"),
+		Example: "  e31 submit job.yaml --wait\n  e31 submit --again SWEEP --failed [fixed.yaml]",
+		Args:    cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if again != "" {
