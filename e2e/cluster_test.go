@@ -499,7 +499,7 @@ func (c *cluster) logTails(ctx context.Context, t *testing.T) {
 	maps.Copy(all, c.svcs)
 	for _, class := range slices.Sorted(maps.Keys(all)) {
 		for i, ctr := range all[class] {
-			name, _ := ctr.Name(ctx)
+			name := containerName(ctx, ctr)
 			lines := strings.Split(strings.TrimSpace(containerLog(ctx, ctr)), "\n")
 			tail := max(0, len(lines)-30)
 			var notable []string
@@ -536,13 +536,23 @@ func notableLine(l string) bool {
 // and `go test -v` always.
 func (c *cluster) ledgerMends(ctx context.Context, t *testing.T) {
 	for _, ctr := range c.svcs["ledger"] {
-		name, _ := ctr.Name(ctx)
+		name := containerName(ctx, ctr)
 		for line := range strings.SplitSeq(containerLog(ctx, ctr), "\n") {
 			if strings.Contains(line, "made again from the log") || strings.Contains(line, "already holds it") {
 				t.Logf("%s mended a record: %s", name, line)
 			}
 		}
 	}
+}
+
+// containerName is the container's name as Docker gives it (its place in
+// the cluster: nats-1, rent-2), or why it cannot be had.
+func containerName(ctx context.Context, ctr *testcontainers.DockerContainer) string {
+	info, err := ctr.Inspect(ctx)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return info.Name
 }
 
 func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) string {
@@ -683,7 +693,7 @@ func TestClusterLosesNothing(t *testing.T) {
 		// nodes warned of.
 		for _, ctrs := range append(slices.Collect(maps.Values(c.svcs)), c.nats) {
 			for _, ctr := range ctrs {
-				name, _ := ctr.Name(ctx)
+				name := containerName(ctx, ctr)
 				isRun := slices.Contains(c.svcs["run"], ctr)
 				for line := range strings.SplitSeq(containerLog(ctx, ctr), "\n") {
 					if strings.Contains(line, left[0]) || (isRun && (strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`))) {
@@ -699,7 +709,7 @@ func TestClusterLosesNothing(t *testing.T) {
 	for class, ctrs := range c.svcs {
 		for _, ctr := range ctrs {
 			if st, err := ctr.State(ctx); err != nil || !st.Running {
-				name, _ := ctr.Name(ctx)
+				name := containerName(ctx, ctr)
 				t.Errorf("%s %s is not running after the faults (%v): it must carry on, not exit", class, name, err)
 			}
 		}

@@ -207,8 +207,6 @@ type logReport struct {
 	// open is what each node still has held: ComputeHeld without its
 	// ComputeReleased.
 	open map[string]events.Hold
-	// undecodable counts messages that are not events.
-	undecodable int
 }
 
 // readLog reads the whole E31 stream as it is now.

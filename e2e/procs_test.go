@@ -134,15 +134,6 @@ func (p *proc) stop() {
 	}
 }
 
-// restart kills the process and starts it again.
-func (p *proc) restart(t testing.TB) {
-	t.Helper()
-	p.kill()
-	if err := p.start(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // pid is the current process id, for reading its memory.
 func (p *proc) pid() int {
 	p.mu.Lock()

@@ -252,6 +252,7 @@ func (s *Stack) start(cfg Config) error {
 	for i := 1; i <= cfg.RentInstances; i++ {
 		id := fmt.Sprintf("rent-%d", i)
 		rc := rent.Config{Instance: id}
+		rc.Pool.Cards = s.cards()
 		if cfg.Scheduler != nil {
 			rc.Observer = cfg.Scheduler(id)
 		}
@@ -263,6 +264,9 @@ func (s *Stack) start(cfg Config) error {
 		node := cfg.Node
 		node.Node = fmt.Sprintf("node-%d", i)
 		node.WorkDir = filepath.Join(s.dir, "nodes", node.Node)
+		if err := s.carded(&node); err != nil {
+			return err
+		}
 		if err := s.startService("run", node.Node, Configs{Run: node}); err != nil {
 			return err
 		}

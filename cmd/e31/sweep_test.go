@@ -18,6 +18,7 @@ import (
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/services/run"
 )
 
 // sweepOf submits a sweep of n through the CLI and returns its id.
@@ -325,7 +326,7 @@ sweep: {count: %d}
 func TestSubmittingASweepAgainAsItWas(t *testing.T) {
 	t.Parallel()
 	// The process executor: the jobs see the test's files.
-	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, executor: "process"})
+	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, node: run.Config{ExecutorKind: run.ExecProcess}})
 	mark := filepath.Join(t.TempDir(), "ready")
 	sweep := ts.submitSweep(writeJob(t, fmt.Sprintf(`
 work:

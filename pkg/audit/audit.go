@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"sort"
 	"strings"
@@ -38,11 +40,22 @@ const (
 	Inconsistent = "inconsistent" // an event that contradicts itself or its hold
 	Unreleased   = "unreleased"   // compute still held for a job that is over
 	Clock        = "clock"        // compute released before it was held
-	Capacity     = "capacity"     // a node held beyond what it has, while expired, or unisolated without leave
+	Capacity     = "capacity"     // a node held beyond what it has (or its card), while expired, or unisolated without leave
 	Chain        = "chain"        // the log does not pass through a chain head
 	Mismatch     = "mismatch"     // the ledger's record differs from the log's
 	MissingRec   = "missing_record"
 	ExtraRec     = "extra_record"
+)
+
+// Kinds of finding about what a node reported.
+const (
+	// Signature: a stop not signed by the node its attempt was held on
+	// (changed since, another key, or unsigned from a node with a card),
+	// or a card the operator did not sign for the node presenting it.
+	Signature = "signature"
+	// UsageBeyondHold: usage a node reports that its hold could not
+	// contain (hold.FlagUsage).
+	UsageBeyondHold = "usage_beyond_hold"
 )
 
 // Report is what an audit found.
@@ -71,8 +84,17 @@ type Report struct {
 	// already includes events logged after the audit read the log, or
 	// the job began after the ledger's checkpoint, which is behind where
 	// the audit read (Auditor.Run).
-	Moving  int                         `json:"moving,omitempty"`
-	Records map[string]*hold.HoldRecord `json:"-"`
+	Moving int `json:"moving,omitempty"`
+	// CardsKey is the operator's card key node cards were checked
+	// against; absent when the auditor was given none, and cards were
+	// taken as they came.
+	CardsKey string `json:"cards_key,omitempty"`
+	// StopsVerified counts the stops whose signature verified with the
+	// key of their node's card; StopsUnchecked those of nodes without a
+	// card, which nothing binds to a node.
+	StopsVerified  int                         `json:"stops_verified,omitempty"`
+	StopsUnchecked int                         `json:"stops_unchecked,omitempty"`
+	Records        map[string]*hold.HoldRecord `json:"-"`
 }
 
 // OK reports whether nothing was found.
@@ -97,6 +119,10 @@ type Options struct {
 	// Progress, if set, is told how far the reading has come, in messages
 	// (ReadStream, ReadExport): an audit of a long history takes minutes.
 	Progress Progress
+	// CardsKey is the operator's card key (cards.pub of `e31 creds
+	// init`): node cards are checked against it (signature.go). Nil: the
+	// key each card names is taken as the node's, unchecked.
+	CardsKey ed25519.PublicKey
 }
 
 // Progress is told how far a long piece of work has come: Start opens a
@@ -210,12 +236,16 @@ type decoded struct {
 	err    error
 	id     string   // the ce-id, apart from the header block that holds it
 	wrong  []string // what the message gets wrong on its own
+	stop   stopCheck
 }
 
 // New returns an empty Auditor.
 func New(opts Options) *Auditor {
 	a := &Auditor{opts: opts, heads: map[uint64][]headCheck{}, open: map[string]*job{}, ended: map[string]tomb{},
 		nodes: map[string]*node{}, holds: map[holdKey]*holdUse{}}
+	if opts.CardsKey != nil {
+		a.rep.CardsKey = keyPrefix + base64.StdEncoding.EncodeToString(opts.CardsKey)
+	}
 	if !opts.Forget {
 		a.rep.Records = map[string]*hold.HoldRecord{}
 	}
@@ -245,6 +275,10 @@ func decodeInto(d *decoded, m Raw) {
 	}
 	env := &d.env
 	env.Seq = m.Seq
+	if s, ok := env.Event.(*events.RunStopped); ok {
+		// Before slim, which drops the output the signature covers.
+		d.stop = checkStopOf(env.Subject, s)
+	}
 	env.Event = slim(env.Event)
 	d.id = strings.Clone(env.ID)
 	if want := events.ID(env.Subject, env.Event); env.ID != want {
@@ -340,6 +374,10 @@ func (a *Auditor) ingest(d *decoded) {
 		a.sweepCancels.add(env.Subject, c, f.seq)
 		return
 	}
+	// A node's event by the subject it is stored on, as the written
+	// definition says, not by events.IsNodeEvent, which the ledger folds
+	// by: the audit derives the record's rules apart, and Decode holds the
+	// two to one answer.
 	if subj.Space == events.SpaceNode {
 		a.nodeEvent(f, env.Subject)
 		return
@@ -380,6 +418,7 @@ func (a *Auditor) ingest(d *decoded) {
 	j.facts = append(j.facts, f)
 	if !f.repeat {
 		a.capacity(env.Subject, f)
+		a.checkStop(env.Subject, f, d.stop)
 		if events.Terminal(f.ev) {
 			a.close(id, j)
 		}
@@ -644,6 +683,12 @@ func (r *Report) Summary() string {
 		}
 		if r.SetAside > 0 {
 			s += fmt.Sprintf("; %d message(s) clients published are no part of any job and were set aside", r.SetAside)
+		}
+		if r.StopsVerified > 0 {
+			s += fmt.Sprintf("; %d stop(s) verified as signed by their nodes", r.StopsVerified)
+			if r.CardsKey == "" {
+				s += " (their cards not checked against the operator's card key: give it)"
+			}
 		}
 		if r.Moving > 0 {
 			s += fmt.Sprintf("; %d job(s) not compared this time: the ledger's record is ahead of where the audit read the log, or the ledger not yet as far", r.Moving)

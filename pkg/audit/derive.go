@@ -32,13 +32,14 @@ const (
 	held step = iota + 1
 	started
 	stopped
-	lost // HoldLost: only the release may follow
+	lost    // HoldLost: only the release may follow
+	expired // HoldExpired: only the release may follow; a stop is set aside
 	returned
 	released
 )
 
 func (s step) String() string {
-	return [...]string{"", "held", "started", "stopped", "lost", "returned", "released"}[s]
+	return [...]string{"", "held", "started", "stopped", "lost", "ended by RENT at its limit plus grace", "returned", "released"}[s]
 }
 
 // attempt is one attempt being rebuilt.
@@ -47,6 +48,8 @@ type attempt struct {
 	step   step
 	hold   events.Hold // as ComputeHeld gave it
 	heldAt uint64      // sequence of the ComputeHeld
+	// expiredAt is the sequence of RENT's HoldExpired, or 0.
+	expiredAt uint64
 }
 
 // meter is what the attempt held times how long: held seconds and
@@ -180,9 +183,23 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 				rec.Isolation = ev.Isolation // the last start's, in log order
 				rec.State = hold.StateRunning
 			case *events.RunStopped:
+				if at.expiredAt != 0 {
+					// The node reported after RENT ended the attempt: set
+					// aside, and a finding, since an honest node records
+					// no stop once it reads the end.
+					bad(f, Order, "RunStopped for attempt %d after RENT ended it at its limit plus grace at #%d: set aside", h.Attempt, at.expiredAt)
+					break
+				}
 				may(stopped, held, started)
 				at.a.StoppedAt = &t
 				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason, at.a.Logs = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason, ev.Logs
+				at.a.Signature, at.a.SigningKey = ev.Signature, ev.SigningKey
+				rec.State = hold.StateStopped
+			case *events.HoldExpired:
+				may(expired, held, started)
+				at.expiredAt = f.seq
+				at.a.ExpiredAt = &t
+				at.a.Outcome, at.a.Reason = events.LimitExceeded, ev.Reason
 				rec.State = hold.StateStopped
 			case *events.HoldLost:
 				may(lost, held, started)
@@ -206,10 +223,14 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 					bad(f, Order, "attempt %d released again", h.Attempt)
 					break
 				}
-				may(released, returned, lost)
+				may(released, returned, lost, expired)
 				at.a.ReleasedAt = &t
 				if at.a.HeldAt != nil {
 					at.meter(t)
+					for _, flag := range beyondHold(&at.a, rec.Isolation) {
+						at.a.Flags = append(at.a.Flags, flag)
+						bad(f, UsageBeyondHold, "attempt %d on node %s reports %s", h.Attempt, at.a.Node, flag)
+					}
 					if t.Before(*at.a.HeldAt) {
 						bad(f, Clock, "attempt %d released at %s, %s before it was held at #%d", h.Attempt,
 							t.Format(time.RFC3339Nano), at.a.HeldAt.Sub(t), at.heldAt)
@@ -282,6 +303,9 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 	}
 	for _, at := range attempts {
 		rec.Attempts = append(rec.Attempts, at.a)
+		for _, flag := range at.a.Flags {
+			rec.Flags = append(rec.Flags, fmt.Sprintf("attempt %d: %s", at.a.Attempt, flag))
+		}
 		rec.HeldSeconds += at.a.HeldSeconds
 		rec.CPUCoreSeconds += at.a.CPUCoreSeconds
 		rec.MemoryGiBSeconds += at.a.MemoryGiBSeconds
@@ -306,6 +330,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 	return derived{rec: rec, findings: findings, setAside: setAside, end: end}
 }
 
+// requestOf is the record's request, from the job's declaration. The
+// ledger has its own, deliberately: what goes into a record is derived
+// here apart from the ledger's projection, so that one mistake cannot
+// agree with itself.
 func requestOf(s events.JobSpec) hold.Request {
 	return hold.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
 }

@@ -149,7 +149,7 @@ func (c *Client) dataFull(ctx context.Context, what string) error {
 		what, name, bound, held, name))
 }
 
-// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2.0 GiB.
+// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2 GiB.
 func HumanBytes(n int64) string { return hold.HumanBytes(n) }
 
 // Cancel asks for a job to be stopped: its compute is released and its

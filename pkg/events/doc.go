@@ -26,7 +26,11 @@
 //	    job's fault).
 //	  - CancelRequested / JobCancelled: a submitter asked to stop the job; a job
 //	    that was never held ends with JobCancelled.
-//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity.
+//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity,
+//	    and the card its operator signed for it.
+//	  - HoldLost / HoldExpired: RENT ended an attempt the node will not report:
+//	    its node was lost, or it had not reported its stop by its limit plus
+//	    RENT's grace (the node cannot keep the meter running by keeping quiet).
 //	  - DeleteRequested / Deleted: after the job's end, its staged data or its
 //	    output was deleted, asked for or because its retention passed (see
 //	    retention.go).

@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Event is one fact in the log. The interface is sealed: only the types of
@@ -231,6 +232,16 @@ type RunStopped struct {
 	// (bounded) for the submitter. Absent when the job never ran, and in
 	// events of nodes that kept no logs.
 	Logs *Logs `json:"logs,omitempty"`
+	// Signature is the node's ed25519 signature over the stop's canonical
+	// bytes (pkg/chain/NODES.md, e31.stop.v1), standard base64, made with
+	// the key its card binds to its name: an auditor holding the
+	// operator's card key can check offline that the node the attempt was
+	// held on measured what the stop says. Absent in stops of nodes
+	// without a signing key, and of nodes older than it.
+	Signature string `json:"signature,omitempty"`
+	// SigningKey names the key that made Signature: "ed25519:" and the
+	// standard base64 of the public key.
+	SigningKey string `json:"signing_key,omitempty"`
 }
 
 // Logs is how much a job wrote to its stdout and stderr, in bytes, and
@@ -344,6 +355,36 @@ type NodeAnnounced struct {
 	// AllowUnisolated says the node's operator started it with an explicit
 	// flag that lets it run jobs without isolation.
 	AllowUnisolated bool `json:"allow_unisolated,omitempty"`
+	// Card is the node's card, as its operator signed it: RENT holds the
+	// node to the capacity the card names, whatever the announcement
+	// says, and the node's stops are signed with the key it names.
+	// Absent from nodes without one, and from nodes older than it.
+	Card *NodeCard `json:"card,omitempty"`
+}
+
+// NodeCard binds a node's name to its signing key and its capacity: the
+// operator signs it (pkg/chain/NODES.md, e31.card.v1) with the card key
+// kept with the account keys, and the node presents it when it announces
+// itself. A node that announces more than its card is held to the card.
+type NodeCard struct {
+	Node        string  `json:"node"`
+	CPU         float64 `json:"cpu"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	GPU         int     `json:"gpu"`
+	DiskBytes   int64   `json:"disk_bytes"`
+	// Isolation is the isolation the operator vouches for; a card that
+	// says none holds the node to none whatever it announces.
+	Isolation Isolation `json:"isolation,omitempty"`
+	// Key is the node's public signing key: "ed25519:" and its standard
+	// base64.
+	Key string `json:"key"`
+	// IssuedAt is when the operator signed the card, in whole seconds.
+	IssuedAt time.Time `json:"issued_at"`
+	// Issuer is the operator's card key that signed it, written as Key is.
+	Issuer string `json:"issuer"`
+	// Signature is the issuer's ed25519 signature over the card's
+	// canonical bytes, standard base64.
+	Signature string `json:"signature"`
 }
 
 // Isolation is how a node keeps a job apart from the node and other jobs.
@@ -377,6 +418,19 @@ type HoldLost struct {
 	Reason string `json:"reason"`
 }
 
+// HoldExpired records that RENT ended an attempt at its limit plus RENT's
+// grace because the node had not reported its stop (nor was it lost) by
+// then: the node cannot keep a job's meter running past its limit by not
+// reporting. RELEASE releases the attempt as limit_exceeded, for good; a
+// stop the node reports afterwards is set aside.
+type HoldExpired struct {
+	Hold
+	// Deadline is when the attempt was due to have stopped: its hold's
+	// ce-time, plus its limit, plus RENT's grace.
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason"`
+}
+
 // The versioned type names. Never change one; add a new version instead.
 const (
 	TypeJobRequested    = "e31.job.requested.v1"
@@ -392,6 +446,7 @@ const (
 	TypeNodeAnnounced   = "e31.node.announced.v1"
 	TypeNodeExpired     = "e31.node.expired.v1"
 	TypeHoldLost        = "e31.job.hold_lost.v1"
+	TypeHoldExpired     = "e31.job.hold_expired.v1"
 )
 
 func (*JobRequested) Type() string    { return TypeJobRequested }
@@ -407,6 +462,7 @@ func (*JobCancelled) Type() string    { return TypeJobCancelled }
 func (*NodeAnnounced) Type() string   { return TypeNodeAnnounced }
 func (*NodeExpired) Type() string     { return TypeNodeExpired }
 func (*HoldLost) Type() string        { return TypeHoldLost }
+func (*HoldExpired) Type() string     { return TypeHoldExpired }
 
 func (*JobRequested) sealed()    {}
 func (*JobSubmitted) sealed()    {}
@@ -421,6 +477,7 @@ func (*JobCancelled) sealed()    {}
 func (*NodeAnnounced) sealed()   {}
 func (*NodeExpired) sealed()     {}
 func (*HoldLost) sealed()        {}
+func (*HoldExpired) sealed()     {}
 
 // kind describes where an event type lives: its subject token and whether it
 // belongs to an attempt (and so carries a Hold).
@@ -447,6 +504,7 @@ var kinds = map[string]kind{
 	TypeNodeAnnounced:   {"announced", false, func() Event { return new(NodeAnnounced) }, "NodeAnnounced", shapeOf[NodeAnnounced]()},
 	TypeNodeExpired:     {"expired", false, func() Event { return new(NodeExpired) }, "NodeExpired", shapeOf[NodeExpired]()},
 	TypeHoldLost:        {"lost", true, func() Event { return new(HoldLost) }, "HoldLost", shapeOf[HoldLost]()},
+	TypeHoldExpired:     {"overrun", true, func() Event { return new(HoldExpired) }, "HoldExpired", shapeOf[HoldExpired]()},
 	TypeDeleteRequested: {"delete", false, func() Event { return new(DeleteRequested) }, "DeleteRequested", shapeOf[DeleteRequested]()},
 	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted", shapeOf[Deleted]()},
 }
@@ -492,7 +550,7 @@ func ID(subject string, ev Event) string {
 	if h, ok := HoldOf(ev); ok && k.perHold {
 		return subject + "/" + k.token + "/" + strconv.Itoa(h.Attempt)
 	}
-	if n, ok := ev.(interface{ boot() string }); ok {
+	if n, ok := ev.(nodeEvent); ok {
 		return subject + "/" + k.token + "/" + n.boot()
 	}
 	if w, ok := ev.(interface{ what() string }); ok && w.what() != "" {

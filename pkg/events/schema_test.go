@@ -44,6 +44,7 @@ var goTypes = map[string]events.Event{
 	events.TypeNodeAnnounced:   &events.NodeAnnounced{},
 	events.TypeNodeExpired:     &events.NodeExpired{},
 	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeHoldExpired:     &events.HoldExpired{},
 	events.TypeDeleteRequested: &events.DeleteRequested{},
 	events.TypeDeleted:         &events.Deleted{},
 }
@@ -71,6 +72,7 @@ var goldenSubjects = map[string]string{
 	events.TypeNodeAnnounced:   "e31.node." + goldenNode + ".announced",
 	events.TypeNodeExpired:     "e31.node." + goldenNode + ".expired",
 	events.TypeHoldLost:        "e31.job." + goldenJob + ".lost",
+	events.TypeHoldExpired:     "e31.job." + goldenJob + ".overrun",
 	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete.alice",
 	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
 }
@@ -89,6 +91,7 @@ var goldenIDs = map[string]string{
 	events.TypeNodeAnnounced:   goldenNode + "/announced/01JC8TZ4K0QH6S2N8V3M5P7R9A",
 	events.TypeNodeExpired:     goldenNode + "/expired/01JC8TZ4K0QH6S2N8V3M5P7R9A",
 	events.TypeHoldLost:        goldenJob + "/lost/1",
+	events.TypeHoldExpired:     goldenJob + "/overrun/1",
 	events.TypeDeleteRequested: goldenJob + "/delete/output",
 	events.TypeDeleted:         goldenJob + "/deleted/output",
 }
@@ -420,6 +423,10 @@ func TestEmptyListsAreValid(t *testing.T) {
 // that it is taught how to fill it rather than leaving it empty.
 func fill(t testing.TB, v reflect.Value, name string) {
 	t.Helper()
+	if v.Type() == reflect.TypeFor[time.Time]() {
+		v.Set(reflect.ValueOf(time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC)))
+		return
+	}
 	switch v.Kind() {
 	case reflect.Struct:
 		rt := v.Type()
@@ -460,6 +467,11 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"name":      "clips",
 			"command":   "/bin/true",
 			"image":     "alpine:3.20",
+			// An ed25519 key and signature, as their patterns have them.
+			"key":         "ed25519:" + strings.Repeat("A", 43) + "=",
+			"issuer":      "ed25519:" + strings.Repeat("B", 43) + "=",
+			"signing_key": "ed25519:" + strings.Repeat("C", 43) + "=",
+			"signature":   strings.Repeat("D", 86) + "==",
 		}[name]
 		if !ok {
 			s = "text for " + name
@@ -582,6 +594,11 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 	switch rt.Kind() {
 	case reflect.String:
 		jsonType = "string"
+	case reflect.Struct:
+		jsonType = "object"
+		if rt == reflect.TypeFor[time.Time]() {
+			jsonType = "string" // RFC 3339
+		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		jsonType = "integer"
@@ -591,7 +608,7 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 		jsonType = "boolean"
 	case reflect.Slice:
 		jsonType = "array"
-	case reflect.Map, reflect.Struct:
+	case reflect.Map:
 		jsonType = "object"
 	default:
 		t.Fatalf("%s: no JSON type for a %v", at, rt)
@@ -621,10 +638,11 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 		t.Errorf("%s: the Go encoder writes null for an empty %v, but the schema does not allow null", at, rt)
 	}
 
-	switch rt.Kind() {
-	case reflect.Struct:
+	switch {
+	case rt == reflect.TypeFor[time.Time]():
+	case rt.Kind() == reflect.Struct:
 		checkObject(t, at, rt, sch)
-	case reflect.Slice:
+	case rt.Kind() == reflect.Slice:
 		var items *jsonschema.Schema
 		for _, s := range chain(sch) {
 			if s.Items2020 != nil {
@@ -636,7 +654,7 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 			return
 		}
 		checkShape(t, at+"[]", rt.Elem(), items, true)
-	case reflect.Map:
+	case rt.Kind() == reflect.Map:
 		var values *jsonschema.Schema
 		for _, s := range chain(sch) {
 			if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {

@@ -383,7 +383,7 @@ func (p *Projection) Apply(env events.Envelope) error {
 // client's request under a used id, which SUBMIT refuses and which is no
 // part of the job.
 func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
-	if e == nil || isNodeEvent(env) {
+	if e == nil || events.IsNodeEvent(env.Event) {
 		return
 	}
 	if env.Seq != 0 && env.Seq <= e.last() {
@@ -469,7 +469,17 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		r.State = hold.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
+		if a.ExpiredAt != nil {
+			// RENT ended the attempt before the node reported: the stop is
+			// listed and set aside, and the record keeps RENT's end.
+			break
+		}
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
+		a.Signature, a.SigningKey = e.Signature, e.SigningKey
+		r.State = hold.StateStopped
+	case *events.HoldExpired:
+		a := p.attempt(r, e.Attempt)
+		a.Outcome, a.Reason, a.ExpiredAt = events.LimitExceeded, e.Reason, &at
 		r.State = hold.StateStopped
 	case *events.HoldLost:
 		a := p.attempt(r, e.Attempt)
@@ -492,6 +502,7 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		a.ReleasedAt = &at
 		if a.HeldAt != nil {
 			meter(a, at.Sub(*a.HeldAt).Seconds())
+			a.Flags = append(a.Flags, usageFlags(a, r.Isolation)...)
 		}
 		if a.Outcome == "" {
 			a.Outcome = e.Outcome
@@ -522,16 +533,6 @@ func inNoRecord(env events.Envelope) bool {
 	return sweep
 }
 
-// isNodeEvent reports whether env is about a node rather than a job.
-func isNodeEvent(env events.Envelope) bool {
-	subject := env.NATSSubject
-	if subject == "" {
-		subject, _ = events.SubjectOf(env.Subject, env.Event)
-	}
-	s, err := events.ParseSubject(subject)
-	return err == nil && s.Space == events.SpaceNode
-}
-
 // attempt returns the record's entry for attempt n, making it if needed.
 func (p *Projection) attempt(r *hold.HoldRecord, n int) *hold.Attempt {
 	for i := range r.Attempts {
@@ -559,7 +560,11 @@ func (p *Projection) summarize(r *hold.HoldRecord) {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
 	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
+	r.Flags = nil
 	for _, a := range r.Attempts {
+		for _, f := range a.Flags {
+			r.Flags = append(r.Flags, fmt.Sprintf("attempt %d: %s", a.Attempt, f))
+		}
 		r.HeldSeconds += a.HeldSeconds
 		r.CPUCoreSeconds += a.CPUCoreSeconds
 		r.MemoryGiBSeconds += a.MemoryGiBSeconds

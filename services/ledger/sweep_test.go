@@ -19,7 +19,7 @@ func TestProjectionKeepsASweepsCancelInNoRecord(t *testing.T) {
 	h.add("s-0", at("1s"), &events.JobSubmitted{Submitter: "alice", Spec: spec})
 	h.add("s", at("2s"), &events.CancelRequested{By: "alice", Sweep: true})
 	h.add("s-0", at("3s"), &events.JobCancelled{Reason: "cancelled before compute was held"})
-	p := project(h.envs)
+	p := project(t, h.envs)
 	if rec, _, known, _ := p.Lookup("s"); known || rec != nil {
 		t.Errorf("the sweep's id has a record (%v), or is known (%v)", rec, known)
 	}

@@ -1,7 +1,16 @@
 // Package rent is the RENT step: it keeps the pool (which nodes exist and
 // what each has free) and holds compute for jobs when they fit, recording
 // ComputeHeld, which starts the meter. Jobs that do not fit wait; nothing is
-// dropped. The order, fair share and backfill are in Pool.
+// dropped. The order, fair share and backfill are in Pool, and in its
+// parts: the queue (queue.go), placement (place.go), what it forgets
+// (forget.go) and why a job waits (why.go).
+//
+// A placement is the pool's decision to hold compute for a waiting job on
+// a node, appended as ComputeHeld; once that is applied the job is placed
+// (its status is "held") and is one of its node's jobs until
+// ComputeReleased. "Hold" is left to the events (events.Hold, the attempt
+// that ComputeHeld, HoldLost and ComputeReleased name) and to the ledger's
+// record of what a job held (pkg/hold).
 //
 // RENT is a projection of the log: on start it reads every event into a
 // Pool, and decides only once it has caught up; then it follows the log in
@@ -51,32 +60,12 @@ import (
 	"github.com/e31net/e31/pkg/trace"
 )
 
-// maxHoldsPerPass bounds the holds appended in one round trip.
-const maxHoldsPerPass = 256
+// maxPlacementsPerPass bounds the placements (ComputeHeld) appended in one
+// round trip.
+const maxPlacementsPerPass = 256
 
 // leaderKey is the leader lease in the leases bucket.
 const leaderKey = "leader.rent"
-
-// Config configures the service. It is the one way the service is built,
-// by its own main, `e31 serve rent` and `e31 dev` alike: the zero value is a
-// working service, and New fills in the defaults of the fields left zero.
-type Config struct {
-	// Source is the CloudEvents source it stamps; default
-	// events.DefaultSource ("e31/rent/HOST").
-	Source string
-	Logger *slog.Logger
-	Now    func() time.Time
-	// Instance names this instance: its consumer and its claim to lead.
-	// Default: the host name.
-	Instance string
-	Pool     PoolConfig
-	// Queries bounds what askers may hold of the why endpoint at once
-	// (zero fields: query's defaults).
-	Queries query.Limits
-	// Observer, if set, is told what the scheduler does, for the
-	// operator's metrics (pkg/metrics.Scheduler implements it).
-	Observer Observer
-}
 
 // Observer is told what the scheduler does. Its methods are called from
 // the scheduler's loop and the leader lease's, and must not block.
@@ -154,6 +143,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	instance := sanitize(cfg.Instance)
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
+	}
+	if err := cfg.readCards(); err != nil {
+		return nil, err
 	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
@@ -281,9 +273,9 @@ func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope
 // follow is the tail's Apply: every message counted as its job's last
 // (touch), and every event the pool applies decoded and handled, in order,
 // except the events this instance appended itself, which schedule applied
-// the moment they were stored. Decoding those again (a hold carries the
-// job's whole spec) would be a third of the leader's reading for nothing:
-// the pool would find them applied already.
+// the moment they were stored. Decoding those again (a ComputeHeld carries
+// the job's whole spec) would be a third of the leader's reading for
+// nothing: the pool would find them applied already.
 func (s *Service) follow(o bus.Observer) bus.Apply {
 	decoded := bus.Decoded(s.log, s.observed(o))
 	var skip []bool
@@ -375,8 +367,9 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
 	s.remember(env)
-	unresolved := len(s.pool.unresolved) > 0
+	unresolved := s.pool.HasUnresolved()
 	s.mu.Unlock()
+	s.noteCard(env)
 	if unresolved {
 		select {
 		case s.unresolved <- struct{}{}:
@@ -518,7 +511,8 @@ func (s *Service) waitFree(ctx context.Context, kv jetstream.KeyValue) {
 		<-wctx.Done()
 		return
 	}
-	defer w.Stop()
+	// Stop's error says only that the watch had ended already.
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-wctx.Done():
@@ -616,7 +610,7 @@ func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstrea
 // sweepNodes looks up the lease of every node the pool counts live, once
 // per lease time, apart from the watcher. A KV watcher does not survive a
 // NATS server restart (nats.go v1.56 does not make its consumer again), and
-// a node whose lease lapsed unseen would keep its holds for ever.
+// a node whose lease lapsed unseen would keep its jobs placed for ever.
 func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
 	ttl, err := lease.TTL(ctx, kv)
 	if err != nil {
@@ -663,6 +657,8 @@ func (s *Service) nodeGone(name string) {
 func (s *Service) scheduler(ctx context.Context) {
 	again := time.NewTimer(time.Hour)
 	again.Stop()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
 	pauses := retry.Schedule.BackOff()
 	for {
 		select {
@@ -670,8 +666,10 @@ func (s *Service) scheduler(ctx context.Context) {
 			return
 		case <-s.kick:
 		case <-again.C:
+		case <-due.C:
 		}
 		err := s.schedule(ctx)
+		s.armDue(due)
 		s.mu.Lock()
 		depth := s.pool.WaitingBySubmitter()
 		s.mu.Unlock()
@@ -704,7 +702,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		began := time.Now()
-		decisions := s.pool.Decide(maxHoldsPerPass)
+		decisions := s.pool.Decide(maxPlacementsPerPass)
 		s.obs.Decided(time.Since(began))
 		s.mu.Unlock()
 		if len(decisions) == 0 {
@@ -720,7 +718,7 @@ func (s *Service) schedule(ctx context.Context) error {
 			trace.End(sp, errs[i])
 		}
 		var failed []error
-		applied, holds := 0, 0
+		applied, placements := 0, 0
 		s.mu.Lock()
 		for i, err := range errs {
 			switch {
@@ -733,7 +731,7 @@ func (s *Service) schedule(ctx context.Context) error {
 				applied++
 				s.logDecision(decisions[i], stored[i])
 				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {
-					holds++
+					placements++
 				}
 			case errors.Is(err, bus.ErrConflict):
 				// The job moved on; the message that moved it is on its way
@@ -748,7 +746,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		if len(failed) > 0 {
 			return fmt.Errorf("rent: %w", errors.Join(failed...))
 		}
-		if applied == 0 || holds < maxHoldsPerPass {
+		if applied == 0 || placements < maxPlacementsPerPass {
 			return nil
 		}
 	}

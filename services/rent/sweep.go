@@ -1,6 +1,7 @@
 package rent
 
 import (
+	"iter"
 	"slices"
 
 	"github.com/e31net/e31/pkg/events"
@@ -29,65 +30,60 @@ type SweepCancel struct {
 	Round int    `json:"round,omitempty"`
 }
 
-// sweepCancels are the sweeps' cancels the pool remembers, by sweep.
+// sweepCancels are the sweeps' cancels the pool remembers, by sweep: the
+// newest maxSweepCancels sweeps'.
 type sweepCancels struct {
-	by    map[string][]SweepCancel
-	order ring
+	by recent[[]SweepCancel]
 }
 
-// cancelSweep applies a sweep's cancel: it remembers it, and marks every
-// live member it covers.
-func (p *Pool) cancelSweep(c SweepCancel) {
-	s := &p.sweeps
-	if s.by == nil {
-		s.by = map[string][]SweepCancel{}
-	}
-	switch have, known := s.by[c.Sweep]; {
-	case !known:
-		s.by = remember(&s.order, s.by, c.Sweep, maxSweepCancels)
-		s.by[c.Sweep] = []SweepCancel{c}
-	case !slices.Contains(have, c):
-		s.by[c.Sweep] = append(have, c)
-	}
-	// Every live job rather than an index of sweeps: a sweep's cancel is
-	// rare, a pass over even a hundred thousand queued jobs takes
-	// milliseconds, and an index would cost every queued job memory.
-	for _, j := range p.jobs {
-		p.cancelIfSwept(j)
+func newSweepCancels() sweepCancels {
+	return sweepCancels{by: newRecent[[]SweepCancel](maxSweepCancels)}
+}
+
+// add remembers c.
+func (s *sweepCancels) add(c SweepCancel) {
+	if have, _ := s.by.get(c.Sweep); !slices.Contains(have, c) {
+		s.by.put(c.Sweep, append(have, c))
 	}
 }
 
-// cancelIfSwept marks j cancelled if it is a member of a sweep whose
-// cancel covers it: of its round or a later one, from someone who may
-// cancel it.
-func (p *Pool) cancelIfSwept(j *job) {
+// covers reports whether a remembered cancel covers j, a member of a sweep:
+// of its round or a later one, from someone who may cancel it.
+func (s *sweepCancels) covers(j *job) bool {
 	sw := j.spec.Sweep
-	if sw == nil || j.cancel {
-		return
+	if sw == nil {
+		return false
 	}
-	for _, c := range p.sweeps.by[sw.ID] {
+	cs, _ := s.by.get(sw.ID)
+	for _, c := range cs {
 		if sw.Again <= c.Round && events.MayCancel(c.By, j.submitter) {
-			j.cancel = true
-			p.attention[j.id] = j
-			return
+			return true
 		}
 	}
+	return false
 }
 
-// sweepCheckpoint is the sweeps' cancels the pool remembers, oldest
-// first, for its checkpoint.
-func (p *Pool) sweepCheckpoint() []SweepCancel {
+// list is the cancels remembered, oldest first, for the pool's checkpoint.
+func (s *sweepCancels) list() []SweepCancel {
 	var out []SweepCancel
-	for id := range p.sweeps.order.newestFirst() {
-		out = append(out, p.sweeps.by[id]...)
+	for id := range s.by.newestFirst() {
+		cs, _ := s.by.get(id)
+		out = append(out, cs...)
 	}
 	slices.Reverse(out)
 	return out
 }
 
-// restoreSweeps gives the pool the sweeps' cancels of a checkpoint.
-func (p *Pool) restoreSweeps(cs []SweepCancel) {
-	for _, c := range cs {
-		p.cancelSweep(c)
+// cancelSwept marks every job of jobs that a cancel of sweeps covers
+// cancelled, for Decide's attention. Every live job rather than an index of
+// sweeps: a sweep's cancel is rare, a pass over even a hundred thousand
+// queued jobs takes milliseconds, and an index would cost every queued job
+// memory.
+func cancelSwept(jobs iter.Seq[*job], sweeps *sweepCancels, attention map[string]*job) {
+	for j := range jobs {
+		if !j.cancel && sweeps.covers(j) {
+			j.cancel = true
+			attention[j.id] = j
+		}
 	}
 }

@@ -15,6 +15,7 @@ package run
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -93,6 +94,16 @@ type Config struct {
 	// `e31 logs --follow`. Default 1s.
 	LogFlush time.Duration
 
+	// SigningKey signs every stop the node reports (sign.go), and Card,
+	// presented when the node announces itself, binds its public half and
+	// the node's capacity to the node's name: both are made by `e31 creds
+	// node`. Nil: stops are unsigned, and the node has no card. Read from
+	// SigningKeyFile and CardFile when they are set.
+	SigningKey     ed25519.PrivateKey
+	Card           *events.NodeCard
+	SigningKeyFile string
+	CardFile       string
+
 	// Source is the CloudEvents source it stamps; default "e31/run/NODE".
 	Source string
 	Logger *slog.Logger
@@ -145,6 +156,9 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.CPU <= 0 || cfg.MemoryBytes <= 0 {
 		return nil, fmt.Errorf("run: node %s: cpu and memory must be positive", cfg.Node)
+	}
+	if err := cfg.readKeys(); err != nil {
+		return nil, err
 	}
 	if cfg.Stores == nil && cfg.Store != nil {
 		cfg.Stores = stage.Single{Store: cfg.Store}
@@ -283,6 +297,7 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
+		Card: s.cfg.Card,
 	}
 	if _, err := s.pub.Append(ctx, s.cfg.Node, &ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
@@ -382,7 +397,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
 	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
-		return DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), nil
+		return s.signed(job, DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held))), nil
 	})
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
@@ -431,7 +446,7 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 		try, cancelTry := context.WithTimeout(ctx, tryRequest)
 		defer cancelTry()
 		return s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
-			return DecideStop(stopped, after), nil
+			return s.signed(started.Subject, DecideStop(stopped, after)), nil
 		})
 	}, retry.If(retry.Always), retry.OnRetry(func(err error, in time.Duration) {
 		s.log.Warn("recording the stop failed; retrying", "job", started.Subject, "attempt", stopped.Attempt, "in", in, "err", err)
@@ -444,12 +459,13 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 
 // DecideStop is what RUN appends when a job it ran stops, given what
 // happened to the job since its start: nothing if the stop is already
-// recorded, or if the attempt was given up as lost with its node.
+// recorded, or if the attempt was given up as lost with its node, or ended
+// by RENT at its limit plus grace (a stop that late is set aside).
 func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Event {
 	for _, e := range after {
 		if h, ok := events.HoldOf(e.Event); ok && h.Attempt == stopped.Attempt {
 			switch e.Event.(type) {
-			case *events.RunStopped, *events.HoldLost, *events.ComputeReleased:
+			case *events.RunStopped, *events.HoldLost, *events.HoldExpired, *events.ComputeReleased:
 				return nil
 			}
 		}
@@ -483,7 +499,8 @@ func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job
 
 // DecideStart is what RUN appends when a hold reaches it, given what
 // happened to the job since the hold:
-//   - the attempt already stopped, or was given up as lost: nothing;
+//   - the attempt already stopped, was given up as lost, or was ended by
+//     RENT at its limit plus grace: nothing;
 //   - this node holds the result of a run it could not record yet: that;
 //   - it started but never stopped: the node lost it (it restarted);
 //   - a cancel came first: stopped as cancelled, never started;
@@ -498,6 +515,10 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 				return nil
 			}
 		case *events.HoldLost:
+			if ev.Attempt == held.Attempt {
+				return nil
+			}
+		case *events.HoldExpired:
 			if ev.Attempt == held.Attempt {
 				return nil
 			}

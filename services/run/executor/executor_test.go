@@ -71,7 +71,11 @@ func TestProcessIgnoringTermIsKilledAtItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Release()
+	defer func() {
+		if err := ws.Release(); err != nil {
+			t.Errorf("release the workspace: %v", err)
+		}
+	}()
 	res, err := ws.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +103,11 @@ func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Release()
+	defer func() {
+		if err := ws.Release(); err != nil {
+			t.Errorf("release the workspace: %v", err)
+		}
+	}()
 	start := time.Now()
 	res, err := ws.Run(context.Background())
 	if err != nil {
