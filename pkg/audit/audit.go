@@ -185,6 +185,8 @@ type Auditor struct {
 	spare [][]fact
 	nodes map[string]*node
 	holds map[holdKey]*holdUse // attempts held and not yet released
+	// sweepCancels are the cancels of whole sweeps read so far.
+	sweepCancels sweepCancels
 }
 
 // tomb is what the audit keeps of a job that is over: enough to judge
@@ -367,6 +369,12 @@ func (a *Auditor) ingest(d *decoded) {
 		}
 	}
 	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
+	if c, ok := events.SweepCancel(env.Event); ok {
+		// About every member of a sweep, so in no one job's record: it is
+		// kept to check the cancels that follow it (sweep.go).
+		a.sweepCancels.add(env.Subject, c, f.seq)
+		return
+	}
 	// A node's event by the subject it is stored on, as the written
 	// definition says, not by events.IsNodeEvent, which the ledger folds
 	// by: the audit derives the record's rules apart, and Decode holds the
@@ -422,7 +430,7 @@ func (a *Auditor) ingest(d *decoded) {
 // If the job is over, its findings and record are final: the record is
 // kept (unless Options.Forget) and its history let go of.
 func (a *Auditor) close(id string, j *job) {
-	d := derive(id, j.facts, a.unreadable[id], a.rep.Records != nil)
+	d := derive(id, j.facts, a.unreadable[id], a.rep.Records != nil, a.sweepCancels)
 	if d.end == nil {
 		return // an ending the job's life did not allow: it goes on
 	}
@@ -642,7 +650,7 @@ func (a *Auditor) Finish() *Report {
 	// In the order they first appeared, as the ledger lists them.
 	sort.Slice(ids, func(i, k int) bool { return a.open[ids[i]].facts[0].seq < a.open[ids[k]].facts[0].seq })
 	for _, id := range ids {
-		d := derive(id, a.open[id].facts, a.unreadable[id], true)
+		d := derive(id, a.open[id].facts, a.unreadable[id], true, a.sweepCancels)
 		a.settle(id, d)
 		a.rep.Records[id] = d.rec
 	}

@@ -93,7 +93,7 @@ type derived struct {
 // could not be read. Without list, the record does not list its events
 // (nor their digest): a record that is checked and let go of needs
 // neither, and writing each digest out is a good part of the cost.
-func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived {
+func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps sweepCancels) derived {
 	var findings []Finding
 	setAside := 0
 	bad := func(f fact, kind, format string, args ...any) {
@@ -303,7 +303,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 			if ph != requested && ph != waiting {
 				bad(f, Order, "cancelled, but the job %s", ph)
 			}
-			if !cancelAsked {
+			if !cancelAsked && !sweeps.asked(rec, f.seq) {
 				bad(f, Order, "cancelled, but nobody asked to cancel it")
 			}
 			rec.State, ph, end = hold.StateCancelled, over, &facts[i]

@@ -64,8 +64,10 @@
 //     then for each attempt held, [started], stopped or lost, returned (not
 //     after a lost hold), released; attempts numbered from 1 without a gap,
 //     held only while the job waits; rejected or cancelled only while no
-//     attempt is held, and cancelled only after a cancel was requested;
-//     after the end, only a cancel request or what events.AfterEnd allows.
+//     attempt is held, and cancelled only after a cancel was requested (of
+//     the job, or of its sweep, of the job's round or a later one, by
+//     someone who may cancel it); after the end, only a cancel request or
+//     what events.AfterEnd allows. A sweep's cancel is in no record.
 //   - Every event of an attempt names the node and resources of its hold.
 //   - No compute is still held for a job that is over, and no attempt is
 //     released before it was held.

@@ -118,7 +118,7 @@ func TestRecordsAfterTheEnd(t *testing.T) {
 		}
 		facts = append(facts, f)
 	}
-	whole := derive("j", facts, 0, true).rec
+	whole := derive("j", facts, 0, true, nil).rec
 	if !reflect.DeepEqual(r, whole) {
 		a, _ := json.Marshal(r)
 		b, _ := json.Marshal(whole)

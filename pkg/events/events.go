@@ -76,11 +76,23 @@ const (
 // SweepPoint is one job of a sweep: the sweep's id, this job's index (from
 // 0) among Count, and its parameter value. The job sees them as
 // E31_SWEEP_ID, E31_SWEEP_INDEX and E31_SWEEP_VALUE.
+//
+// A point may be submitted again (`e31 submit --again SWEEP --failed`): the
+// new job is another member of the same sweep at the same index, with Again
+// the round it was submitted in (1 for the first resubmission) and AgainOf
+// the job it replaces. Of the members at one index, the one of the highest
+// round is the point's: its outcome is the sweep's, its output the point's.
 type SweepPoint struct {
 	ID    string `json:"id"`
 	Index int    `json:"index"`
 	Count int    `json:"count"`
 	Value string `json:"value"`
+	// Again is the round this member was submitted again in; absent (0)
+	// for the sweep's first submission.
+	Again int `json:"again,omitempty"`
+	// AgainOf is the member this one replaces, the point's member of the
+	// round before; absent for the first submission.
+	AgainOf string `json:"again_of,omitempty"`
 }
 
 // Work is what to run.
@@ -274,9 +286,37 @@ type ComputeReleased struct {
 // CancelRequested records that someone asked to stop a job. By is who
 // (the last token of the subject, bound by the server's permissions): a
 // cancel is honoured only from the job's submitter or the Operator.
+//
+// With Sweep, the subject's id is a sweep's, and the one event asks to stop
+// every member of the sweep of round Round or an earlier one
+// (SweepPoint.Again) that is not over, those submitted after it included
+// (the sweep may still be being submitted): RENT cancels those that wait,
+// RUN stops those it holds, each member as if it had been asked alone, and
+// only where By may cancel that member. Such a cancel is about no one job,
+// so it is in no hold record (SweepCancel).
 type CancelRequested struct {
 	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
+	Sweep  bool   `json:"sweep,omitempty"`
+	// Round is, with Sweep, the sweep's latest round of resubmission the
+	// asker knew of: members submitted again in a later round are not
+	// stopped. It is part of the event's id (<sweep>/cancel/sweep-<round>),
+	// so that a cancel asked after a resubmission is not dropped as a
+	// repeat of one asked before it.
+	Round int `json:"round,omitempty"`
+}
+
+func (c CancelRequested) what() string {
+	if !c.Sweep {
+		return ""
+	}
+	return "sweep-" + strconv.Itoa(c.Round)
+}
+
+// SweepCancel returns ev as the cancel of a whole sweep, if it is one.
+func SweepCancel(ev Event) (*CancelRequested, bool) {
+	c, ok := ev.(*CancelRequested)
+	return c, ok && c.Sweep
 }
 
 // Operator is the identity whose cancels are honoured for any job.
@@ -502,7 +542,8 @@ func HoldOf(ev Event) (Hold, bool) {
 
 // ID is the deterministic id of an event about subject (a job or node id):
 // "<subject>/<kind>" or, for an attempt, "<subject>/<kind>/<attempt>"; a
-// deletion adds what it deletes ("<job>/deleted/output"). It is both ce-id
+// deletion adds what it deletes ("<job>/deleted/output"), a sweep's cancel
+// its round ("<sweep>/cancel/sweep-0"). It is both ce-id
 // and Nats-Msg-Id, so a retried publish is stored once.
 func ID(subject string, ev Event) string {
 	k := kinds[ev.Type()]
@@ -512,7 +553,7 @@ func ID(subject string, ev Event) string {
 	if n, ok := ev.(nodeEvent); ok {
 		return subject + "/" + k.token + "/" + n.boot()
 	}
-	if w, ok := ev.(interface{ what() string }); ok {
+	if w, ok := ev.(interface{ what() string }); ok && w.what() != "" {
 		return subject + "/" + k.token + "/" + w.what()
 	}
 	return subject + "/" + k.token

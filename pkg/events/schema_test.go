@@ -452,6 +452,7 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"boot":      "boot-2",
 			"from_job":  "01JC8W2M5R7T9V1X3Z5B7D9F1H",
 			"after":     "01JC8W2M5R7T9V1X3Z5B7D9F1G",
+			"again_of":  "01JC8W2M5R7T9V1X3Z5B7D9F1S-3",
 			"submitter": "alice",
 			"by":        "alice",
 			"id":        "01JC8W2M5R7T9V1X3Z5B7D9F1S",

@@ -327,7 +327,11 @@ func (p *Projection) ApplyPrepared(x Prepared) error {
 	if x.seq <= p.applied {
 		return nil
 	}
-	e, err := p.job(x.subject)
+	var e *entry
+	var err error
+	if x.err != nil || !inNoRecord(x.env) {
+		e, err = p.job(x.subject)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: apply #%d: %w", x.seq, err)
 	}
@@ -355,7 +359,11 @@ func (p *Projection) Apply(env events.Envelope) error {
 	if subject == "" {
 		subject, _ = events.SubjectOf(env.Subject, env.Event)
 	}
-	e, err := p.job(subject)
+	var e *entry
+	var err error
+	if !inNoRecord(env) {
+		e, err = p.job(subject)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: apply #%d: %w", env.Seq, err)
 	}
@@ -369,10 +377,11 @@ func (p *Projection) Apply(env events.Envelope) error {
 // fold adds one event to its job's record.
 //
 // The rules, which the audit derives again from the written definition:
-// node events are in no record; an event the job's log already holds (the
-// same ce-id, stored again after the duplicate window) is listed but
-// changes nothing, except a repeated JobRequested, a client's request
-// under a used id, which SUBMIT refuses and which is no part of the job.
+// node events and a sweep's cancel are in no record; an event the job's
+// log already holds (the same ce-id, stored again after the duplicate
+// window) is listed but changes nothing, except a repeated JobRequested, a
+// client's request under a used id, which SUBMIT refuses and which is no
+// part of the job.
 func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 	if e == nil || events.IsNodeEvent(env.Event) {
 		return
@@ -513,6 +522,15 @@ func meter(a *hold.Attempt, held float64) {
 	a.CPUCoreSeconds = a.Held.CPU * held
 	a.MemoryGiBSeconds = float64(a.Held.MemoryBytes) / gib * held
 	a.GPUSeconds = float64(a.Held.GPU) * held
+}
+
+// inNoRecord reports whether env is on a job's subjects but in no job's
+// record: a sweep's cancel (events.SweepCancel), about every member of the
+// sweep and so about no one job. The audit reads the same rule from the
+// written definition (pkg/events) and checks each cancel that followed it.
+func inNoRecord(env events.Envelope) bool {
+	_, sweep := events.SweepCancel(env.Event)
+	return sweep
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.

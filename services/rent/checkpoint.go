@@ -3,6 +3,7 @@ package rent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -34,6 +35,10 @@ type Checkpoint struct {
 	// which the log holds before From: of the live jobs, and of jobs not
 	// submitted yet (or never to be), newest last.
 	Early []EarlyCancel `json:"early,omitempty"`
+	// Sweeps are the cancels of whole sweeps the pool remembers, oldest
+	// first: a member submitted after one is cancelled on submission
+	// (sweep.go).
+	Sweeps []SweepCancel `json:"sweeps,omitempty"`
 }
 
 // EarlyCancel is who asked to cancel a job before it was submitted.
@@ -74,11 +79,12 @@ func (p *Pool) Checkpoint(read uint64) Checkpoint {
 	}
 	slices.Reverse(waiting)
 	c.Early = append(c.Early, waiting...)
+	c.Sweeps = p.sweeps.list()
 	return c
 }
 
 // Restore gives an empty pool what c holds that the log after c.From does
-// not: the early cancels. The pool then stands as one that applied the log
+// not: the early cancels, and the sweeps' cancels. The pool then stands as one that applied the log
 // up to c.From-1: its next checkpoint starts no earlier than c.
 func (p *Pool) Restore(c Checkpoint) {
 	for _, e := range c.Early {
@@ -86,6 +92,10 @@ func (p *Pool) Restore(c Checkpoint) {
 			p.early.add(e.Job, 0, by)
 		}
 	}
+	for _, sc := range c.Sweeps {
+		p.sweeps.add(sc)
+	}
+	cancelSwept(maps.Values(p.jobs), &p.sweeps, p.attention)
 	p.applied = max(p.applied, c.From-1)
 }
 

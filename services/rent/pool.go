@@ -74,6 +74,8 @@ type Pool struct {
 	// meter ends the attempts whose node has not reported their stop by
 	// their deadline (overrun.go).
 	meter meter
+	// sweeps are the sweeps' cancels it remembers (sweep.go).
+	sweeps sweepCancels
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -91,6 +93,7 @@ func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
 		attention: map[string]*job{}, unchecked: map[string]*job{}, outBytes: map[string]int64{},
 		placer: placer{grace: cfg.Grace, maxScan: cfg.MaxScan},
 		meter:  meter{grace: cfg.Grace},
+		sweeps: newSweepCancels(),
 	}
 }
 
@@ -170,6 +173,11 @@ func (p *Pool) Apply(env events.Envelope) {
 		}
 		return
 	}
+	if c, ok := events.SweepCancel(env.Event); ok {
+		p.sweeps.add(SweepCancel{Sweep: strings.Clone(env.Subject), By: strings.Clone(c.By), Round: c.Round})
+		cancelSwept(maps.Values(p.jobs), &p.sweeps, p.attention)
+		return
+	}
 	id := env.Subject
 	if p.over.has(id) {
 		return
@@ -194,6 +202,7 @@ func (p *Pool) Apply(env events.Envelope) {
 				p.attention[id] = j
 			}
 		}
+		cancelSwept(slices.Values([]*job{j}), &p.sweeps, p.attention)
 		j.state = blocked
 		for _, dep := range e.Spec.After {
 			switch outcome, ended := p.over.get(dep); {

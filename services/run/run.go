@@ -158,6 +158,8 @@ type running struct {
 	submitter string
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
+	// sweep is the point of a member of a sweep (see sweep.go).
+	sweep *events.SweepPoint
 }
 
 // New checks cfg, fills in the defaults of the fields left zero (see
@@ -369,7 +371,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// The job's own context outlives this delivery's, but stays in its
 	// trace: the sandbox and the upload are spans of this handling.
 	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
-	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
+	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{}), sweep: held.Spec.Sweep}
 	s.running[job] = r
 	if s.fenced != nil {
 		// Fenced since the wait above: stopped before it starts.
@@ -393,9 +395,13 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// that is stored must be known here, so that it is stopped and recorded.
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
-	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
+	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
 		return s.signed(job, DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held))), nil
 	})
+	if err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
+	}
+	stored, err := s.pub.React(decideCtx, env, decide)
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
 	}
@@ -828,6 +834,10 @@ const (
 // HandleCancel stops the job if it runs on this node. A cancel for a job
 // not started here is decided when its hold arrives (DecideStart).
 func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
+	if c, ok := events.SweepCancel(env.Event); ok {
+		s.cancelSweep(env, c) // sweep.go
+		return nil
+	}
 	s.mu.Lock()
 	r := s.running[env.Subject]
 	s.mu.Unlock()
