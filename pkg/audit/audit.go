@@ -21,6 +21,10 @@ type Raw struct {
 	Subject string
 	Headers nats.Header
 	Body    []byte
+	// Stored is when the stream stored it, by the server's clock: the
+	// log's own time, which no publisher sets. Zero where unknown (an
+	// export written before it carried it).
+	Stored time.Time
 }
 
 // Finding is one thing wrong with the log or the ledger.
@@ -223,6 +227,7 @@ type fact struct {
 	typ    string
 	id     string
 	at     time.Time
+	stored time.Time // the stream's time (Raw.Stored), or at where unknown
 	digest [32]byte
 	ev     events.Event // slimmed: see slim
 	repeat bool         // the job's log already held this ce-id
@@ -368,7 +373,10 @@ func (a *Auditor) ingest(d *decoded) {
 			a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Inconsistent, Detail: w})
 		}
 	}
-	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
+	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), stored: d.raw.Stored.UTC(), digest: d.digest, ev: env.Event}
+	if d.raw.Stored.IsZero() {
+		f.stored = f.at
+	}
 	if c, ok := events.SweepCancel(env.Event); ok {
 		// About every member of a sweep, so in no one job's record: it is
 		// kept to check the cancels that follow it (sweep.go).

@@ -115,7 +115,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, what pull, from, last
 		default:
 			return seq, fmt.Errorf("read %s after #%d: %w", what.name, seq-1, err)
 		}
-		s, c, pending, ok := delivered(m.Reply)
+		s, c, stored, pending, ok := delivered(m.Reply)
 		if !ok {
 			return seq, fmt.Errorf("read %s after #%d: a message delivered with the reply %q", what.name, seq-1, m.Reply)
 		}
@@ -126,7 +126,7 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, what pull, from, last
 		if s > last {
 			break
 		}
-		if err := emit(Raw{Seq: s, Subject: m.Subject, Headers: m.Header, Body: m.Data}); err != nil {
+		if err := emit(Raw{Seq: s, Subject: m.Subject, Headers: m.Header, Body: m.Data, Stored: stored}); err != nil {
 			return seq, err
 		}
 		seq = s + 1
@@ -149,11 +149,11 @@ func pullFrom(ctx context.Context, js jetstream.JetStream, what pull, from, last
 // $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<stream
 // seq>.<consumer seq>.<time>.<pending>[.<token>]. Read here rather than
 // with nats.go's Msg.Metadata, which allocates twice a message.
-func delivered(reply string) (stream, consumer, pending uint64, ok bool) {
+func delivered(reply string) (stream, consumer uint64, stored time.Time, pending uint64, ok bool) {
 	var tok [12]string
 	n := strings.Count(reply, ".") + 1
 	if n > len(tok) {
-		return 0, 0, 0, false
+		return 0, 0, time.Time{}, 0, false
 	}
 	rest := reply
 	for i := range n {
@@ -166,11 +166,12 @@ func delivered(reply string) (stream, consumer, pending uint64, ok bool) {
 	case 11, 12:
 		at = 7
 	default:
-		return 0, 0, 0, false
+		return 0, 0, time.Time{}, 0, false
 	}
-	var err1, err2, err3 error
+	var err1, err2, err3, err4 error
 	stream, err1 = strconv.ParseUint(tok[at], 10, 64)
 	consumer, err2 = strconv.ParseUint(tok[at+1], 10, 64)
+	ns, err4 := strconv.ParseInt(tok[at+2], 10, 64)
 	pending, err3 = strconv.ParseUint(tok[at+3], 10, 64)
-	return stream, consumer, pending, err1 == nil && err2 == nil && err3 == nil
+	return stream, consumer, time.Unix(0, ns), pending, err1 == nil && err2 == nil && err3 == nil && err4 == nil
 }

@@ -185,10 +185,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 					bad(f, Order, "attempt %d held after attempt %d", h.Attempt, last)
 				}
 				for _, prev := range attempts {
-					if prev != at && prev.end != nil && t.Before(prev.end.at) {
-						bad(f, Overlap, "attempt %d held at %s, %s before attempt %d ended with %s at #%d (%s): by the log's own times, the two overlap",
-							h.Attempt, t.Format(time.RFC3339Nano), prev.end.at.Sub(t), prev.a.Attempt, events.Name(prev.end.typ), prev.end.seq,
-							prev.end.at.Format(time.RFC3339Nano))
+					if prev != at && prev.end != nil && f.stored.Before(prev.end.stored) {
+						bad(f, Overlap, "attempt %d held at %s, %s before attempt %d ended with %s at #%d (%s): by the stream's own times, the two overlap",
+							h.Attempt, f.stored.Format(time.RFC3339Nano), prev.end.stored.Sub(f.stored), prev.a.Attempt, events.Name(prev.end.typ), prev.end.seq,
+							prev.end.stored.Format(time.RFC3339Nano))
 					}
 				}
 				at.step, at.hold, at.heldAt = held, h, f.seq

@@ -71,8 +71,9 @@
 //   - Every event of an attempt names the node and resources of its hold.
 //   - No compute is still held for a job that is over, and no attempt is
 //     released before it was held.
-//   - No two attempts of one job overlap in time, by the log's own times
-//     (each event's ce-time, which the record's …_at figures are): an
+//   - No two attempts of one job overlap in time, by the stream's own
+//     times (when the server stored each message, which no publisher
+//     sets; in an export without them, each event's ce-time): an
 //     attempt runs from its ComputeHeld to the first of its RunStopped
 //     (its node stopped it) or HoldLost (RENT gave it up, with its node),
 //     or with neither to its ComputeReleased; the next attempt's

@@ -23,7 +23,7 @@ func retimed(m Raw, at time.Time) Raw {
 }
 
 // TestOverlappingAttemptsAreFound: a job's attempts must not overlap by
-// the log's own times. An attempt ends at its RunStopped or HoldLost,
+// the stream's own times (each message's ce-time where it carries none). An attempt ends at its RunStopped or HoldLost,
 // whichever comes first, or at its ComputeReleased; the next attempt's
 // ComputeHeld may not be stamped earlier. The clean log passes; each
 // tampered copy is found, at the later attempt's hold, naming the event
@@ -90,6 +90,36 @@ func TestOverlappingAttemptsAreFound(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("a stop stamped after the next hold: want an overlap finding at #%d; got %+v", l2.raws[8].Seq, rep.Findings)
+	}
+
+	// Where the messages carry the stream's own times, those count, not
+	// a ce-time its publisher wrote: a node whose clock runs ahead stamps
+	// its stop late, and that is no double run.
+	stored := append([]Raw(nil), l.raws...)
+	for i := range stored {
+		stored[i].Stored = at(stored[i])
+	}
+	overlaps := func(raws []Raw) []Finding {
+		var out []Finding
+		for _, f := range l.auditRaws(raws).Findings {
+			if f.Kind == Overlap {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if fs := overlaps(stored); len(fs) > 0 {
+		t.Fatalf("clean log with the stream's times: %+v", fs)
+	}
+	skewed := append([]Raw(nil), stored...)
+	skewed[5] = retimed(skewed[5], at(heldAgain).Add(time.Second)) // the loss's ce-time only
+	if fs := overlaps(skewed); len(fs) > 0 {
+		t.Errorf("a ce-time out of step, the stream's times in order: want no overlap finding; got %+v", fs)
+	}
+	moved := append([]Raw(nil), stored...)
+	moved[7].Stored = moved[5].Stored.Add(-time.Millisecond) // the hold stored before the loss
+	if fs := overlaps(moved); len(fs) != 1 || fs[0].Seq != heldAgain.Seq || !strings.Contains(fs[0].Detail, "by the stream's own times") {
+		t.Errorf("a hold stored before the loss: want one overlap finding at #%d; got %+v", heldAgain.Seq, fs)
 	}
 }
 

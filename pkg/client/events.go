@@ -123,7 +123,7 @@ func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn fun
 			}
 			return fmt.Errorf("read the log: %w", err)
 		}
-		if err := fn(wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)); err != nil {
+		if err := fn(wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data, m.Time)); err != nil {
 			return err
 		}
 		if !follow && pending == 0 {

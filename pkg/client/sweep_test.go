@@ -60,7 +60,7 @@ func TestSweepOutputText(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	want := []string{
-		"sweep s: 2 of 25 point(s) written under out/<index>/ (1 file(s), 2.0 KiB fetched; 1 file(s) already in place)",
+		"sweep s: 2 of 25 point(s) written under out/<index>/ (1 file(s), 2 KiB fetched; 1 file(s) already in place)",
 		"23 point(s) without output: 22 failed, 1 running",
 		"  [2] running (s-x)",
 		"  [3] failed: exited with code 1 (s-x)",

@@ -752,7 +752,7 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 			// Logged after the ownership check: the next request sees it.
 			return out, true, nil
 		}
-		e := wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)
+		e := wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data, m.Time)
 		if len(out) > 0 && size+e.Size() > maxEventsReply {
 			return out, true, nil
 		}
