@@ -253,6 +253,7 @@ func (s *Stack) start(cfg Config) error {
 	for i := 1; i <= cfg.RentInstances; i++ {
 		id := fmt.Sprintf("rent-%d", i)
 		rc := rent.Config{Instance: id}
+		rc.Pool.Cards = s.cards()
 		if cfg.Scheduler != nil {
 			rc.Observer = cfg.Scheduler(id)
 		}
@@ -268,6 +269,9 @@ func (s *Stack) start(cfg Config) error {
 			// The machine's GPUs are the first node's alone: two nodes
 			// offering one device would give it to two jobs at once.
 			node.GPUs = "none"
+		}
+		if err := s.carded(&node); err != nil {
+			return err
 		}
 		if err := s.startService("run", node.Node, Configs{Run: node}); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/services/run/gpu/gputest"
 )
 
@@ -73,7 +74,7 @@ func TestGPUJobsGetTheirDevicesAlone(t *testing.T) {
 	root := t.TempDir()
 	devs := gputest.Devices(2)
 	gputest.Tree(t, root, devs, gputest.FreeMajor(t))
-	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, gpuRoot: root})
+	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, node: run.Config{GPURoot: root}})
 
 	a, b := ts.submit(gpuJob(t, 1, "6")), ts.submit(gpuJob(t, 1, "6"))
 	none := ts.submit(gpuJob(t, 0, "0"))

@@ -164,7 +164,7 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 func sampleOf(t *testing.T, ceType string) events.Event {
 	t.Helper()
 	for _, ev := range []events.Event{&events.JobSubmitted{}, &events.JobRejected{}, &events.RunStarted{}, &events.RunStopped{},
-		&events.OutputReturned{}, &events.ComputeReleased{}, &events.JobCancelled{}, &events.HoldLost{},
+		&events.OutputReturned{}, &events.ComputeReleased{}, &events.JobCancelled{}, &events.HoldLost{}, &events.HoldExpired{},
 		&events.Deleted{What: events.WhatData}} {
 		if ev.Type() == ceType {
 			return ev
@@ -185,6 +185,7 @@ var mayPublish = map[string][]string{
 	events.TypeComputeHeld:     {auth.RentService},
 	events.TypeJobCancelled:    {auth.RentService},
 	events.TypeHoldLost:        {auth.RentService},
+	events.TypeHoldExpired:     {auth.RentService},
 	events.TypeNodeExpired:     {auth.RentService},
 	events.TypeRunStarted:      {auth.RunService},
 	events.TypeRunStopped:      {auth.RunService},
@@ -306,7 +307,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -69,6 +70,8 @@ type Keys struct {
 	SystemSigning   nkeys.KeyPair
 	Tenants         nkeys.KeyPair
 	TenantsSigning  nkeys.KeyPair
+	// Cards signs node cards (cards.go): not a NATS key.
+	Cards ed25519.PrivateKey
 }
 
 // InitKeys loads the keys in dir, or creates them all if dir has none, and
@@ -123,6 +126,9 @@ func InitKeys(dir string) (*Keys, bool, error) {
 	if err := k.addTenantsKeys(); err != nil {
 		return nil, false, err
 	}
+	if err := k.addCardsKey(); err != nil {
+		return nil, false, err
+	}
 	return k, true, nil
 }
 
@@ -157,6 +163,9 @@ func LoadKeys(dir string) (*Keys, error) {
 		*x.kp = kp
 	}
 	if err := k.addTenantsKeys(); err != nil {
+		return nil, err
+	}
+	if err := k.addCardsKey(); err != nil {
 		return nil, err
 	}
 	return k, nil

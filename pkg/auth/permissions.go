@@ -19,7 +19,7 @@ import (
 // tests, which run every service under exactly these permissions.
 var owned = map[string][]string{
 	SubmitService:  {events.TypeJobSubmitted, events.TypeJobRejected},
-	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired},
+	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired, events.TypeHoldExpired},
 	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced, events.TypeDeviceWithdrawn, events.TypeDeviceRestored},
 	OutputService:  {events.TypeOutputReturned, events.TypeDeleted},
 	ReleaseService: {events.TypeComputeReleased},
@@ -301,6 +301,7 @@ var samples = map[string]events.Event{
 	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{Node: idMark},
 	events.TypeDeviceRestored:  &events.DeviceRestored{Node: idMark},
 	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeHoldExpired:     &events.HoldExpired{},
 	events.TypeDeleteRequested: &events.DeleteRequested{What: events.WhatData, By: tailMark},
 	events.TypeDeleted:         &events.Deleted{What: events.WhatData},
 }

@@ -44,6 +44,7 @@ var goTypes = map[string]events.Event{
 	events.TypeNodeAnnounced:   &events.NodeAnnounced{},
 	events.TypeNodeExpired:     &events.NodeExpired{},
 	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeHoldExpired:     &events.HoldExpired{},
 	events.TypeDeleteRequested: &events.DeleteRequested{},
 	events.TypeDeleted:         &events.Deleted{},
 	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{},
@@ -73,6 +74,7 @@ var goldenSubjects = map[string]string{
 	events.TypeNodeAnnounced:   "e31.node." + goldenNode + ".announced",
 	events.TypeNodeExpired:     "e31.node." + goldenNode + ".expired",
 	events.TypeHoldLost:        "e31.job." + goldenJob + ".lost",
+	events.TypeHoldExpired:     "e31.job." + goldenJob + ".overrun",
 	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete.alice",
 	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
 	events.TypeDeviceWithdrawn: "e31.node." + goldenNode + ".device_withdrawn",
@@ -93,6 +95,7 @@ var goldenIDs = map[string]string{
 	events.TypeNodeAnnounced:   goldenNode + "/announced/01JC8TZ4K0QH6S2N8V3M5P7R9A",
 	events.TypeNodeExpired:     goldenNode + "/expired/01JC8TZ4K0QH6S2N8V3M5P7R9A",
 	events.TypeHoldLost:        goldenJob + "/lost/1",
+	events.TypeHoldExpired:     goldenJob + "/overrun/1",
 	events.TypeDeleteRequested: goldenJob + "/delete/output",
 	events.TypeDeleted:         goldenJob + "/deleted/output",
 	events.TypeDeviceWithdrawn: goldenNode + "/device_withdrawn/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.1",
@@ -427,6 +430,10 @@ func TestEmptyListsAreValid(t *testing.T) {
 // that it is taught how to fill it rather than leaving it empty.
 func fill(t testing.TB, v reflect.Value, name string) {
 	t.Helper()
+	if v.Type() == reflect.TypeFor[time.Time]() {
+		v.Set(reflect.ValueOf(time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC)))
+		return
+	}
 	switch v.Kind() {
 	case reflect.Struct:
 		rt := v.Type()
@@ -452,6 +459,7 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"boot":      "boot-2",
 			"from_job":  "01JC8W2M5R7T9V1X3Z5B7D9F1H",
 			"after":     "01JC8W2M5R7T9V1X3Z5B7D9F1G",
+			"again_of":  "01JC8W2M5R7T9V1X3Z5B7D9F1S-3",
 			"submitter": "alice",
 			"by":        "alice",
 			"id":        "01JC8W2M5R7T9V1X3Z5B7D9F1S",
@@ -469,6 +477,11 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"gpus":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
 			"uuid":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
 			"device":    "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			// An ed25519 key and signature, as their patterns have them.
+			"key":         "ed25519:" + strings.Repeat("A", 43) + "=",
+			"issuer":      "ed25519:" + strings.Repeat("B", 43) + "=",
+			"signing_key": "ed25519:" + strings.Repeat("C", 43) + "=",
+			"signature":   strings.Repeat("D", 86) + "==",
 		}[name]
 		if !ok {
 			s = "text for " + name
@@ -591,6 +604,11 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 	switch rt.Kind() {
 	case reflect.String:
 		jsonType = "string"
+	case reflect.Struct:
+		jsonType = "object"
+		if rt == reflect.TypeFor[time.Time]() {
+			jsonType = "string" // RFC 3339
+		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		jsonType = "integer"
@@ -600,7 +618,7 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 		jsonType = "boolean"
 	case reflect.Slice:
 		jsonType = "array"
-	case reflect.Map, reflect.Struct:
+	case reflect.Map:
 		jsonType = "object"
 	default:
 		t.Fatalf("%s: no JSON type for a %v", at, rt)
@@ -630,10 +648,11 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 		t.Errorf("%s: the Go encoder writes null for an empty %v, but the schema does not allow null", at, rt)
 	}
 
-	switch rt.Kind() {
-	case reflect.Struct:
+	switch {
+	case rt == reflect.TypeFor[time.Time]():
+	case rt.Kind() == reflect.Struct:
 		checkObject(t, at, rt, sch)
-	case reflect.Slice:
+	case rt.Kind() == reflect.Slice:
 		var items *jsonschema.Schema
 		for _, s := range chain(sch) {
 			if s.Items2020 != nil {
@@ -645,7 +664,7 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 			return
 		}
 		checkShape(t, at+"[]", rt.Elem(), items, true)
-	case reflect.Map:
+	case rt.Kind() == reflect.Map:
 		var values *jsonschema.Schema
 		for _, s := range chain(sch) {
 			if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {

@@ -279,7 +279,7 @@ func storedOn(subj, id string, k kind, ev Event) bool {
 		return false
 	}
 	prefix := "e31.job."
-	if _, ok := ev.(interface{ boot() string }); ok {
+	if IsNodeEvent(ev) {
 		prefix = "e31.node."
 	}
 	rest, ok := strings.CutPrefix(subj, prefix)
@@ -324,6 +324,21 @@ func tailOf(ev Event) (tail, what string, ok bool) {
 	return "", "", false
 }
 
+// nodeEvent is implemented by the events about a node rather than a job:
+// a node's boot, which its events' ids carry, tells one life of the node
+// from the next.
+type nodeEvent interface{ boot() string }
+
+// IsNodeEvent reports whether ev is about a node rather than a job: it is
+// stored under e31.node.<node>, its envelope's Subject is the node's id,
+// and it belongs to no job's record. Its type alone says so, and Decode
+// refuses one stored anywhere else, so a decoded envelope's subject says
+// the same: readers need not parse it.
+func IsNodeEvent(ev Event) bool {
+	_, ok := ev.(nodeEvent)
+	return ok
+}
+
 // SubjectOf is where an event about subject (a job or node id) is stored.
 func SubjectOf(subject string, ev Event) (string, error) {
 	if !ValidID(subject) {
@@ -333,7 +348,7 @@ func SubjectOf(subject string, ev Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
 	}
-	if _, ok := ev.(interface{ boot() string }); ok {
+	if IsNodeEvent(ev) {
 		return Subject{Space: SpaceNode, Node: subject, Kind: k.token}.String(), nil
 	}
 	s := Subject{Space: SpaceJob, Job: subject, Kind: k.token}

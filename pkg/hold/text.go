@@ -14,7 +14,8 @@ import (
 // The record for people and for spreadsheets: `e31 wait`, `e31 ledger`
 // and their --csv. The JSON form is the record itself.
 
-// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2.0 GiB.
+// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2 GiB (a whole
+// number without ".0", as a job file writes it).
 func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
@@ -25,7 +26,8 @@ func HumanBytes(n int64) string {
 		div *= unit
 		exp++
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	s := strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + " " + string("KMGTPE"[exp]) + "iB"
 }
 
 // stickyWriter remembers the first error of its writes, so that a page
@@ -109,6 +111,9 @@ func WriteText(w io.Writer, r *HoldRecord) error {
 	}
 	if r.DataDeletedAt != nil {
 		p.printf("data     deleted %s\n", r.DataDeletedAt.Format(time.RFC3339))
+	}
+	for _, f := range r.Flags {
+		p.printf("flag     %s\n", f)
 	}
 	return p.err
 }

@@ -263,7 +263,9 @@ func TestReadyzSaysNotReadyUntilCaughtUp(t *testing.T) {
 	go func() { followed <- c.Run(runCtx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-followed
+		if err := <-followed; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("the collector ended with %v, want nothing but the cancel", err)
+		}
 	})
 	await(t, ctx, "/readyz says ready", func() bool {
 		code, body := readyz()

@@ -195,6 +195,7 @@ const (
 	kindStopped
 	kindLost
 	kindReturned
+	kindExpired // RENT ended it at its limit plus grace: a later stop is set aside
 )
 
 // NewProjection returns a projection of an empty log.
@@ -303,7 +304,7 @@ func (p *Projection) Apply(env events.Envelope) {
 		p.setState(j, hold.StateRunning)
 	case *events.RunStopped:
 		j, a := p.attempt(env.Subject, e.Attempt, kindStopped)
-		if a == nil {
+		if a == nil || a.seen&kindExpired != 0 {
 			return
 		}
 		a.stoppedAt, a.outcome = at, e.Outcome
@@ -317,6 +318,13 @@ func (p *Projection) Apply(env events.Envelope) {
 			a.stoppedAt = at
 		}
 		a.outcome = events.NodeLost
+		p.setState(j, hold.StateStopped)
+	case *events.HoldExpired:
+		j, a := p.attempt(env.Subject, e.Attempt, kindExpired)
+		if a == nil {
+			return
+		}
+		a.stoppedAt, a.outcome = at, events.LimitExceeded
 		p.setState(j, hold.StateStopped)
 	case *events.OutputReturned:
 		j, a := p.attempt(env.Subject, e.Attempt, kindReturned)

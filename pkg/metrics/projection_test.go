@@ -158,6 +158,16 @@ func TestProjection(t *testing.T) {
 			},
 		},
 		{
+			name: "an attempt RENT ended at its limit plus grace ends the job limit_exceeded, a late stop set aside",
+			log: logOf(full[0], full[1], full[2], full[3],
+				at(100, "j1", &events.HoldExpired{Hold: hold1, Reason: "node n1 had not reported"}),
+				at(100.5, "j1", &events.RunStopped{Hold: hold1, Outcome: events.Succeeded}),
+				at(101, "j1", &events.ComputeReleased{Hold: hold1, Outcome: events.LimitExceeded, Final: true})),
+			wantJobs:     map[string]int{hold.StateReleased: 1},
+			wantFinished: map[events.Outcome]int{events.LimitExceeded: 1},
+			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 98, CPUCoreSeconds: 196, MemoryGiBSeconds: 98, GPUSeconds: 98}},
+		},
+		{
 			name: "a job held again after a lost node ends with its last attempt",
 			log: logOf(full[0], full[1], full[2],
 				at(5, "j1", &events.HoldLost{Hold: hold1, Reason: "node n1 lost"}),

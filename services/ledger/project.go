@@ -327,7 +327,11 @@ func (p *Projection) ApplyPrepared(x Prepared) error {
 	if x.seq <= p.applied {
 		return nil
 	}
-	e, err := p.job(x.subject)
+	var e *entry
+	var err error
+	if x.err != nil || !inNoRecord(x.env) {
+		e, err = p.job(x.subject)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: apply #%d: %w", x.seq, err)
 	}
@@ -355,7 +359,11 @@ func (p *Projection) Apply(env events.Envelope) error {
 	if subject == "" {
 		subject, _ = events.SubjectOf(env.Subject, env.Event)
 	}
-	e, err := p.job(subject)
+	var e *entry
+	var err error
+	if !inNoRecord(env) {
+		e, err = p.job(subject)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: apply #%d: %w", env.Seq, err)
 	}
@@ -369,12 +377,13 @@ func (p *Projection) Apply(env events.Envelope) error {
 // fold adds one event to its job's record.
 //
 // The rules, which the audit derives again from the written definition:
-// node events are in no record; an event the job's log already holds (the
-// same ce-id, stored again after the duplicate window) is listed but
-// changes nothing, except a repeated JobRequested, a client's request
-// under a used id, which SUBMIT refuses and which is no part of the job.
+// node events and a sweep's cancel are in no record; an event the job's
+// log already holds (the same ce-id, stored again after the duplicate
+// window) is listed but changes nothing, except a repeated JobRequested, a
+// client's request under a used id, which SUBMIT refuses and which is no
+// part of the job.
 func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
-	if e == nil || isNodeEvent(env) {
+	if e == nil || events.IsNodeEvent(env.Event) {
 		return
 	}
 	if env.Seq != 0 && env.Seq <= e.last() {
@@ -460,7 +469,17 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		r.State = hold.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
+		if a.ExpiredAt != nil {
+			// RENT ended the attempt before the node reported: the stop is
+			// listed and set aside, and the record keeps RENT's end.
+			break
+		}
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
+		a.Signature, a.SigningKey = e.Signature, e.SigningKey
+		r.State = hold.StateStopped
+	case *events.HoldExpired:
+		a := p.attempt(r, e.Attempt)
+		a.Outcome, a.Reason, a.ExpiredAt = events.LimitExceeded, e.Reason, &at
 		r.State = hold.StateStopped
 	case *events.HoldLost:
 		a := p.attempt(r, e.Attempt)
@@ -483,6 +502,7 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		a.ReleasedAt = &at
 		if a.HeldAt != nil {
 			meter(a, at.Sub(*a.HeldAt).Seconds())
+			a.Flags = append(a.Flags, usageFlags(a, r.Isolation)...)
 		}
 		if a.Outcome == "" {
 			a.Outcome = e.Outcome
@@ -510,14 +530,13 @@ func meter(a *hold.Attempt, held float64) {
 	}
 }
 
-// isNodeEvent reports whether env is about a node rather than a job.
-func isNodeEvent(env events.Envelope) bool {
-	subject := env.NATSSubject
-	if subject == "" {
-		subject, _ = events.SubjectOf(env.Subject, env.Event)
-	}
-	s, err := events.ParseSubject(subject)
-	return err == nil && s.Space == events.SpaceNode
+// inNoRecord reports whether env is on a job's subjects but in no job's
+// record: a sweep's cancel (events.SweepCancel), about every member of the
+// sweep and so about no one job. The audit reads the same rule from the
+// written definition (pkg/events) and checks each cancel that followed it.
+func inNoRecord(env events.Envelope) bool {
+	_, sweep := events.SweepCancel(env.Event)
+	return sweep
 }
 
 // attempt returns the record's entry for attempt n, making it if needed.
@@ -547,7 +566,11 @@ func (p *Projection) summarize(r *hold.HoldRecord) {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
 	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
+	r.Flags = nil
 	for _, a := range r.Attempts {
+		for _, f := range a.Flags {
+			r.Flags = append(r.Flags, fmt.Sprintf("attempt %d: %s", a.Attempt, f))
+		}
 		r.HeldSeconds += a.HeldSeconds
 		r.CPUCoreSeconds += a.CPUCoreSeconds
 		r.MemoryGiBSeconds += a.MemoryGiBSeconds

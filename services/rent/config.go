@@ -27,13 +27,28 @@ type Config struct {
 	// Observer, if set, is told what the scheduler does, for the
 	// operator's metrics (pkg/metrics.Scheduler implements it).
 	Observer Observer
+	// NodeCardsKey is the operator's card key (its text, "ed25519:…", or
+	// a file that holds it, as cards.pub does): nodes are held to the
+	// cards it signed (PoolConfig.Cards). Empty: nodes are taken at their
+	// word.
+	NodeCardsKey string
+	// RequireNodeCards holds nothing on a node without a valid card.
+	RequireNodeCards bool
+	// LapseMargin is how long after it sees a node's lease gone RENT
+	// waits before it counts the node lost: see pkg/lease. Zero: a fifth
+	// of the lease's TTL.
+	LapseMargin time.Duration
 }
 
-// Flags defines on fs the flags that set c: the instance's name.
+// Flags defines on fs the flags that set c: the instance's name, the lapse
+// margin, and how nodes' cards are checked.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	// Each instance reads the log on a consumer named after it: two
 	// instances on one host need names of their own.
 	fs.StringVar(&c.Instance, "instance", "", "this instance's name, for its consumer of the log (default: the host name; give each instance on one host its own)")
+	fs.DurationVar(&c.LapseMargin, "lapse-margin", 0, "how long after a node's lease is seen gone RENT waits before it counts the node lost and holds its jobs again: room for clock drift between the node and the NATS servers (default a fifth of the lease TTL)")
+	fs.StringVar(&c.NodeCardsKey, "node-cards-key", "", "the operator's card key (cards.pub of 'e31 creds init', or its text ed25519:...): a node is held to the capacity of the card it signed")
+	fs.BoolVar(&c.RequireNodeCards, "require-node-cards", false, "hold nothing on a node that presents no card signed by --node-cards-key")
 }
 
 // PoolConfig tunes the pool.
@@ -53,6 +68,9 @@ type PoolConfig struct {
 	// remembers (and how many cancels of jobs it has not seen): default
 	// DefaultRememberEnded.
 	RememberEnded int
+	// Cards says whether nodes are held to the cards the operator signed
+	// for them (card.go).
+	Cards Cards
 }
 
 // DefaultRememberEnded is how many ended jobs the pool remembers. Once a

@@ -49,10 +49,12 @@ type job struct {
 	state     jobState
 	node      string
 	heldAt    time.Time
-	stopped   bool // the current attempt's RunStopped is logged
-	lost      bool // HoldLost is logged for the current attempt
-	cancel    bool // a cancel was requested
-	pending   int  // jobs of After not yet succeeded
+	stopped   bool  // the current attempt's RunStopped is logged
+	lost      bool  // HoldLost is logged for the current attempt
+	cancel    bool  // a cancel was requested
+	expired   bool  // HoldExpired is logged for the current attempt
+	due       int32 // its place in the meter's heap, plus one; 0 when not there
+	pending   int   // jobs of After not yet succeeded
 	rejection string
 	elem      *list.Element
 	queue     *subQueue
@@ -62,7 +64,11 @@ type job struct {
 // it: what a HoldLost of it names.
 func (j *job) heldAs(n *node) events.Hold {
 	r := j.spec.Request
-	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: j.heldDisk, GPUs: n.devs.of(j.id)}
+	var gpus []string
+	if n != nil {
+		gpus = n.devs.of(j.id)
+	}
+	return events.Hold{Attempt: j.attempt, Node: j.node, CPU: r.CPU, MemoryBytes: r.MemoryBytes, GPU: r.GPU, DiskBytes: j.heldDisk, GPUs: gpus}
 }
 
 // inputBytes is what a job's staged inputs take on a node's disk, as far as

@@ -25,6 +25,8 @@ type node struct {
 	// leave to run jobs so: nothing is placed on it, and it counts for
 	// nothing.
 	unisolated bool
+	// card is what the pool made of its card (card.go); "" for nothing.
+	card string
 	// jobs are the jobs placed on it: their ComputeHeld applied, their
 	// ComputeReleased not yet.
 	jobs map[string]*job

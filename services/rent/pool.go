@@ -71,6 +71,11 @@ type Pool struct {
 	outBytes map[string]int64
 	applied  uint64
 	placer   placer
+	// meter ends the attempts whose node has not reported their stop by
+	// their deadline (overrun.go).
+	meter meter
+	// sweeps are the sweeps' cancels it remembers (sweep.go).
+	sweeps sweepCancels
 }
 
 // NewPool returns an empty pool that tells time with now (nil: time.Now).
@@ -87,6 +92,8 @@ func NewPool(cfg PoolConfig, now func() time.Time) *Pool {
 		early:     newEarlyCancels(cfg.RememberEnded),
 		attention: map[string]*job{}, unchecked: map[string]*job{}, outBytes: map[string]int64{},
 		placer: placer{grace: cfg.Grace, maxScan: cfg.MaxScan},
+		meter:  meter{grace: cfg.Grace},
+		sweeps: newSweepCancels(),
 	}
 }
 
@@ -157,6 +164,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		// An announcement without isolation (a node older than it, or a
 		// synthetic one) is taken as before: the node may hold jobs.
 		n.unisolated = e.Isolation == events.IsolationNone && !e.AllowUnisolated
+		holdToCard(n, e, p.cfg.Cards)
 		p.nodes.changed()
 		for id, j := range p.unchecked {
 			p.attention[id] = j
@@ -180,6 +188,11 @@ func (p *Pool) Apply(env events.Envelope) {
 		if n := p.nodes.all[e.Node]; n != nil && n.boot == e.Boot && n.devs != nil {
 			n.devs.restore(e.Device)
 		}
+		return
+	}
+	if c, ok := events.SweepCancel(env.Event); ok {
+		p.sweeps.add(SweepCancel{Sweep: strings.Clone(env.Subject), By: strings.Clone(c.By), Round: c.Round})
+		cancelSwept(maps.Values(p.jobs), &p.sweeps, p.attention)
 		return
 	}
 	id := env.Subject
@@ -206,6 +219,7 @@ func (p *Pool) Apply(env events.Envelope) {
 				p.attention[id] = j
 			}
 		}
+		cancelSwept(slices.Values([]*job{j}), &p.sweeps, p.attention)
 		j.state = blocked
 		for _, dep := range e.Spec.After {
 			switch outcome, ended := p.over.get(dep); {
@@ -245,7 +259,8 @@ func (p *Pool) Apply(env events.Envelope) {
 		n := p.nodes.get(e.Node)
 		p.queue.remove(j)
 		j.state, j.attempt, j.node, j.heldAt = placed, e.Attempt, e.Node, env.Time
-		j.stopped, j.lost = false, false
+		j.stopped, j.lost, j.expired = false, false, false
+		p.meter.watch(j)
 		took := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		j.heldDisk = e.DiskBytes
 		if n.devs != nil {
@@ -257,10 +272,17 @@ func (p *Pool) Apply(env events.Envelope) {
 	case *events.RunStopped:
 		if j != nil && j.state == placed && e.Attempt == j.attempt {
 			j.stopped = true
+			p.meter.unwatch(j)
 		}
 	case *events.HoldLost:
 		if j != nil && j.state == placed && e.Attempt == j.attempt {
 			j.lost = true
+			p.meter.unwatch(j)
+		}
+	case *events.HoldExpired:
+		if j != nil && j.state == placed && e.Attempt == j.attempt {
+			j.expired = true
+			p.meter.unwatch(j)
 		}
 	case *events.OutputReturned:
 		if j != nil && e.Attempt == j.attempt {
@@ -270,6 +292,7 @@ func (p *Pool) Apply(env events.Envelope) {
 		if j == nil || j.state != placed || e.Attempt != j.attempt {
 			return
 		}
+		p.meter.unwatch(j)
 		gave := resOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
 		if n := p.nodes.all[j.node]; n != nil {
 			n.used = n.used.minus(gave)
@@ -321,6 +344,7 @@ func (p *Pool) enqueue(j *job) {
 func (p *Pool) end(id string, outcome events.Outcome, at time.Time) {
 	if j := p.jobs[id]; j != nil {
 		p.queue.remove(j)
+		p.meter.unwatch(j)
 	}
 	out := p.outBytes[id]
 	delete(p.outBytes, id)
@@ -447,9 +471,9 @@ type Decision struct {
 }
 
 // Decide returns what should happen now: rejections and cancellations of
-// jobs that will never be held, holds lost with an expired node, then
-// placements of waiting jobs in order, with backfill (ComputeHeld). At most
-// max placements are returned.
+// jobs that will never be held, holds lost with an expired node, attempts
+// past their deadline (overrun.go), then placements of waiting jobs in
+// order, with backfill (ComputeHeld). At most max placements are returned.
 func (p *Pool) Decide(max int) []Decision {
 	now := p.now()
 	var out []Decision
@@ -471,13 +495,14 @@ func (p *Pool) Decide(max int) []Decision {
 	}
 	for _, n := range p.nodes.expiredWithJobs() {
 		for _, j := range byOrder(n.jobs) {
-			if !j.lost && !j.stopped {
+			if !j.lost && !j.stopped && !j.expired {
 				out = append(out, Decision{Job: j.id, Expect: j.last, Event: &events.HoldLost{
 					Hold:   j.heldAs(n),
 					Reason: fmt.Sprintf("node %s stopped renewing its lease (boot %s): the attempt is lost with it", n.name, n.boot)}})
 			}
 		}
 	}
+	out = append(out, p.meter.overruns(now, &p.nodes)...)
 	for _, pl := range p.placer.place(p.nodes.liveNodes(), &p.queue, p.usage, now, max) {
 		out = append(out, pl.decision())
 	}

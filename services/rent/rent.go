@@ -29,9 +29,12 @@
 // prove it still holds it. The others keep their pools warm and take over
 // within a lease time when it dies.
 //
-// Run nodes keep leases of their own. When one lapses, the leader records
-// NodeExpired, and HoldLost for every attempt held on that node that had not
-// stopped; RELEASE then releases them and the jobs are held again.
+// Run nodes keep leases of their own. When one lapses, the leader waits
+// the lapse margin more (Config.LapseMargin: see pkg/lease, which says why),
+// then records NodeExpired, and HoldLost for every attempt held on that node
+// that had not stopped; RELEASE then releases them and the jobs are held
+// again. A node cut off stops its own jobs before its lease can lapse, so
+// the margin puts every one of them dead before the next hold.
 package rent
 
 import (
@@ -100,10 +103,13 @@ type Service struct {
 	// waiter takes its Changed channel before it reads the pool.
 	tail *bus.Tail
 
-	mu       sync.Mutex
-	pool     *Pool
-	leader   *lease.Lease      // non-nil while this instance leads
-	expiring map[string]string // nodes whose lease lapsed: node → boot, to record
+	mu     sync.Mutex
+	pool   *Pool
+	leader *lease.Lease // non-nil while this instance leads
+	// expiring are the nodes whose lease this instance saw gone, to be
+	// recorded lost once the lapse margin has passed.
+	expiring    map[string]lapse
+	lapseMargin time.Duration
 	// traces is the trace context of the last event of each live job that
 	// had one: the pool decides later, apart from any handler, and what it
 	// appends must stay in the job's trace.
@@ -145,9 +151,15 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if cfg.LapseMargin < 0 {
+		return nil, fmt.Errorf("rent: lapse margin %s: it must not be negative, or a node could be counted lost before its lease expired", cfg.LapseMargin)
+	}
+	if err := cfg.readCards(); err != nil {
+		return nil, err
+	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: cfg.Logger.With("service", "rent", "instance", instance), instance: instance,
-		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
+		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]lapse{}, lapseMargin: cfg.LapseMargin, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
 		kick: make(chan struct{}, 1), unresolved: make(chan struct{}, 1), queryLimits: cfg.Queries}
 	// Named after the instance, so that its backlog is watched like a
 	// durable consumer's (e31_consumer_pending{service="rent"}).
@@ -181,6 +193,13 @@ func (s *Service) Run(ctx context.Context) error {
 	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
 	if err != nil {
 		return fmt.Errorf("rent: leases: %w", err)
+	}
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("rent: %w", err)
+	}
+	if s.lapseMargin == 0 {
+		s.lapseMargin = lease.DefaultMargins(ttl).Lapse
 	}
 	s.dropOldConsumer(ctx)
 	start := time.Now()
@@ -365,8 +384,14 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
 	s.remember(env)
+	if e, ok := env.Event.(*events.NodeExpired); ok && s.expiring[e.Node].boot == e.Boot {
+		// Recorded by the leader: a standby that saw the lapse too has
+		// nothing left to record when it leads.
+		delete(s.expiring, e.Node)
+	}
 	unresolved := s.pool.HasUnresolved()
 	s.mu.Unlock()
+	s.noteCard(env)
 	if unresolved {
 		select {
 		case s.unresolved <- struct{}{}:
@@ -508,7 +533,8 @@ func (s *Service) waitFree(ctx context.Context, kv jetstream.KeyValue) {
 		<-wctx.Done()
 		return
 	}
-	defer w.Stop()
+	// Stop's error says only that the watch had ended already.
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-wctx.Done():
@@ -638,11 +664,24 @@ func (s *Service) checkNode(ctx context.Context, kv jetstream.KeyValue, name str
 	}
 }
 
-// nodeGone marks a node's current boot for the leader to record as expired.
+// lapse is a node's boot whose lease this instance saw gone, and when the
+// lapse margin after the first sighting ends, on this instance's monotonic
+// clock: the node may be recorded lost from then on.
+type lapse struct {
+	boot string
+	due  time.Time
+}
+
+// nodeGone marks a node's current boot for the leader to record as expired
+// once the lapse margin has passed. A lease is seen gone at its expiry or
+// later (the delete marker comes after the expiry, a sweep later still), so
+// counting the margin from the first sighting is never early. Each
+// instance counts from its own sighting: a standby that leads meanwhile
+// records no sooner than its own margin allows.
 func (s *Service) nodeGone(name string) {
 	s.mu.Lock()
-	if boot, ok := s.pool.LeasedBoot(name); ok {
-		s.expiring[name] = boot
+	if boot, ok := s.pool.LeasedBoot(name); ok && s.expiring[name].boot != boot {
+		s.expiring[name] = lapse{boot: boot, due: time.Now().Add(s.lapseMargin)}
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -653,6 +692,11 @@ func (s *Service) nodeGone(name string) {
 func (s *Service) scheduler(ctx context.Context) {
 	again := time.NewTimer(time.Hour)
 	again.Stop()
+	// lapsed wakes the scheduler when the margin of a lapse it saw ends.
+	lapsed := time.NewTimer(time.Hour)
+	lapsed.Stop()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
 	pauses := retry.Schedule.BackOff()
 	for {
 		select {
@@ -660,8 +704,14 @@ func (s *Service) scheduler(ctx context.Context) {
 			return
 		case <-s.kick:
 		case <-again.C:
+		case <-lapsed.C:
+		case <-due.C:
 		}
 		err := s.schedule(ctx)
+		if next, ok := s.nextLapse(); ok {
+			lapsed.Reset(time.Until(next))
+		}
+		s.armDue(due)
 		s.mu.Lock()
 		depth := s.pool.WaitingBySubmitter()
 		s.mu.Unlock()
@@ -744,12 +794,29 @@ func (s *Service) schedule(ctx context.Context) error {
 	}
 }
 
-// recordExpired appends NodeExpired for every node whose lease lapsed.
+// nextLapse is when the earliest lapse margin still running ends.
+func (s *Service) nextLapse() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next time.Time
+	for _, l := range s.expiring {
+		if next.IsZero() || l.due.Before(next) {
+			next = l.due
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// recordExpired appends NodeExpired for every node whose lease lapsed at
+// least the lapse margin ago.
 func (s *Service) recordExpired(ctx context.Context) error {
+	now := time.Now()
 	s.mu.Lock()
 	pending := make(map[string]string, len(s.expiring))
-	for n, b := range s.expiring {
-		pending[n] = b
+	for n, l := range s.expiring {
+		if !now.Before(l.due) {
+			pending[n] = l.boot
+		}
 	}
 	s.mu.Unlock()
 	if len(pending) == 0 {
@@ -766,7 +833,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		// boot. A lease held under the boot says the node lives.
 		if e, err := kv.Get(ctx, "node."+name); err == nil && string(e.Value()) == boot {
 			s.mu.Lock()
-			if s.expiring[name] == boot {
+			if s.expiring[name].boot == boot {
 				delete(s.expiring, name)
 			}
 			s.mu.Unlock()
@@ -782,7 +849,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		s.log.Warn("node lost: its lease lapsed", "node", name, "boot", boot, "seq", env.Seq)
 		s.mu.Lock()
 		s.pool.Apply(env)
-		if s.expiring[name] == boot {
+		if s.expiring[name].boot == boot {
 			delete(s.expiring, name)
 		}
 		s.mu.Unlock()

@@ -106,6 +106,9 @@ func noLiveNode(ns *nodeSet, j *job) string {
 	if note := unisolatedNote(ns, nil); note != "" {
 		reason += "; " + note
 	}
+	if note := ns.uncardedNote(); note != "" {
+		reason += "; " + note
+	}
 	return reason
 }
 
@@ -208,13 +211,13 @@ func total(live []*node) res {
 func describe(r res) string {
 	parts := []string{
 		fmt.Sprintf("%g cpu", float64(r.milliCPU)/1000),
-		humanBytes(r.memory) + " memory",
+		hold.HumanBytes(r.memory) + " memory",
 	}
 	if r.gpu > 0 {
 		parts = append(parts, fmt.Sprintf("%d gpu", r.gpu))
 	}
 	if r.disk > 0 {
-		parts = append(parts, humanBytes(r.disk)+" disk")
+		parts = append(parts, hold.HumanBytes(r.disk)+" disk")
 	}
 	return strings.Join(parts, ", ")
 }
@@ -224,20 +227,7 @@ func describe(r res) string {
 func describeNeed(j *job) string {
 	d := describe(j.need)
 	if inputs := j.need.disk - j.spec.Request.DiskBytes; inputs > 0 {
-		d += fmt.Sprintf(" (request.disk %s and %s of staged inputs)", humanBytes(j.spec.Request.DiskBytes), humanBytes(inputs))
+		d += fmt.Sprintf(" (request.disk %s and %s of staged inputs)", hold.HumanBytes(j.spec.Request.DiskBytes), hold.HumanBytes(inputs))
 	}
 	return d
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.3g %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

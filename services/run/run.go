@@ -11,10 +11,14 @@
 // stop, and RUN records the attempt as lost with its node instead of
 // running it again. RELEASE then lets RENT hold the job anew as a new
 // attempt, visibly in the record.
+//
+// A node cut off from NATS stops its own jobs before its lease can lapse,
+// so that a job is never held again while it still runs here (fence.go).
 package run
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -105,6 +109,21 @@ type Config struct {
 	// LogFlush is how often a running job's new output is stored, for
 	// `e31 logs --follow`. Default 1s.
 	LogFlush time.Duration
+	// FenceMargin is how long before its lease could lapse the node stops
+	// every job it runs when it cannot renew it (SIGTERM then, SIGKILL at
+	// half of it): see pkg/lease. Zero: a quarter of the lease's TTL. At
+	// most half the TTL, which Run checks once it knows the TTL.
+	FenceMargin time.Duration
+
+	// SigningKey signs every stop the node reports (sign.go), and Card,
+	// presented when the node announces itself, binds its public half and
+	// the node's capacity to the node's name: both are made by `e31 creds
+	// node`. Nil: stops are unsigned, and the node has no card. Read from
+	// SigningKeyFile and CardFile when they are set.
+	SigningKey     ed25519.PrivateKey
+	Card           *events.NodeCard
+	SigningKeyFile string
+	CardFile       string
 
 	// Source is the CloudEvents source it stamps; default "e31/run/NODE".
 	Source string
@@ -122,9 +141,10 @@ var errCancelRequested = errors.New("run: cancel requested")
 // when its limit passes before it could start.
 var errLimitBeforeStart = errors.New("run: the limit passed before the job started")
 
-// errFenced is the cause given to jobs stopped because this node lost its
-// lease: the pool counts it dead and has held its jobs again elsewhere.
-var errFenced = errors.New("run: the node lost its lease")
+// errFenced is why jobs are stopped when this node fences itself: it could
+// not renew its lease in time, and the pool may count it dead and hold its
+// jobs again elsewhere once the lease lapses (see fence.go).
+var errFenced = errors.New("run: the node could not renew its lease in time")
 
 // Service is the RUN agent of one node.
 type Service struct {
@@ -139,6 +159,12 @@ type Service struct {
 	mu      sync.Mutex
 	running map[string]*running          // by job id
 	results map[string]events.RunStopped // stopped but not yet recorded, by job/attempt
+	// fenced is why the node stopped its jobs, while it has no lease it
+	// can show (nil otherwise), and rejoined is closed once it has one
+	// again: no job starts in between (see fence.go).
+	fenced   *executor.StopBy
+	rejoined chan struct{}
+	margins  lease.Margins
 }
 
 type running struct {
@@ -146,6 +172,8 @@ type running struct {
 	submitter string
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
+	// sweep is the point of a member of a sweep (see sweep.go).
+	sweep *events.SweepPoint
 }
 
 // New checks cfg, fills in the defaults of the fields left zero (see
@@ -157,6 +185,9 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.CPU <= 0 || cfg.MemoryBytes <= 0 {
 		return nil, fmt.Errorf("run: node %s: cpu and memory must be positive", cfg.Node)
+	}
+	if err := cfg.readKeys(); err != nil {
+		return nil, err
 	}
 	if cfg.Stores == nil && cfg.Store != nil {
 		cfg.Stores = stage.Single{Store: cfg.Store}
@@ -175,6 +206,9 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.LogFlush <= 0 {
 		cfg.LogFlush = time.Second
+	}
+	if cfg.FenceMargin < 0 {
+		return nil, fmt.Errorf("run: node %s: fence margin %s: it must not be negative", cfg.Node, cfg.FenceMargin)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -242,6 +276,14 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("run: leases: %w", err)
 	}
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	s.margins = lease.Margins{Fence: s.cfg.FenceMargin}.Or(ttl)
+	if err := s.margins.Check(ttl); err != nil {
+		return fmt.Errorf("run: node %s: %w (--fence-margin)", s.cfg.Node, err)
+	}
 	l, err := s.announce(ctx, kv)
 	if err != nil {
 		return err
@@ -296,7 +338,7 @@ func (s *Service) handle(ctx context.Context) error {
 // announced without one.
 func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.Lease, error) {
 	boot := strings.ReplaceAll(uuid.NewString(), "-", "")
-	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot)
+	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot, lease.OnUnanswered(s.reconnect))
 	if err != nil {
 		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
 	}
@@ -312,6 +354,7 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
 		Devices: s.gpus.offered,
+		Card:    s.cfg.Card,
 	}
 	before := previousDevices(ctx, s.js, s.cfg.Node)
 	if _, err := s.pub.Append(ctx, s.cfg.Node, &ann); err != nil {
@@ -323,41 +366,6 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	return l, nil
 }
 
-// keepLease renews the node's lease until ctx ends, then gives it up. If
-// the lease is lost (the node was cut off for longer than its TTL), the pool
-// has counted this node dead and held its jobs again elsewhere: stop every
-// job here at once, and join the pool again as a new boot. It fails only if
-// the node cannot join again for a reason that does not pass by itself.
-func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
-	for {
-		err := l.Keep(ctx, nil)
-		if ctx.Err() != nil {
-			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := l.Release(release); err != nil {
-				s.log.Warn("giving up the node's lease; the pool counts the node gone when it lapses", "err", err)
-			}
-			return nil
-		}
-		s.log.Error("the node lost its lease: stopping its jobs, which are held again elsewhere", "err", err)
-		s.mu.Lock()
-		for _, r := range s.running {
-			r.cancel(errFenced)
-		}
-		s.mu.Unlock()
-		l, err = retry.Value(ctx, retry.Rejoin, func() (*lease.Lease, error) { return s.announce(ctx, kv) },
-			retry.OnRetry(func(err error, in time.Duration) {
-				s.log.Warn("joining the pool again failed; retrying", "in", in, "err", err)
-			}))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("run: join the pool again: %w", err)
-		}
-	}
-}
-
 // HandleHeld runs one held job to its end and records how it stopped. It
 // returns only once RunStopped is recorded (or the node stops).
 func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
@@ -367,6 +375,10 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	}
 	job := env.Subject
 	log := s.log.With("job", job, "attempt", held.Attempt)
+	// Nothing starts while the node has no lease it can show.
+	if err := s.waitRejoined(ctx); err != nil {
+		return err
+	}
 
 	s.mu.Lock()
 	for {
@@ -392,8 +404,12 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// The job's own context outlives this delivery's, but stays in its
 	// trace: the sandbox and the upload are spans of this handling.
 	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
-	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
+	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{}), sweep: held.Spec.Sweep}
 	s.running[job] = r
+	if s.fenced != nil {
+		// Fenced since the wait above: stopped before it starts.
+		cancel(s.fenced)
+	}
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
 	s.mu.Unlock()
 	defer func() {
@@ -412,9 +428,13 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// that is stored must be known here, so that it is stopped and recorded.
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
-	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold)), nil
+	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
+		return s.signed(job, refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold))), nil
 	})
+	if err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
+	}
+	stored, err := s.pub.React(decideCtx, env, decide)
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
 	}
@@ -458,7 +478,7 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 		try, cancelTry := context.WithTimeout(ctx, tryRequest)
 		defer cancelTry()
 		return s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
-			return DecideStop(stopped, after), nil
+			return s.signed(started.Subject, DecideStop(stopped, after)), nil
 		})
 	}, retry.If(retry.Always), retry.OnRetry(func(err error, in time.Duration) {
 		s.log.Warn("recording the stop failed; retrying", "job", started.Subject, "attempt", stopped.Attempt, "in", in, "err", err)
@@ -471,12 +491,13 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 
 // DecideStop is what RUN appends when a job it ran stops, given what
 // happened to the job since its start: nothing if the stop is already
-// recorded, or if the attempt was given up as lost with its node.
+// recorded, or if the attempt was given up as lost with its node, or ended
+// by RENT at its limit plus grace (a stop that late is set aside).
 func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Event {
 	for _, e := range after {
 		if h, ok := events.HoldOf(e.Event); ok && h.Attempt == stopped.Attempt {
 			switch e.Event.(type) {
-			case *events.RunStopped, *events.HoldLost, *events.ComputeReleased:
+			case *events.RunStopped, *events.HoldLost, *events.HoldExpired, *events.ComputeReleased:
 				return nil
 			}
 		}
@@ -510,7 +531,8 @@ func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job
 
 // DecideStart is what RUN appends when a hold reaches it, given what
 // happened to the job since the hold:
-//   - the attempt already stopped, or was given up as lost: nothing;
+//   - the attempt already stopped, was given up as lost, or was ended by
+//     RENT at its limit plus grace: nothing;
 //   - this node holds the result of a run it could not record yet: that;
 //   - it started but never stopped: the node lost it (it restarted);
 //   - a cancel came first: stopped as cancelled, never started;
@@ -525,6 +547,10 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 				return nil
 			}
 		case *events.HoldLost:
+			if ev.Attempt == held.Attempt {
+				return nil
+			}
+		case *events.HoldExpired:
 			if ev.Attempt == held.Attempt {
 				return nil
 			}
@@ -585,14 +611,14 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	fail := func(format string, args ...any) events.RunStopped {
 		stopped.Outcome = events.Failed
 		stopped.Reason = fmt.Sprintf(format, args...)
-		switch context.Cause(prepCtx) {
+		switch causeOf(prepCtx) {
 		case errLimitBeforeStart:
 			stopped.Outcome = events.LimitExceeded
 			stopped.Reason = fmt.Sprintf("its limit of %s passed before it started (%s)", limit, stopped.Reason)
 		case errShutdown:
 			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down before the job started"
 		case errFenced:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease before the job started"
+			stopped.Outcome, stopped.Reason = events.NodeLost, fencedReason+" before the job started"
 		case errCancelRequested:
 			stopped.Outcome, stopped.Reason = events.Cancelled, "cancelled before it started"
 		}
@@ -681,18 +707,34 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
-	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
-	stopped.Logs = s.storeLogs(ctx, logs, log)
-	if res.Outcome == events.Cancelled {
-		switch context.Cause(ctx) {
-		case errShutdown:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
-		case errFenced:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease while the job ran"
+	// A node cut off may be given up as lost by now: nothing of the
+	// attempt is stored (no output, no logs), its workspace is cleaned on
+	// the way out, and the stop says why. The fence may come while the
+	// output is stored, too: the storing stops then.
+	fenced := func() bool { return causeOf(ctx) == errFenced }
+	fencedStop := func(when string) events.RunStopped {
+		stopped.Outcome, stopped.Reason, stopped.Usage = events.NodeLost, fencedReason+" "+when, res.Usage
+		stopped.ExitCode, stopped.Logs = nil, nil
+		stopped.Output = events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}
+		return stopped
+	}
+	if fenced() {
+		return fencedStop("while the job ran")
+	}
+	storing, stopStoring := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStoring()
+	defer context.AfterFunc(ctx, func() {
+		if fenced() {
+			stopStoring()
 		}
+	})()
+	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
+	stopped.Logs = s.storeLogs(storing, logs, log)
+	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
+		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
 	}
 	// Whatever the job left is returned, on every path.
-	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	collectCtx, cancel := context.WithTimeout(storing, 10*time.Minute)
 	defer cancel()
 	// The job's declared disk bounds its output too; the node's bound is
 	// for jobs that declare none.
@@ -720,6 +762,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	if collected.Missing == nil {
 		collected.Missing = []string{}
+	}
+	if fenced() {
+		return fencedStop("while the job's output was stored")
 	}
 	stopped.Output = collected
 	if err != nil {
@@ -768,10 +813,11 @@ func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject str
 }
 
 // storeLogs stores the rest of what the job wrote, and marks its log
-// complete, on every path the job ran (also when the node stops), and
-// returns what RunStopped says of it.
+// complete, on every path the job ran (also when the node stops: ctx is
+// not the job's, which a shutdown ends), and returns what RunStopped says
+// of it.
 func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
-	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	storeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := again(storeCtx, log, "storing the job's logs", tryLogs, func(ctx context.Context) error { return logs.Flush(ctx, true) }); err != nil {
 		log.Warn("storing the job's logs", "err", err)
@@ -826,6 +872,10 @@ const (
 // HandleCancel stops the job if it runs on this node. A cancel for a job
 // not started here is decided when its hold arrives (DecideStart).
 func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
+	if c, ok := events.SweepCancel(env.Event); ok {
+		s.cancelSweep(env, c) // sweep.go
+		return nil
+	}
 	s.mu.Lock()
 	r := s.running[env.Subject]
 	s.mu.Unlock()

@@ -241,14 +241,6 @@ func parseUint(b []byte, what string) (uint64, error) {
 	return v, nil
 }
 
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return parseUint(b, path)
-}
-
 func parseKV(b []byte) map[string]uint64 {
 	kv := map[string]uint64{}
 	for _, line := range strings.Split(string(b), "\n") {

@@ -81,7 +81,8 @@
 //     a tmpfs of Spec.DiskBytes instead: ENOSPC at the bound, but its pages
 //     are charged to the job's memory cgroup, so what a job writes counts
 //     against its memory as well.
-//   - Environment: the declared variables, PATH and HOME=/tmp (unless
+//   - Environment: executor.Environ's, as every executor gives it: the
+//     declared variables, PATH, HOME=/tmp and TMPDIR=/tmp (unless
 //     declared), E31_JOB_ID, E31_DATA=/data and E31_OUTPUT=/out (always).
 //     Working directory /tmp; stdin /dev/null; stdout and stderr are pipes
 //     the node copies into Spec.Stdout and Spec.Stderr (RUN's bounded log,

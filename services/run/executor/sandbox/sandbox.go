@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -490,7 +489,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			}
 		}()
 	}
-	env, path := jobEnv(spec)
+	env, path := executor.Environ(spec, executor.Inside), executor.SearchPath(spec)
 	// The system directories are in the template already: only the job's
 	// workspace is mounted for it. From the executor's own record, not
 	// from ws, whose fields RUN could change.
@@ -559,45 +558,18 @@ wait:
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := executor.Due(termAt), executor.Due(killAt)
-	var (
-		stopping bool
-		ex       exited
-	)
-	stop := func(outcome events.Outcome, reason string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		res.Outcome, res.Reason = outcome, reason
-		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
-		killAll(j.cg, syscall.SIGTERM)
-	}
-	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
-	done := ctx.Done()
-loop:
-	for {
-		select {
-		case ex = <-donec:
-			break loop
-		case <-term:
-			term = nil
-			stop(events.LimitExceeded, limitReason)
-		case <-done:
-			done = nil
-			if !stopping {
-				stop(events.Cancelled, "cancelled")
-				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			stop(events.LimitExceeded, limitReason)
+	ex, stop, _ := executor.Watch(ctx, spec, res.Started, donec, nil, executor.Signals{
+		Term: func(why executor.Stop) {
+			j.log.Info("stopping job", "outcome", why.Outcome, "reason", why.Reason)
+			killAll(j.cg, syscall.SIGTERM)
+		},
+		Kill: func() {
 			// SIGKILL to pid 1 makes the kernel kill its whole pid namespace.
 			_ = syscall.Kill(st.pid, syscall.SIGKILL)
 			killAll(j.cg, syscall.SIGKILL)
-		}
-	}
+		},
+	})
+	res.Outcome, res.Reason = stop.Outcome, stop.Reason
 	if ex.err != nil {
 		j.log.Error("wait for job", "err", ex.err)
 	}
@@ -616,7 +588,7 @@ loop:
 		j.log.Warn("read job usage", "err", err)
 	}
 	res.Usage = events.Usage{CPUSeconds: u.cpuSeconds, MaxRSSBytes: u.peakMemory}
-	if !stopping {
+	if stop.Outcome == "" {
 		switch ws := ex.status; {
 		case ex.err != nil:
 			res.Outcome = events.Failed
@@ -653,30 +625,6 @@ loop:
 type admitReq struct {
 	pid int
 	err chan error
-}
-
-// defaultPath is the job's PATH unless it declares one.
-const defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-
-// jobEnv is the job's environment: its declared variables, then PATH and
-// HOME unless declared, then the E31_ variables, which it cannot override.
-func jobEnv(spec executor.Spec) (env []string, path []string) {
-	vars := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "TMPDIR": "/tmp"}
-	for k, v := range spec.Env {
-		vars[k] = v
-	}
-	vars["E31_JOB_ID"] = spec.JobID
-	vars["E31_DATA"] = "/data"
-	vars["E31_OUTPUT"] = "/out"
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+vars[k])
-	}
-	return env, filepath.SplitList(vars["PATH"])
 }
 
 // release undoes Prepare and gives the slot back. It refuses while a
