@@ -214,6 +214,12 @@ type ComputeHeld struct {
 	Hold
 	Submitter string  `json:"submitter"`
 	Spec      JobSpec `json:"spec"`
+	// GraceSeconds is how long past the job's limit, counted from this
+	// event's ce-time, RENT waits for the node's stop before it ends the
+	// attempt itself (HoldExpired): the node must have collected the
+	// job's output and reported its stop by then. Absent from holds older
+	// than it.
+	GraceSeconds float64 `json:"grace_seconds,omitempty"`
 }
 
 // RunStarted records that the node started the job.

@@ -20,14 +20,17 @@ type placement struct {
 }
 
 // decision is p as the event to append: the disk held is request.disk and
-// the staged inputs, both written to the node's disk.
-func (p placement) decision() Decision {
+// the staged inputs, both written to the node's disk; grace is how long
+// past the limit RENT waits for the node's stop (overrun.go), which the
+// node is told so that it reports in time.
+func (p placement) decision(grace time.Duration) Decision {
 	j := p.job
 	return Decision{Job: j.id, Expect: j.last, Event: &events.ComputeHeld{
 		Hold: events.Hold{Attempt: j.attempt + 1, Node: p.node.name, CPU: j.spec.Request.CPU, MemoryBytes: j.spec.Request.MemoryBytes,
 			GPU: j.spec.Request.GPU, DiskBytes: j.need.disk, GPUs: p.gpus},
-		Submitter: j.submitter,
-		Spec:      j.spec,
+		Submitter:    j.submitter,
+		Spec:         j.spec,
+		GraceSeconds: grace.Seconds(),
 	}}
 }
 

@@ -504,7 +504,7 @@ func (p *Pool) Decide(max int) []Decision {
 	}
 	out = append(out, p.meter.overruns(now, &p.nodes)...)
 	for _, pl := range p.placer.place(p.nodes.liveNodes(), &p.queue, p.usage, now, max) {
-		out = append(out, pl.decision())
+		out = append(out, pl.decision(p.cfg.Grace))
 	}
 	return out
 }

@@ -733,8 +733,11 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
 		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
 	}
-	// Whatever the job left is returned, on every path.
-	collectCtx, cancel := context.WithTimeout(storing, 10*time.Minute)
+	// Whatever the job left is returned, on every path, and in time: past
+	// its hold's grace RENT ends the attempt without the node's stop, and
+	// what it collected would be set aside, so a collection that would
+	// run on is cut short and returned as far as it got.
+	collectCtx, cancel := context.WithDeadline(storing, reportBy(time.Now(), heldAt, limit, held.GraceSeconds))
 	defer cancel()
 	// The job's declared disk bounds its output too; the node's bound is
 	// for jobs that declare none.
@@ -889,4 +892,26 @@ func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
 		r.cancel(errCancelRequested)
 	}
 	return nil
+}
+
+// maxCollect bounds how long a node collects a job's output.
+const maxCollect = 10 * time.Minute
+
+// reportBy is when the node must be done collecting a job's output, now
+// that the job is over: within maxCollect, and before RENT's grace past
+// the limit runs out (counted from heldAt, the hold's ce-time, on RENT's
+// clock), less a margin for the stop's append and for the two clocks'
+// drift: a tenth of the grace, at least two seconds. A hold that names no
+// grace (older than it) has maxCollect.
+func reportBy(now, heldAt time.Time, limit time.Duration, graceSeconds float64) time.Time {
+	by := now.Add(maxCollect)
+	if graceSeconds <= 0 {
+		return by
+	}
+	grace := time.Duration(graceSeconds * float64(time.Second))
+	end := heldAt.Add(limit + grace - max(grace/10, 2*time.Second))
+	if end.Before(by) {
+		return end
+	}
+	return by
 }
