@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/binary"
@@ -147,8 +148,13 @@ func (a *Auditor) cardOf(node string, c *events.NodeCard) (key, wrong string) {
 	return c.Key, ""
 }
 
-// checkStop holds a stop to the key of the card its attempt's node had
-// when the attempt was held, in log order.
+// checkStop holds a stop to the key of a card its attempt's node
+// presented: the one in force when the attempt was held, or the one in
+// force when the stop was stored, in log order. A node that restarts
+// announces itself with a new key before it reports what became of the
+// attempts it held before (and may be given one between its lease and its
+// announcement): either card is the operator's word that the key is that
+// node's.
 func (a *Auditor) checkStop(jobID string, f fact, sc stopCheck) {
 	e, ok := f.ev.(*events.RunStopped)
 	if !ok {
@@ -158,13 +164,18 @@ func (a *Auditor) checkStop(jobID string, f fact, sc stopCheck) {
 	if h == nil {
 		return // the order check reports a stop of nothing held
 	}
+	var now string // the key of the node's card in force at the stop
+	if n := a.nodes[h.node]; n != nil {
+		now = n.cardKey
+	}
+	card := cmp.Or(h.cardKey, now)
 	bad := func(format string, args ...any) {
 		a.find(Finding{Job: jobID, Seq: f.seq, Kind: Signature, Detail: fmt.Sprintf("the stop of attempt %d on node %s ", e.Attempt, h.node) + fmt.Sprintf(format, args...)})
 	}
 	switch {
-	case h.cardKey == "" && !sc.signed:
+	case card == "" && !sc.signed:
 		a.rep.StopsUnchecked++
-	case h.cardKey == "":
+	case card == "":
 		// Signed by a node without a card: the key is bound to nothing
 		// the operator said; the signature is checked for what it is.
 		a.rep.StopsUnchecked++
@@ -172,11 +183,11 @@ func (a *Auditor) checkStop(jobID string, f fact, sc stopCheck) {
 			bad("is signed, but its signature does not verify with the key it names (%s): a field was changed after it was signed", sc.key)
 		}
 	case !sc.signed:
-		bad("is unsigned, but the node presented a card (its key %s) when the attempt was held", h.cardKey)
-	case sc.key != h.cardKey:
-		bad("is signed with %s, not with the key of the node's card, %s", sc.key, h.cardKey)
+		bad("is unsigned, but the node presented a card (its key %s)", card)
+	case sc.key != h.cardKey && sc.key != now:
+		bad("is signed with %s, not with the key of the node's card, %s", sc.key, card)
 	case !sc.valid:
-		bad("does not verify with the node's key %s: a field was changed after the node signed it", h.cardKey)
+		bad("does not verify with the node's key %s: a field was changed after the node signed it", sc.key)
 	default:
 		a.rep.StopsVerified++
 	}

@@ -3,6 +3,7 @@ package audit
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -36,9 +37,16 @@ func newNodeKeys(t *testing.T) nodeKeys {
 func (k nodeKeys) trusted() ed25519.PublicKey { return k.operator.Public().(ed25519.PublicKey) }
 
 // announceCarded announces node with cpu cores and a card of cardCPU
-// cores for key, signed by signer (no card if signer is nil).
+// cores for key, signed by signer (no card if signer is nil), as a new boot
+// of it each time.
 func (l *log) announceCarded(node string, cpu, cardCPU float64, key, signer ed25519.PrivateKey) *log {
-	a := &events.NodeAnnounced{Node: node, Boot: "b1", CPU: cpu, MemoryBytes: 4 << 30, DiskBytes: 8 << 30}
+	boots := 1
+	for _, r := range l.raws {
+		if r.Subject == "e31.node."+node+".announced" {
+			boots++
+		}
+	}
+	a := &events.NodeAnnounced{Node: node, Boot: fmt.Sprintf("b%d", boots), CPU: cpu, MemoryBytes: 4 << 30, DiskBytes: 8 << 30}
 	if signer != nil {
 		c := nodecard.Issue(signer, events.NodeCard{Node: node, CPU: cardCPU, MemoryBytes: 4 << 30, DiskBytes: 8 << 30, Key: nodecard.PublicOf(key)}, t0)
 		a.Card = &c
@@ -122,6 +130,18 @@ func TestAuditChecksEachStopAgainstItsNodesCard(t *testing.T) {
 					b["output"].(map[string]any)["files"].([]any)[0].(map[string]any)["digest"] = "sha256:" + strings.Repeat("00", 32)
 				})
 			}, want: "does not verify with the node's key"},
+		{name: "a stop signed with the key the node announced after the hold, as a node that restarted does", key: true, counts: [2]int{1, 0},
+			build: func(l *log) {
+				l.announceCarded("n1", 2, 2, k.n1, k.operator).submitted("j")
+				zero := 0
+				stop := &events.RunStopped{Hold: h1, Outcome: events.NodeLost, ExitCode: &zero, Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}}}
+				nodecard.SignStop(k.n2, "j", stop)
+				l.add("j", &events.ComputeHeld{Hold: h1, Submitter: "alice", Spec: spec}).
+					announceCarded("n1", 2, 2, k.n2, k.operator).
+					add("j", stop).
+					add("j", &events.OutputReturned{Hold: h1, Outcome: events.NodeLost, Files: []events.OutputFile{}, Missing: []string{}}).
+					add("j", &events.ComputeReleased{Hold: h1, Outcome: events.NodeLost, Final: true})
+			}},
 		{name: "a stop signed by another node's key", key: true,
 			build: func(l *log) {
 				l.announceCarded("n1", 2, 2, k.n1, k.operator).announceCarded("n2", 2, 2, k.n2, k.operator).
