@@ -11,19 +11,27 @@ RACE      ?= -race
 
 export GOFLAGS := -buildvcs=false
 
-.PHONY: all build demo test unit e2e bench images fuzz fuzz-short lint clean
+.PHONY: all build demo test prereqs-demo prereqs-test unit e2e bench images fuzz fuzz-short lint clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/e31
 
-## demo: build, start e31 dev, run the examples, print outcomes and hold records, stop.
-demo: build
+## demo: check (as root, install) what it needs, build, start e31 dev, run the examples,
+## print outcomes and hold records, stop.
+demo: prereqs-demo build
 	E31=$(BIN) ./scripts/demo.sh
 
-## test: lint, unit and integration tests of every module, a short run of every fuzzer, then end-to-end tests in containers.
-test: lint unit fuzz-short e2e
+## test: check (as root, install) what it needs, then lint, unit and integration tests of
+## every module, a short run of every fuzzer, then end-to-end tests in containers.
+test: prereqs-test lint unit fuzz-short e2e
+
+# What each needs beyond Go (and Docker for test), in one script that .ci/run calls too.
+prereqs-demo:
+	@./scripts/prereqs.sh demo
+prereqs-test:
+	@./scripts/prereqs.sh test
 
 unit:
 	@set -e; for m in $(MODULES); do echo "== go test ./$$m/..."; $(GO) test $(RACE) $(TEST_FLAGS) ./$$m/...; done
@@ -68,10 +76,17 @@ fuzz:
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
-lint:
+# golangci-lint is pinned in tools/go.mod (a module of its own, outside the
+# workspace, so its dependencies never move e31's) and built once into bin/.
+GOLANGCI := bin/golangci-lint
+$(GOLANGCI): tools/go.mod tools/go.sum
+	GOWORK=off $(GO) build -C tools -o $(CURDIR)/$(GOLANGCI) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+## lint: gofmt, then golangci-lint (go vet, staticcheck, unused, ineffassign, misspell, errcheck) on every module.
+lint: $(GOLANGCI)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@set -e; for m in $(MODULES) e2e; do $(GO) vet ./$$m/...; done
-	@set -e; for m in $(OUTSIDE_MODULES); do (cd $$m && GOWORK=off $(GO) vet ./...); done
+	$(GOLANGCI) run $(addprefix ./,$(addsuffix /...,$(MODULES) e2e))
+	@set -e; for m in $(OUTSIDE_MODULES); do echo "== golangci-lint $$m"; (cd $$m && GOWORK=off $(CURDIR)/$(GOLANGCI) run --config $(CURDIR)/.golangci.yml ./...); done
 
 clean:
 	rm -rf bin

@@ -44,10 +44,9 @@ func (o *SchedulerOptions) Flags(fs *flag.FlagSet) {
 // Flags defines o's flags on fs; sizes are written as in a job file
 // (4KiB, 1GiB).
 func (o *StageOptions) Flags(fs *flag.FlagSet) {
-	o.Large, o.SmallSize = jobfile.GiB, 4*jobfile.KiB
-	fs.Var(size{&o.Large}, "large", "size of the one large file")
+	jobfile.SizeVar(fs, &o.Large, "large", jobfile.GiB, "size of the one large file")
 	fs.IntVar(&o.SmallFiles, "small-files", 10000, "number of small files")
-	fs.Var(size{&o.SmallSize}, "small-size", "size of each small file")
+	jobfile.SizeVar(fs, &o.SmallSize, "small-size", 4*jobfile.KiB, "size of each small file")
 	fs.StringVar(&o.Sync, "sync", "always", "event store durability: always (as e31 dev) or interval")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the temporary directory")
 }
@@ -81,25 +80,3 @@ type usage string
 
 func (u usage) Error() string      { return string(u) }
 func (usage) Is(target error) bool { return target == ErrUsage }
-
-// size is a flag of a size in bytes, written as in a job file.
-type size struct{ n *int64 }
-
-func (s size) String() string {
-	if s.n == nil {
-		return ""
-	}
-	return jobfile.FormatSize(*s.n)
-}
-
-func (s size) Set(v string) error {
-	n, err := jobfile.ParseSize(v)
-	if err != nil {
-		return err
-	}
-	*s.n = n
-	return nil
-}
-
-// Type is what the help says the flag takes: the string it is written as.
-func (size) Type() string { return "string" }

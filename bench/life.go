@@ -91,7 +91,7 @@ type lifeResult struct {
 }
 
 // life is Life, returning the burst's throughput as well.
-func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error) {
+func life(ctx context.Context, out io.Writer, o LifeOptions) (_ lifeResult, err error) {
 	dir, err := os.MkdirTemp("", "e31-bench-")
 	if err != nil {
 		return lifeResult{}, err
@@ -119,7 +119,11 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (lifeResult, error)
 	if err != nil {
 		return lifeResult{}, err
 	}
-	defer sys.Stop()
+	defer func() {
+		if serr := sys.Stop(); serr != nil && err == nil {
+			err = fmt.Errorf("bench: stop e31: %w", serr)
+		}
+	}()
 	nc, err := sys.Connect(stack.Operator, "e31-bench")
 	if err != nil {
 		return lifeResult{}, err

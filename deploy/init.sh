@@ -14,7 +14,11 @@
 #   auditor/         the auditor's (reads the whole log, changes nothing)
 #   submit/ rent/ output/ release/ ledger/
 #                    one identity per service, shared by its instances
-#   node-1/ ...      one identity per run node: its name is the node's id
+#   node-1/ ...      one identity per run node: its name is the node's id,
+#                    with its signing key (node.key) and its card (node.card:
+#                    its name, key and size, signed with keys/cards.key)
+#   rent/, auditor/  also cards.pub, the card key's public half: RENT holds
+#                    each node to its card, the audit checks every card
 #   users/NAME.creds a submitter's, for each NAME given
 #   metrics.token    the bearer token of every process's /metrics, /healthz
 #                    and /readyz (bound beyond loopback in containers); a
@@ -80,11 +84,21 @@ identity auditor auditor auditor
 for s in submit rent output release ledger; do
 	identity "$s" service "$s" "$s"
 done
-# A node is a user of the NODES account: it speaks only for itself, and
-# reaches the data of the jobs held on it through the node gate.
+# Each node: a user of the NODES account, which speaks only for itself and
+# reaches the data of the jobs held on it through the node gate; its
+# signing key and its card, for the size compose.yaml gives it
+# (E31_NODE_CPU, _MEMORY, _DISK).
 for i in $(seq 1 "$nodes"); do
-	identity "node-$i" node "node-$i"
+	dir="$out/node-$i"
+	"$e31" creds node --dir "$keys" --name "node-$i" --cpu "${E31_NODE_CPU:-2}" --memory "${E31_NODE_MEMORY:-2GiB}" \
+		--disk "${E31_NODE_DISK:-10GiB}" --isolation sandbox -o "$dir"
+	cp "$out/ca.pem" "$dir/ca.pem"
+	cp "$out/metrics.token" "$dir/metrics.token"
 done
+# The card key's public half, for RENT (--node-cards-key) and the audit
+# (--cards-key): not secret.
+cp "$keys/cards.pub" "$out/rent/cards.pub"
+cp "$keys/cards.pub" "$out/auditor/cards.pub"
 mkdir -p "$out/users"
 for u in "$@"; do
 	"$e31" creds user --dir "$keys" --role submitter --name "$u" -o "$out/users/$u.creds"

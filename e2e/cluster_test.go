@@ -310,7 +310,10 @@ func (c *cluster) connect() jetstream.JetStream {
 	}
 	nc, err := nats.Connect(c.hostURL, append(sec, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
 		// The servers advertise their addresses on the private network.
-		nats.IgnoreDiscoveredServers())...)
+		nats.IgnoreDiscoveredServers(),
+		// A server cut off from the network falls silent: found out as
+		// the services find it out, not after nats.go's six minutes.
+		nats.PingInterval(connect.PingInterval), nats.MaxPingsOutstanding(connect.MaxPingsOut))...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -499,7 +502,7 @@ func (c *cluster) logTails(ctx context.Context, t *testing.T) {
 	maps.Copy(all, c.svcs)
 	for _, class := range slices.Sorted(maps.Keys(all)) {
 		for i, ctr := range all[class] {
-			name, _ := ctr.Name(ctx)
+			name := containerName(ctx, ctr)
 			lines := strings.Split(strings.TrimSpace(containerLog(ctx, ctr)), "\n")
 			tail := max(0, len(lines)-30)
 			var notable []string
@@ -536,13 +539,23 @@ func notableLine(l string) bool {
 // and `go test -v` always.
 func (c *cluster) ledgerMends(ctx context.Context, t *testing.T) {
 	for _, ctr := range c.svcs["ledger"] {
-		name, _ := ctr.Name(ctx)
+		name := containerName(ctx, ctr)
 		for line := range strings.SplitSeq(containerLog(ctx, ctr), "\n") {
 			if strings.Contains(line, "made again from the log") || strings.Contains(line, "already holds it") {
 				t.Logf("%s mended a record: %s", name, line)
 			}
 		}
 	}
+}
+
+// containerName is the container's name as Docker gives it (its place in
+// the cluster: nats-1, rent-2), or why it cannot be had.
+func containerName(ctx context.Context, ctr *testcontainers.DockerContainer) string {
+	info, err := ctr.Inspect(ctx)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return info.Name
 }
 
 func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) string {
@@ -568,10 +581,15 @@ func containerLog(ctx context.Context, ctr *testcontainers.DockerContainer) stri
 // every connection and between the servers, credentials for every
 // identity; two instances of each service, three run nodes) and submits
 // 500 jobs. While they run, it kills one random instance of each service,
-// one run node and one NATS server with SIGKILL, and starts each again.
-// Afterwards every job must have ended, each attempt been released exactly
-// once, no attempt run twice (by the trace each run leaves outside e31),
-// every node be free again, and the audit pass, run as the auditor.
+// one run node and one NATS server with SIGKILL, and starts each again;
+// then it cuts the network (clusterparts_test.go), one fault at a time: a
+// NATS server from the other two and from the services connected to it,
+// the RENT leader together with the NATS server leading the leases, a run
+// node from every server. Afterwards every job must have ended, each
+// attempt been released exactly once, no attempt run twice (by the trace
+// each run leaves outside e31), no two attempts of a job run at once (by
+// the process table), every node be free again, and the audit pass, run as
+// the auditor.
 //
 // Prometheus, as deploy/ configures it, must scrape every instance
 // (up == 1) and hold what the services told; deploy/README.md's commands
@@ -583,7 +601,7 @@ func TestClusterLosesNothing(t *testing.T) {
 	// cache is cold they take minutes (5m28s once), which the run and its
 	// checks must not lose.
 	deployImages(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	const leaseTTL = 3 * time.Second
 	start := time.Now()
@@ -594,69 +612,86 @@ func TestClusterLosesNothing(t *testing.T) {
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	watch := watchLog(watchCtx, js)
+	// The process table says when each attempt ran (as root: CI is).
+	var procs *procTrace
+	if os.Geteuid() == 0 {
+		procs = watchProcs(t, 25*time.Millisecond)
+	}
 
 	const jobs, waves = 500, 10
 	ids := jobIDs("cluster", jobs)
 	spec := tracedJob(t, "/shared/ran.log", 0.3)
+	spec.Work.Command = clusterJob()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 8))
 
-	// One victim of each kind, in a random order, one a wave; each comes
-	// back once the rest have carried on without it.
-	type victim struct {
-		name string // the instance's name: submit-1, node-2, nats-3, …
-		ctr  *testcontainers.DockerContainer
-		node bool // a run node: name is its id
-	}
-	var victims []victim
+	// One victim of each kind killed, in a random order, one a wave; each
+	// comes back once the rest have carried on without it. Then the
+	// network faults, one at a time, each once the faults before it are
+	// undone: a NATS server cut off from the others and from its clients,
+	// the RENT leader isolated with a NATS server, a run node cut off.
+	var faults []fault
 	for _, class := range []string{"submit", "rent", "output", "release", "ledger", "run"} {
 		i := rng.IntN(len(c.svcs[class]))
-		v := victim{name: fmt.Sprintf("%s-%d", class, i+1), ctr: c.svcs[class][i], node: class == "run"}
-		if v.node {
-			v.name = fmt.Sprintf("node-%d", i+1)
+		name := fmt.Sprintf("%s-%d", class, i+1)
+		if class == "run" {
+			name = fmt.Sprintf("node-%d", i+1)
 		}
-		victims = append(victims, v)
+		faults = append(faults, c.killed(name, c.svcs[class][i], class == "run"))
 	}
 	i := rng.IntN(len(c.nats))
-	victims = append(victims, victim{name: fmt.Sprintf("nats-%d", i+1), ctr: c.nats[i]})
-	rng.Shuffle(len(victims), func(i, j int) { victims[i], victims[j] = victims[j], victims[i] })
+	faults = append(faults, c.killed(fmt.Sprintf("nats-%d", i+1), c.nats[i], false))
+	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+	i = rng.IntN(len(c.nats))
+	n := rng.IntN(len(c.svcs["run"]))
+	faults = append(faults, c.cutOff("nats", fmt.Sprintf("nats-%d", i+1), c.nats[i]), c.leaderIsland(js),
+		c.cutOff("run", fmt.Sprintf("node-%d", n+1), c.svcs["run"][n]))
 
 	var chaos sync.WaitGroup
-	var killed []string
+	var hitMu sync.Mutex
+	var hit []string // each fault and how long until it was undone
 	runStart := time.Now()
 	for w := range waves {
 		wave := ids[w*jobs/waves : (w+1)*jobs/waves]
 		submitAll(ctx, t, js, clusterSubmitter, spec, wave)
-		if w < len(victims) {
-			v := victims[w]
-			expiredBefore, startsBefore := watch.expiredCount(v.name), watch.startCount()
-			if err := c.kill(ctx, v.ctr); err != nil {
-				t.Fatalf("kill %s: %v", v.name, err)
+		if w < len(faults) {
+			f := faults[w]
+			if f.partition {
+				chaos.Wait()
 			}
-			killed = append(killed, v.name)
+			expiredBefore, startsBefore := watch.expiredCount(f.node), watch.startCount()
+			if err := f.do(ctx); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			made := time.Now()
 			chaos.Go(func() {
-				if v.node {
-					// A run node stays down until RENT has found it lost
+				defer func() {
+					hitMu.Lock()
+					hit = append(hit, fmt.Sprintf("%s (%s)", f, time.Since(made).Round(100*time.Millisecond)))
+					hitMu.Unlock()
+				}()
+				if f.node != "" {
+					// A run node stays away until RENT has found it lost
 					// (its lease lapsed: NodeExpired), so that the jobs it
 					// held are lost and held again elsewhere.
-					err := watch.waitFor(ctx, time.Minute, "NodeExpired of "+v.name, func(w *logWatch) bool { return w.expired[v.name] > expiredBefore })
+					err := watch.waitFor(ctx, time.Minute, "NodeExpired of "+f.node, func(w *logWatch) bool { return w.expired[f.node] > expiredBefore })
 					if err != nil {
-						t.Errorf("%s killed: %v", v.name, err)
+						t.Errorf("%s: %v", f, err)
 						c.consumerStates(ctx, t, js, watch)
 					}
 				} else {
-					// A service instance or a server that dies leaves
-					// nothing on the log: it stays down until the others
+					// A service instance or a server that is away leaves
+					// nothing on the log: it stays away until the others
 					// have carried on without it, attempts starting again.
 					const carryOn = 10
-					err := watch.waitFor(ctx, time.Minute, fmt.Sprintf("%d attempts started with %s down", carryOn, v.name),
+					err := watch.waitFor(ctx, time.Minute, fmt.Sprintf("%d attempts started with %s", carryOn, f),
 						func(w *logWatch) bool { return w.starts >= startsBefore+carryOn })
 					if err != nil {
-						t.Errorf("%s killed: %v", v.name, err)
+						t.Errorf("%s: %v", f, err)
 						c.consumerStates(ctx, t, js, watch)
 					}
 				}
-				if err := v.ctr.Start(ctx); err != nil {
-					t.Errorf("start %s again: %v", v.name, err)
+				if err := f.undo(ctx); err != nil {
+					t.Errorf("undo %s: %v", f, err)
 				}
 			})
 		}
@@ -683,7 +718,7 @@ func TestClusterLosesNothing(t *testing.T) {
 		// nodes warned of.
 		for _, ctrs := range append(slices.Collect(maps.Values(c.svcs)), c.nats) {
 			for _, ctr := range ctrs {
-				name, _ := ctr.Name(ctx)
+				name := containerName(ctx, ctr)
 				isRun := slices.Contains(c.svcs["run"], ctr)
 				for line := range strings.SplitSeq(containerLog(ctx, ctr), "\n") {
 					if strings.Contains(line, left[0]) || (isRun && (strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`))) {
@@ -694,12 +729,16 @@ func TestClusterLosesNothing(t *testing.T) {
 		}
 	}
 	s := checkNothingLost(ctx, t, js, ids, filepath.Join(c.ranDir, "ran.log"))
+	overlaps := "the process table was not watched (not root)"
+	if procs != nil {
+		overlaps = gapFigures(procs.overlaps(t, ids))
+	}
 	auditPassesAs(t, c.hostURL, c.creds("auditor"), c.ca())
 	c.ledgerMends(ctx, t)
 	for class, ctrs := range c.svcs {
 		for _, ctr := range ctrs {
 			if st, err := ctr.State(ctx); err != nil || !st.Running {
-				name, _ := ctr.Name(ctx)
+				name := containerName(ctx, ctr)
 				t.Errorf("%s %s is not running after the faults (%v): it must carry on, not exit", class, name, err)
 			}
 		}
@@ -714,6 +753,6 @@ func TestClusterLosesNothing(t *testing.T) {
 	if t.Failed() {
 		c.logTails(ctx, t)
 	}
-	t.Logf("cluster: up in %s; %d jobs through 3 NATS servers (R3, TLS, credentials per identity), 2 of each service, 3 nodes in %s; killed with SIGKILL and restarted: %s; %s",
-		up.Round(time.Millisecond), jobs, took.Round(time.Millisecond), strings.Join(killed, ", "), s)
+	t.Logf("cluster: up in %s; %d jobs through 3 NATS servers (R3, TLS, credentials per identity), 2 of each service, 3 nodes in %s; faults (each undone after): %s; %s; partitions: %s",
+		up.Round(time.Millisecond), jobs, took.Round(time.Millisecond), strings.Join(hit, ", "), s, overlaps)
 }

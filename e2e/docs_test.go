@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,75 @@ func TestReadmeBlocksRun(t *testing.T) {
 		if err != nil || len(b) == 0 {
 			t.Errorf("README's job returned no %s: %v", f, err)
 		}
+	}
+}
+
+// TestGuidesBlocksRun runs every block of commands of each guide in docs/,
+// as written: each guide in a directory and network of its own, against
+// the e31 dev its own background block starts (in the sandbox: the test
+// runs as root), with the nats CLI on PATH (operating.md backs the streams
+// up with it). A guide added to docs/ is run without a line here.
+func TestGuidesBlocksRun(t *testing.T) {
+	guides, err := filepath.Glob("../docs/*.md")
+	if err != nil || len(guides) == 0 {
+		t.Fatalf("no guides in ../docs: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a network namespace of its own, and the sandbox of the e31 dev the guides start")
+	}
+	nats := buildNatscli(t)
+	for _, guide := range guides {
+		t.Run(filepath.Base(guide), func(t *testing.T) {
+			blocks := shellBlocks(t, guide)
+			if len(blocks) == 0 {
+				t.Skipf("%s has no block of commands", guide)
+			}
+			dir, env := docDir(t)
+			env[0] = "PATH=" + filepath.Dir(nats) + ":" + os.Getenv("PATH")
+			ownNetwork(t)
+			r := &docRun{t: t, dir: dir, env: env}
+			r.runAll(blocks, func(b block) { r.waitServing(b.String()) })
+		})
+	}
+}
+
+// TestEveryAlertSaysWhatToDo checks that every alert of
+// deploy/prometheus/rules.yml has a row in docs/operating.md's table of
+// what to do when it fires, and that the table names no alert the rules do
+// not have.
+func TestEveryAlertSaysWhatToDo(t *testing.T) {
+	rules, err := os.ReadFile("../deploy/prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var alerts []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*- alert:\s*(\S+)`).FindAllStringSubmatch(string(rules), -1) {
+		alerts = append(alerts, m[1])
+	}
+	if len(alerts) == 0 {
+		t.Fatal("deploy/prometheus/rules.yml: no alerts found")
+	}
+	guide, err := os.ReadFile("../docs/operating.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(guide), "## When an alert fires")
+	if !ok {
+		t.Fatal(`docs/operating.md has no section "## When an alert fires"`)
+	}
+	table, _, _ = strings.Cut(table, "\n## ")
+	rows := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(E31\\w+)`").FindAllStringSubmatch(table, -1) {
+		rows[m[1]] = true
+	}
+	for _, a := range alerts {
+		if !rows[a] {
+			t.Errorf("docs/operating.md does not say what to do when %s fires", a)
+		}
+		delete(rows, a)
+	}
+	for a := range rows {
+		t.Errorf("docs/operating.md has a row for %s, which deploy/prometheus/rules.yml does not define", a)
 	}
 }
 

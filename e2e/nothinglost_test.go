@@ -186,6 +186,8 @@ type attemptLog struct {
 	node                                             string
 	hold                                             events.Hold
 	outcome                                          events.Outcome
+	// lostAt is the ce-time of its HoldLost: when RENT gave it up.
+	lostAt time.Time
 }
 
 // jobLog is what the log says of one job.
@@ -207,8 +209,6 @@ type logReport struct {
 	// open is what each node still has held: ComputeHeld without its
 	// ComputeReleased.
 	open map[string]events.Hold
-	// undecodable counts messages that are not events.
-	undecodable int
 }
 
 // readLog reads the whole E31 stream as it is now.
@@ -269,6 +269,7 @@ func (r *logReport) add(env events.Envelope) {
 		j.trail[len(j.trail)-1] += fmt.Sprintf(" (%s: %s)", e.Outcome, e.Reason)
 	case *events.HoldLost:
 		a.lost++
+		a.lostAt = env.Time
 	case *events.OutputReturned:
 		a.returned++
 		a.outcome = e.Outcome

@@ -134,15 +134,6 @@ func (p *proc) stop() {
 	}
 }
 
-// restart kills the process and starts it again.
-func (p *proc) restart(t testing.TB) {
-	t.Helper()
-	p.kill()
-	if err := p.start(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // pid is the current process id, for reading its memory.
 func (p *proc) pid() int {
 	p.mu.Lock()
@@ -224,6 +215,8 @@ type systemOptions struct {
 	instances map[string]int // by service; run is the number of nodes
 	nodeCPU   float64
 	leaseTTL  time.Duration
+	// setup are more arguments for `e31 setup` (--allow-image …).
+	setup []string
 }
 
 // startSystem starts nats-server, creates the streams, then every service.
@@ -244,7 +237,7 @@ func startSystem(t testing.TB, o systemOptions) *system {
 	s.nats = startProc(t, dir, "nats-server", natsServer(t),
 		"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "nats"), "-n", "e2e")
 	s.waitNATS()
-	if out, errOut, code := e31(t, s.url, "setup", "--lease-ttl", o.leaseTTL.String()); code != 0 {
+	if out, errOut, code := e31(t, s.url, append([]string{"setup", "--lease-ttl", o.leaseTTL.String()}, o.setup...)...); code != 0 {
 		t.Fatalf("e31 setup: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, class := range []string{"ledger", "submit", "rent", "output", "release", "run"} {

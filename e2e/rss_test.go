@@ -137,7 +137,10 @@ func startDevProcess(t *testing.T, bin string) (url, credsDir string) {
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-exited:
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("e31 dev exited with %v after SIGTERM, want 0", err)
+			}
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
 			t.Error("e31 dev did not stop within 30 s of SIGTERM")

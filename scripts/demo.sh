@@ -25,6 +25,10 @@ export E31_NATS="$url"
 # Authentication is on: submit as the submitter "demo", audit as the auditor.
 export E31_CREDS="$state/e31/creds/demo.creds"
 grep '^e31 dev' "$log"
+if grep -q 'NO DISK QUOTA' "$log"; then
+	echo "WARNING: the nodes could not make their btrfs job disk (btrfs-progs, loop devices):" >&2
+	echo "         jobs' /out and /tmp are a tmpfs, charged to each job's memory." >&2
+fi
 echo
 
 echo "== submitting the examples"

@@ -42,7 +42,8 @@ type Config struct {
 	// Node describes every node: its size, executor, grace and log cap.
 	// Its Node (the id) and WorkDir are set for each, node-1 … node-N in
 	// DIR/nodes/node-I; a zero CPU is run.DefaultCPU and a zero memory or
-	// disk run's defaults.
+	// disk run's defaults. Its GPUs are node-1's only (the others offer
+	// none).
 	Node run.Config
 	// RentInstances is the number of schedulers (one decides, the others
 	// take over if it dies); default 1.
@@ -254,6 +255,7 @@ func (s *Stack) start(cfg Config) error {
 	for i := 1; i <= cfg.RentInstances; i++ {
 		id := fmt.Sprintf("rent-%d", i)
 		rc := rent.Config{Instance: id}
+		rc.Pool.Cards = s.cards()
 		if cfg.Scheduler != nil {
 			rc.Observer = cfg.Scheduler(id)
 		}
@@ -265,6 +267,14 @@ func (s *Stack) start(cfg Config) error {
 		node := cfg.Node
 		node.Node = fmt.Sprintf("node-%d", i)
 		node.WorkDir = filepath.Join(s.dir, "nodes", node.Node)
+		if i > 1 {
+			// The machine's GPUs are the first node's alone: two nodes
+			// offering one device would give it to two jobs at once.
+			node.GPUs = "none"
+		}
+		if err := s.carded(&node); err != nil {
+			return err
+		}
 		if err := s.startService("run", node.Node, Configs{Run: node}); err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +15,13 @@ import (
 	"github.com/e31net/e31/pkg/audit"
 	"github.com/e31net/e31/pkg/chain"
 	"github.com/e31net/e31/pkg/client"
+	"github.com/e31net/e31/pkg/nodecard"
 	"github.com/e31net/e31/pkg/ops"
 )
 
 func auditCmd(a *app) *cobra.Command {
 	var asJSON bool
-	var from, records string
+	var from, records, cardsKey string
 	var sinceHeads []string
 	var every time.Duration
 	var httpOpts httpOptions
@@ -52,6 +54,14 @@ func auditCmd(a *app) *cobra.Command {
 				}
 				heads = append(heads, h)
 			}
+			var cards ed25519.PublicKey
+			if cardsKey != "" {
+				k, err := nodecard.ReadPublic(cardsKey)
+				if err != nil {
+					return usageErr("--cards-key: %v", err)
+				}
+				cards = k
+			}
 			var rep *audit.Report
 			if from != "" {
 				f, err := os.Open(from)
@@ -59,7 +69,7 @@ func auditCmd(a *app) *cobra.Command {
 					return usageErr("--from: %v", err)
 				}
 				defer f.Close()
-				au := audit.New(audit.Options{Heads: heads, Forget: records == "", Progress: countsFor(a.errOut)})
+				au := audit.New(audit.Options{Heads: heads, Forget: records == "", Progress: countsFor(a.errOut), CardsKey: cards})
 				if err := au.ReadExport(f); err != nil {
 					var bad *audit.ExportError
 					if errors.As(err, &bad) {
@@ -87,6 +97,7 @@ func auditCmd(a *app) *cobra.Command {
 					if err := c.NeedLog("e31 audit"); err != nil {
 						return err
 					}
+					c.SetCardsKey(cards)
 					if every > 0 {
 						return c.AuditEveryServed(ctx, heads, every, a.log, func(g prometheus.Gatherer, ready map[string]ops.Check) (*ops.Server, error) {
 							return httpOpts.listen(a.log, g, ready)
@@ -112,6 +123,7 @@ func auditCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
 	cmd.Flags().StringVar(&from, "from", "", "audit an export from 'e31 events --json' instead of the server")
 	cmd.Flags().StringVar(&records, "records", "", "with --from: compare with these records ('e31 ledger --json')")
+	cmd.Flags().StringVar(&cardsKey, "cards-key", "", "the operator's card key (cards.pub of 'e31 creds init', or its text ed25519:...): check every node's card against it")
 	cmd.Flags().StringArrayVar(&sinceHeads, "since-head", nil, "SEQ:HASH from 'e31 ledger --head': prove nothing at or before SEQ changed (repeatable)")
 	cmd.Flags().DurationVar(&every, "every", 0, "audit again and again, this long apart, until interrupted, telling each result in the log and on --http's /metrics (e31_audit_*)")
 	httpOpts.flags(cmd.Flags(), "")

@@ -21,7 +21,7 @@ func credsCmd(a *app) *cobra.Command {
 		Long:  help("creds"),
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(credsInitCmd(a), credsUserCmd(a), credsTLSCmd(a), credsRevokeCmd(a), credsPushCmd(a), credsShowCmd(a))
+	cmd.AddCommand(credsInitCmd(a), credsUserCmd(a), credsNodeCmd(a), credsTLSCmd(a), credsRevokeCmd(a), credsPushCmd(a), credsShowCmd(a))
 	return cmd
 }
 

@@ -20,16 +20,13 @@ import (
 )
 
 type devOptions struct {
-	dir        string
-	listen     string
-	nodes      int
-	nodeCPU    float64
-	nodeMemory string
-	nodeDisk   string
-	logCap     string
-	sync       string
-	executor   string
-	grace      time.Duration
+	dir    string
+	listen string
+	nodes  int
+	// node is what every node offers and how it runs jobs, from the
+	// node's own flags (run.Config.NodeFlags).
+	node run.Config
+	sync string
 	// rentInstances and leaseTTL are for trying failover: several
 	// schedulers, of which one decides, and how soon a dead node or
 	// scheduler is noticed.
@@ -57,13 +54,9 @@ func devCmd(a *app) *cobra.Command {
 	f.StringVar(&o.dir, "dir", ".e31", "where state is kept (NATS store, node workspaces)")
 	f.StringVar(&o.listen, "listen", stack.DefaultListen, "address NATS listens on for clients")
 	f.IntVar(&o.nodes, "nodes", 1, "number of compute nodes")
-	f.Float64Var(&o.nodeCPU, "node-cpu", run.DefaultCPU(), "cpu cores per node")
-	f.StringVar(&o.nodeMemory, "node-memory", jobfile.FormatSize(run.DefaultMemoryBytes), "memory per node")
-	f.StringVar(&o.nodeDisk, "node-disk", jobfile.FormatSize(run.DefaultDiskBytes), "disk for job output and scratch space per node")
-	f.StringVar(&o.logCap, "log-cap", jobfile.FormatSize(run.DefaultLogCap), "the most kept of each of a job's stdout and stderr: past it, the head and the last MiB")
+	// Each node's flags, defaults and help as the node's own main has them.
+	serviceFlags(f, "each node", o.node.NodeFlags)
 	f.StringVar(&o.sync, "sync", "always", "when the event store writes to disk: always or interval")
-	f.StringVar(&o.executor, "executor", run.ExecAuto, "how nodes run jobs: sandbox (isolated; needs root), process (NOT isolated, and the nodes say so), auto (the sandbox, or refuse to start where it cannot run)")
-	f.DurationVar(&o.grace, "grace", run.DefaultGrace, "how long before its limit a job gets SIGTERM (at most a tenth of the limit; SIGKILL comes at the limit), and how long a cancelled job has between SIGTERM and SIGKILL")
 	f.IntVar(&o.rentInstances, "rent-instances", 1, "scheduler instances (one decides; the others take over if it dies)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "how long a node or scheduler lives without renewing its lease (set when DIR is new)")
 	f.StringSliceVar(&o.users, "users", nil, "submitters to write credentials for, into DIR/creds/NAME.creds (comma separated)")
@@ -88,7 +81,7 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 	if addr := st.EndpointsAddr(); addr != "" {
 		fmt.Fprintf(a.out, "e31 dev: the page at http://%s/, metrics at /metrics, readiness at /readyz\n", addr)
 	}
-	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.nodeCPU, o.nodeMemory)
+	fmt.Fprintf(a.out, "e31 dev: %d node(s) of %g cpu, %s memory; press Ctrl-C to stop\n", o.nodes, o.node.CPU, jobfile.FormatSize(o.node.MemoryBytes))
 	<-ctx.Done()
 	fmt.Fprintln(a.out, "e31 dev: stopping")
 	return st.Stop()
@@ -99,25 +92,13 @@ func runDev(ctx context.Context, a *app, o devOptions) error {
 func startDev(ctx context.Context, a *app, o devOptions) (*stack.Stack, error) {
 	cfg := stack.Config{Dir: o.dir, Listen: o.listen, Sync: broker.Sync(o.sync), Nodes: o.nodes,
 		RentInstances: o.rentInstances, LeaseTTL: o.leaseTTL, Logger: a.log, Metrics: true,
-		Node: run.Config{CPU: o.nodeCPU, ExecutorKind: o.executor, Grace: o.grace}}
-	var err error
-	if cfg.Node.MemoryBytes, err = jobfile.ParseSize(o.nodeMemory); err != nil {
-		return nil, usageErr("--node-memory: %v", err)
-	}
-	if cfg.Node.DiskBytes, err = jobfile.ParseSize(o.nodeDisk); err != nil {
-		return nil, usageErr("--node-disk: %v", err)
-	}
-	if o.logCap != "" {
-		if cfg.Node.LogCap, err = jobfile.ParseSize(o.logCap); err != nil {
-			return nil, usageErr("--log-cap: %v", err)
-		}
-	}
-	if o.nodes < 1 || o.nodeCPU <= 0 {
+		Node: o.node}
+	if o.nodes < 1 || o.node.CPU <= 0 {
 		return nil, usageErr("--nodes and --node-cpu must be positive")
 	}
 	// Before anything is started: nodes that cannot isolate their jobs
 	// refuse to run them, unless --executor process says to.
-	if err := run.CheckExecutor(o.executor); err != nil {
+	if err := run.CheckExecutor(o.node.ExecutorKind); err != nil {
 		return nil, usageErr("%v", err)
 	}
 	cfg.Users, cfg.OSUser, cfg.ConfigDir = o.users, a.env.User, a.env.ConfigDir

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/services/run"
 )
 
 // The first five minutes: `e31 dev` in one terminal, `e31 submit --wait`
@@ -25,8 +28,9 @@ func TestTheCLIFindsTheCredentialsEDevWroteForItsUser(t *testing.T) {
 
 	a := &app{env: readEnv(), out: io.Discard, errOut: io.Discard}
 	a.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	sys, err := startDev(context.Background(), a, devOptions{dir: t.TempDir(), listen: "127.0.0.1:0", nodes: 1, nodeCPU: 1,
-		nodeMemory: "1GiB", nodeDisk: "1GiB", sync: "interval", executor: testExecutor, grace: 500 * time.Millisecond})
+	sys, err := startDev(context.Background(), a, devOptions{dir: t.TempDir(), listen: "127.0.0.1:0", nodes: 1,
+		node: run.Config{CPU: 1, MemoryBytes: jobfile.GiB, DiskBytes: jobfile.GiB, ExecutorKind: testExecutor, Grace: 500 * time.Millisecond},
+		sync: "interval"})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)
 	}

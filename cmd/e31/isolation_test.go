@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run"
 )
 
 // TestHoldRecordSaysHowTheJobWasIsolated: the hold record of a job says the
@@ -14,7 +15,7 @@ func TestHoldRecordSaysHowTheJobWasIsolated(t *testing.T) {
 	for executor, want := range map[string]events.Isolation{"process": events.IsolationNone, testExecutor: events.IsolationSandbox} {
 		t.Run(executor, func(t *testing.T) {
 			t.Parallel()
-			ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, executor: executor})
+			ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, node: run.Config{ExecutorKind: executor}})
 			id := ts.submit(writeJob(t, `
 work: {command: ["/bin/true"]}
 request: {cpu: 0.5, memory: 64MiB, limit: 1m}

@@ -104,16 +104,22 @@ func statusCmd(a *app) *cobra.Command {
 
 func outputCmd(a *app) *cobra.Command {
 	var dir string
-	var quiet, del bool
+	var quiet, del, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "output ID",
-		Short: "Write a job's returned output files into a directory",
+		Short: "Write a job's returned output files into a directory (a sweep's: each job's under DIR/<index>/)",
 		Long:  help("output"),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			return a.with(ctx, func(c *client.Client) error {
 				rec, err := c.Record(ctx, args[0])
+				if sweepOf(ctx, c, args[0], err) {
+					if del {
+						return usageErr("--delete takes a job's id, not a sweep's")
+					}
+					return a.outputSweep(ctx, c, args[0], dir, quiet, asJSON)
+				}
 				if err != nil {
 					return err
 				}
@@ -129,7 +135,10 @@ func outputCmd(a *app) *cobra.Command {
 				if err := c.Output(ctx, rec, dir, progressFor(a.errOut, quiet)); err != nil {
 					return err
 				}
-				if err := client.WriteOutputText(a.out, rec, dir); err != nil {
+				err = a.show(asJSON, map[string]any{"job": rec.Job, "dir": dir, "output": rec.Output}, func(w io.Writer) error {
+					return client.WriteOutputText(w, rec, dir)
+				})
+				if err != nil {
 					return err
 				}
 				if del {
@@ -142,6 +151,7 @@ func outputCmd(a *app) *cobra.Command {
 	cmd.Flags().StringVarP(&dir, "output", "o", "", "directory to write into")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	cmd.Flags().BoolVar(&del, "delete", false, "delete the output from the store (after writing it, with -o)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was written as JSON")
 	return cmd
 }
 
@@ -149,11 +159,15 @@ func cancelCmd(a *app) *cobra.Command {
 	var reason string
 	cmd := &cobra.Command{
 		Use:   "cancel ID",
-		Short: "Stop a job: its compute is released and its output so far returned",
+		Short: "Stop a job, or every job of a sweep: compute is released and output so far returned",
+		Long:  help("cancel"),
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.with(cmd.Context(), func(c *client.Client) error {
 				rec, err := c.Cancel(cmd.Context(), args[0], reason)
+				if sweepOf(cmd.Context(), c, args[0], err) {
+					return a.cancelSweep(cmd.Context(), c, args[0], reason)
+				}
 				if err != nil {
 					return err
 				}

@@ -126,6 +126,13 @@ output: [{path: x, required: false}]
 	if out, _, code := execute3("audit", "--from", logFile, "--records", recFile, "--since-head", head.String()); code != 0 || !strings.Contains(out, "audit passed") {
 		t.Fatalf("e31 audit --from --records --since-head: exit %d\n%s", code, out)
 	}
+	// Every stop was signed by its node, with the key of the card the
+	// dev's operator signed for it: checked against the card key too.
+	cards := filepath.Join(ts.dir, "keys", auth.CardsPubFile)
+	if out, _, code := execute3("audit", "--from", logFile, "--cards-key", cards); code != 0 ||
+		!regexp.MustCompile(`audit passed.*; \d+ stop\(s\) verified as signed by their nodes; chain`).MatchString(out) {
+		t.Fatalf("e31 audit --from --cards-key: exit %d\n%s", code, out)
+	}
 
 	lines := strings.Split(strings.TrimSpace(export), "\n")
 	find := func(job, kind string) (int, uint64) {
@@ -177,7 +184,8 @@ output: [{path: x, required: false}]
 	}),
 		`mismatch +`+failed+` #`+itoa(seq)+`: RunStopped #`+itoa(seq)+` is not the event the record was built from`,
 		`mismatch +`+failed+`: exit_code: ledger has 3, the log gives 0`,
-		`chain +#`+itoa(head.Seq)+`: the chain does not pass through`)
+		`chain +#`+itoa(head.Seq)+`: the chain does not pass through`,
+		`signature +`+failed+` #`+itoa(seq)+`: the stop of attempt 1 on node node-\d+ does not verify`)
 
 	// A job after the head: changing its events leaves the head standing.
 	later := ts.submit(writeJob(t, "work: {command: [\"/bin/sh\", \"-c\", \"exit 4\"]}\nrequest: {cpu: 0.5, memory: 64MiB, limit: 1m}\n", nil))
@@ -192,8 +200,12 @@ output: [{path: x, required: false}]
 		l[i] = strings.Replace(l[i], `"exit_code":4`, `"exit_code":0`, 1)
 		return l
 	})
-	if out, _, code := execute3("audit", "--from", after, "--since-head", head.String()); code != 0 || !strings.Contains(out, "passes through 1 head") {
-		t.Errorf("a change after the head: exit %d, want the untouched prefix accepted\n%s", code, out)
+	// The head stands (the prefix is untouched); what tells the change is
+	// the node's signature over its stop, and that alone.
+	out, _, code = execute3("audit", "--from", after, "--since-head", head.String())
+	if code != exitFailed || strings.Contains(out, "chain ") || len(regexp.MustCompile(`(?m)^[a-z_]+ +\S+ #`).FindAllString(out, -1)) != 1 ||
+		!regexp.MustCompile(`signature +`+later+` #`+itoa(seq)+`: the stop of attempt 1 on node node-\d+ does not verify with the node's key`).MatchString(out) {
+		t.Errorf("a change after the head: exit %d, want the head to stand and the stop's signature alone to tell\n%s", code, out)
 	}
 }
 

@@ -70,7 +70,7 @@ output: [d.txt]
 	tooMuch := writeJob(t, "work: {command: [/bin/true]}\ndata: [{name: b, path: b.bin}]\nrequest: {limit: 1m, cpu: 0.1}\n",
 		map[string]string{"b.bin": strings.Repeat("b", 600<<10)})
 	_, errOut, code = ts.cli("submit", "--quiet", tooMuch)
-	if code != exitUsage || !strings.Contains(errOut, "at most 1.0 MiB (max-data)") || !strings.Contains(errOut, "nothing stored before was lost") {
+	if code != exitUsage || !strings.Contains(errOut, "at most 1 MiB (max-data)") || !strings.Contains(errOut, "nothing stored before was lost") {
 		t.Errorf("staging past max-data: exit %d %q, want exit %d naming max-data", code, errOut, exitUsage)
 	}
 	if rec, _ := ts.wait(kept); rec.Outcome != events.Succeeded {

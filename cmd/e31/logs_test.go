@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/services/run"
 )
 
 // logsOf runs `e31 logs` as alice and returns what it wrote where.
@@ -96,7 +99,7 @@ request: {cpu: 0.5, memory: 64MiB, limit: 1m}
 // among it, with a line where the rest was.
 func TestLogsPastTheCapKeepTheHeadAndTheTail(t *testing.T) {
 	t.Parallel()
-	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, logCap: "64KiB"})
+	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, node: run.Config{LogCap: 64 * jobfile.KiB}})
 	id := ts.submit(writeJob(t, `
 work: {command: ["/bin/sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line $i; i=$((i+1)); done; echo the last line; exit 3"]}
 request: {cpu: 0.5, memory: 64MiB, limit: 1m}
@@ -242,7 +245,9 @@ request: {cpu: 0.5, memory: 64MiB, limit: 2m}
 		t.Fatal("the job's first line never showed")
 	}
 	stopFollowing()
-	<-followed
+	if err := <-followed; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("following the logs ended with %v, want nothing but the cancel", err)
+	}
 	ts.stop()
 	ts.start(1)
 	rec, code := ts.wait(id)

@@ -25,10 +25,12 @@ import (
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/jobfile"
 	"github.com/e31net/e31/pkg/metrics"
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/pkg/query/wire"
 	"github.com/e31net/e31/services/rent"
+	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
 
@@ -420,8 +422,8 @@ func TestDevStartsWhenTheDefaultAddressIsTaken(t *testing.T) {
 		t.Errorf("serving on %s, which was taken", ts.sys.EndpointsAddr())
 	}
 	a := &app{out: io.Discard, errOut: io.Discard, log: slog.New(slog.DiscardHandler)}
-	_, err = startDev(context.Background(), a, devOptions{dir: t.TempDir(), listen: "127.0.0.1:0", nodes: 1, nodeCPU: 1, nodeMemory: "1GiB",
-		nodeDisk: "1GiB", sync: "interval", executor: "process", http: httpOptions{addr: taken.Addr().String(), asked: true}})
+	_, err = startDev(context.Background(), a, devOptions{dir: t.TempDir(), listen: "127.0.0.1:0", nodes: 1,
+		node: run.Config{CPU: 1, MemoryBytes: jobfile.GiB, DiskBytes: jobfile.GiB, ExecutorKind: run.ExecProcess}, sync: "interval", http: httpOptions{addr: taken.Addr().String(), asked: true}})
 	if err == nil {
 		t.Error("e31 dev started although the --http it was given is taken")
 	}

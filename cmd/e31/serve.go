@@ -83,11 +83,11 @@ func serveCmd(a *app) *cobra.Command {
 }
 
 // serviceFlags adds to f the flags a service defines for its own main,
-// their help saying which service reads them.
-func serviceFlags(f *pflag.FlagSet, service string, define func(*flag.FlagSet)) {
+// their help starting with whose they are ("run", "each node").
+func serviceFlags(f *pflag.FlagSet, whose string, define func(*flag.FlagSet)) {
 	goFlags(f, func(fs *flag.FlagSet) {
 		define(fs)
-		fs.VisitAll(func(fl *flag.Flag) { fl.Usage = service + ": " + fl.Usage })
+		fs.VisitAll(func(fl *flag.Flag) { fl.Usage = whose + ": " + fl.Usage })
 	})
 }
 

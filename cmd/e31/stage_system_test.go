@@ -13,6 +13,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query/wire"
+	"github.com/e31net/e31/services/run"
 )
 
 // The tests in this file stage data in and output out through the whole
@@ -31,7 +32,7 @@ func TestOutputOverTheJobsDiskIsAClearFailure(t *testing.T) {
 	for _, executor := range []string{"process", testExecutor} {
 		t.Run(executor, func(t *testing.T) {
 			t.Parallel()
-			ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, executor: executor})
+			ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 1, node: run.Config{ExecutorKind: executor}})
 			id := ts.submit(writeJob(t, `
 work: {command: ["/bin/sh", "-c", "head -c 3145728 /dev/zero > $E31_OUTPUT/big.bin"]}
 request: {cpu: 0.5, memory: 64MiB, disk: 2MiB, limit: 1m}

@@ -14,18 +14,38 @@ import (
 )
 
 func submitCmd(a *app) *cobra.Command {
-	var wait, asJSON, quiet, waitForNode bool
+	var wait, asJSON, quiet, waitForNode, failed bool
 	var timeout time.Duration
+	var again string
 	cmd := &cobra.Command{
-		Use:   "submit FILE",
-		Short: "Stage a job's data and submit it; prints the job id",
-		Long:  help("submit"),
-		Args:  cobra.ExactArgs(1),
+		Use:     "submit FILE",
+		Short:   "Stage a job's data and submit it; prints the job id",
+		Long:    help("submit"),
+		Example: "  e31 submit job.yaml --wait\n  e31 submit --again SWEEP --failed [fixed.yaml]",
+		Args:    cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			job, err := jobfile.ParseFile(args[0])
+			if again != "" {
+				if !failed {
+					return usageErr("--again %s: say which of its jobs to submit again: --failed (those that did not succeed)", again)
+				}
+				file := ""
+				if len(args) == 1 {
+					file = args[0]
+				}
+				return a.with(ctx, func(c *client.Client) error {
+					return a.submitAgain(ctx, c, again, file, quiet, wait, timeout, asJSON)
+				})
+			}
+			if len(args) != 1 {
+				return usageErr("submit takes a job file (or --again SWEEP --failed)")
+			}
+			if failed {
+				return usageErr("--failed goes with --again SWEEP")
+			}
+			job, err := parseJobFile(args[0])
 			if err != nil {
-				return &exitError{exitUsage, err}
+				return err
 			}
 			job.Spec.WaitForNode = job.Spec.WaitForNode || waitForNode
 			p := progressFor(a.errOut, quiet || asJSON)
@@ -55,7 +75,22 @@ func submitCmd(a *app) *cobra.Command {
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bars")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait: give up waiting after this long (0: no limit)")
 	cmd.Flags().BoolVar(&waitForNode, "wait-for-node", false, "if no node in the pool could ever hold the job, wait for one to join instead of being rejected")
+	cmd.Flags().StringVar(&again, "again", "", "submit again jobs of this sweep, into the same sweep (with --failed; FILE, if given, replaces their job file)")
+	cmd.Flags().BoolVar(&failed, "failed", false, "with --again: the sweep's jobs that ended without success")
 	return cmd
+}
+
+// parseJobFile reads a job file; "" is none. A file with problems is a
+// usage error, with every problem and where it is.
+func parseJobFile(path string) (*jobfile.Job, error) {
+	if path == "" {
+		return nil, nil
+	}
+	job, err := jobfile.ParseFile(path)
+	if err != nil {
+		return nil, &exitError{exitUsage, err}
+	}
+	return job, nil
 }
 
 // submitSweep submits one job per sweep value, sharing the staged data. It

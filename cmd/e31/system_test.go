@@ -18,6 +18,8 @@ import (
 	"github.com/e31net/e31/pkg/client"
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
+	"github.com/e31net/e31/pkg/jobfile"
+	"github.com/e31net/e31/services/run"
 	"github.com/e31net/e31/stack"
 )
 
@@ -63,8 +65,10 @@ func (ts *testSystem) start(nodes int) {
 	a := &app{out: io.Discard, errOut: io.Discard}
 	a.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx := context.Background()
-	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, nodeCPU: 2,
-		nodeMemory: "2GiB", nodeDisk: "4GiB", logCap: ts.opts.logCap, sync: "interval", executor: cmp.Or(ts.opts.executor, testExecutor), grace: 500 * time.Millisecond,
+	sys, err := startDev(ctx, a, devOptions{dir: ts.dir, listen: "127.0.0.1:0", nodes: nodes, sync: "interval",
+		node: run.Config{CPU: 2, MemoryBytes: 2 * jobfile.GiB, DiskBytes: 4 * jobfile.GiB, LogCap: ts.opts.node.LogCap,
+			ExecutorKind: cmp.Or(ts.opts.node.ExecutorKind, testExecutor), Grace: 500 * time.Millisecond,
+			GPURoot: ts.opts.node.GPURoot, GPUs: ts.opts.node.GPUs},
 		rentInstances: ts.opts.rentInstances, leaseTTL: ts.opts.leaseTTL, users: testUsers, http: ts.opts.http})
 	if err != nil {
 		t.Fatalf("start e31 dev: %v", err)

@@ -315,7 +315,7 @@ func (s *suite) replies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }() // closing the connection ends it too
 	if err := s.w.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -176,7 +176,7 @@ func (w *watcher) waitFor(t testing.TB, job string, d time.Duration, done func([
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }() // closing the connection ends it too
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(500 * time.Millisecond)

@@ -199,7 +199,7 @@ func (r *rogueNode) get(ctx context.Context, job string, attempt int, name strin
 	if err != nil {
 		return nil, err
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }() // closing the connection ends it too
 	m := request("e31.gate."+rogue+".get", job, attempt, name)
 	m.Reply = inbox
 	if err := r.nc.PublishMsg(m); err != nil {

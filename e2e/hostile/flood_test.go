@@ -50,7 +50,7 @@ func (s *suite) flood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	poll := mustJSON(map[string]any{"job": waiting, "until_over": true, "wait": int64(30 * time.Second)})
 	for i := range polls {
 		if err := flood.nc.PublishRequest(flood.api("ledger.record"), fmt.Sprintf("%s.flood.poll.%d", flood.inbox, i), poll); err != nil {

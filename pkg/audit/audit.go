@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"fmt"
 	"sort"
 	"strings"
@@ -19,6 +21,10 @@ type Raw struct {
 	Subject string
 	Headers nats.Header
 	Body    []byte
+	// Stored is when the stream stored it, by the server's clock: the
+	// log's own time, which no publisher sets. Zero where unknown (an
+	// export written before it carried it).
+	Stored time.Time
 }
 
 // Finding is one thing wrong with the log or the ledger.
@@ -38,11 +44,24 @@ const (
 	Inconsistent = "inconsistent" // an event that contradicts itself or its hold
 	Unreleased   = "unreleased"   // compute still held for a job that is over
 	Clock        = "clock"        // compute released before it was held
-	Capacity     = "capacity"     // a node held beyond what it has, while expired, or unisolated without leave
+	Overlap      = "overlap"      // an attempt held before the job's previous attempt ended, by the log's times
+	Capacity     = "capacity"     // a node held beyond what it has (or its card), while expired, or unisolated without leave
+	Device       = "device"       // a GPU held by two attempts at once, or one its node did not announce
 	Chain        = "chain"        // the log does not pass through a chain head
 	Mismatch     = "mismatch"     // the ledger's record differs from the log's
 	MissingRec   = "missing_record"
 	ExtraRec     = "extra_record"
+)
+
+// Kinds of finding about what a node reported.
+const (
+	// Signature: a stop not signed by the node its attempt was held on
+	// (changed since, another key, or unsigned from a node with a card),
+	// or a card the operator did not sign for the node presenting it.
+	Signature = "signature"
+	// UsageBeyondHold: usage a node reports that its hold could not
+	// contain (hold.FlagUsage).
+	UsageBeyondHold = "usage_beyond_hold"
 )
 
 // Report is what an audit found.
@@ -71,8 +90,17 @@ type Report struct {
 	// already includes events logged after the audit read the log, or
 	// the job began after the ledger's checkpoint, which is behind where
 	// the audit read (Auditor.Run).
-	Moving  int                         `json:"moving,omitempty"`
-	Records map[string]*hold.HoldRecord `json:"-"`
+	Moving int `json:"moving,omitempty"`
+	// CardsKey is the operator's card key node cards were checked
+	// against; absent when the auditor was given none, and cards were
+	// taken as they came.
+	CardsKey string `json:"cards_key,omitempty"`
+	// StopsVerified counts the stops whose signature verified with the
+	// key of their node's card; StopsUnchecked those of nodes without a
+	// card, which nothing binds to a node.
+	StopsVerified  int                         `json:"stops_verified,omitempty"`
+	StopsUnchecked int                         `json:"stops_unchecked,omitempty"`
+	Records        map[string]*hold.HoldRecord `json:"-"`
 }
 
 // OK reports whether nothing was found.
@@ -97,6 +125,10 @@ type Options struct {
 	// Progress, if set, is told how far the reading has come, in messages
 	// (ReadStream, ReadExport): an audit of a long history takes minutes.
 	Progress Progress
+	// CardsKey is the operator's card key (cards.pub of `e31 creds
+	// init`): node cards are checked against it (signature.go). Nil: the
+	// key each card names is taken as the node's, unchecked.
+	CardsKey ed25519.PublicKey
 }
 
 // Progress is told how far a long piece of work has come: Start opens a
@@ -158,6 +190,10 @@ type Auditor struct {
 	spare [][]fact
 	nodes map[string]*node
 	holds map[holdKey]*holdUse // attempts held and not yet released
+	// devices are the GPUs held now, by UUID (see devices.go).
+	devices map[string]deviceHolder
+	// sweepCancels are the cancels of whole sweeps read so far.
+	sweepCancels sweepCancels
 }
 
 // tomb is what the audit keeps of a job that is over: enough to judge
@@ -194,6 +230,7 @@ type fact struct {
 	typ    string
 	id     string
 	at     time.Time
+	stored time.Time // the stream's time (Raw.Stored), or at where unknown
 	digest [32]byte
 	ev     events.Event // slimmed: see slim
 	repeat bool         // the job's log already held this ce-id
@@ -211,12 +248,16 @@ type decoded struct {
 	err    error
 	id     string   // the ce-id, apart from the header block that holds it
 	wrong  []string // what the message gets wrong on its own
+	stop   stopCheck
 }
 
 // New returns an empty Auditor.
 func New(opts Options) *Auditor {
 	a := &Auditor{opts: opts, heads: map[uint64][]headCheck{}, open: map[string]*job{}, ended: map[string]tomb{},
-		nodes: map[string]*node{}, holds: map[holdKey]*holdUse{}}
+		nodes: map[string]*node{}, holds: map[holdKey]*holdUse{}, devices: map[string]deviceHolder{}}
+	if opts.CardsKey != nil {
+		a.rep.CardsKey = keyPrefix + base64.StdEncoding.EncodeToString(opts.CardsKey)
+	}
 	if !opts.Forget {
 		a.rep.Records = map[string]*hold.HoldRecord{}
 	}
@@ -246,6 +287,10 @@ func decodeInto(d *decoded, m Raw) {
 	}
 	env := &d.env
 	env.Seq = m.Seq
+	if s, ok := env.Event.(*events.RunStopped); ok {
+		// Before slim, which drops the output the signature covers.
+		d.stop = checkStopOf(env.Subject, s)
+	}
 	env.Event = slim(env.Event)
 	d.id = strings.Clone(env.ID)
 	if want := events.ID(env.Subject, env.Event); env.ID != want {
@@ -327,7 +372,10 @@ func (a *Auditor) ingest(d *decoded) {
 		return
 	}
 	env := &d.env
-	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), digest: d.digest, ev: env.Event}
+	f := fact{seq: env.Seq, typ: typeNames[env.Type], id: d.id, at: env.Time.UTC(), stored: d.raw.Stored.UTC(), digest: d.digest, ev: env.Event}
+	if d.raw.Stored.IsZero() {
+		f.stored = f.at
+	}
 	sender, fromNode := senderOf(subj, f.ev)
 	t, over := a.ended[env.Subject]
 	// A node's start or stop counts only from the node the attempt was
@@ -342,6 +390,16 @@ func (a *Auditor) ingest(d *decoded) {
 			a.find(Finding{Job: env.Subject, Seq: env.Seq, Kind: Inconsistent, Detail: w})
 		}
 	}
+	if c, ok := events.SweepCancel(env.Event); ok {
+		// About every member of a sweep, so in no one job's record: it is
+		// kept to check the cancels that follow it (sweep.go).
+		a.sweepCancels.add(env.Subject, c, f.seq)
+		return
+	}
+	// A node's event by the subject it is stored on, as the written
+	// definition says, not by events.IsNodeEvent, which the ledger folds
+	// by: the audit derives the record's rules apart, and Decode holds the
+	// two to one answer.
 	if subj.Space == events.SpaceNode {
 		a.nodeEvent(f, env.Subject)
 		return
@@ -393,6 +451,7 @@ func (a *Auditor) ingest(d *decoded) {
 	j.facts = append(j.facts, f)
 	if !f.repeat {
 		a.capacity(env.Subject, f)
+		a.checkStop(env.Subject, f, d.stop)
 		if events.Terminal(f.ev) {
 			a.close(id, j)
 		}
@@ -403,7 +462,7 @@ func (a *Auditor) ingest(d *decoded) {
 // If the job is over, its findings and record are final: the record is
 // kept (unless Options.Forget) and its history let go of.
 func (a *Auditor) close(id string, j *job) {
-	d := derive(id, j.facts, a.unreadable[id], a.rep.Records != nil)
+	d := derive(id, j.facts, a.unreadable[id], a.rep.Records != nil, a.sweepCancels)
 	if d.end == nil {
 		return // an ending the job's life did not allow: it goes on
 	}
@@ -675,7 +734,7 @@ func (a *Auditor) Finish() *Report {
 	// In the order they first appeared, as the ledger lists them.
 	sort.Slice(ids, func(i, k int) bool { return a.open[ids[i]].facts[0].seq < a.open[ids[k]].facts[0].seq })
 	for _, id := range ids {
-		d := derive(id, a.open[id].facts, a.unreadable[id], true)
+		d := derive(id, a.open[id].facts, a.unreadable[id], true, a.sweepCancels)
 		a.settle(id, d)
 		a.rep.Records[id] = d.rec
 	}
@@ -709,6 +768,12 @@ func (r *Report) Summary() string {
 		}
 		if r.SetAside > 0 {
 			s += fmt.Sprintf("; %d message(s) clients published are no part of any job and were set aside", r.SetAside)
+		}
+		if r.StopsVerified > 0 {
+			s += fmt.Sprintf("; %d stop(s) verified as signed by their nodes", r.StopsVerified)
+			if r.CardsKey == "" {
+				s += " (their cards not checked against the operator's card key: give it)"
+			}
 		}
 		if r.Moving > 0 {
 			s += fmt.Sprintf("; %d job(s) not compared this time: the ledger's record is ahead of where the audit read the log, or the ledger not yet as far", r.Moving)

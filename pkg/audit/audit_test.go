@@ -258,7 +258,7 @@ func TestTamperingWithTheLog(t *testing.T) {
 	if !clean.OK() {
 		t.Fatalf("clean log: %+v", clean.Findings)
 	}
-	head := chain.Head{Seq: 10, Hash: ""}
+	var head chain.Head // the chain's head at the 10th message
 	{
 		var c HashChain
 		for _, r := range l.raws[:10] {

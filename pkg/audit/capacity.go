@@ -44,6 +44,11 @@ type node struct {
 	unisolated uint64
 	cap, used  amount
 	ids        []string
+	// devices are the device UUIDs its announcement in force lists.
+	devices []string
+	// cardKey is the key the card of the announcement in force binds to
+	// the node ("" for none: no card, or one the operator did not sign).
+	cardKey string
 }
 
 type holdKey struct {
@@ -55,6 +60,10 @@ type holdKey struct {
 type holdUse struct {
 	node string
 	amt  amount
+	gpus []string // the devices it names
+	// cardKey is the key of the node's card when the attempt was held:
+	// what its stop must be signed with ("" for none).
+	cardKey string
 }
 
 func (a *Auditor) node(name string) *node {
@@ -80,8 +89,24 @@ func (a *Auditor) nodeEvent(f fact, name string) {
 	case *events.NodeAnnounced:
 		n.announced, n.boot, n.expired, n.unisolated = true, e.Boot, 0, 0
 		n.cap = amountOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
+		n.announce(e.Devices)
 		if e.Isolation == events.IsolationNone && !e.AllowUnisolated {
 			n.unisolated = f.seq
+		}
+		key, wrong := a.cardOf(name, e.Card)
+		n.cardKey = key
+		if wrong != "" {
+			a.find(Finding{Seq: f.seq, Kind: Signature, Detail: wrong})
+		}
+		if key != "" && a.opts.CardsKey != nil {
+			// A card the operator signed: RENT holds the node to it, and
+			// so does the audit.
+			c := e.Card
+			card := amountOf(c.CPU, c.MemoryBytes, c.GPU, c.DiskBytes)
+			n.cap = amount{min(n.cap.milliCPU, card.milliCPU), min(n.cap.memory, card.memory), min(n.cap.gpu, card.gpu), min(n.cap.disk, card.disk)}
+			if c.Isolation == events.IsolationNone && e.Isolation != events.IsolationNone && !e.AllowUnisolated {
+				n.unisolated = f.seq
+			}
 		}
 	case *events.NodeExpired:
 		// The expiry of a boot the node has since replaced says nothing of
@@ -106,8 +131,9 @@ func (a *Auditor) capacity(jobID string, f fact) {
 			return // the order check reports an attempt held twice
 		}
 		amt := amountOf(e.CPU, e.MemoryBytes, e.GPU, e.DiskBytes)
-		a.holds[key] = &holdUse{node: e.Node, amt: amt}
 		n := a.node(e.Node)
+		a.holds[key] = &holdUse{node: e.Node, amt: amt, gpus: e.GPUs, cardKey: n.cardKey}
+		a.holdDevices(jobID, f, e)
 		n.used = amount{n.used.milliCPU + amt.milliCPU, n.used.memory + amt.memory, n.used.gpu + amt.gpu, n.used.disk + amt.disk}
 		switch {
 		case !n.announced:
@@ -132,6 +158,7 @@ func (a *Auditor) capacity(jobID string, f fact) {
 			return // the order check reports a release of nothing held
 		}
 		delete(a.holds, key)
+		a.releaseDevices(key, h.gpus)
 		n := a.node(h.node)
 		n.used = amount{n.used.milliCPU - h.amt.milliCPU, n.used.memory - h.amt.memory, n.used.gpu - h.amt.gpu, n.used.disk - h.amt.disk}
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"hash"
+	"slices"
 	"time"
 
 	"github.com/e31net/e31/pkg/events"
@@ -32,13 +33,14 @@ const (
 	held step = iota + 1
 	started
 	stopped
-	lost // HoldLost: only the release may follow
+	lost    // HoldLost: only the release may follow
+	expired // HoldExpired: only the release may follow; a stop is set aside
 	returned
 	released
 )
 
 func (s step) String() string {
-	return [...]string{"", "held", "started", "stopped", "lost", "returned", "released"}[s]
+	return [...]string{"", "held", "started", "stopped", "lost", "ended by RENT at its limit plus grace", "returned", "released"}[s]
 }
 
 // attempt is one attempt being rebuilt.
@@ -47,6 +49,21 @@ type attempt struct {
 	step   step
 	hold   events.Hold // as ComputeHeld gave it
 	heldAt uint64      // sequence of the ComputeHeld
+	// expiredAt is the sequence of RENT's HoldExpired, or 0.
+	expiredAt uint64
+	// end is the fact that ended the attempt in time (see ended), nil
+	// before it.
+	end *fact
+}
+
+// ended notes f as the end of the attempt in time, unless one came
+// before: the attempt runs from its ComputeHeld to the first of its
+// RunStopped (its node stopped it) or HoldLost (RENT gave it up with its
+// node), or, with neither, its ComputeReleased.
+func (at *attempt) ended(f *fact) {
+	if at.end == nil {
+		at.end = f
+	}
 }
 
 // meter is what the attempt held times how long: held seconds and
@@ -57,6 +74,13 @@ func (at *attempt) meter(releasedAt time.Time) {
 	at.a.CPUCoreSeconds = at.a.Held.CPU * s
 	at.a.MemoryGiBSeconds = float64(at.a.Held.MemoryBytes) / (1 << 30) * s
 	at.a.GPUSeconds = float64(at.a.Held.GPU) * s
+	// Each device held is held the whole attempt.
+	if len(at.a.Held.GPUs) > 0 {
+		at.a.GPUSecondsByDevice = map[string]float64{}
+		for _, u := range at.a.Held.GPUs {
+			at.a.GPUSecondsByDevice[u] = s
+		}
+	}
 }
 
 // derived is one job's record rebuilt from its history, and what is wrong
@@ -77,7 +101,7 @@ type derived struct {
 // could not be read. Without list, the record does not list its events
 // (nor their digest): a record that is checked and let go of needs
 // neither, and writing each digest out is a good part of the cost.
-func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived {
+func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps sweepCancels) derived {
 	var findings []Finding
 	setAside := 0
 	bad := func(f fact, kind, format string, args ...any) {
@@ -138,10 +162,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				}
 				at = &attempt{a: hold.Attempt{Attempt: h.Attempt}}
 				attempts = append(attempts, at)
-			} else if at.step >= held && h != at.hold {
-				bad(f, Inconsistent, "%s for attempt %d names node %s with %g cpu, %d bytes, %d gpu, %d disk, but it was held on %s with %g cpu, %d bytes, %d gpu, %d disk at #%d",
-					name, h.Attempt, h.Node, h.CPU, h.MemoryBytes, h.GPU, h.DiskBytes,
-					at.hold.Node, at.hold.CPU, at.hold.MemoryBytes, at.hold.GPU, at.hold.DiskBytes, at.heldAt)
+			} else if at.step >= held && !sameHold(h, at.hold) {
+				bad(f, Inconsistent, "%s for attempt %d names node %s with %g cpu, %d bytes, %d gpu %v, %d disk, but it was held on %s with %g cpu, %d bytes, %d gpu %v, %d disk at #%d",
+					name, h.Attempt, h.Node, h.CPU, h.MemoryBytes, h.GPU, h.GPUs, h.DiskBytes,
+					at.hold.Node, at.hold.CPU, at.hold.MemoryBytes, at.hold.GPU, at.hold.GPUs, at.hold.DiskBytes, at.heldAt)
 			}
 			// may lists the steps an event may follow.
 			may := func(next step, after ...step) {
@@ -168,9 +192,16 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				if h.Attempt != last+1 {
 					bad(f, Order, "attempt %d held after attempt %d", h.Attempt, last)
 				}
+				for _, prev := range attempts {
+					if prev != at && prev.end != nil && f.stored.Before(prev.end.stored) {
+						bad(f, Overlap, "attempt %d held at %s, %s before attempt %d ended with %s at #%d (%s): by the stream's own times, the two overlap",
+							h.Attempt, f.stored.Format(time.RFC3339Nano), prev.end.stored.Sub(f.stored), prev.a.Attempt, events.Name(prev.end.typ), prev.end.seq,
+							prev.end.stored.Format(time.RFC3339Nano))
+					}
+				}
 				at.step, at.hold, at.heldAt = held, h, f.seq
 				at.a.Node, at.a.HeldAt = ev.Node, &t
-				at.a.Held = hold.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes}
+				at.a.Held = hold.Resources{CPU: ev.CPU, MemoryBytes: ev.MemoryBytes, GPU: ev.GPU, DiskBytes: ev.DiskBytes, GPUs: ev.GPUs}
 				last = max(last, h.Attempt)
 				ph = holding
 				rec.State = hold.StateHeld
@@ -180,12 +211,28 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 				rec.Isolation = ev.Isolation // the last start's, in log order
 				rec.State = hold.StateRunning
 			case *events.RunStopped:
+				if at.expiredAt != 0 {
+					// The node reported after RENT ended the attempt: set
+					// aside, and a finding, since an honest node records
+					// no stop once it reads the end.
+					bad(f, Order, "RunStopped for attempt %d after RENT ended it at its limit plus grace at #%d: set aside", h.Attempt, at.expiredAt)
+					break
+				}
 				may(stopped, held, started)
+				at.ended(&facts[i])
 				at.a.StoppedAt = &t
 				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason, at.a.Logs = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason, ev.Logs
+				at.a.Signature, at.a.SigningKey = ev.Signature, ev.SigningKey
+				rec.State = hold.StateStopped
+			case *events.HoldExpired:
+				may(expired, held, started)
+				at.expiredAt = f.seq
+				at.a.ExpiredAt = &t
+				at.a.Outcome, at.a.Reason = events.LimitExceeded, ev.Reason
 				rec.State = hold.StateStopped
 			case *events.HoldLost:
 				may(lost, held, started)
+				at.ended(&facts[i])
 				at.a.Outcome, at.a.Reason = events.NodeLost, ev.Reason
 				rec.State = hold.StateStopped
 			case *events.OutputReturned:
@@ -206,10 +253,15 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 					bad(f, Order, "attempt %d released again", h.Attempt)
 					break
 				}
-				may(released, returned, lost)
+				may(released, returned, lost, expired)
+				at.ended(&facts[i])
 				at.a.ReleasedAt = &t
 				if at.a.HeldAt != nil {
 					at.meter(t)
+					for _, flag := range beyondHold(&at.a, rec.Isolation) {
+						at.a.Flags = append(at.a.Flags, flag)
+						bad(f, UsageBeyondHold, "attempt %d on node %s reports %s", h.Attempt, at.a.Node, flag)
+					}
 					if t.Before(*at.a.HeldAt) {
 						bad(f, Clock, "attempt %d released at %s, %s before it was held at #%d", h.Attempt,
 							t.Format(time.RFC3339Nano), at.a.HeldAt.Sub(t), at.heldAt)
@@ -259,7 +311,7 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 			if ph != requested && ph != waiting {
 				bad(f, Order, "cancelled, but the job %s", ph)
 			}
-			if !cancelAsked {
+			if !cancelAsked && !sweeps.asked(rec, f.seq) {
 				bad(f, Order, "cancelled, but nobody asked to cancel it")
 			}
 			rec.State, ph, end = hold.StateCancelled, over, &facts[i]
@@ -282,6 +334,9 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 	}
 	for _, at := range attempts {
 		rec.Attempts = append(rec.Attempts, at.a)
+		for _, flag := range at.a.Flags {
+			rec.Flags = append(rec.Flags, fmt.Sprintf("attempt %d: %s", at.a.Attempt, flag))
+		}
 		rec.HeldSeconds += at.a.HeldSeconds
 		rec.CPUCoreSeconds += at.a.CPUCoreSeconds
 		rec.MemoryGiBSeconds += at.a.MemoryGiBSeconds
@@ -306,6 +361,18 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool) derived 
 	return derived{rec: rec, findings: findings, setAside: setAside, end: end}
 }
 
+// requestOf is the record's request, from the job's declaration. The
+// ledger has its own, deliberately: what goes into a record is derived
+// here apart from the ledger's projection, so that one mistake cannot
+// agree with itself.
 func requestOf(s events.JobSpec) hold.Request {
 	return hold.Request{CPU: s.Request.CPU, MemoryBytes: s.Request.MemoryBytes, GPU: s.Request.GPU, DiskBytes: s.Request.DiskBytes, LimitSeconds: s.Request.LimitSeconds}
+}
+
+// sameHold reports whether two events name the same attempt and resources,
+// the devices and their order included. Written here rather than taken
+// from the ledger or pkg/events: the audit shares no code that decides.
+func sameHold(a, b events.Hold) bool {
+	return a.Attempt == b.Attempt && a.Node == b.Node && a.CPU == b.CPU && a.MemoryBytes == b.MemoryBytes &&
+		a.GPU == b.GPU && a.DiskBytes == b.DiskBytes && slices.Equal(a.GPUs, b.GPUs)
 }

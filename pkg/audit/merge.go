@@ -268,7 +268,7 @@ func replayJob(ctx context.Context, js jetstream.JetStream, job string, upTo uin
 		if m.Sequence > upTo {
 			break
 		}
-		sub.Add(Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data})
+		sub.Add(Raw{Seq: m.Sequence, Subject: m.Subject, Headers: m.Header, Body: m.Data, Stored: m.Time})
 	}
 	return sub, nil
 }

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -48,7 +49,7 @@ func TestANodesWordAboutAnotherNodesAttemptIsSetAside(t *testing.T) {
 		t.Errorf("set aside %d, want mallory's start, its three stops and its junk (5)", rep.SetAside)
 	}
 	got := rep.Records["j"]
-	if got.Outcome != events.Succeeded || got.Usage != want.Usage || len(got.Attempts) != 1 || got.Attempts[0].Node != "n1" {
+	if got.Outcome != events.Succeeded || !reflect.DeepEqual(got.Usage, want.Usage) || len(got.Attempts) != 1 || got.Attempts[0].Node != "n1" {
 		t.Errorf("record %+v, want n1's", got)
 	}
 	var aside []uint64

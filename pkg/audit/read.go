@@ -9,6 +9,7 @@ import (
 	"io"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,6 +31,7 @@ type Exported struct {
 	Headers    map[string][]string `json:"headers"`
 	Body       json.RawMessage     `json:"body,omitempty"`
 	BodyBase64 string              `json:"body_base64,omitempty"`
+	Stored     time.Time           `json:"stored,omitzero"`
 }
 
 // Raw is the stored message an export line stands for.
@@ -42,7 +44,7 @@ func (e Exported) Raw() (Raw, error) {
 		}
 		body = b
 	}
-	return Raw{Seq: e.Seq, Subject: e.Subject, Headers: nats.Header(e.Headers), Body: body}, nil
+	return Raw{Seq: e.Seq, Subject: e.Subject, Headers: nats.Header(e.Headers), Body: body, Stored: e.Stored}, nil
 }
 
 // ExportError is a line of an export file that is not an exported message.

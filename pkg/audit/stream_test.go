@@ -118,7 +118,7 @@ func TestRecordsAfterTheEnd(t *testing.T) {
 		}
 		facts = append(facts, f)
 	}
-	whole := derive("j", facts, 0, true).rec
+	whole := derive("j", facts, 0, true, nil).rec
 	if !reflect.DeepEqual(r, whole) {
 		a, _ := json.Marshal(r)
 		b, _ := json.Marshal(whole)
@@ -344,9 +344,9 @@ func TestDeliveredReadsBothForms(t *testing.T) {
 		{"_INBOX.abc", 0, 0, 0, false},
 		{"$JS.ACK.a.b.c.d.e.f.g.h.i.j.k.l.m", 0, 0, 0, false},
 	} {
-		s, c, p, ok := delivered(tt.reply)
-		if ok != tt.ok || ok && (s != tt.stream || c != tt.consumer || p != tt.pending) {
-			t.Errorf("%s: %d %d %d %v", tt.reply, s, c, p, ok)
+		s, c, at, p, ok := delivered(tt.reply)
+		if ok != tt.ok || ok && (s != tt.stream || c != tt.consumer || p != tt.pending || !at.Equal(time.Unix(0, 1764763200000000000))) {
+			t.Errorf("%s: %d %d %s %d %v", tt.reply, s, c, at, p, ok)
 		}
 	}
 }

@@ -151,6 +151,10 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 		id, ev = node, &events.NodeAnnounced{Node: node}
 	case events.TypeNodeExpired:
 		id, ev = node, &events.NodeExpired{Node: node}
+	case events.TypeDeviceWithdrawn:
+		id, ev = node, &events.DeviceWithdrawn{Node: node}
+	case events.TypeDeviceRestored:
+		id, ev = node, &events.DeviceRestored{Node: node}
 	default:
 		ev = sampleOf(t, ceType)
 	}
@@ -164,7 +168,7 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 func sampleOf(t *testing.T, ceType string) events.Event {
 	t.Helper()
 	for _, ev := range []events.Event{&events.JobSubmitted{}, &events.JobRejected{}, &events.RunStarted{}, &events.RunStopped{},
-		&events.OutputReturned{}, &events.ComputeReleased{}, &events.JobCancelled{}, &events.HoldLost{},
+		&events.OutputReturned{}, &events.ComputeReleased{}, &events.JobCancelled{}, &events.HoldLost{}, &events.HoldExpired{},
 		&events.Deleted{What: events.WhatData}} {
 		if ev.Type() == ceType {
 			return ev
@@ -185,10 +189,13 @@ var mayPublish = map[string][]string{
 	events.TypeComputeHeld:     {auth.RentService},
 	events.TypeJobCancelled:    {auth.RentService},
 	events.TypeHoldLost:        {auth.RentService},
+	events.TypeHoldExpired:     {auth.RentService},
 	events.TypeNodeExpired:     {auth.RentService},
 	events.TypeRunStarted:      {auth.RunService},
 	events.TypeRunStopped:      {auth.RunService},
 	events.TypeNodeAnnounced:   {auth.RunService},
+	events.TypeDeviceWithdrawn: {auth.RunService},
+	events.TypeDeviceRestored:  {auth.RunService},
 	events.TypeOutputReturned:  {auth.OutputService},
 	events.TypeDeleted:         {auth.OutputService},
 	events.TypeComputeReleased: {auth.ReleaseService},
@@ -249,7 +256,7 @@ func TestEachRoleMayPublishOnlyItsEvents(t *testing.T) {
 			// As someone else: bob's name, another node.
 			switch ceType {
 			case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested, events.TypeNodeAnnounced,
-				events.TypeRunStarted, events.TypeRunStopped:
+				events.TypeRunStarted, events.TypeRunStopped, events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
 				other := subjectFor(t, ceType, "node-2", "bob")
 				if got := !refused(t, nc, other); got != (id.Role == auth.Operator) {
 					t.Errorf("%s publishing %s on %s: allowed %v, want only the operator", id, events.Name(ceType), other, got)
@@ -304,7 +311,7 @@ func TestASubmitterReadsNothingButItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

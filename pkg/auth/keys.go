@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -82,6 +83,8 @@ type Keys struct {
 	TenantsSigning  nkeys.KeyPair
 	Nodes           nkeys.KeyPair
 	NodesSigning    nkeys.KeyPair
+	// Cards signs node cards (cards.go): not a NATS key.
+	Cards ed25519.PrivateKey
 }
 
 // InitKeys loads the keys in dir, or creates them all if dir has none, and
@@ -136,6 +139,9 @@ func InitKeys(dir string) (*Keys, bool, error) {
 	if err := k.addLaterKeys(); err != nil {
 		return nil, false, err
 	}
+	if err := k.addCardsKey(); err != nil {
+		return nil, false, err
+	}
 	return k, true, nil
 }
 
@@ -170,6 +176,9 @@ func LoadKeys(dir string) (*Keys, error) {
 		*x.kp = kp
 	}
 	if err := k.addLaterKeys(); err != nil {
+		return nil, err
+	}
+	if err := k.addCardsKey(); err != nil {
 		return nil, err
 	}
 	return k, nil
@@ -334,8 +343,8 @@ func tenantServices() []shared {
 // through the imports every answer comes back into NODES, where nothing
 // stores it. They are:
 //
-//   - its events (NodeAnnounced, RunStarted, RunStopped) and its poison
-//     subject, stored by the E31 and poison streams: the answer is the
+//   - its events (RUN's: NodeAnnounced, the device events, RunStarted,
+//     RunStopped) and its poison subject, stored by the E31 and poison streams: the answer is the
 //     PubAck;
 //   - its lease, in the nodes' bucket (events.NodeLeasesBucket): PubAcks;
 //   - the JetStream API (reading the log, the info of its consumers and

@@ -340,7 +340,7 @@ func subRefused(t *testing.T, nc *nats.Conn, subject string) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 // tests, which run every service under exactly these permissions.
 var owned = map[string][]string{
 	SubmitService:  {events.TypeJobSubmitted, events.TypeJobRejected},
-	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired},
-	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced},
+	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired, events.TypeHoldExpired},
+	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced, events.TypeDeviceWithdrawn, events.TypeDeviceRestored},
 	OutputService:  {events.TypeOutputReturned, events.TypeDeleted},
 	ReleaseService: {events.TypeComputeReleased},
 	LedgerService:  {},
@@ -110,8 +110,9 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 // nodePermissions adds what a run node needs, in the NODES account, all of
 // it through its imports (keys.go) and all of it under its own name:
 //
-//   - its events (NodeAnnounced, RunStarted, RunStopped) on the subjects
-//     that end with it, and its poison subject;
+//   - its events (NodeAnnounced, DeviceWithdrawn, DeviceRestored,
+//     RunStarted, RunStopped) on the subjects that name it, and its poison
+//     subject;
 //   - what its jobs write (events.NodeLogSubjects);
 //   - its lease, in the nodes' bucket (events.NodeLeasesBucket): nothing
 //     else of any bucket, and no rollup anyone could take (the bucket
@@ -126,6 +127,7 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 func nodePermissions(g *grant, id Identity) {
 	node := id.Name
 	g.pub(subjectOf(events.TypeNodeAnnounced, node, "*"))
+	g.pub(subjectOf(events.TypeDeviceWithdrawn, node, "*"), subjectOf(events.TypeDeviceRestored, node, "*"))
 	g.pub(subjectOf(events.TypeRunStarted, "*", node), subjectOf(events.TypeRunStopped, "*", node))
 	g.pub(events.PoisonSubject(RunService))
 	g.pub(events.NodeLogSubjects(node))
@@ -332,7 +334,10 @@ var samples = map[string]events.Event{
 	events.TypeJobCancelled:    &events.JobCancelled{},
 	events.TypeNodeAnnounced:   &events.NodeAnnounced{Node: idMark},
 	events.TypeNodeExpired:     &events.NodeExpired{Node: idMark},
+	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{Node: idMark},
+	events.TypeDeviceRestored:  &events.DeviceRestored{Node: idMark},
 	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeHoldExpired:     &events.HoldExpired{},
 	events.TypeDeleteRequested: &events.DeleteRequested{What: events.WhatData, By: tailMark},
 	events.TypeDeleted:         &events.Deleted{What: events.WhatData},
 }

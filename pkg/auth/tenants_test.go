@@ -107,7 +107,7 @@ func TestASubmitterIsServedThroughTheImports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	if err := ledger.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func pushConsumer(t *testing.T, nc *nats.Conn, subject string, cfg []byte) bool 
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	t.Cleanup(func() { _ = sub.Unsubscribe() }) // closing the connection ends it too
 	if err := nc.PublishRequest(subject, inbox, cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -21,8 +21,8 @@ import (
 // all: reading one and checking it is of this log, and writing one as the
 // projection goes.
 
-// Mark is what every checkpoint says: which log it is of, and where to
-// read from.
+// Mark is what every checkpoint says: which log it is of, where to read
+// from, and how far the projection had read.
 type Mark struct {
 	// Log is when the log was made (its stream's creation time): a
 	// checkpoint of another log, one made anew since, says nothing of
@@ -30,7 +30,15 @@ type Mark struct {
 	Log time.Time `json:"log"`
 	// From is the first sequence the projection needs to read.
 	From uint64 `json:"from"`
+	// Applied is the last sequence the projection had applied: From-1 or
+	// later.
+	Applied uint64 `json:"applied"`
 }
+
+// CheckpointEvery is how often a service writes its checkpoint
+// (KeepCheckpoint): one that starts reads what was stored since, besides
+// what its projection keeps.
+const CheckpointEvery = 30 * time.Second
 
 // mark is the Mark of a checkpoint that embeds one.
 func (m Mark) mark() Mark { return m }

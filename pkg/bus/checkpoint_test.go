@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 // testCheckpoint is a service's checkpoint: a Mark, and what it adds.
 type testCheckpoint struct {
 	bus.Mark
-	Applied uint64 `json:"applied"`
+	Kept []string `json:"kept,omitempty"`
 }
 
 // TestACheckpointIsStartedFromOnlyIfItIsOfThisLog: a checkpoint says where
@@ -77,11 +78,11 @@ func TestACheckpointIsStartedFromOnlyIfItIsOfThisLog(t *testing.T) {
 			t.Errorf("%s: %s is started from", name, body)
 		}
 	}
-	want := testCheckpoint{Mark: bus.Mark{Log: made, From: last + 1}, Applied: last}
+	want := testCheckpoint{Mark: bus.Mark{Log: made, From: last + 1, Applied: last}, Kept: []string{"job-3"}}
 	if _, err := kv.Put(ctx, "checkpoint", []byte(mustJSON(t, want))); err != nil {
 		t.Fatal(err)
 	}
-	if ok, got := load(t); !ok || got.From != want.From || got.Applied != want.Applied || !got.Log.Equal(made) {
+	if ok, got := load(t); !ok || got.From != want.From || got.Applied != want.Applied || !slices.Equal(got.Kept, want.Kept) || !got.Log.Equal(made) {
 		t.Errorf("a checkpoint of this log: started from %v, read %+v, want %+v", ok, got, want)
 	}
 }

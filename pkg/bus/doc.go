@@ -42,7 +42,7 @@
 //     is bounded by the job, junk included, not by the log.
 //   - An append the server takes for a duplicate is checked: a forged
 //     Nats-Msg-Id on a tenant's subject does not keep the event out.
-//   - The Subscriber pulls with plain pull requests (see puller) and tells
+//   - The Subscriber pulls with plain pull requests (see Pull) and tells
 //     a stored message from the server's statuses by its $JS.ACK reply:
 //     nats.go's consumers take an empty message with a Status header for a
 //     status and never hand it over. A message that is not a valid event is

@@ -15,7 +15,7 @@ import (
 )
 
 // Follower reads the event log in order from a sequence on, for ever: what
-// nats.go's ordered consumer does, with the pulls of a puller, so that no
+// nats.go's ordered consumer does, with the pulls of a Pull, so that no
 // message a tenant stored can stop it (an ordered consumer that meets an
 // empty message with a Status header never hands it over, takes the next
 // one for a gap, and starts again before it, for ever). It is for one
@@ -25,7 +25,7 @@ type Follower struct {
 	ctx     context.Context
 	filters []string
 
-	p       *puller
+	p       *Pull
 	started bool
 	fixed   string // the consumer's name, if the caller chose it
 	name    string // of the current consumer
@@ -132,7 +132,7 @@ func (f *Follower) start() error {
 	if err != nil {
 		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
 	}
-	p, err := newPuller(f.ctx, f.js, cons, 1024)
+	p, err := NewPull(f.ctx, f.js, cons, 1024)
 	if err != nil {
 		return fmt.Errorf("bus: follow the log from #%d: %w", f.next, err)
 	}
@@ -237,7 +237,7 @@ func (f *Follower) Next() (*jetstream.RawStreamMsg, uint64, error) {
 				return nil, 0, err
 			}
 		}
-		d, err := f.p.Next()
+		m, err := f.p.Next()
 		if err != nil {
 			if f.ctx.Err() != nil {
 				return nil, 0, f.ctx.Err()
@@ -248,6 +248,7 @@ func (f *Follower) Next() (*jetstream.RawStreamMsg, uint64, error) {
 			f.drop() // deleted, silent or unanswered: start again
 			continue
 		}
+		d := pulled{m}
 		md, err := d.Metadata()
 		if err != nil {
 			return nil, 0, fmt.Errorf("bus: follow the log: %w", err)

@@ -218,7 +218,7 @@ type getter struct {
 // batch messages each; close unsubscribes.
 func newGetter(ctx context.Context, js jetstream.JetStream, stream string, batch int) (*getter, error) {
 	g := &getter{nc: js.Conn(), in: make(chan *nats.Msg, batch+1),
-		subject: apiPrefix(js.Options()) + "DIRECT.GET." + stream}
+		subject: APIPrefix(js.Options()) + "DIRECT.GET." + stream}
 	g.ctx, g.cancel = context.WithCancel(ctx)
 	sub, err := g.nc.Subscribe(g.nc.NewInbox(), func(m *nats.Msg) {
 		select {
@@ -412,8 +412,10 @@ func storedOf(r *nats.Msg, added []string) (*jetstream.RawStreamMsg, error) {
 	return &jetstream.RawStreamMsg{Subject: subject, Sequence: seq, Header: stored, Data: r.Data, Time: at}, nil
 }
 
-// apiPrefix is where the JetStream API is for js, with its final dot.
-func apiPrefix(o jetstream.JetStreamOptions) string {
+// APIPrefix is where the JetStream API is for a JetStream of options o,
+// with its final dot: what a request nats.go has no call for is sent
+// under (direct gets, pulls).
+func APIPrefix(o jetstream.JetStreamOptions) string {
 	switch {
 	case o.APIPrefix != "":
 		return strings.TrimSuffix(o.APIPrefix, ".") + "."

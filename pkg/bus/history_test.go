@@ -145,7 +145,10 @@ func TestStoredGivesMessagesAsTheyWereStored(t *testing.T) {
 		}
 	}
 	// Stopping early is allowed, and a job without messages has none.
-	for range bus.Stored(ctx, js, events.JobSubject("j1"), 1) {
+	for _, err := range bus.Stored(ctx, js, events.JobSubject("j1"), 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
 		break
 	}
 	for m, err := range bus.Stored(ctx, js, events.JobSubject("nobody"), 1) {

@@ -82,7 +82,12 @@ func TestRunTellsTheObserver(t *testing.T) {
 		done <- bus.Run(rctx, js, pub, "test", slog.New(slog.DiscardHandler),
 			bus.Handler{Name: "cancel", Topic: topic, Subscriber: bus.SubscriberConfig{Durable: "obs", Lanes: 1}, Handle: fn})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("the router ended with %v, want nothing but the cancel", err)
+		}
+	})
 	for _, job := range []string{"flaky", "bad", "fine"} {
 		if _, err := pub.Append(ctx, job, &events.CancelRequested{By: "alice"}); err != nil {
 			t.Fatal(err)

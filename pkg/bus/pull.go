@@ -31,16 +31,30 @@ type deliveries interface {
 	Stop()
 }
 
-// puller pulls a durable consumer's messages with plain pull requests
-// (ADR-13) rather than nats.go's consumer. nats.go tells a stored message
-// from a status of the server's by its body and its Status header alone: a
-// stored message with an empty body and a Status header, which any tenant
-// may publish on its own tail of a job's subjects, is taken for a status
-// and never handed over, and, never acked, it holds one of the consumer's
-// MaxAckPending places for ever; a thousand of them stop the consumer. A
-// stored message comes with a $JS.ACK reply subject and a status never
-// does: the puller tells them apart by that.
-type puller struct {
+// pulls are a Pull's messages as the Subscriber takes them.
+type pulls struct{ *Pull }
+
+// Next implements deliveries.
+func (p pulls) Next() (delivery, error) {
+	m, err := p.Pull.Next()
+	if m == nil {
+		return nil, err
+	}
+	return pulled{m}, err
+}
+
+// Pull pulls a consumer's messages with plain pull requests (ADR-13) rather
+// than nats.go's consumer: the one way e31 reads a consumer, for the
+// Subscriber's durable consumers, the Follower's and the audit's. nats.go
+// tells a stored message from a status of the server's by its body and its
+// Status header alone: a stored message with an empty body and a Status
+// header, which any tenant may publish on its own tail of a job's subjects,
+// is taken for a status and never handed over, and, never acked, it holds
+// one of the consumer's MaxAckPending places for ever; a thousand of them
+// stop the consumer. A stored message comes with a $JS.ACK reply subject and
+// a status never does: Pull tells them apart by that. It is for one
+// goroutine, but for Stop.
+type Pull struct {
 	nc        *nats.Conn
 	next      string // $JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>
 	request   []byte
@@ -70,9 +84,10 @@ const (
 	pullHeartbeat = 3 * time.Second
 )
 
-// newPuller starts pulling from the consumer cons, batch messages at a
-// time, until Stop is called or ctx ends.
-func newPuller(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, batch int) (*puller, error) {
+// NewPull starts pulling from the consumer cons, batch messages at a
+// time, until Stop is called or ctx ends. What it was pulled and has not
+// handed over is held in memory: up to one and a half batches.
+func NewPull(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer, batch int) (*Pull, error) {
 	info := cons.CachedInfo()
 	req, err := json.Marshal(map[string]any{
 		"batch": batch, "expires": pullExpiry.Nanoseconds(), "idle_heartbeat": pullHeartbeat.Nanoseconds(),
@@ -80,8 +95,8 @@ func newPuller(ctx context.Context, js jetstream.JetStream, cons jetstream.Consu
 	if err != nil {
 		return nil, err
 	}
-	p := &puller{
-		nc: js.Conn(), next: apiPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name,
+	p := &Pull{
+		nc: js.Conn(), next: APIPrefix(js.Options()) + "CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name,
 		request: req, batch: batch, heartbeat: pullHeartbeat,
 	}
 	p.ctx, p.cancel = context.WithCancel(ctx)
@@ -111,7 +126,7 @@ func newPuller(ctx context.Context, js jetstream.JetStream, cons jetstream.Consu
 }
 
 // pull asks for the next batch.
-func (p *puller) pull() error {
+func (p *Pull) pull() error {
 	p.asked += p.batch
 	if err := p.nc.PublishRequest(p.next, p.sub.Subject, p.request); err != nil {
 		return fmt.Errorf("bus: pull: %w", err)
@@ -119,11 +134,14 @@ func (p *puller) pull() error {
 	return nil
 }
 
-// Next returns the next stored message. jetstream.ErrConsumerDeleted says
+// Next returns the next stored message, exactly as the server sent it
+// (its reply subject is its $JS.ACK), and, with it, an error when asking
+// for more failed. Without a message, jetstream.ErrConsumerDeleted says
 // the server deleted the consumer; jetstream.ErrNoHeartbeat that neither
 // messages nor heartbeats came for two heartbeats (a new request is made);
-// jetstream.ErrMsgIteratorClosed that Stop was called.
-func (p *puller) Next() (delivery, error) {
+// nats.ErrNoResponders that nobody answers for the consumer's stream;
+// jetstream.ErrMsgIteratorClosed that Stop was called or ctx ended.
+func (p *Pull) Next() (*nats.Msg, error) {
 	// One timer for every call: a projection takes a message at a time.
 	if p.silence == nil {
 		p.silence = time.NewTimer(2 * p.heartbeat)
@@ -147,7 +165,7 @@ func (p *puller) Next() (delivery, error) {
 		}
 		if strings.HasPrefix(m.Reply, "$JS.ACK.") {
 			p.asked--
-			return pulled{m}, p.more()
+			return m, p.more()
 		}
 		switch m.Header.Get("Status") {
 		case "100": // heartbeat
@@ -178,7 +196,7 @@ func (p *puller) Next() (delivery, error) {
 }
 
 // ended takes what a request that ended will no longer bring off asked.
-func (p *puller) ended(status *nats.Msg) {
+func (p *Pull) ended(status *nats.Msg) {
 	left, err := strconv.Atoi(status.Header.Get("Nats-Pending-Messages"))
 	if err != nil {
 		left = p.batch
@@ -187,7 +205,7 @@ func (p *puller) ended(status *nats.Msg) {
 }
 
 // more asks for the next batch once half of one is left to come.
-func (p *puller) more() error {
+func (p *Pull) more() error {
 	if p.asked > p.batch/2 {
 		return nil
 	}
@@ -196,7 +214,7 @@ func (p *puller) more() error {
 
 // Stop ends the pulling; Next then returns jetstream.ErrMsgIteratorClosed.
 // It is safe to call more than once and from any goroutine.
-func (p *puller) Stop() {
+func (p *Pull) Stop() {
 	p.cancel()
 	_ = p.sub.Unsubscribe()
 }

@@ -228,7 +228,7 @@ func first(ctx context.Context, js jetstream.JetStream, filter string) (*jetstre
 func Last(ctx context.Context, js jetstream.JetStream, subject string) (*jetstream.RawStreamMsg, error) {
 	ctx, cancel := context.WithTimeout(ctx, directWait)
 	defer cancel()
-	r, err := js.Conn().RequestWithContext(ctx, apiPrefix(js.Options())+"DIRECT.GET."+events.Stream+"."+subject, nil)
+	r, err := js.Conn().RequestWithContext(ctx, APIPrefix(js.Options())+"DIRECT.GET."+events.Stream+"."+subject, nil)
 	if err != nil {
 		return nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
@@ -332,7 +332,7 @@ func leaderGet(ctx context.Context, js jetstream.JetStream, stream string, req a
 		ctx, cancel = context.WithTimeout(ctx, directWait)
 		defer cancel()
 	}
-	r, err := js.Conn().RequestWithContext(ctx, apiPrefix(js.Options())+"STREAM.MSG.GET."+stream, body)
+	r, err := js.Conn().RequestWithContext(ctx, APIPrefix(js.Options())+"STREAM.MSG.GET."+stream, body)
 	if err != nil {
 		return nil, err
 	}

@@ -234,10 +234,11 @@ type subscription struct {
 
 // consume starts pulling from cons, unless the subscription has stopped.
 func (sub *subscription) consume(js jetstream.JetStream, cons jetstream.Consumer, maxAckPending int) (deliveries, error) {
-	iter, err := newPuller(context.Background(), js, cons, min(maxAckPending, 256))
+	p, err := NewPull(context.Background(), js, cons, min(maxAckPending, 256))
 	if err != nil {
 		return nil, err
 	}
+	iter := pulls{p}
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	sub.iter = iter

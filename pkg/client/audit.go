@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,7 +41,7 @@ func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress 
 	}
 	// Forget: the audit keeps sums of each record once its job is over,
 	// not the record, and compares through them (audit.Auditor.Run).
-	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true, Progress: progress})
+	au := audit.New(audit.Options{Heads: heads, LedgerHead: info.Head, Forget: true, Progress: progress, CardsKey: c.cardsKey})
 	// Credentials issued before the audit read the ledger's bucket are
 	// refused there: said at once, and how to mend it. Its first request
 	// is the bucket's stream info; the checkpoint's get from the bucket's
@@ -58,6 +59,13 @@ func (c *Client) AuditShowing(ctx context.Context, heads []chain.Head, progress 
 	}
 	return rep, nil
 }
+
+// SetCardsKey gives the operator's card key (cards.pub of `e31 creds
+// init`) to the audits this client makes: each node's card is checked
+// against it, and each stop against the key of its node's card. Without
+// it, an audit takes each card's key as the node's. Call it before
+// auditing, not while an audit runs.
+func (c *Client) SetCardsKey(key ed25519.PublicKey) { c.cardsKey = key }
 
 // AuditEvery audits every interval until ctx ends: what a deployment runs
 // so that a log or ledger gone wrong pages someone (e31_audit_findings in

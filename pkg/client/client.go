@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,8 @@ type Client struct {
 	// refusals is told what the server refuses: a refused publish is
 	// otherwise only an unanswered request.
 	refusals *refusals
+	// cardsKey is what audits check node cards against (SetCardsKey).
+	cardsKey ed25519.PublicKey
 }
 
 // Identity is who a client acts as: what ends its requests' and cancels'
@@ -327,14 +330,6 @@ func serviceOf(subject string) string {
 		return s
 	}
 	return "ledger"
-}
-
-// waitOf is how long the ledger may hold a request.
-func waitOf(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 5 * time.Second
-	}
-	return min(d, 30*time.Second)
 }
 
 // validJob refuses what is not a job id before anything is asked.

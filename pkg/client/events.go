@@ -22,7 +22,7 @@ import (
 func (c *Client) JobEvents(ctx context.Context, job string, after uint64, wait time.Duration, fresh bool) (wire.EventsReply, error) {
 	var reply wire.EventsReply
 	q := wire.EventsRequest{Job: job, After: after, Wait: wait, Fresh: fresh}
-	if err := c.request(ctx, c.ledger(wire.EndpointEvents), q, &reply, waitOf(wait)+10*time.Second); err != nil {
+	if err := c.request(ctx, c.ledger(wire.EndpointEvents), q, &reply, wire.WaitOf(wait)+10*time.Second); err != nil {
 		return reply, err
 	}
 	if reply.Code == wire.CodeNoSuchJob {
@@ -123,7 +123,7 @@ func (c *Client) Scan(ctx context.Context, filters []string, follow bool, fn fun
 			}
 			return fmt.Errorf("read the log: %w", err)
 		}
-		if err := fn(wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)); err != nil {
+		if err := fn(wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data, m.Time)); err != nil {
 			return err
 		}
 		if !follow && pending == 0 {

@@ -208,7 +208,7 @@ func ExampleClient_Audit() {
 
 func ExampleHumanBytes() {
 	fmt.Println(client.HumanBytes(512), client.HumanBytes(1536), client.HumanBytes(3<<30))
-	// Output: 512 B 1.5 KiB 3.0 GiB
+	// Output: 512 B 1.5 KiB 3 GiB
 }
 
 func ExampleSummarize() {

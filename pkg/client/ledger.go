@@ -68,7 +68,7 @@ func (c *Client) FreshRecord(ctx context.Context, job string) (*hold.HoldRecord,
 // far the ledger had read when it answered.
 func (c *Client) AskRecord(ctx context.Context, q wire.RecordRequest) (*hold.HoldRecord, uint64, error) {
 	var reply wire.RecordReply
-	if err := c.request(ctx, c.ledger(wire.EndpointRecord), q, &reply, waitOf(q.Wait)+5*time.Second); err != nil {
+	if err := c.request(ctx, c.ledger(wire.EndpointRecord), q, &reply, wire.WaitOf(q.Wait)+5*time.Second); err != nil {
 		return nil, 0, err
 	}
 	if reply.Code == wire.CodeNoSuchJob {

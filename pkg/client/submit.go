@@ -58,9 +58,6 @@ func (c *Client) Submit(ctx context.Context, job *jobfile.Job, p stage.Progress)
 	return id, nil
 }
 
-// sweepBatch is how many of a sweep's requests go in one batch.
-const sweepBatch = 512
-
 // SubmitSweep submits one job per value of job.Sweep, sharing the staged
 // data: the jobs are <sweep id>-<index>. It returns the sweep's id and the
 // jobs' ids.
@@ -70,42 +67,16 @@ func (c *Client) SubmitSweep(ctx context.Context, job *jobfile.Job, p stage.Prog
 		return "", nil, err
 	}
 	sweep := uuid.Must(uuid.NewV7()).String()
-	ids := make([]string, len(job.Sweep))
-	pub := bus.NewPublisher(c.js, "e31/cli", nil)
+	members := make([]member, len(job.Sweep))
+	for i, v := range job.Sweep {
+		members[i] = member{id: fmt.Sprintf("%s-%d", sweep, i), spec: spec,
+			point: events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: v}}
+	}
 	// One span for the sweep: its jobs share the trace they were asked in.
 	ctx, span := trace.Tracer().Start(ctx, "submit sweep", oteltrace.WithSpanKind(oteltrace.SpanKindProducer))
 	defer span.End()
-	tc := trace.Of(ctx)
-	for start := 0; start < len(job.Sweep); start += sweepBatch {
-		end := min(start+sweepBatch, len(job.Sweep))
-		batch := make([]bus.Pending, 0, end-start)
-		for i := start; i < end; i++ {
-			ids[i] = fmt.Sprintf("%s-%d", sweep, i)
-			point := spec
-			point.Sweep = &events.SweepPoint{ID: sweep, Index: i, Count: len(job.Sweep), Value: job.Sweep[i]}
-			batch = append(batch, bus.Pending{Subject: ids[i], Event: &events.JobRequested{Submitter: c.who.Name, Spec: point}, ExpectSet: true, Trace: tc})
-		}
-		subjects := make([]string, len(batch))
-		for i, p := range batch {
-			subjects[i] = events.RequestSubject(p.Subject, c.who.Name)
-		}
-		gctx, done := c.Guard(ctx, subjects...)
-		_, errs := pub.AppendBatch(gctx, batch)
-		err := errors.Join(errs...)
-		if err != nil {
-			what := fmt.Sprintf("submit sweep %s (%d of %d jobs submitted)", sweep, start, len(ids))
-			if events.IsLogFull(err) {
-				err = logFull(what, err)
-			} else {
-				err = c.refused(gctx, what, err)
-			}
-		}
-		done()
-		if err != nil {
-			return sweep, ids[:start], err
-		}
-	}
-	return sweep, ids, nil
+	ids, err := c.requestMembers(ctx, sweep, members, false)
+	return sweep, ids, err
 }
 
 // logFull is the error for a request the log refused for want of room:
@@ -178,7 +149,7 @@ func (c *Client) dataFull(ctx context.Context, what string) error {
 		what, name, bound, held, name))
 }
 
-// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2.0 GiB.
+// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2 GiB.
 func HumanBytes(n int64) string { return hold.HumanBytes(n) }
 
 // Cancel asks for a job to be stopped: its compute is released and its

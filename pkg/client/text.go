@@ -83,20 +83,28 @@ func WriteTotalsCSV(w io.Writer, ts []wire.Totals) error {
 }
 
 // WriteText writes the sweep for people: its jobs by state and outcome,
-// and each job that did not succeed, by its index in the sweep.
+// and the first jobs that did not succeed, by their index in the sweep.
 func (s SweepSummary) WriteText(w io.Writer) error {
 	p := &printer{w: w}
 	p.printf("sweep %s: %d jobs, %.3f s held in all\n", s.Sweep, s.Jobs, s.HeldSeconds)
+	if s.Replaced > 0 {
+		p.printf("  submitted again: %d (each point counts as its latest)\n", s.Replaced)
+	}
 	p.printf("  states:   %s\n", counts(s.States))
 	if len(s.Outcomes) > 0 {
 		p.printf("  outcomes: %s\n", counts(s.Outcomes))
 	}
-	recs := s.Records
-	sort.Slice(recs, func(a, b int) bool { return recs[a].Sweep.Index < recs[b].Sweep.Index })
-	for _, r := range recs {
-		if r.Over() && r.Outcome != events.Succeeded {
-			p.printf("  [%d] value %q: %s: %s (%s)\n", r.Sweep.Index, r.Sweep.Value, r.Outcome, r.Reason, r.Job)
+	listed := 0
+	for _, r := range s.Records {
+		if !r.Over() || r.Outcome == events.Succeeded || r.Sweep == nil {
+			continue
 		}
+		if listed == maxListed {
+			p.printf("  … and more that did not succeed (e31 status %s --json; e31 logs %s --failed)\n", s.Sweep, s.Sweep)
+			break
+		}
+		listed++
+		p.printf("  [%d] value %q: %s: %s (%s)\n", r.Sweep.Index, r.Sweep.Value, r.Outcome, r.Reason, r.Job)
 	}
 	return p.err
 }

@@ -89,7 +89,7 @@ func TestDeletionText(t *testing.T) {
 	}
 	b.Reset()
 	d = client.Deletion{Job: "j", Deleted: []*events.Deleted{{What: events.WhatOutput, Files: 2, Bytes: 2048}}}
-	if err := d.WriteText(&b); err != nil || b.String() != "job j: output deleted (2 file(s), 2.0 KiB)\n" {
+	if err := d.WriteText(&b); err != nil || b.String() != "job j: output deleted (2 file(s), 2 KiB)\n" {
 		t.Errorf("got %q, %v", b.String(), err)
 	}
 }
@@ -102,7 +102,7 @@ func TestLimitEdit(t *testing.T) {
 	if *e.MaxDataBytes != 1<<20 || *e.MaxQueued != limits.Unlimited || e.MaxRate != nil {
 		t.Errorf("edit %+v", e)
 	}
-	if got := client.DescribePolicy(limits.Policy{MaxDataBytes: e.MaxDataBytes, MaxQueued: e.MaxQueued, Images: e.Images}); got != "max-data 1.0 MiB; max-queued unlimited; images alpine*" {
+	if got := client.DescribePolicy(limits.Policy{MaxDataBytes: e.MaxDataBytes, MaxQueued: e.MaxQueued, Images: e.Images}); got != "max-data 1 MiB; max-queued unlimited; images alpine*" {
 		t.Errorf("policy %q", got)
 	}
 	if got := client.DescribePolicy(limits.Policy{}); got != "the defaults" {
@@ -129,7 +129,7 @@ func TestLimitsText(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `submitter   alice
-data        1.0 KiB of unlimited (max-data)
+data        1 KiB of unlimited (max-data)
 queued      at most 10 jobs (max-queued)
 rate        at most unlimited jobs a minute (max-rate)
 images      none
@@ -192,7 +192,7 @@ func TestLimitsSetText(t *testing.T) {
 	if err := set.WriteText(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := limits.Bucket + " alice: max-data 1.0 MiB\n" + events.DataBucketFor("alice") + ": at most 1.0 MiB (max-data)\n"
+	want := limits.Bucket + " alice: max-data 1 MiB\n" + events.DataBucketFor("alice") + ": at most 1 MiB (max-data)\n"
 	if b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}

@@ -80,7 +80,8 @@ func (c *Client) Wait(ctx context.Context, job string, timeout time.Duration) (*
 }
 
 // WaitSweep waits until every job of a sweep is over, asking the ledger in
-// long polls, and returns their records. It rides out a ledger that is not
+// long polls, and returns their records, every member's (Summarize counts
+// each point once). It rides out a ledger that is not
 // listening as Wait does. After timeout (0: no limit) it gives up with an
 // error that says how far the sweep got.
 func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Duration) ([]*hold.HoldRecord, error) {
@@ -116,7 +117,7 @@ func (c *Client) WaitSweep(ctx context.Context, sweep string, timeout time.Durat
 			return recs, nil
 		}
 		if wctx.Err() != nil {
-			return recs, fmt.Errorf("sweep %s: %d of %d jobs still not over after %s", sweep, left, len(recs), timeout)
+			return recs, fmt.Errorf("sweep %s: %d of %d jobs still not over after %s", sweep, left, len(Points(recs)), timeout)
 		}
 	}
 }
@@ -128,25 +129,37 @@ func (c *Client) SweepRecords(ctx context.Context, sweep string) ([]*hold.HoldRe
 }
 
 // SweepSummary is a sweep's state: the form of `e31 status SWEEP --json`.
+// It counts the sweep's points, each by the member that counts for it
+// (Points): a point submitted again counts once, as its latest member.
 type SweepSummary struct {
 	Sweep    string         `json:"sweep"`
 	Jobs     int            `json:"jobs"`
 	States   map[string]int `json:"states"`
 	Outcomes map[string]int `json:"outcomes"`
-	// HeldSeconds is the meter's total over every job of the sweep.
-	HeldSeconds float64            `json:"held_seconds"`
-	Records     []*hold.HoldRecord `json:"records"`
+	// Replaced counts the members submitted again since (e31 submit
+	// --again): in the sweep's history and its held seconds, in no count
+	// above.
+	Replaced int `json:"replaced,omitempty"`
+	// HeldSeconds is the meter's total over every member of the sweep,
+	// those replaced included.
+	HeldSeconds float64 `json:"held_seconds"`
+	// Records are the points' members, in index order.
+	Records []*hold.HoldRecord `json:"records"`
 }
 
-// Summarize counts a sweep's records by state and outcome.
+// Summarize counts a sweep's points by state and outcome.
 func Summarize(sweep string, recs []*hold.HoldRecord) SweepSummary {
-	s := SweepSummary{Sweep: sweep, Jobs: len(recs), States: map[string]int{}, Outcomes: map[string]int{}, Records: recs}
+	points := Points(recs)
+	s := SweepSummary{Sweep: sweep, Jobs: len(points), States: map[string]int{}, Outcomes: map[string]int{}, Records: points}
 	for _, r := range recs {
+		s.HeldSeconds += r.HeldSeconds
+	}
+	s.Replaced = len(recs) - len(points)
+	for _, r := range points {
 		s.States[r.State]++
 		if r.Over() {
 			s.Outcomes[string(r.Outcome)]++
 		}
-		s.HeldSeconds += r.HeldSeconds
 	}
 	return s
 }

@@ -48,6 +48,8 @@ func Dial(ctx context.Context, cfg Config) (*nats.Conn, jetstream.JetStream, err
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOut),
 	}
 	sec, err := SecurityOptions(cfg)
 	if err != nil {
@@ -99,6 +101,21 @@ func SecurityOptions(cfg Config) ([]nats.Option, error) {
 	}
 	return opts, nil
 }
+
+// How long a connection that went silent is believed: a ping every
+// PingInterval, and the connection is given up (and made again, to any
+// server that answers) once MaxPingsOut of them are unanswered, so within
+// about PingInterval × (MaxPingsOut+1), 15 s. nats.go's defaults (two
+// minutes, two pings) let a connection through a network that drops
+// packets without closing it (a real partition) look alive for six
+// minutes, and every request on it wait out its own deadline meanwhile. A
+// node does not rely on it to stop its jobs (it fences on its own clock,
+// pkg/lease); it bounds how soon the node, and every service, tries
+// another route.
+const (
+	PingInterval = 5 * time.Second
+	MaxPingsOut  = 2
+)
 
 // PublishWait is how long an async publish waits for its ack: far past
 // what a store takes under load (milliseconds, seconds in a burst of

@@ -119,7 +119,11 @@ func run(ctx context.Context, name string, cfg connect.Config, ep endpoints, log
 	if err != nil {
 		return err
 	}
-	defer nc.Drain()
+	defer func() {
+		if err := nc.Drain(); err != nil {
+			log.Warn("draining the connection to NATS", "err", err)
+		}
+	}()
 	var e *Endpoints
 	if ep.addr != "" {
 		e, err = NewEndpoints(EndpointsConfig{Service: name, Addr: ep.addr, Token: ep.token, NC: nc, JS: js, Logger: log, Collectors: ep.collectors})

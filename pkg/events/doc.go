@@ -26,7 +26,13 @@
 //	    job's fault).
 //	  - CancelRequested / JobCancelled: a submitter asked to stop the job; a job
 //	    that was never held ends with JobCancelled.
-//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity.
+//	  - NodeAnnounced: a run node joined (or re-joined) the pool with its capacity,
+//	    its GPUs listed by device, and the card its operator signed for it.
+//	  - DeviceWithdrawn / DeviceRestored: a node stopped offering one of its GPUs
+//	    (it went bad) or offers it again (see devices.go).
+//	  - HoldLost / HoldExpired: RENT ended an attempt the node will not report:
+//	    its node was lost, or it had not reported its stop by its limit plus
+//	    RENT's grace (the node cannot keep the meter running by keeping quiet).
 //	  - DeleteRequested / Deleted: after the job's end, its staged data or its
 //	    output was deleted, asked for or because its retention passed (see
 //	    retention.go).

@@ -3,6 +3,7 @@ package events
 import (
 	"fmt"
 	"strconv"
+	"time"
 )
 
 // Event is one fact in the log. The interface is sealed: only the types of
@@ -75,11 +76,23 @@ const (
 // SweepPoint is one job of a sweep: the sweep's id, this job's index (from
 // 0) among Count, and its parameter value. The job sees them as
 // E31_SWEEP_ID, E31_SWEEP_INDEX and E31_SWEEP_VALUE.
+//
+// A point may be submitted again (`e31 submit --again SWEEP --failed`): the
+// new job is another member of the same sweep at the same index, with Again
+// the round it was submitted in (1 for the first resubmission) and AgainOf
+// the job it replaces. Of the members at one index, the one of the highest
+// round is the point's: its outcome is the sweep's, its output the point's.
 type SweepPoint struct {
 	ID    string `json:"id"`
 	Index int    `json:"index"`
 	Count int    `json:"count"`
 	Value string `json:"value"`
+	// Again is the round this member was submitted again in; absent (0)
+	// for the sweep's first submission.
+	Again int `json:"again,omitempty"`
+	// AgainOf is the member this one replaces, the point's member of the
+	// round before; absent for the first submission.
+	AgainOf string `json:"again_of,omitempty"`
 }
 
 // Work is what to run.
@@ -129,12 +142,19 @@ type Hold struct {
 	// DiskBytes is the node disk held: request.disk (the job's writable
 	// space) and its staged inputs, which are written to the same disk.
 	DiskBytes int64 `json:"disk_bytes"`
+	// GPUs are the UUIDs of the devices held, GPU of them, in the order
+	// the job sees them (CUDA_VISIBLE_DEVICES 0, 1, …): absent when none
+	// are, and in holds of nodes that announced no devices.
+	GPUs []string `json:"gpus,omitempty"`
 }
 
 // Usage is what the job measurably used, read from the kernel at its end.
 type Usage struct {
 	CPUSeconds  float64 `json:"cpu_seconds"`
 	MaxRSSBytes int64   `json:"max_rss_bytes"`
+	// GPUs is what each held device did, where the node measured it
+	// (NVML); absent where it did not.
+	GPUs []DeviceUsage `json:"gpus,omitempty"`
 }
 
 // OutputFile is one returned file: its path under /out, size and digest.
@@ -194,6 +214,12 @@ type ComputeHeld struct {
 	Hold
 	Submitter string  `json:"submitter"`
 	Spec      JobSpec `json:"spec"`
+	// GraceSeconds is how long past the job's limit, counted from this
+	// event's ce-time, RENT waits for the node's stop before it ends the
+	// attempt itself (HoldExpired): the node must have collected the
+	// job's output and reported its stop by then. Absent from holds older
+	// than it.
+	GraceSeconds float64 `json:"grace_seconds,omitempty"`
 }
 
 // RunStarted records that the node started the job.
@@ -219,6 +245,16 @@ type RunStopped struct {
 	// (bounded) for the submitter. Absent when the job never ran, and in
 	// events of nodes that kept no logs.
 	Logs *Logs `json:"logs,omitempty"`
+	// Signature is the node's ed25519 signature over the stop's canonical
+	// bytes (pkg/chain/NODES.md, e31.stop.v1), standard base64, made with
+	// the key its card binds to its name: an auditor holding the
+	// operator's card key can check offline that the node the attempt was
+	// held on measured what the stop says. Absent in stops of nodes
+	// without a signing key, and of nodes older than it.
+	Signature string `json:"signature,omitempty"`
+	// SigningKey names the key that made Signature: "ed25519:" and the
+	// standard base64 of the public key.
+	SigningKey string `json:"signing_key,omitempty"`
 }
 
 // Logs is how much a job wrote to its stdout and stderr, in bytes, and
@@ -263,9 +299,37 @@ type ComputeReleased struct {
 // CancelRequested records that someone asked to stop a job. By is who
 // (the last token of the subject, bound by the server's permissions): a
 // cancel is honoured only from the job's submitter or the Operator.
+//
+// With Sweep, the subject's id is a sweep's, and the one event asks to stop
+// every member of the sweep of round Round or an earlier one
+// (SweepPoint.Again) that is not over, those submitted after it included
+// (the sweep may still be being submitted): RENT cancels those that wait,
+// RUN stops those it holds, each member as if it had been asked alone, and
+// only where By may cancel that member. Such a cancel is about no one job,
+// so it is in no hold record (SweepCancel).
 type CancelRequested struct {
 	By     string `json:"by"`
 	Reason string `json:"reason,omitempty"`
+	Sweep  bool   `json:"sweep,omitempty"`
+	// Round is, with Sweep, the sweep's latest round of resubmission the
+	// asker knew of: members submitted again in a later round are not
+	// stopped. It is part of the event's id (<sweep>/cancel/sweep-<round>),
+	// so that a cancel asked after a resubmission is not dropped as a
+	// repeat of one asked before it.
+	Round int `json:"round,omitempty"`
+}
+
+func (c CancelRequested) what() string {
+	if !c.Sweep {
+		return ""
+	}
+	return "sweep-" + strconv.Itoa(c.Round)
+}
+
+// SweepCancel returns ev as the cancel of a whole sweep, if it is one.
+func SweepCancel(ev Event) (*CancelRequested, bool) {
+	c, ok := ev.(*CancelRequested)
+	return c, ok && c.Sweep
 }
 
 // Operator is the identity whose cancels are honoured for any job.
@@ -304,6 +368,40 @@ type NodeAnnounced struct {
 	// AllowUnisolated says the node's operator started it with an explicit
 	// flag that lets it run jobs without isolation.
 	AllowUnisolated bool `json:"allow_unisolated,omitempty"`
+	// Devices lists each GPU the node offers, GPU of them, by its bus
+	// location; absent on a node that offers none or that announced a
+	// count alone (RENT then holds counts, naming no device).
+	Devices []Device `json:"devices,omitempty"`
+	// Card is the node's card, as its operator signed it: RENT holds the
+	// node to the capacity the card names, whatever the announcement
+	// says, and the node's stops are signed with the key it names.
+	// Absent from nodes without one, and from nodes older than it.
+	Card *NodeCard `json:"card,omitempty"`
+}
+
+// NodeCard binds a node's name to its signing key and its capacity: the
+// operator signs it (pkg/chain/NODES.md, e31.card.v1) with the card key
+// kept with the account keys, and the node presents it when it announces
+// itself. A node that announces more than its card is held to the card.
+type NodeCard struct {
+	Node        string  `json:"node"`
+	CPU         float64 `json:"cpu"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	GPU         int     `json:"gpu"`
+	DiskBytes   int64   `json:"disk_bytes"`
+	// Isolation is the isolation the operator vouches for; a card that
+	// says none holds the node to none whatever it announces.
+	Isolation Isolation `json:"isolation,omitempty"`
+	// Key is the node's public signing key: "ed25519:" and its standard
+	// base64.
+	Key string `json:"key"`
+	// IssuedAt is when the operator signed the card, in whole seconds.
+	IssuedAt time.Time `json:"issued_at"`
+	// Issuer is the operator's card key that signed it, written as Key is.
+	Issuer string `json:"issuer"`
+	// Signature is the issuer's ed25519 signature over the card's
+	// canonical bytes, standard base64.
+	Signature string `json:"signature"`
 }
 
 // Isolation is how a node keeps a job apart from the node and other jobs.
@@ -337,6 +435,19 @@ type HoldLost struct {
 	Reason string `json:"reason"`
 }
 
+// HoldExpired records that RENT ended an attempt at its limit plus RENT's
+// grace because the node had not reported its stop (nor was it lost) by
+// then: the node cannot keep a job's meter running past its limit by not
+// reporting. RELEASE releases the attempt as limit_exceeded, for good; a
+// stop the node reports afterwards is set aside.
+type HoldExpired struct {
+	Hold
+	// Deadline is when the attempt was due to have stopped: its hold's
+	// ce-time, plus its limit, plus RENT's grace.
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason"`
+}
+
 // The versioned type names. Never change one; add a new version instead.
 const (
 	TypeJobRequested    = "e31.job.requested.v1"
@@ -352,6 +463,7 @@ const (
 	TypeNodeAnnounced   = "e31.node.announced.v1"
 	TypeNodeExpired     = "e31.node.expired.v1"
 	TypeHoldLost        = "e31.job.hold_lost.v1"
+	TypeHoldExpired     = "e31.job.hold_expired.v1"
 )
 
 func (*JobRequested) Type() string    { return TypeJobRequested }
@@ -367,6 +479,7 @@ func (*JobCancelled) Type() string    { return TypeJobCancelled }
 func (*NodeAnnounced) Type() string   { return TypeNodeAnnounced }
 func (*NodeExpired) Type() string     { return TypeNodeExpired }
 func (*HoldLost) Type() string        { return TypeHoldLost }
+func (*HoldExpired) Type() string     { return TypeHoldExpired }
 
 func (*JobRequested) sealed()    {}
 func (*JobSubmitted) sealed()    {}
@@ -381,6 +494,7 @@ func (*JobCancelled) sealed()    {}
 func (*NodeAnnounced) sealed()   {}
 func (*NodeExpired) sealed()     {}
 func (*HoldLost) sealed()        {}
+func (*HoldExpired) sealed()     {}
 
 // kind describes where an event type lives: its subject token and whether it
 // belongs to an attempt (and so carries a Hold).
@@ -407,8 +521,11 @@ var kinds = map[string]kind{
 	TypeNodeAnnounced:   {"announced", false, func() Event { return new(NodeAnnounced) }, "NodeAnnounced", shapeOf[NodeAnnounced]()},
 	TypeNodeExpired:     {"expired", false, func() Event { return new(NodeExpired) }, "NodeExpired", shapeOf[NodeExpired]()},
 	TypeHoldLost:        {"lost", true, func() Event { return new(HoldLost) }, "HoldLost", shapeOf[HoldLost]()},
+	TypeHoldExpired:     {"overrun", true, func() Event { return new(HoldExpired) }, "HoldExpired", shapeOf[HoldExpired]()},
 	TypeDeleteRequested: {"delete", false, func() Event { return new(DeleteRequested) }, "DeleteRequested", shapeOf[DeleteRequested]()},
 	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted", shapeOf[Deleted]()},
+	TypeDeviceWithdrawn: {"device_withdrawn", false, func() Event { return new(DeviceWithdrawn) }, "DeviceWithdrawn", shapeOf[DeviceWithdrawn]()},
+	TypeDeviceRestored:  {"device_restored", false, func() Event { return new(DeviceRestored) }, "DeviceRestored", shapeOf[DeviceRestored]()},
 }
 
 // Types lists every event type this package can decode.
@@ -444,17 +561,21 @@ func HoldOf(ev Event) (Hold, bool) {
 
 // ID is the deterministic id of an event about subject (a job or node id):
 // "<subject>/<kind>" or, for an attempt, "<subject>/<kind>/<attempt>"; a
-// deletion adds what it deletes ("<job>/deleted/output"). It is both ce-id
+// deletion adds what it deletes ("<job>/deleted/output"), a sweep's cancel
+// its round ("<sweep>/cancel/sweep-0"). It is both ce-id
 // and Nats-Msg-Id, so a retried publish is stored once.
 func ID(subject string, ev Event) string {
 	k := kinds[ev.Type()]
 	if h, ok := HoldOf(ev); ok && k.perHold {
 		return subject + "/" + k.token + "/" + strconv.Itoa(h.Attempt)
 	}
-	if n, ok := ev.(interface{ boot() string }); ok {
+	if c, ok := ev.(interface{ change() string }); ok {
+		return subject + "/" + k.token + "/" + c.change()
+	}
+	if n, ok := ev.(nodeEvent); ok {
 		return subject + "/" + k.token + "/" + n.boot()
 	}
-	if w, ok := ev.(interface{ what() string }); ok {
+	if w, ok := ev.(interface{ what() string }); ok && w.what() != "" {
 		return subject + "/" + k.token + "/" + w.what()
 	}
 	return subject + "/" + k.token

@@ -44,8 +44,11 @@ var goTypes = map[string]events.Event{
 	events.TypeNodeAnnounced:   &events.NodeAnnounced{},
 	events.TypeNodeExpired:     &events.NodeExpired{},
 	events.TypeHoldLost:        &events.HoldLost{},
+	events.TypeHoldExpired:     &events.HoldExpired{},
 	events.TypeDeleteRequested: &events.DeleteRequested{},
 	events.TypeDeleted:         &events.Deleted{},
+	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{},
+	events.TypeDeviceRestored:  &events.DeviceRestored{},
 }
 
 // The golden bodies tell the story of one job on one node.
@@ -71,8 +74,11 @@ var goldenSubjects = map[string]string{
 	events.TypeNodeAnnounced:   "e31.node." + goldenNode + ".announced",
 	events.TypeNodeExpired:     "e31.node." + goldenNode + ".expired",
 	events.TypeHoldLost:        "e31.job." + goldenJob + ".lost",
+	events.TypeHoldExpired:     "e31.job." + goldenJob + ".overrun",
 	events.TypeDeleteRequested: "e31.job." + goldenJob + ".delete.alice",
 	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
+	events.TypeDeviceWithdrawn: "e31.node." + goldenNode + ".device_withdrawn",
+	events.TypeDeviceRestored:  "e31.node." + goldenNode + ".device_restored",
 }
 
 var goldenIDs = map[string]string{
@@ -89,8 +95,11 @@ var goldenIDs = map[string]string{
 	events.TypeNodeAnnounced:   goldenNode + "/announced/01JC8TZ4K0QH6S2N8V3M5P7R9A",
 	events.TypeNodeExpired:     goldenNode + "/expired/01JC8TZ4K0QH6S2N8V3M5P7R9A",
 	events.TypeHoldLost:        goldenJob + "/lost/1",
+	events.TypeHoldExpired:     goldenJob + "/overrun/1",
 	events.TypeDeleteRequested: goldenJob + "/delete/output",
 	events.TypeDeleted:         goldenJob + "/deleted/output",
+	events.TypeDeviceWithdrawn: goldenNode + "/device_withdrawn/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.1",
+	events.TypeDeviceRestored:  goldenNode + "/device_restored/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.2",
 }
 
 // goType is the Go type of an event type, or stops the test.
@@ -105,7 +114,8 @@ func goType(t testing.TB, ceType string) reflect.Type {
 
 // goldenSubject is the ce-subject of a golden event: the job, or the node.
 func goldenSubject(ceType string) string {
-	if ceType == events.TypeNodeAnnounced || ceType == events.TypeNodeExpired {
+	switch ceType {
+	case events.TypeNodeAnnounced, events.TypeNodeExpired, events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
 		return goldenNode
 	}
 	return goldenJob
@@ -401,7 +411,7 @@ func TestEmptyListsAreValid(t *testing.T) {
 		&events.ComputeReleased{Hold: hold, Outcome: events.NodeLost, Final: false},
 		&events.JobRequested{Submitter: "bob", Spec: events.JobSpec{
 			Work:    events.Work{Command: []string{"/bin/true"}},
-			Request: events.Request{CPU: 0.25, LimitSeconds: 1},
+			Request: events.Request{CPU: 0.25, MemoryBytes: 1 << 20, DiskBytes: 1 << 20, LimitSeconds: 1},
 		}},
 		&events.JobRejected{Reason: "request.cpu: must be more than 0"},
 		&events.CancelRequested{By: "alice"},
@@ -424,6 +434,10 @@ func TestEmptyListsAreValid(t *testing.T) {
 // that it is taught how to fill it rather than leaving it empty.
 func fill(t testing.TB, v reflect.Value, name string) {
 	t.Helper()
+	if v.Type() == reflect.TypeFor[time.Time]() {
+		v.Set(reflect.ValueOf(time.Date(2025, 3, 14, 9, 0, 0, 0, time.UTC)))
+		return
+	}
 	switch v.Kind() {
 	case reflect.Struct:
 		rt := v.Type()
@@ -449,6 +463,7 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"boot":      "boot-2",
 			"from_job":  "01JC8W2M5R7T9V1X3Z5B7D9F1H",
 			"after":     "01JC8W2M5R7T9V1X3Z5B7D9F1G",
+			"again_of":  "01JC8W2M5R7T9V1X3Z5B7D9F1S-3",
 			"submitter": "alice",
 			"by":        "alice",
 			"id":        "01JC8W2M5R7T9V1X3Z5B7D9F1S",
@@ -462,16 +477,35 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			"cause":     "expired",
 			"name":      "clips",
 			"command":   "/bin/true",
+			"image":     "alpine:3.20",
+			"gpus":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"uuid":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"device":    "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			// An ed25519 key and signature, as their patterns have them.
+			"key":         "ed25519:" + strings.Repeat("A", 43) + "=",
+			"issuer":      "ed25519:" + strings.Repeat("B", 43) + "=",
+			"signing_key": "ed25519:" + strings.Repeat("C", 43) + "=",
+			"signature":   strings.Repeat("D", 86) + "==",
 		}[name]
 		if !ok {
 			s = "text for " + name
 		}
 		v.SetString(s)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		// A size has a floor where it is declared (a request's memory and
+		// disk: 1MiB); 3MiB is within it everywhere.
+		if strings.HasSuffix(name, "_bytes") {
+			v.SetInt(3 << 20)
+			return
+		}
 		v.SetInt(3)
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		v.SetUint(3)
 	case reflect.Float32, reflect.Float64:
+		if name == "retention_seconds" { // a minute at least
+			v.SetFloat(3600)
+			return
+		}
 		v.SetFloat(1.5)
 	case reflect.Bool:
 		v.SetBool(true)
@@ -574,6 +608,11 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 	switch rt.Kind() {
 	case reflect.String:
 		jsonType = "string"
+	case reflect.Struct:
+		jsonType = "object"
+		if rt == reflect.TypeFor[time.Time]() {
+			jsonType = "string" // RFC 3339
+		}
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		jsonType = "integer"
@@ -583,7 +622,7 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 		jsonType = "boolean"
 	case reflect.Slice:
 		jsonType = "array"
-	case reflect.Map, reflect.Struct:
+	case reflect.Map:
 		jsonType = "object"
 	default:
 		t.Fatalf("%s: no JSON type for a %v", at, rt)
@@ -613,10 +652,11 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 		t.Errorf("%s: the Go encoder writes null for an empty %v, but the schema does not allow null", at, rt)
 	}
 
-	switch rt.Kind() {
-	case reflect.Struct:
+	switch {
+	case rt == reflect.TypeFor[time.Time]():
+	case rt.Kind() == reflect.Struct:
 		checkObject(t, at, rt, sch)
-	case reflect.Slice:
+	case rt.Kind() == reflect.Slice:
 		var items *jsonschema.Schema
 		for _, s := range chain(sch) {
 			if s.Items2020 != nil {
@@ -628,7 +668,7 @@ func checkShape(t *testing.T, at string, rt reflect.Type, sch *jsonschema.Schema
 			return
 		}
 		checkShape(t, at+"[]", rt.Elem(), items, true)
-	case reflect.Map:
+	case rt.Kind() == reflect.Map:
 		var values *jsonschema.Schema
 		for _, s := range chain(sch) {
 			if ap, ok := s.AdditionalProperties.(*jsonschema.Schema); ok {
@@ -945,7 +985,7 @@ func TestSchemasAccept(t *testing.T) {
 			"name": "model", "from_job": "01JC8W2M5R7T9V1X3Z5B7D9F1H",
 			"digest": "sha256:" + strings.Repeat("0", 64), "kind": "dir", "bytes": 1 << 20, "files": 3,
 		}},
-		{events.TypeJobSubmitted, "/spec/data/0/name", "clips v2.tar"},
+		{events.TypeJobSubmitted, "/spec/data/0/name", "clips-v2.tar"}, // SUBMIT never took a space
 		{events.TypeJobSubmitted, "/spec/output/0/path", "plots/**/*.png"},
 		{events.TypeJobSubmitted, "/spec/request/cpu", 0.25},
 		{events.TypeRunStopped, "/outcome", "out_of_memory"}, // and so no exit code needed…

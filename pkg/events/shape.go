@@ -3,6 +3,7 @@ package events
 import (
 	"reflect"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -61,6 +62,11 @@ const maxShapeFields = 64
 func shapeOf[T any]() *shape { return shapeOfType(reflect.TypeFor[T]()) }
 
 func shapeOfType(t reflect.Type) *shape {
+	if t == reflect.TypeFor[time.Time]() {
+		// RFC 3339 text: a string that does not parse fails Unmarshal,
+		// and the body goes the strict way.
+		return &shape{kind: shapeString}
+	}
 	switch t.Kind() {
 	case reflect.String:
 		return &shape{kind: shapeString}

@@ -371,10 +371,11 @@ func storedOn(subj, id string, k kind, ev Event) bool {
 		return false
 	}
 	prefix := "e31.job."
-	if n, ok := ev.(interface{ node() string }); ok {
+	if IsNodeEvent(ev) {
 		// A node's event speaks for the node its subject names: NodeExpired
-		// is RENT's, but NodeAnnounced the node's own (see the grammar).
-		if n.node() != id {
+		// is RENT's, but NodeAnnounced and the device events the node's
+		// own (see the grammar).
+		if n, ok := ev.(interface{ node() string }); ok && n.node() != id {
 			return false
 		}
 		prefix = "e31.node."
@@ -426,6 +427,21 @@ func tailOf(ev Event) (tail, what string, ok bool) {
 	return "", "", false
 }
 
+// nodeEvent is implemented by the events about a node rather than a job:
+// a node's boot, which its events' ids carry, tells one life of the node
+// from the next.
+type nodeEvent interface{ boot() string }
+
+// IsNodeEvent reports whether ev is about a node rather than a job: it is
+// stored under e31.node.<node>, its envelope's Subject is the node's id,
+// and it belongs to no job's record. Its type alone says so, and Decode
+// refuses one stored anywhere else, so a decoded envelope's subject says
+// the same: readers need not parse it.
+func IsNodeEvent(ev Event) bool {
+	_, ok := ev.(nodeEvent)
+	return ok
+}
+
 // SubjectOf is where an event about subject (a job or node id) is stored.
 func SubjectOf(subject string, ev Event) (string, error) {
 	if !ValidID(subject) {
@@ -435,8 +451,8 @@ func SubjectOf(subject string, ev Event) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w %q", ErrUnknownType, ev.Type())
 	}
-	if n, ok := ev.(interface{ node() string }); ok {
-		if n.node() != subject {
+	if IsNodeEvent(ev) {
+		if n, ok := ev.(interface{ node() string }); ok && n.node() != subject {
 			return "", fmt.Errorf("events: a %s about node %q names node %q", Name(ev.Type()), subject, n.node())
 		}
 		return Subject{Space: SpaceNode, Node: subject, Kind: k.token}.String(), nil

@@ -270,3 +270,28 @@ func TestFromHolder(t *testing.T) {
 		}
 	}
 }
+
+// IsNodeEvent answers from the type what the subject a decoded event is
+// stored on says: NodeAnnounced, NodeExpired and the device events are about a node, every
+// other kind about a job. The ledger and OUTPUT's retention leave node
+// events out of every job's record by it.
+func TestIsNodeEventIsTheSubjectsSpace(t *testing.T) {
+	t.Parallel()
+	node := map[string]bool{events.TypeNodeAnnounced: true, events.TypeNodeExpired: true, events.TypeDeviceWithdrawn: true, events.TypeDeviceRestored: true}
+	for _, typ := range sortedTypes() {
+		env, err := events.Decode(goldenSubjects[typ], goldenHeaders(typ), readGolden(t, typ))
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		s, err := events.ParseSubject(env.NATSSubject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := events.IsNodeEvent(env.Event); got != node[typ] || got != (s.Space == events.SpaceNode) {
+			t.Errorf("IsNodeEvent(%s on %s) = %v", typ, env.NATSSubject, got)
+		}
+	}
+	if events.IsNodeEvent(nil) {
+		t.Error("IsNodeEvent(nil) = true")
+	}
+}

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -378,10 +379,11 @@ func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts b
 	}()
 	fail := func(err error) {
 		pw.CloseWithError(err)
-		<-stored
+		<-stored //nolint:errcheck // the store fails with the error the pipe was closed with
 	}
 	if _, err := pw.Write(first); err != nil {
-		<-stored
+		// The store stopped reading: its error says why.
+		log.Warn("storing a node's upload failed: nothing stored", "err", cmp.Or(<-stored, err))
 		return
 	}
 	idle := time.NewTimer(s.idle)
@@ -410,8 +412,8 @@ func (s *Server) session(ctx context.Context, st stage.Store, q Request, parts b
 			return
 		}
 		if _, err := pw.Write(m.Data); err != nil {
-			<-stored
-			s.reply(m, nil, err)
+			// The store stopped reading: its error says why.
+			s.reply(m, nil, cmp.Or(<-stored, err))
 			return
 		}
 		if end := m.Header.Get(HeaderEnd); end != "" {

@@ -72,8 +72,12 @@ type HoldRecord struct {
 	// of Deleted.
 	DataDeletedAt *time.Time `json:"data_deleted_at,omitempty"`
 
-	Attempts []Attempt  `json:"attempts,omitempty"`
-	Events   []EventRef `json:"events"`
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// Flags lists what the record shows that a hold could not contain or
+	// a node should not have done: every attempt's Flags, each opened
+	// with "attempt N: ". Absent when there is none.
+	Flags  []string   `json:"flags,omitempty"`
+	Events []EventRef `json:"events"`
 	// EventsDigest commits to the exact stored events the record was built
 	// from: "sha256:" and the hex SHA-256 of their event digests (see
 	// pkg/chain/SPEC.md), in the order of Events. Absent from a record built
@@ -111,6 +115,9 @@ type Resources struct {
 	MemoryBytes int64   `json:"memory_bytes"`
 	GPU         int     `json:"gpu"`
 	DiskBytes   int64   `json:"disk_bytes"`
+	// GPUs are the UUIDs of the devices held, in the order the job saw
+	// them; absent when none were, or the node held GPUs by count.
+	GPUs []string `json:"gpus,omitempty"`
 }
 
 // Attempt is one hold of the job on one node.
@@ -129,12 +136,53 @@ type Attempt struct {
 	HeldSeconds      float64        `json:"held_seconds"`
 	// The meter of this attempt: Held times HeldSeconds, zero until the
 	// compute is released (memory in GiB, 2^30 bytes).
-	CPUCoreSeconds   float64      `json:"cpu_core_seconds"`
-	MemoryGiBSeconds float64      `json:"memory_gib_seconds"`
-	GPUSeconds       float64      `json:"gpu_seconds"`
-	Usage            events.Usage `json:"usage"`
-	Logs             *events.Logs `json:"logs,omitempty"`
+	CPUCoreSeconds   float64 `json:"cpu_core_seconds"`
+	MemoryGiBSeconds float64 `json:"memory_gib_seconds"`
+	GPUSeconds       float64 `json:"gpu_seconds"`
+	// GPUSecondsByDevice is the meter of each device held (Held.GPUs),
+	// by UUID: the seconds it was held. GPUSeconds is their sum.
+	GPUSecondsByDevice map[string]float64 `json:"gpu_seconds_by_device,omitempty"`
+	Usage              events.Usage       `json:"usage"`
+	Logs               *events.Logs       `json:"logs,omitempty"`
+	// ExpiredAt is when RENT ended the attempt because its node had not
+	// reported its stop by its limit plus RENT's grace (the ce-time of
+	// HoldExpired): its outcome is then limit_exceeded, and a stop the
+	// node reports later is listed in the record's events and changes
+	// nothing.
+	ExpiredAt *time.Time `json:"expired_at,omitempty"`
+	// Signature and SigningKey are the node's signature of its stop and
+	// the key that made it, as RunStopped carries them (pkg/chain/NODES.md):
+	// `e31 audit` checks them against the card of the node the attempt was
+	// held on. Absent when the stop was not signed.
+	Signature  string `json:"signature,omitempty"`
+	SigningKey string `json:"signing_key,omitempty"`
+	// Flags lists, one line each opened with its kind, what the attempt's
+	// record shows that its hold could not contain (FlagUsage). Absent
+	// when there is none.
+	Flags []string `json:"flags,omitempty"`
 }
+
+// FlagUsage opens a flag of usage a node reported that the attempt's hold
+// could not contain. Once the attempt is released, and only if it ran
+// isolated (the record's isolation is not none: a node that isolates
+// nothing enforces no limit, and its figures include its own), the ledger
+// and the audit each flag, apart from each other:
+//
+//	cpu_seconds   > max(held cpu, 0.01) × held_seconds × (1 + CPUSlack) + CPUSlackSeconds
+//	max_rss_bytes > held memory_bytes + MemorySlackBytes
+//
+// as "usage_beyond_hold: cpu_seconds U > C cpu × S s held" and
+// "usage_beyond_hold: max_rss_bytes U > M bytes held" (%g for numbers), a
+// dimension held as 0 being left alone. The slack covers the kernel's
+// accounting (a CFS period's overrun, page rounding), not a job: a
+// sandboxed job is held to its cpu and memory by the kernel. No GPU time
+// is measured, so none is flagged.
+const (
+	FlagUsage        = "usage_beyond_hold"
+	CPUSlack         = 0.05
+	CPUSlackSeconds  = 1.0
+	MemorySlackBytes = 1 << 20
+)
 
 // EventRef names one event a record was built from.
 type EventRef struct {

@@ -14,7 +14,8 @@ import (
 // The record for people and for spreadsheets: `e31 wait`, `e31 ledger`
 // and their --csv. The JSON form is the record itself.
 
-// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2.0 GiB.
+// HumanBytes writes a size for people: 512 B, 1.5 KiB, 2 GiB (a whole
+// number without ".0", as a job file writes it).
 func HumanBytes(n int64) string {
 	const unit = 1024
 	if n < unit {
@@ -25,7 +26,8 @@ func HumanBytes(n int64) string {
 		div *= unit
 		exp++
 	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+	s := strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64)
+	return strings.TrimSuffix(s, ".0") + " " + string("KMGTPE"[exp]) + "iB"
 }
 
 // stickyWriter remembers the first error of its writes, so that a page
@@ -74,12 +76,18 @@ func WriteText(w io.Writer, r *HoldRecord) error {
 		if a.Outcome != "" && len(r.Attempts) > 1 {
 			line += " → " + string(a.Outcome)
 		}
+		if len(a.Held.GPUs) > 0 {
+			line += "; GPUs " + strings.Join(a.Held.GPUs, ", ")
+		}
 		p.printf("%s\n", line)
 	}
 	if len(r.Attempts) > 0 {
 		p.printf("meter    %.3f s held: %.3f cpu-core-s, %.3f memory-GiB-s, %.3f gpu-s\n",
 			r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds)
 		p.printf("usage    %.3f cpu-seconds, %s peak memory\n", r.Usage.CPUSeconds, HumanBytes(r.Usage.MaxRSSBytes))
+		for _, g := range r.Usage.GPUs {
+			p.printf("usage    %s: %.1f%% utilised, %s peak device memory (%d samples)\n", g.UUID, g.UtilizationPercent, HumanBytes(g.MemoryPeakBytes), g.Samples)
+		}
 	}
 	if r.Output.Files > 0 || len(r.Output.Missing) > 0 || r.State == StateReleased {
 		out := fmt.Sprintf("%d file(s), %s", r.Output.Files, HumanBytes(r.Output.Bytes))
@@ -103,6 +111,9 @@ func WriteText(w io.Writer, r *HoldRecord) error {
 	}
 	if r.DataDeletedAt != nil {
 		p.printf("data     deleted %s\n", r.DataDeletedAt.Format(time.RFC3339))
+	}
+	for _, f := range r.Flags {
+		p.printf("flag     %s\n", f)
 	}
 	return p.err
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func TestHumanBytes(t *testing.T) {
-	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB", 512 << 20: "512.0 MiB", 2 << 30: "2.0 GiB"} {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1 KiB", 1536: "1.5 KiB", 512 << 20: "512 MiB", 2 << 30: "2 GiB"} {
 		if got := HumanBytes(n); got != want {
 			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
 		}
@@ -49,13 +49,13 @@ func TestWriteText(t *testing.T) {
 	}
 	want := `job      j1  count  (submitted by alice)
 outcome  failed (exit 3): exit status 3
-request  0.5 cpu, 512.0 MiB memory, limit 10m0s
+request  0.5 cpu, 512 MiB memory, limit 10m0s
 held     attempt 1 on node-1 from 2026-12-01T10:00:00Z for 1.000 s → node_lost
 held     attempt 2 on node-2 from 2026-12-01T10:00:00Z for 2.000 s → failed
 meter    3.000 s held: 1.500 cpu-core-s, 0.000 memory-GiB-s, 0.000 gpu-s
-usage    0.250 cpu-seconds, 2.0 KiB peak memory
+usage    0.250 cpu-seconds, 2 KiB peak memory
 output   1 file(s), 2 B, partial; missing: b.txt
-logs     10 B stdout, 2.0 KiB stderr (only the head and tail of each kept): e31 logs j1
+logs     10 B stdout, 2 KiB stderr (only the head and tail of each kept): e31 logs j1
 stderr   (its last lines; all of it: e31 logs j1)
          boom
 `
@@ -101,5 +101,19 @@ func TestWriteCSV(t *testing.T) {
 	}
 	if len(rows[0]) != len(CSVColumns) {
 		t.Errorf("header %v, want %v", rows[0], CSVColumns)
+	}
+}
+
+// TestWriteTextShowsTheFlags: what a hold could not contain is shown, a
+// line each, under the rest.
+func TestWriteTextShowsTheFlags(t *testing.T) {
+	t.Parallel()
+	r := &HoldRecord{Job: "j", State: StateReleased, Flags: []string{"attempt 1: usage_beyond_hold: cpu_seconds 86400 > 1 cpu × 21 s held"}}
+	var b strings.Builder
+	if err := WriteText(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "\nflag     attempt 1: usage_beyond_hold: cpu_seconds 86400 > 1 cpu × 21 s held\n") {
+		t.Errorf("the text does not show the flag:\n%s", b.String())
 	}
 }

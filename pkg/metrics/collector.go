@@ -43,6 +43,8 @@ var (
 		"What each node in the pool offers, as it announced it.", []string{"node", "resource", "unit"}, nil)
 	descHeld = prometheus.NewDesc("e31_node_held",
 		"What is held on each node now, by attempts not yet released.", []string{"node", "resource", "unit"}, nil)
+	descWithdrawn = prometheus.NewDesc("e31_node_gpus_withdrawn",
+		"GPUs each node has withdrawn (compute processes left on them after a job, or its driver no longer lists them) and not restored: they take no job.", []string{"node"}, nil)
 	descNodes = prometheus.NewDesc("e31_nodes",
 		"Nodes that announced themselves, up or lost, by the isolation they announced.", []string{"state", "isolation"}, nil)
 	descEvents = prometheus.NewDesc("e31_events_total",
@@ -151,7 +153,7 @@ func (c *LogCollector) Figures() Figures {
 // Describe sends the descriptions of every metric Collect sends.
 func (c *LogCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descFinished, descWait, descStart, descRelease, descHeldSeconds,
-		descHeldCPU, descHeldMemory, descHeldGPU, descCapacity, descHeld, descNodes, descEvents, descApplied, descOverrun} {
+		descHeldCPU, descHeldMemory, descHeldGPU, descCapacity, descHeld, descNodes, descWithdrawn, descEvents, descApplied, descOverrun} {
 		ch <- d
 	}
 }
@@ -208,6 +210,9 @@ func (c *LogCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			if n.Up {
 				resources(n.Capacity, func(r, unit string, v float64) { gauge(descCapacity, v, name, r, unit) })
+			}
+			if n.Capacity.GPU > 0 || len(n.Withdrawn) > 0 {
+				gauge(descWithdrawn, float64(len(n.Withdrawn)), name)
 			}
 		}
 		resources(n.Held, func(r, unit string, v float64) { gauge(descHeld, v, name, r, unit) })

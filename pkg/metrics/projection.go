@@ -77,6 +77,9 @@ type Node struct {
 	Capacity  Resources
 	// Held is what the attempts held on it and not yet released take.
 	Held Resources
+	// Withdrawn are the devices it withdrew (DeviceWithdrawn) and has not
+	// restored since, by UUID, with why: they take no job.
+	Withdrawn map[string]string
 }
 
 // Histogram is a distribution of durations in seconds over DurationBuckets.
@@ -158,6 +161,7 @@ type Projection struct {
 	nodes    map[string]*Node
 	boots    map[string]string
 	events   map[string]uint64
+	devices  *events.DeviceStates
 }
 
 // job is what the projection keeps about a live job.
@@ -195,6 +199,7 @@ const (
 	kindStopped
 	kindLost
 	kindReturned
+	kindExpired // RENT ended it at its limit plus grace: a later stop is set aside
 )
 
 // NewProjection returns a projection of an empty log.
@@ -207,6 +212,7 @@ func NewProjection() *Projection {
 		nodes:    map[string]*Node{},
 		boots:    map[string]string{},
 		events:   map[string]uint64{},
+		devices:  events.NewDeviceStates(),
 	}
 }
 
@@ -247,6 +253,9 @@ func (p *Projection) Apply(env events.Envelope) {
 	switch e := env.Event.(type) {
 	case *events.NodeAnnounced:
 		p.announce(e)
+		p.devices.Apply(e)
+	case *events.DeviceWithdrawn, *events.DeviceRestored:
+		p.devices.Apply(e)
 	case *events.NodeExpired:
 		if n := p.nodes[e.Node]; n != nil && p.boots[e.Node] == e.Boot {
 			n.Up = false
@@ -303,7 +312,7 @@ func (p *Projection) Apply(env events.Envelope) {
 		p.setState(j, hold.StateRunning)
 	case *events.RunStopped:
 		j, a := p.attempt(env.Subject, e.Attempt, kindStopped)
-		if a == nil {
+		if a == nil || a.seen&kindExpired != 0 {
 			return
 		}
 		a.stoppedAt, a.outcome = at, e.Outcome
@@ -317,6 +326,13 @@ func (p *Projection) Apply(env events.Envelope) {
 			a.stoppedAt = at
 		}
 		a.outcome = events.NodeLost
+		p.setState(j, hold.StateStopped)
+	case *events.HoldExpired:
+		j, a := p.attempt(env.Subject, e.Attempt, kindExpired)
+		if a == nil {
+			return
+		}
+		a.stoppedAt, a.outcome = at, events.LimitExceeded
 		p.setState(j, hold.StateStopped)
 	case *events.OutputReturned:
 		j, a := p.attempt(env.Subject, e.Attempt, kindReturned)
@@ -515,7 +531,9 @@ func (p *Projection) Figures() Figures {
 		f.Meter[s] = *m
 	}
 	for name, n := range p.nodes {
-		f.Nodes[name] = *n
+		c := *n
+		c.Withdrawn = maps.Clone(p.devices.Withdrawn(name))
+		f.Nodes[name] = c
 	}
 	return f
 }

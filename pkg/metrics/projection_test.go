@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -157,6 +158,16 @@ func TestProjection(t *testing.T) {
 			},
 		},
 		{
+			name: "an attempt RENT ended at its limit plus grace ends the job limit_exceeded, a late stop set aside",
+			log: logOf(full[0], full[1], full[2], full[3],
+				at(100, "j1", &events.HoldExpired{Hold: hold1, Reason: "node n1 had not reported"}),
+				at(100.5, "j1", &events.RunStopped{Hold: hold1, Outcome: events.Succeeded}),
+				at(101, "j1", &events.ComputeReleased{Hold: hold1, Outcome: events.LimitExceeded, Final: true})),
+			wantJobs:     map[string]int{hold.StateReleased: 1},
+			wantFinished: map[events.Outcome]int{events.LimitExceeded: 1},
+			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 98, CPUCoreSeconds: 196, MemoryGiBSeconds: 98, GPUSeconds: 98}},
+		},
+		{
 			name: "a job held again after a lost node ends with its last attempt",
 			log: logOf(full[0], full[1], full[2],
 				at(5, "j1", &events.HoldLost{Hold: hold1, Reason: "node n1 lost"}),
@@ -229,7 +240,7 @@ func TestProjection(t *testing.T) {
 					"n1": {Announced: true, Up: true, Isolation: "sandbox", Capacity: Resources{CPU: 4, MemoryBytes: 8 * gib, DiskBytes: 20 * gib}},
 					"n2": {Announced: true, Up: false, Isolation: IsolationUnknown, Capacity: Resources{CPU: 2, MemoryBytes: gib}},
 				}
-				if !maps.Equal(f.Nodes, want) {
+				if !reflect.DeepEqual(f.Nodes, want) {
 					t.Errorf("nodes\n got %+v\nwant %+v", f.Nodes, want)
 				}
 			},
@@ -389,5 +400,29 @@ func TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt(t *testing.T) {
 	f := p.Figures()
 	if f.Events[TypeSetAside] != 2 || f.Events[events.TypeRunStopped] != 1 || f.Finished[events.Succeeded] != 1 || f.Finished[events.Failed] != 0 {
 		t.Errorf("events %v, finished %v; want mallory's two set aside, n1's stop counted, succeeded", f.Events, f.Finished)
+	}
+}
+
+func TestProjectionShowsWithdrawnGPUs(t *testing.T) {
+	t.Parallel()
+	p := NewProjection()
+	ann := &events.NodeAnnounced{Node: "n1", Boot: "b1", CPU: 4, MemoryBytes: gib, GPU: 2,
+		Devices: []events.Device{{UUID: "GPU-0"}, {UUID: "GPU-1"}}}
+	for i, ev := range []events.Event{ann,
+		&events.DeviceWithdrawn{Node: "n1", Boot: "b1", Device: "GPU-1", Reason: "1 compute process(es) still on it (pid 7)", Change: 1},
+		&events.DeviceWithdrawn{Node: "n1", Boot: "b0", Device: "GPU-0", Reason: "of an older boot", Change: 1},
+	} {
+		env := events.New("n1", ev, "e31/test", time.Now())
+		env.Seq = uint64(i + 1)
+		p.Apply(env)
+	}
+	if got := p.Figures().Nodes["n1"].Withdrawn; !reflect.DeepEqual(got, map[string]string{"GPU-1": "1 compute process(es) still on it (pid 7)"}) {
+		t.Errorf("withdrawn %v, want GPU-1 alone, with why", got)
+	}
+	env := events.New("n1", &events.DeviceRestored{Node: "n1", Boot: "b1", Device: "GPU-1", Change: 2}, "e31/test", time.Now())
+	env.Seq = 4
+	p.Apply(env)
+	if got := p.Figures().Nodes["n1"].Withdrawn; len(got) != 0 {
+		t.Errorf("withdrawn after the restoration: %v", got)
 	}
 }

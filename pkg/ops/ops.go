@@ -110,7 +110,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := s.srv.Shutdown(sctx)
-	<-done
+	// Serve returns ErrServerClosed once Shutdown began: the one answer
+	// expected here, and nothing to report.
+	if serr := <-done; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
 	if err != nil {
 		return fmt.Errorf("ops: shut down: %w", err)
 	}

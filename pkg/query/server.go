@@ -31,8 +31,9 @@ const (
 	// for the ledger to catch up).
 	DefaultLongPollsPerUser = 50
 	// DefaultMaxWait bounds how long any request may wait: a long poll
-	// answers by then, and the client asks again.
-	DefaultMaxWait = 30 * time.Second
+	// answers by then, and the client asks again. It is the most the wire
+	// allows (wire.MaxWait), which clients count on.
+	DefaultMaxWait = wire.MaxWait
 )
 
 // WarnEvery is how often, at most, a Server logs the requests it refused
@@ -40,7 +41,8 @@ const (
 const WarnEvery = 10 * time.Second
 
 // Limits bound what askers may hold of a Server at once. Zero fields take
-// their defaults (DefaultInFlight, …).
+// their defaults (DefaultInFlight, …); a MaxWait past wire.MaxWait is
+// DefaultMaxWait, since clients give up by then.
 type Limits struct {
 	InFlight         int
 	InFlightPerUser  int
@@ -58,7 +60,7 @@ func (l Limits) withDefaults() Limits {
 	if l.LongPollsPerUser <= 0 {
 		l.LongPollsPerUser = DefaultLongPollsPerUser
 	}
-	if l.MaxWait <= 0 {
+	if l.MaxWait <= 0 || l.MaxWait > wire.MaxWait {
 		l.MaxWait = DefaultMaxWait
 	}
 	return l

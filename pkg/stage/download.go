@@ -270,7 +270,9 @@ func fetchItem(ctx context.Context, s Store, root *os.Root, it item, p Progress)
 		err = root.Rename(tmp, it.Path)
 	}
 	if err != nil {
-		root.Remove(tmp)
+		if rerr := root.Remove(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("remove the partial %s: %w", tmp, rerr))
+		}
 		return err
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -72,7 +73,7 @@ func TestJobLogPastItsCapKeepsHeadAndTail(t *testing.T) {
 	for i := 0; all.Len() < 12<<20; i++ {
 		line := fmt.Sprintf("line %08d %s\n", i, strings.Repeat("x", 100))
 		all.WriteString(line)
-		l.Stdout().Write([]byte(line))
+		mustWrite(t, l.Stdout(), []byte(line))
 		if i%20000 == 0 {
 			if err := l.Flush(e.ctx, false); err != nil {
 				t.Fatal(err)
@@ -89,7 +90,7 @@ func TestJobLogPastItsCapKeepsHeadAndTail(t *testing.T) {
 			}
 		}
 	}
-	l.Stdout().Write([]byte("the last words\n"))
+	mustWrite(t, l.Stdout(), []byte("the last words\n"))
 	all.WriteString("the last words\n")
 	if err := l.Flush(e.ctx, true); err != nil {
 		t.Fatal(err)
@@ -133,18 +134,18 @@ func TestDeleteLogRemovesHeadTailAndIndex(t *testing.T) {
 	e := newEnv(t)
 	big := bytes.Repeat([]byte("0123456789abcdef\n"), (2<<20)/17)
 	done := stage.NewJobLog(e.store, "gone", 1, 1<<20)
-	done.Stdout().Write(big)
-	done.Stderr().Write([]byte("last words\n"))
+	mustWrite(t, done.Stdout(), big)
+	mustWrite(t, done.Stderr(), []byte("last words\n"))
 	if err := done.Flush(e.ctx, true); err != nil {
 		t.Fatal(err)
 	}
 	died := stage.NewJobLog(e.store, "gone", 2, 4<<20)
-	died.Stdout().Write(big[:600<<10])
+	mustWrite(t, died.Stdout(), big[:600<<10])
 	if err := died.Flush(e.ctx, false); err != nil {
 		t.Fatal(err)
 	}
 	kept := stage.NewJobLog(e.store, "kept", 1, 1<<20)
-	kept.Stdout().Write([]byte("still here\n"))
+	mustWrite(t, kept.Stdout(), []byte("still here\n"))
 	if err := kept.Flush(e.ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +222,14 @@ func TestJobLogOfNothingStoresNothing(t *testing.T) {
 	}
 	if got, _ := readLog(t, e, "one", stage.Stderr); got != "x" {
 		t.Errorf("stderr %q, want x", got)
+	}
+}
+
+// mustWrite writes b to a job's log as the job would, failing the test if
+// the log refuses it.
+func mustWrite(t testing.TB, w io.Writer, b []byte) {
+	t.Helper()
+	if _, err := w.Write(b); err != nil {
+		t.Fatalf("write to the job's log: %v", err)
 	}
 }

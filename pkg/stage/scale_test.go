@@ -259,10 +259,14 @@ func serve(dir string) {
 		os.Exit(1)
 	}
 	fmt.Println(srv.ClientURL())
-	io.Copy(io.Discard, os.Stdin)
+	// The parent closes stdin to stop it: whatever the read says, stop.
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	srv.Shutdown(ctx)
+	if err := srv.Shutdown(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 // childServer starts a server in a child process and connects to it over
@@ -285,7 +289,9 @@ func childServer(t *testing.T) jetstream.JetStream {
 	}
 	t.Cleanup(func() {
 		stdin.Close()
-		cmd.Wait()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the child server did not stop cleanly: %v", err)
+		}
 	})
 	url, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {

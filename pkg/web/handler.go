@@ -6,6 +6,7 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -397,6 +398,8 @@ type nodeRow struct {
 	Mem, MemHeld           int64
 	GPU, GPUHeld           int
 	Boot, Renewed          string
+	// Withdrawn are the GPUs the node withdrew, with why, by UUID.
+	Withdrawn []string
 }
 
 func (p *Page) pool(w http.ResponseWriter, r *http.Request, v viewer) {
@@ -423,6 +426,9 @@ func (p *Page) pool(w http.ResponseWriter, r *http.Request, v viewer) {
 			Mem: n.Capacity.MemoryBytes, MemHeld: n.Held.MemoryBytes, GPU: n.Capacity.GPU, GPUHeld: n.Held.GPU}
 		if !n.Up {
 			row.State = "lost"
+		}
+		for _, u := range slices.Sorted(maps.Keys(n.Withdrawn)) {
+			row.Withdrawn = append(row.Withdrawn, u+" withdrawn: "+n.Withdrawn[u])
 		}
 		if l, ok := leases[name]; ok {
 			row.Boot, row.Renewed = l.Boot, ago(now, l.Renewed)

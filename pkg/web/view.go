@@ -167,6 +167,8 @@ func (v *view) apply(env events.Envelope, traceparent string) {
 		}
 	case *events.HoldLost:
 		j.State, j.Outcome, detail = hold.StateStopped, events.NodeLost, e.Reason
+	case *events.HoldExpired:
+		j.State, j.Outcome, detail = hold.StateStopped, events.LimitExceeded, e.Reason
 	case *events.OutputReturned:
 		j.State, j.Outcome = hold.StateReturned, e.Outcome
 		detail = itoa(len(e.Files)) + " files, " + bytesText(e.Bytes)

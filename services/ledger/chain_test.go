@@ -47,7 +47,7 @@ var vector = struct {
 func TestEventDigestIsTheWrittenDefinition(t *testing.T) {
 	t.Parallel()
 	p := ledger.NewProjection()
-	p.ApplyStored(vector.msg)
+	applied(t, p.ApplyStored(vector.msg))
 	r := p.Record("vec-1")
 	if r == nil || len(r.Events) != 1 {
 		t.Fatalf("record = %+v, want one event", r)
@@ -77,7 +77,7 @@ func TestEventDigestCoversWhatTheEventSays(t *testing.T) {
 		m.Data = append([]byte(nil), vector.msg.Data...)
 		change(&m)
 		p := ledger.NewProjection()
-		p.ApplyStored(m)
+		applied(t, p.ApplyStored(m))
 		return p.Head().Hash
 	}
 	same := digest(func(*ledger.Stored) {})
@@ -106,9 +106,9 @@ func TestChainCoversMessagesThatDoNotDecode(t *testing.T) {
 	t.Parallel()
 	junk := ledger.Stored{Seq: 8, Subject: "e31.job.vec-1.submitted", Header: nats.Header{"ce-id": {"x"}}, Data: []byte("not json")}
 	with, without := ledger.NewProjection(), ledger.NewProjection()
-	with.ApplyStored(vector.msg)
-	with.ApplyStored(junk)
-	without.ApplyStored(vector.msg)
+	applied(t, with.ApplyStored(vector.msg))
+	applied(t, with.ApplyStored(junk))
+	applied(t, without.ApplyStored(vector.msg))
 	if with.Head().Seq != 8 || with.Head() == without.Head() {
 		t.Errorf("head with junk %v, without %v: want the junk in the chain", with.Head(), without.Head())
 	}
@@ -117,8 +117,8 @@ func TestChainCoversMessagesThatDoNotDecode(t *testing.T) {
 	}
 	// Applying a message again changes nothing.
 	before := with.Head()
-	with.ApplyStored(junk)
-	with.ApplyStored(vector.msg)
+	applied(t, with.ApplyStored(junk))
+	applied(t, with.ApplyStored(vector.msg))
 	if with.Head() != before {
 		t.Errorf("applying old messages again moved the head to %v", with.Head())
 	}
@@ -137,7 +137,7 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 	h.add("gpu-1", at("2s"), &events.HoldLost{Hold: big, Reason: "lease expired"})
 	h.add("gpu-1", at("11s"), &events.ComputeReleased{Hold: big, Outcome: events.NodeLost})
 	h.add("gpu-1", at("20s"), &events.ComputeHeld{Hold: small, Submitter: "erin", Spec: spec})
-	r := project(h.envs).Record("gpu-1")
+	r := project(t, h.envs).Record("gpu-1")
 	a1 := r.Attempts[0]
 	if a1.HeldSeconds != 10 || a1.CPUCoreSeconds != 20 || a1.MemoryGiBSeconds != 30 || a1.GPUSeconds != 10 {
 		t.Errorf("attempt 1 meter = %v s, %v core-s, %v GiB-s, %v gpu-s; want 10, 20, 30, 10",
@@ -148,7 +148,7 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 			r.Attempts[1].CPUCoreSeconds, r.CPUCoreSeconds)
 	}
 	h.add("gpu-1", at("24s"), &events.ComputeReleased{Hold: small, Outcome: events.Succeeded, Final: true})
-	r = project(h.envs).Record("gpu-1")
+	r = project(t, h.envs).Record("gpu-1")
 	want := []float64{14, 22, 32, 10} // held, cpu, memory, gpu
 	got := []float64{r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds}
 	for i := range want {
@@ -167,11 +167,11 @@ func TestMeterIsHeldResourcesTimesHeldTime(t *testing.T) {
 func TestRepeatedEventChangesNothing(t *testing.T) {
 	t.Parallel()
 	h := fullLife()
-	once := project(h.envs).Record("count-clips-1")
+	once := project(t, h.envs).Record("count-clips-1")
 	again := h.envs[len(h.envs)-1] // ComputeReleased
 	again.Time = again.Time.Add(time.Hour)
 	h.add("count-clips-1", again.Time, again.Event)
-	twice := project(h.envs).Record("count-clips-1")
+	twice := project(t, h.envs).Record("count-clips-1")
 	if len(twice.Events) != len(once.Events)+1 {
 		t.Errorf("the repeat is not listed: %d events", len(twice.Events))
 	}
@@ -198,7 +198,7 @@ func TestTotalsCutAtThePeriodsEdges(t *testing.T) {
 	life("b1", "bob", hold("n2", 1, 4, 0), "190s", "250s")   // across the end
 	life("b2", "bob", hold("n2", 1, 4, 0), "300s", "310s")   // after
 	life("c1", "carol", hold("n3", 1, 1, 0), "120s", "")     // still held
-	p := project(h.envs)
+	p := project(t, h.envs)
 
 	got := totals(t, p, wire.TotalsRequest{Since: at("60s"), Until: at("200s")})
 	want := []wire.Totals{
@@ -343,7 +343,7 @@ func projectStored(t *testing.T, js jetstream.JetStream) *ledger.Projection {
 		if err != nil {
 			t.Fatalf("message #%d: %v", seq, err)
 		}
-		p.ApplyStored(ledger.Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data})
+		applied(t, p.ApplyStored(ledger.Stored{Seq: m.Sequence, Subject: m.Subject, Header: m.Header, Data: m.Data}))
 	}
 	return p
 }

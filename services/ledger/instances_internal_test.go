@@ -49,7 +49,7 @@ func startInstance(t *testing.T, srv *natstest.Server, name string) *instance {
 	in.kill = func() {
 		nc.Close()
 		cancel()
-		<-in.done // whatever it says: its connection is gone
+		<-in.done //nolint:errcheck // whatever it says: its connection is gone
 	}
 	return in
 }

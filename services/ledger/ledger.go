@@ -393,16 +393,6 @@ func (s *Service) waitFor(r *query.Request, seq uint64, deadline time.Time) (uin
 	}
 }
 
-// waitOf is how long a request may be held: Wait, or 5 s without one (the
-// query layer caps it at its MaxWait, 30 s by default: a long poll ends
-// then, and the client asks again).
-func waitOf(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 5 * time.Second
-	}
-	return d
-}
-
 // lastSeq is the log's last sequence now.
 func (s *Service) lastSeq() (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -485,7 +475,7 @@ func (s *Service) serveRecord(r *query.Request) {
 	}
 	// A long poll answers once the job is over, or when its time is up;
 	// catching up counts against the same time.
-	deadline := r.Deadline(waitOf(q.Wait))
+	deadline := r.Deadline(wire.WaitOf(q.Wait))
 	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, deadline)
 	if err != nil {
 		failed(r, err, func(msg string) wire.RecordReply { return wire.RecordReply{Error: msg} })
@@ -547,14 +537,14 @@ func (s *Service) serveList(r *query.Request) {
 		}
 		q.Submitter = r.User
 	}
-	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
+	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(wire.WaitOf(0)))
 	if err != nil {
 		failed(r, err, listError)
 		return
 	}
 	if q.UntilOver {
 		// Re-count at most four times a second: a count reads every record.
-		deadline := r.Deadline(waitOf(q.Wait))
+		deadline := r.Deadline(wire.WaitOf(q.Wait))
 		for {
 			_, ch := s.changedSince()
 			s.mu.Lock()
@@ -659,7 +649,7 @@ func (s *Service) serveTotals(r *query.Request) {
 		}
 		q.Submitter = r.User
 	}
-	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(waitOf(0)))
+	applied, want, err := s.catchUp(r, q.MinSeq, q.Fresh, r.Deadline(wire.WaitOf(0)))
 	if err != nil {
 		failed(r, err, func(msg string) wire.TotalsReply { return wire.TotalsReply{Error: msg} })
 		return
@@ -704,7 +694,7 @@ func (s *Service) serveEvents(r *query.Request) {
 		r.Respond(wire.EventsReply{Error: "expected {\"job\": ID}"})
 		return
 	}
-	deadline := r.Deadline(waitOf(q.Wait))
+	deadline := r.Deadline(wire.WaitOf(q.Wait))
 	applied, want, err := s.catchUp(r, 0, q.Fresh, deadline)
 	if err != nil {
 		failed(r, err, func(msg string) wire.EventsReply { return wire.EventsReply{Error: msg} })
@@ -772,7 +762,7 @@ func (s *Service) readJob(ctx context.Context, job string, after, upTo uint64) (
 			// Logged after the ownership check: the next request sees it.
 			return out, true, nil
 		}
-		e := wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data)
+		e := wire.NewStoredEvent(m.Sequence, m.Subject, m.Header, m.Data, m.Time)
 		if len(out) > 0 && size+e.Size() > maxEventsReply {
 			return out, true, nil
 		}

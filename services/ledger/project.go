@@ -336,7 +336,11 @@ func (p *Projection) ApplyPrepared(x Prepared) error {
 	if x.seq <= p.applied {
 		return nil
 	}
-	e, err := p.job(x.subject)
+	var e *entry
+	var err error
+	if x.err != nil || !inNoRecord(x.env) {
+		e, err = p.job(x.subject)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: apply #%d: %w", x.seq, err)
 	}
@@ -364,7 +368,11 @@ func (p *Projection) Apply(env events.Envelope) error {
 	if subject == "" {
 		subject, _ = events.SubjectOf(env.Subject, env.Event)
 	}
-	e, err := p.job(subject)
+	var e *entry
+	var err error
+	if !inNoRecord(env) {
+		e, err = p.job(subject)
+	}
 	if err != nil {
 		return fmt.Errorf("ledger: apply #%d: %w", env.Seq, err)
 	}
@@ -378,12 +386,13 @@ func (p *Projection) Apply(env events.Envelope) error {
 // fold adds one event to its job's record.
 //
 // The rules, which the audit derives again from the written definition:
-// node events are in no record; an event the job's log already holds (the
-// same ce-id, stored again after the duplicate window) is listed but
-// changes nothing, except a repeated JobRequested, a client's request
-// under a used id, which SUBMIT refuses and which is no part of the job.
+// node events and a sweep's cancel are in no record; an event the job's
+// log already holds (the same ce-id, stored again after the duplicate
+// window) is listed but changes nothing, except a repeated JobRequested, a
+// client's request under a used id, which SUBMIT refuses and which is no
+// part of the job.
 func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
-	if e == nil || isNodeEvent(env) {
+	if e == nil || events.IsNodeEvent(env.Event) {
 		return
 	}
 	if env.Seq != 0 && env.Seq <= e.last() {
@@ -471,7 +480,7 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 	case *events.ComputeHeld:
 		a := p.attempt(r, e.Attempt)
 		a.Node, a.HeldAt = e.Node, &at
-		a.Held = hold.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes}
+		a.Held = hold.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes, GPUs: e.GPUs}
 		r.State = hold.StateHeld
 	case *events.RunStarted:
 		p.attempt(r, e.Attempt).StartedAt = &at
@@ -479,7 +488,17 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		r.State = hold.StateRunning
 	case *events.RunStopped:
 		a := p.attempt(r, e.Attempt)
+		if a.ExpiredAt != nil {
+			// RENT ended the attempt before the node reported: the stop is
+			// listed and set aside, and the record keeps RENT's end.
+			break
+		}
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
+		a.Signature, a.SigningKey = e.Signature, e.SigningKey
+		r.State = hold.StateStopped
+	case *events.HoldExpired:
+		a := p.attempt(r, e.Attempt)
+		a.Outcome, a.Reason, a.ExpiredAt = events.LimitExceeded, e.Reason, &at
 		r.State = hold.StateStopped
 	case *events.HoldLost:
 		a := p.attempt(r, e.Attempt)
@@ -502,6 +521,7 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		a.ReleasedAt = &at
 		if a.HeldAt != nil {
 			meter(a, at.Sub(*a.HeldAt).Seconds())
+			a.Flags = append(a.Flags, usageFlags(a, r.Isolation)...)
 		}
 		if a.Outcome == "" {
 			a.Outcome = e.Outcome
@@ -521,16 +541,21 @@ func meter(a *hold.Attempt, held float64) {
 	a.CPUCoreSeconds = a.Held.CPU * held
 	a.MemoryGiBSeconds = float64(a.Held.MemoryBytes) / gib * held
 	a.GPUSeconds = float64(a.Held.GPU) * held
+	if len(a.Held.GPUs) > 0 {
+		a.GPUSecondsByDevice = make(map[string]float64, len(a.Held.GPUs))
+		for _, u := range a.Held.GPUs {
+			a.GPUSecondsByDevice[u] = held
+		}
+	}
 }
 
-// isNodeEvent reports whether env is about a node rather than a job.
-func isNodeEvent(env events.Envelope) bool {
-	subject := env.NATSSubject
-	if subject == "" {
-		subject, _ = events.SubjectOf(env.Subject, env.Event)
-	}
-	s, err := events.ParseSubject(subject)
-	return err == nil && s.Space == events.SpaceNode
+// inNoRecord reports whether env is on a job's subjects but in no job's
+// record: a sweep's cancel (events.SweepCancel), about every member of the
+// sweep and so about no one job. The audit reads the same rule from the
+// written definition (pkg/events) and checks each cancel that followed it.
+func inNoRecord(env events.Envelope) bool {
+	_, sweep := events.SweepCancel(env.Event)
+	return sweep
 }
 
 // heldOn is the node attempt n of the record was held on, "" if none.
@@ -570,7 +595,11 @@ func (p *Projection) summarize(r *hold.HoldRecord) {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
 	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
+	r.Flags = nil
 	for _, a := range r.Attempts {
+		for _, f := range a.Flags {
+			r.Flags = append(r.Flags, fmt.Sprintf("attempt %d: %s", a.Attempt, f))
+		}
 		r.HeldSeconds += a.HeldSeconds
 		r.CPUCoreSeconds += a.CPUCoreSeconds
 		r.MemoryGiBSeconds += a.MemoryGiBSeconds

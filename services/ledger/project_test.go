@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -35,10 +36,11 @@ func (h *history) add(subject string, when time.Time, ev events.Event) {
 	h.envs = append(h.envs, env)
 }
 
-func project(envs []events.Envelope) *ledger.Projection {
+func project(t testing.TB, envs []events.Envelope) *ledger.Projection {
+	t.Helper()
 	p := ledger.NewProjection()
 	for _, env := range envs {
-		p.Apply(env)
+		applied(t, p.Apply(env))
 	}
 	return p
 }
@@ -128,7 +130,7 @@ func TestProjectionBuildsTheDesignRecord(t *testing.T) {
 	if err := json.Unmarshal(golden, &want); err != nil {
 		t.Fatal(err)
 	}
-	rec := project(fullLife().envs).Record("count-clips-1")
+	rec := project(t, fullLife().envs).Record("count-clips-1")
 	if rec == nil {
 		t.Fatal("no record for count-clips-1")
 	}
@@ -144,7 +146,7 @@ func TestProjectionBuildsTheDesignRecord(t *testing.T) {
 
 func TestProjectionOfTwoAttempts(t *testing.T) {
 	t.Parallel()
-	r := project(twoAttempts().envs).Record("retried-1")
+	r := project(t, twoAttempts().envs).Record("retried-1")
 	if r == nil {
 		t.Fatal("no record")
 	}
@@ -178,11 +180,11 @@ func TestProjectionOfTwoAttempts(t *testing.T) {
 func TestProjectionBetweenAttempts(t *testing.T) {
 	t.Parallel()
 	envs := twoAttempts().envs
-	waiting := project(envs[:6]).Record("retried-1") // released for a new attempt
+	waiting := project(t, envs[:6]).Record("retried-1") // released for a new attempt
 	if waiting.State != hold.StateWaiting || waiting.HeldSeconds != 4 {
 		t.Errorf("after a non-final release: state %s, held %vs; want waiting, 4s", waiting.State, waiting.HeldSeconds)
 	}
-	running := project(envs[:8]).Record("retried-1") // attempt 2 started
+	running := project(t, envs[:8]).Record("retried-1") // attempt 2 started
 	if running.State != hold.StateRunning || running.Node != "n2" || !running.HeldAt.Equal(at("10s")) || running.ReleasedAt != nil {
 		t.Errorf("while attempt 2 runs: state %s on %s, held at %v, released at %v; want running on n2, held at 10s, not released",
 			running.State, running.Node, running.HeldAt, running.ReleasedAt)
@@ -196,7 +198,7 @@ func TestProjectionBetweenAttempts(t *testing.T) {
 
 func TestProjectionOfARejectedJob(t *testing.T) {
 	t.Parallel()
-	r := project(rejectedLife().envs).Record("bad-1")
+	r := project(t, rejectedLife().envs).Record("bad-1")
 	if r == nil {
 		t.Fatal("no record")
 	}
@@ -230,15 +232,15 @@ func TestProjectionAppliesEachEventOnce(t *testing.T) {
 		all[i].Seq = uint64(i + 1)
 	}
 	jobs := []string{"count-clips-1", "retried-1", "bad-1"}
-	once := project(all)
+	once := project(t, all)
 
 	twice := ledger.NewProjection()
 	for _, env := range all {
-		twice.Apply(env)
-		twice.Apply(env)
+		applied(t, twice.Apply(env))
+		applied(t, twice.Apply(env))
 	}
 	for _, env := range all {
-		twice.Apply(env)
+		applied(t, twice.Apply(env))
 	}
 	for _, job := range jobs {
 		want, got := mustJSON(t, once.Record(job)), mustJSON(t, twice.Record(job))
@@ -272,7 +274,7 @@ func TestProjectionList(t *testing.T) {
 	h.add("j4", hour(3), &events.JobRequested{Submitter: "carol", Spec: specOf("j4")})
 	h.add("j4", hour(3), &events.JobRejected{Reason: "no"})
 	submitted("j5", "alice", hour(3))
-	p := project(h.envs)
+	p := project(t, h.envs)
 
 	tests := []struct {
 		name string
@@ -408,12 +410,12 @@ func TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt(t *testing.T) {
 		}
 		h.add(env.Subject, env.Time, env.Event)
 	}
-	got := project(h.envs).Record("count-clips-1")
-	want := project(full).Record("count-clips-1")
+	got := project(t, h.envs).Record("count-clips-1")
+	want := project(t, full).Record("count-clips-1")
 	if got == nil || want == nil {
 		t.Fatal("no record")
 	}
-	if got.Outcome != events.Succeeded || got.Usage != want.Usage || got.HeldSeconds != want.HeldSeconds ||
+	if got.Outcome != events.Succeeded || !reflect.DeepEqual(got.Usage, want.Usage) || got.HeldSeconds != want.HeldSeconds ||
 		!got.StartedAt.Equal(*want.StartedAt) || !got.StoppedAt.Equal(*want.StoppedAt) || len(got.Attempts) != 1 {
 		t.Errorf("record %+v, want the holder's: %+v", got, want)
 	}
@@ -425,5 +427,14 @@ func TestProjectionSetsAsideANodesWordAboutAnotherNodesAttempt(t *testing.T) {
 	}
 	if len(got.Events) != len(want.Events)+2 || !slices.Equal(aside, []uint64{5, 6}) {
 		t.Errorf("events %+v, want every one listed and mallory's (#5, #6) set aside", got.Events)
+	}
+}
+
+// applied fails the test if a projection could not apply a message: one
+// with no store beside it reads no job from anywhere, so it never may.
+func applied(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -168,6 +168,9 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 			"attempt", stopped.Attempt, "node", stopped.Node, "held_on", holder, "seq", env.Seq)
 		return nil
 	}
+	if s.expiredBefore(ctx, env, stopped.Attempt) {
+		return nil
+	}
 	vctx, span := trace.Child(ctx, "output verify", trace.KeyJob.String(env.Subject), trace.KeyAttempt.Int(stopped.Attempt))
 	c, err := s.check(vctx, env.Subject, stopped)
 	trace.End(span, err)
@@ -438,8 +441,17 @@ const maxMissingListed = 100
 // decide is Decide with everything check found.
 func decide(stopped events.RunStopped, c checked, after []events.Envelope) []events.Event {
 	for _, e := range after {
-		if r, ok := e.Event.(*events.OutputReturned); ok && r.Attempt == stopped.Attempt {
-			return nil
+		switch r := e.Event.(type) {
+		case *events.OutputReturned:
+			if r.Attempt == stopped.Attempt {
+				return nil
+			}
+		case *events.HoldExpired, *events.ComputeReleased:
+			// RENT ended the attempt before its output could be returned
+			// (see expiredBefore): the stop is set aside.
+			if h, _ := events.HoldOf(r); h.Attempt == stopped.Attempt {
+				return nil
+			}
 		}
 	}
 	bad := make(map[string]bool, len(c.damaged))

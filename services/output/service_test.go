@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -199,7 +200,11 @@ func (w *world) waitGone(t *testing.T, names []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watcher.Stop()
+	defer func() {
+		if err := watcher.Stop(); err != nil {
+			t.Errorf("stop watching the bucket: %v", err)
+		}
+	}()
 	present := map[string]bool{}
 	ready := false
 	for {
@@ -412,8 +417,8 @@ func digestOfString(s string) string {
 func (w *world) writeLog(t *testing.T, job string) []string {
 	t.Helper()
 	l := stage.NewJobLog(w.store, job, 1, 1<<20)
-	l.Stdout().Write([]byte(strings.Repeat("a line the job printed\n", (2<<20)/23)))
-	l.Stderr().Write([]byte("the last words\n"))
+	mustWrite(t, l.Stdout(), []byte(strings.Repeat("a line the job printed\n", (2<<20)/23)))
+	mustWrite(t, l.Stderr(), []byte("the last words\n"))
 	if err := l.Flush(w.ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -529,5 +534,14 @@ func TestAStartSetsTheTimersOfEveryJobInTheLog(t *testing.T) {
 		if times != 1 {
 			t.Errorf("%s: output deleted %d times, want once", job, times)
 		}
+	}
+}
+
+// mustWrite writes b to a job's log as the job would, failing the test if
+// the log refuses it.
+func mustWrite(t testing.TB, w io.Writer, b []byte) {
+	t.Helper()
+	if _, err := w.Write(b); err != nil {
+		t.Fatalf("write to the job's log: %v", err)
 	}
 }

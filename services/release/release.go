@@ -53,16 +53,20 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
 		return err
 	}
+	topic := events.KindSubject(events.TypeOutputReturned) + " " + events.KindSubject(events.TypeHoldLost) +
+		" " + events.KindSubject(events.TypeHoldExpired)
 	return bus.Run(ctx, s.js, s.pub, "release", s.log, bus.Handler{
 		Name:       "release",
-		Topic:      events.KindSubject(events.TypeOutputReturned) + " " + events.KindSubject(events.TypeHoldLost),
+		Topic:      topic,
 		Subscriber: bus.SubscriberConfig{Durable: "release", Lanes: 16},
 		Handle:     s.Handle,
 	})
 }
 
-// Handle releases the compute of an attempt whose output was returned, or
-// whose node was lost.
+// Handle releases the compute of an attempt whose output was returned,
+// whose node was lost, or that RENT ended at its limit plus grace because
+// its node had not reported (limit_exceeded, for good: the node, not the
+// job, kept quiet, but the job had its limit's worth).
 func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	var hold events.Hold
 	var outcome events.Outcome
@@ -71,6 +75,8 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 		hold, outcome = e.Hold, e.Outcome
 	case *events.HoldLost:
 		hold, outcome = e.Hold, events.NodeLost
+	case *events.HoldExpired:
+		hold, outcome = e.Hold, events.LimitExceeded
 	default:
 		return nil
 	}

@@ -137,7 +137,7 @@ func TestHandleReleasesOnceWhenAReturnIsDeliveredTwice(t *testing.T) {
 
 	rel := f.deliverTwice(t, trigger)
 	want := events.ComputeReleased{Hold: hold(1), Outcome: events.NodeLost, Final: false}
-	if len(rel) != 1 || *rel[0] != want {
+	if len(rel) != 1 || !reflect.DeepEqual(*rel[0], want) {
 		t.Fatalf("released %+v, want once: %+v", rel, want)
 	}
 }
@@ -154,7 +154,26 @@ func TestHandleReleasesALostHoldOnce(t *testing.T) {
 
 	rel := f.deliverTwice(t, trigger)
 	want := events.ComputeReleased{Hold: hold(1), Outcome: events.NodeLost, Final: false}
-	if len(rel) != 1 || *rel[0] != want {
+	if len(rel) != 1 || !reflect.DeepEqual(*rel[0], want) {
+		t.Fatalf("released %+v, want once: %+v", rel, want)
+	}
+}
+
+// TestHandleReleasesAnExpiredHoldForGood: RENT ends an attempt whose node
+// never reported its stop by its limit plus grace; RELEASE gives the
+// compute back as limit_exceeded, and the job is over: the node kept
+// quiet, but the job had its limit's worth, and is not held again for it.
+func TestHandleReleasesAnExpiredHoldForGood(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	trigger := f.log(t,
+		&events.ComputeHeld{Hold: hold(1), Submitter: "alice"},
+		&events.RunStarted{Hold: hold(1)},
+		&events.HoldExpired{Hold: hold(1), Deadline: time.Now().UTC(), Reason: "node n1 had not reported its stop"})
+
+	rel := f.deliverTwice(t, trigger)
+	want := events.ComputeReleased{Hold: hold(1), Outcome: events.LimitExceeded, Final: true}
+	if len(rel) != 1 || !reflect.DeepEqual(*rel[0], want) {
 		t.Fatalf("released %+v, want once: %+v", rel, want)
 	}
 }

@@ -3,6 +3,7 @@ package rent
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -25,16 +26,19 @@ import (
 // its bucket as it goes (events.RentBucket), and one that is missing or
 // unreadable only means reading the whole log.
 type Checkpoint struct {
-	// Mark is the log the checkpoint is of, and From: the first sequence
-	// the pool needs of a job, the oldest live job's submission; the one
-	// after Applied when no job is live.
+	// Mark is the log the checkpoint is of, the last sequence the pool
+	// had applied, and From: the first sequence the pool needs of a job,
+	// the oldest live job's submission; the one after Applied when no job
+	// is live.
 	bus.Mark
-	// Applied is the last sequence the pool had applied.
-	Applied uint64 `json:"applied"`
 	// Early are the cancels that came before their job's submission,
 	// which the log holds before From: of the live jobs, and of jobs not
 	// submitted yet (or never to be), newest last.
 	Early []EarlyCancel `json:"early,omitempty"`
+	// Sweeps are the cancels of whole sweeps the pool remembers, oldest
+	// first: a member submitted after one is cancelled on submission
+	// (sweep.go).
+	Sweeps []SweepCancel `json:"sweeps,omitempty"`
 }
 
 // EarlyCancel is who asked to cancel a job before it was submitted.
@@ -53,46 +57,47 @@ const maxEarly = 4096
 // later events (its own decisions, applied as soon as stored), and not
 // the ones stored between: From is never past read+1.
 func (p *Pool) Checkpoint(read uint64) Checkpoint {
-	c := Checkpoint{Mark: bus.Mark{From: min(p.applied, read) + 1}, Applied: p.applied}
+	c := Checkpoint{Mark: bus.Mark{From: min(p.applied, read) + 1, Applied: p.applied}}
 	for _, j := range p.jobs {
 		c.From = min(c.From, j.order)
 		// A live job's cancel decided nothing yet, or it would not be
 		// live; its submission is read again, and finds the cancel
 		// waiting.
-		if by := p.liveEarly[j.id]; len(by) > 0 && len(c.Early) < maxEarly {
+		if by := p.early.live[j.id]; len(by) > 0 && len(c.Early) < maxEarly {
 			c.Early = append(c.Early, EarlyCancel{Job: j.id, By: by})
 		}
 	}
 	slices.SortFunc(c.Early, func(a, b EarlyCancel) int { return strings.Compare(a.Job, b.Job) })
 	var waiting []EarlyCancel // newest first
-	for id := range p.earlyOrder.newestFirst() {
+	for id := range p.early.unseen.newestFirst() {
 		if len(c.Early)+len(waiting) == maxEarly {
 			break
 		}
-		if early := p.early[id]; early != nil && early.seq < c.From {
+		if early, ok := p.early.unseen.get(id); ok && early.seq < c.From {
 			waiting = append(waiting, EarlyCancel{Job: id, By: early.by})
 		}
 	}
 	slices.Reverse(waiting)
 	c.Early = append(c.Early, waiting...)
+	c.Sweeps = p.sweeps.list()
 	return c
 }
 
 // Restore gives an empty pool what c holds that the log after c.From does
-// not: the early cancels. The pool then stands as one that applied the log
+// not: the early cancels, and the sweeps' cancels. The pool then stands as one that applied the log
 // up to c.From-1: its next checkpoint starts no earlier than c.
 func (p *Pool) Restore(c Checkpoint) {
 	for _, e := range c.Early {
 		for _, by := range e.By {
-			p.cancelEarly(e.Job, 0, by)
+			p.early.add(e.Job, 0, by)
 		}
 	}
+	for _, sc := range c.Sweeps {
+		p.sweeps.add(sc)
+	}
+	cancelSwept(maps.Values(p.jobs), &p.sweeps, p.attention)
 	p.applied = max(p.applied, c.From-1)
 }
-
-// checkpointEvery is how often the leader writes its checkpoint: a RENT
-// that starts reads what was stored since, besides the live jobs.
-const checkpointEvery = 30 * time.Second
 
 // restore starts the pool from the checkpoint in kv when there is one of
 // this log: it applies the node events stored before its From, gives the
@@ -147,11 +152,11 @@ func (s *Service) nodesBefore(ctx context.Context, from uint64) error {
 	return nil
 }
 
-// checkpoints writes the pool's checkpoint to kv every checkpointEvery
+// checkpoints writes the pool's checkpoint to kv every bus.CheckpointEvery
 // while this instance leads, and once more when ctx ends, whether it leads
 // or not (bus.KeepCheckpoint).
 func (s *Service) checkpoints(ctx context.Context, kv jetstream.KeyValue, log time.Time) {
-	bus.KeepCheckpoint(ctx, kv, events.RentCheckpointKey, checkpointEvery, s.leading, func() any {
+	bus.KeepCheckpoint(ctx, kv, events.RentCheckpointKey, bus.CheckpointEvery, s.leading, func() any {
 		s.mu.Lock()
 		c := s.pool.Checkpoint(s.tail.Applied())
 		s.mu.Unlock()

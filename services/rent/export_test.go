@@ -84,3 +84,15 @@ func (s *Service) Follow(ctx context.Context, msgs ...*jetstream.RawStreamMsg) (
 		return false, nil
 	}
 }
+
+// FreeDevices is, for each node that announced devices, the devices the
+// pool would give a job now, in the node's order.
+func FreeDevices(p *Pool) map[string][]string {
+	out := map[string][]string{}
+	for name, n := range p.nodes.all {
+		if n.devs != nil {
+			out[name] = n.devs.freeList()
+		}
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package rent_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -30,7 +31,12 @@ func TestRentForgetsEndedJobsAndStaysRight(t *testing.T) {
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("RENT ended with %v, want nothing but the cancel", err)
+		}
+	})
 
 	appendStep := appender(t, ctx, js)
 	heldThenReleased := func(job string, outcome events.Outcome) events.Envelope {

@@ -274,7 +274,7 @@ func TestPoolHoldsInputsOnTheNodesDisk(t *testing.T) {
 	if len(ds) != 1 {
 		t.Fatalf("after the node expired, Decide = %q, want the hold lost", describe(ds))
 	}
-	if hl, ok := ds[0].Event.(*events.HoldLost); !ok || hl.Hold != held.Hold {
+	if hl, ok := ds[0].Event.(*events.HoldLost); !ok || !events.SameHold(hl.Hold, held.Hold) {
 		t.Errorf("decided %+v, want HoldLost of the hold %+v", ds[0].Event, held.Hold)
 	}
 }

@@ -415,7 +415,7 @@ func TestPoolHeldDecisionCarriesTheJob(t *testing.T) {
 		t.Fatalf("decision is a %T, want ComputeHeld", ds[0].Event)
 	}
 	want := events.Hold{Attempt: 1, Node: "n1", CPU: 1.5, MemoryBytes: gib, DiskBytes: 1 << 20}
-	if held.Hold != want || held.Submitter != "alice" || held.Spec.Request.CPU != 1.5 || len(held.Spec.Work.Command) != 1 {
+	if !events.SameHold(held.Hold, want) || held.Submitter != "alice" || held.Spec.Request.CPU != 1.5 || len(held.Spec.Work.Command) != 1 {
 		t.Errorf("hold = %+v\nwant hold %+v for alice with a's spec", held, want)
 	}
 }

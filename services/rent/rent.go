@@ -1,7 +1,17 @@
 // Package rent is the RENT step: it keeps the pool (which nodes exist and
 // what each has free) and holds compute for jobs when they fit, recording
 // ComputeHeld, which starts the meter. Jobs that do not fit wait; nothing is
-// dropped. The order, fair share and backfill are in Pool.
+// dropped. The order, fair share and backfill are in Pool, and in its
+// parts: the queue (queue.go), placement (place.go), a node's GPUs by
+// device (devices.go), what it forgets (forget.go) and why a job waits
+// (why.go).
+//
+// A placement is the pool's decision to hold compute for a waiting job on
+// a node, appended as ComputeHeld; once that is applied the job is placed
+// (its status is "held") and is one of its node's jobs until
+// ComputeReleased. "Hold" is left to the events (events.Hold, the attempt
+// that ComputeHeld, HoldLost and ComputeReleased name) and to the ledger's
+// record of what a job held (pkg/hold).
 //
 // RENT is a projection of the log: on start it reads every event into a
 // Pool, and decides only once it has caught up; then it follows the log in
@@ -19,9 +29,12 @@
 // prove it still holds it. The others keep their pools warm and take over
 // within a lease time when it dies.
 //
-// Run nodes keep leases of their own. When one lapses, the leader records
-// NodeExpired, and HoldLost for every attempt held on that node that had not
-// stopped; RELEASE then releases them and the jobs are held again.
+// Run nodes keep leases of their own. When one lapses, the leader waits
+// the lapse margin more (Config.LapseMargin: see pkg/lease, which says why),
+// then records NodeExpired, and HoldLost for every attempt held on that node
+// that had not stopped; RELEASE then releases them and the jobs are held
+// again. A node cut off stops its own jobs before its lease can lapse, so
+// the margin puts every one of them dead before the next hold.
 package rent
 
 import (
@@ -51,32 +64,12 @@ import (
 	"github.com/e31net/e31/pkg/trace"
 )
 
-// maxHoldsPerPass bounds the holds appended in one round trip.
-const maxHoldsPerPass = 256
+// maxPlacementsPerPass bounds the placements (ComputeHeld) appended in one
+// round trip.
+const maxPlacementsPerPass = 256
 
 // leaderKey is the leader lease in the leases bucket.
 const leaderKey = "leader.rent"
-
-// Config configures the service. It is the one way the service is built,
-// by its own main, `e31 serve rent` and `e31 dev` alike: the zero value is a
-// working service, and New fills in the defaults of the fields left zero.
-type Config struct {
-	// Source is the CloudEvents source it stamps; default
-	// events.DefaultSource ("e31/rent/HOST").
-	Source string
-	Logger *slog.Logger
-	Now    func() time.Time
-	// Instance names this instance: its consumer and its claim to lead.
-	// Default: the host name.
-	Instance string
-	Pool     PoolConfig
-	// Queries bounds what askers may hold of the why endpoint at once
-	// (zero fields: query's defaults).
-	Queries query.Limits
-	// Observer, if set, is told what the scheduler does, for the
-	// operator's metrics (pkg/metrics.Scheduler implements it).
-	Observer Observer
-}
 
 // Observer is told what the scheduler does. Its methods are called from
 // the scheduler's loop and the leader lease's, and must not block.
@@ -110,10 +103,13 @@ type Service struct {
 	// waiter takes its Changed channel before it reads the pool.
 	tail *bus.Tail
 
-	mu       sync.Mutex
-	pool     *Pool
-	leader   *lease.Lease      // non-nil while this instance leads
-	expiring map[string]string // nodes whose lease lapsed: node → boot, to record
+	mu     sync.Mutex
+	pool   *Pool
+	leader *lease.Lease // non-nil while this instance leads
+	// expiring are the nodes whose lease this instance saw gone, to be
+	// recorded lost once the lapse margin has passed.
+	expiring    map[string]lapse
+	lapseMargin time.Duration
 	// traces is the trace context of the last event of each live job that
 	// had one: the pool decides later, apart from any handler, and what it
 	// appends must stay in the job's trace.
@@ -155,6 +151,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if cfg.LapseMargin < 0 {
+		return nil, fmt.Errorf("rent: lapse margin %s: it must not be negative, or a node could be counted lost before its lease expired", cfg.LapseMargin)
+	}
+	if err := cfg.readCards(); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger.With("service", "rent", "instance", instance)
 	if cfg.Pool.SetAside == nil {
 		cfg.Pool.SetAside = func(env events.Envelope, heldOn string) {
@@ -164,7 +166,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	s := &Service{obs: cfg.Observer, nc: nc, js: js, pub: bus.NewPublisher(js, cfg.Source, cfg.Now), now: cfg.Now,
 		log: log, instance: instance,
-		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]string{}, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
+		pool: NewPool(cfg.Pool, cfg.Now), expiring: map[string]lapse{}, lapseMargin: cfg.LapseMargin, traces: map[string]events.Trace{}, own: map[uint64]struct{}{},
 		kick: make(chan struct{}, 1), unresolved: make(chan struct{}, 1), queryLimits: cfg.Queries}
 	// Named after the instance, so that its backlog is watched like a
 	// durable consumer's (e31_consumer_pending{service="rent"}).
@@ -198,6 +200,13 @@ func (s *Service) Run(ctx context.Context) error {
 	kv, err := s.js.KeyValue(ctx, events.LeasesBucket)
 	if err != nil {
 		return fmt.Errorf("rent: leases: %w", err)
+	}
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("rent: %w", err)
+	}
+	if s.lapseMargin == 0 {
+		s.lapseMargin = lease.DefaultMargins(ttl).Lapse
 	}
 	s.dropOldConsumer(ctx)
 	start := time.Now()
@@ -288,9 +297,9 @@ func (s *Service) observed(o bus.Observer) func(context.Context, events.Envelope
 // follow is the tail's Apply: every message counted as its job's last
 // (touch), and every event the pool applies decoded and handled, in order,
 // except the events this instance appended itself, which schedule applied
-// the moment they were stored. Decoding those again (a hold carries the
-// job's whole spec) would be a third of the leader's reading for nothing:
-// the pool would find them applied already.
+// the moment they were stored. Decoding those again (a ComputeHeld carries
+// the job's whole spec) would be a third of the leader's reading for
+// nothing: the pool would find them applied already.
 func (s *Service) follow(o bus.Observer) bus.Apply {
 	decoded := bus.Decoded(s.log, s.observed(o))
 	var skip []bool
@@ -382,8 +391,14 @@ func (s *Service) Handle(_ context.Context, env events.Envelope) error {
 	s.mu.Lock()
 	s.pool.Apply(env)
 	s.remember(env)
-	unresolved := len(s.pool.unresolved) > 0
+	if e, ok := env.Event.(*events.NodeExpired); ok && s.expiring[e.Node].boot == e.Boot {
+		// Recorded by the leader: a standby that saw the lapse too has
+		// nothing left to record when it leads.
+		delete(s.expiring, e.Node)
+	}
+	unresolved := s.pool.HasUnresolved()
 	s.mu.Unlock()
+	s.noteCard(env)
 	if unresolved {
 		select {
 		case s.unresolved <- struct{}{}:
@@ -525,7 +540,8 @@ func (s *Service) waitFree(ctx context.Context, kv jetstream.KeyValue) {
 		<-wctx.Done()
 		return
 	}
-	defer w.Stop()
+	// Stop's error says only that the watch had ended already.
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-wctx.Done():
@@ -623,7 +639,7 @@ func (s *Service) watchNodes(ctx context.Context, g *errgroup.Group, kv jetstrea
 // sweepNodes looks up the lease of every node the pool counts live, once
 // per lease time, apart from the watcher. A KV watcher does not survive a
 // NATS server restart (nats.go v1.56 does not make its consumer again), and
-// a node whose lease lapsed unseen would keep its holds for ever.
+// a node whose lease lapsed unseen would keep its jobs placed for ever.
 func (s *Service) sweepNodes(ctx context.Context, kv jetstream.KeyValue) {
 	ttl, err := lease.TTL(ctx, kv)
 	if err != nil {
@@ -655,11 +671,24 @@ func (s *Service) checkNode(ctx context.Context, kv jetstream.KeyValue, name str
 	}
 }
 
-// nodeGone marks a node's current boot for the leader to record as expired.
+// lapse is a node's boot whose lease this instance saw gone, and when the
+// lapse margin after the first sighting ends, on this instance's monotonic
+// clock: the node may be recorded lost from then on.
+type lapse struct {
+	boot string
+	due  time.Time
+}
+
+// nodeGone marks a node's current boot for the leader to record as expired
+// once the lapse margin has passed. A lease is seen gone at its expiry or
+// later (the delete marker comes after the expiry, a sweep later still), so
+// counting the margin from the first sighting is never early. Each
+// instance counts from its own sighting: a standby that leads meanwhile
+// records no sooner than its own margin allows.
 func (s *Service) nodeGone(name string) {
 	s.mu.Lock()
-	if boot, ok := s.pool.LeasedBoot(name); ok {
-		s.expiring[name] = boot
+	if boot, ok := s.pool.LeasedBoot(name); ok && s.expiring[name].boot != boot {
+		s.expiring[name] = lapse{boot: boot, due: time.Now().Add(s.lapseMargin)}
 	}
 	s.mu.Unlock()
 	s.wake()
@@ -670,6 +699,11 @@ func (s *Service) nodeGone(name string) {
 func (s *Service) scheduler(ctx context.Context) {
 	again := time.NewTimer(time.Hour)
 	again.Stop()
+	// lapsed wakes the scheduler when the margin of a lapse it saw ends.
+	lapsed := time.NewTimer(time.Hour)
+	lapsed.Stop()
+	due := time.NewTimer(time.Hour)
+	due.Stop()
 	pauses := retry.Schedule.BackOff()
 	for {
 		select {
@@ -677,8 +711,14 @@ func (s *Service) scheduler(ctx context.Context) {
 			return
 		case <-s.kick:
 		case <-again.C:
+		case <-lapsed.C:
+		case <-due.C:
 		}
 		err := s.schedule(ctx)
+		if next, ok := s.nextLapse(); ok {
+			lapsed.Reset(time.Until(next))
+		}
+		s.armDue(due)
 		s.mu.Lock()
 		depth := s.pool.WaitingBySubmitter()
 		s.mu.Unlock()
@@ -711,7 +751,7 @@ func (s *Service) schedule(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		began := time.Now()
-		decisions := s.pool.Decide(maxHoldsPerPass)
+		decisions := s.pool.Decide(maxPlacementsPerPass)
 		s.obs.Decided(time.Since(began))
 		s.mu.Unlock()
 		if len(decisions) == 0 {
@@ -727,7 +767,7 @@ func (s *Service) schedule(ctx context.Context) error {
 			trace.End(sp, errs[i])
 		}
 		var failed []error
-		applied, holds := 0, 0
+		applied, placements := 0, 0
 		s.mu.Lock()
 		for i, err := range errs {
 			switch {
@@ -740,7 +780,7 @@ func (s *Service) schedule(ctx context.Context) error {
 				applied++
 				s.logDecision(decisions[i], stored[i])
 				if _, ok := decisions[i].Event.(*events.ComputeHeld); ok {
-					holds++
+					placements++
 				}
 			case errors.Is(err, bus.ErrConflict):
 				// The job moved on; the message that moved it is on its way
@@ -755,18 +795,35 @@ func (s *Service) schedule(ctx context.Context) error {
 		if len(failed) > 0 {
 			return fmt.Errorf("rent: %w", errors.Join(failed...))
 		}
-		if applied == 0 || holds < maxHoldsPerPass {
+		if applied == 0 || placements < maxPlacementsPerPass {
 			return nil
 		}
 	}
 }
 
-// recordExpired appends NodeExpired for every node whose lease lapsed.
+// nextLapse is when the earliest lapse margin still running ends.
+func (s *Service) nextLapse() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var next time.Time
+	for _, l := range s.expiring {
+		if next.IsZero() || l.due.Before(next) {
+			next = l.due
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// recordExpired appends NodeExpired for every node whose lease lapsed at
+// least the lapse margin ago.
 func (s *Service) recordExpired(ctx context.Context) error {
+	now := time.Now()
 	s.mu.Lock()
 	pending := make(map[string]string, len(s.expiring))
-	for n, b := range s.expiring {
-		pending[n] = b
+	for n, l := range s.expiring {
+		if !now.Before(l.due) {
+			pending[n] = l.boot
+		}
 	}
 	s.mu.Unlock()
 	if len(pending) == 0 {
@@ -783,7 +840,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		// boot. A lease held under the boot says the node lives.
 		if e, err := kv.Get(ctx, "node."+name); err == nil && string(e.Value()) == boot {
 			s.mu.Lock()
-			if s.expiring[name] == boot {
+			if s.expiring[name].boot == boot {
 				delete(s.expiring, name)
 			}
 			s.mu.Unlock()
@@ -799,7 +856,7 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		s.log.Warn("node lost: its lease lapsed", "node", name, "boot", boot, "seq", env.Seq)
 		s.mu.Lock()
 		s.pool.Apply(env)
-		if s.expiring[name] == boot {
+		if s.expiring[name].boot == boot {
 			delete(s.expiring, name)
 		}
 		s.mu.Unlock()

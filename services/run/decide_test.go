@@ -104,6 +104,12 @@ func TestDecideStart(t *testing.T) {
 			want: nil,
 		},
 		{
+			name:   "the attempt was ended by RENT at its limit plus grace, even with a result here: nothing",
+			after:  logged(&events.RunStarted{Hold: held.Hold}, &events.HoldExpired{Hold: held.Hold, Reason: "past its deadline"}),
+			result: result, hasResult: true,
+			want: nil,
+		},
+		{
 			name:  "the attempt was already released: nothing",
 			after: logged(&events.HoldLost{Hold: held.Hold}, &events.ComputeReleased{Hold: held.Hold, Outcome: events.NodeLost}),
 			want:  nil,
@@ -150,6 +156,7 @@ func TestDecideStop(t *testing.T) {
 		{"already recorded: nothing", []events.Event{&stopped}, nil},
 		{"given up as lost with its node: nothing, a late result must not land", []events.Event{&events.HoldLost{Hold: h2}}, nil},
 		{"already released: nothing", []events.Event{&events.HoldLost{Hold: h2}, &events.ComputeReleased{Hold: h2, Outcome: events.NodeLost}}, nil},
+		{"ended by RENT at its limit plus grace: nothing, a stop that late is set aside", []events.Event{&events.HoldExpired{Hold: h2}}, nil},
 		{"another attempt's end does not count", []events.Event{&events.HoldLost{Hold: h1}, &events.RunStopped{Hold: h1}}, []events.Event{&stopped}},
 		{"another node's stop of the attempt does not count", []events.Event{&events.RunStopped{Hold: mallory, Outcome: events.Failed}}, []events.Event{&stopped}},
 	}

@@ -11,10 +11,14 @@
 // stop, and RUN records the attempt as lost with its node instead of
 // running it again. RELEASE then lets RENT hold the job anew as a new
 // attempt, visibly in the record.
+//
+// A node cut off from NATS stops its own jobs before its lease can lapse,
+// so that a job is never held again while it still runs here (fence.go).
 package run
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +46,7 @@ import (
 	"github.com/e31net/e31/pkg/stage"
 	"github.com/e31net/e31/pkg/trace"
 	"github.com/e31net/e31/services/run/executor"
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // Config configures one node: what it offers and how it runs jobs. It is
@@ -54,9 +59,21 @@ type Config struct {
 	Node        string
 	CPU         float64
 	MemoryBytes int64
-	GPU         int
-	DiskBytes   int64
-	Labels      map[string]string
+	// GPU is a count of GPUs to announce without devices, for a node
+	// whose driver lists none (a test's); a node that finds devices
+	// (GPURoot, GPUs) announces each, and as many.
+	GPU       int
+	DiskBytes int64
+	Labels    map[string]string
+	// GPURoot is where the node reads its NVIDIA driver's view of its GPUs
+	// (proc/driver/nvidia/gpus, proc/devices): "" or "/" on a real node, a
+	// fake tree in a test. GPUs chooses which it offers: "auto" (every
+	// one the driver lists; the default), "none", or UUIDs, comma
+	// separated. GPUCheck is how often a withdrawn device is checked for
+	// health again; default DefaultGPUCheck.
+	GPURoot  string
+	GPUs     string
+	GPUCheck time.Duration
 
 	// Executor runs the jobs. Nil: New opens the one ExecutorKind names,
 	// with its workspaces under WorkDir, and Run closes it when it ends
@@ -100,6 +117,21 @@ type Config struct {
 	// LogFlush is how often a running job's new output is stored, for
 	// `e31 logs --follow`. Default 1s.
 	LogFlush time.Duration
+	// FenceMargin is how long before its lease could lapse the node stops
+	// every job it runs when it cannot renew it (SIGTERM then, SIGKILL at
+	// half of it): see pkg/lease. Zero: a quarter of the lease's TTL. At
+	// most half the TTL, which Run checks once it knows the TTL.
+	FenceMargin time.Duration
+
+	// SigningKey signs every stop the node reports (sign.go), and Card,
+	// presented when the node announces itself, binds its public half and
+	// the node's capacity to the node's name: both are made by `e31 creds
+	// node`. Nil: stops are unsigned, and the node has no card. Read from
+	// SigningKeyFile and CardFile when they are set.
+	SigningKey     ed25519.PrivateKey
+	Card           *events.NodeCard
+	SigningKeyFile string
+	CardFile       string
 
 	// Source is the CloudEvents source it stamps; default "e31/run/NODE".
 	Source string
@@ -117,9 +149,10 @@ var errCancelRequested = errors.New("run: cancel requested")
 // when its limit passes before it could start.
 var errLimitBeforeStart = errors.New("run: the limit passed before the job started")
 
-// errFenced is the cause given to jobs stopped because this node lost its
-// lease: the pool counts it dead and has held its jobs again elsewhere.
-var errFenced = errors.New("run: the node lost its lease")
+// errFenced is why jobs are stopped when this node fences itself: it could
+// not renew its lease in time, and the pool may count it dead and hold its
+// jobs again elsewhere once the lease lapses (see fence.go).
+var errFenced = errors.New("run: the node could not renew its lease in time")
 
 // Service is the RUN agent of one node.
 type Service struct {
@@ -129,11 +162,18 @@ type Service struct {
 	log *slog.Logger
 	// ownsExec says New opened the executor, so Run closes it.
 	ownsExec bool
+	gpus     *nodeGPUs
 
 	mu      sync.Mutex
 	running map[string]*running          // by job id
 	results map[string]events.RunStopped // stopped but not yet recorded, by job/attempt
 	boot    string                       // of the lease held now
+	// fenced is why the node stopped its jobs, while it has no lease it
+	// can show (nil otherwise), and rejoined is closed once it has one
+	// again: no job starts in between (see fence.go).
+	fenced   *executor.StopBy
+	rejoined chan struct{}
+	margins  lease.Margins
 }
 
 type running struct {
@@ -141,6 +181,8 @@ type running struct {
 	submitter string
 	cancel    context.CancelCauseFunc
 	done      chan struct{}
+	// sweep is the point of a member of a sweep (see sweep.go).
+	sweep *events.SweepPoint
 }
 
 // New checks cfg, fills in the defaults of the fields left zero (see
@@ -152,6 +194,9 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	if cfg.CPU <= 0 || cfg.MemoryBytes <= 0 {
 		return nil, fmt.Errorf("run: node %s: cpu and memory must be positive", cfg.Node)
+	}
+	if err := cfg.readKeys(); err != nil {
+		return nil, err
 	}
 	if cfg.Stores == nil && cfg.Store != nil {
 		cfg.Stores = stage.Single{Store: cfg.Store}
@@ -171,11 +216,21 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 	if cfg.LogFlush <= 0 {
 		cfg.LogFlush = time.Second
 	}
+	if cfg.FenceMargin < 0 {
+		return nil, fmt.Errorf("run: node %s: fence margin %s: it must not be negative", cfg.Node, cfg.FenceMargin)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Source == "" {
 		cfg.Source = "e31/run/" + cfg.Node
+	}
+	if cfg.GPUCheck <= 0 {
+		cfg.GPUCheck = DefaultGPUCheck
+	}
+	gpus, err := openGPUs(cfg, cfg.Logger.With("node", cfg.Node))
+	if err != nil {
+		return nil, err
 	}
 	ownsExec := cfg.Executor == nil
 	if ownsExec {
@@ -192,8 +247,15 @@ func New(js jetstream.JetStream, cfg Config) (*Service, error) {
 		}
 		cfg.Executor, cfg.AllowUnisolated = exec, cfg.ExecutorKind == ExecProcess
 	}
+	if len(gpus.offered) > 0 && !executor.LimitsDevices(cfg.Executor) {
+		cfg.Logger.Error("the executor cannot keep a job to its own GPUs on this host (no devices cgroup): the node offers none", "node", cfg.Node, "gpus", uuidsOf(gpus.offered))
+		gpus.offered = nil
+	}
+	if len(gpus.offered) > 0 {
+		cfg.GPU = len(gpus.offered)
+	}
 	return &Service{
-		cfg: cfg, js: js, ownsExec: ownsExec,
+		cfg: cfg, js: js, ownsExec: ownsExec, gpus: gpus,
 		pub:     bus.NewPublisher(js, cfg.Source, cfg.Now),
 		log:     cfg.Logger.With("service", "run", "node", cfg.Node),
 		running: map[string]*running{},
@@ -215,6 +277,7 @@ func (s *Service) closeExecutor() {
 // they are held again elsewhere) and returns.
 func (s *Service) Run(ctx context.Context) error {
 	defer s.closeExecutor()
+	defer s.gpus.close()
 	// A node with a node's credentials sets up nothing: it may not.
 	if s.cfg.Gate == nil {
 		if err := events.Setup(ctx, s.js, events.StreamOptions{}); err != nil {
@@ -226,6 +289,14 @@ func (s *Service) Run(ctx context.Context) error {
 	kv, err := s.js.KeyValue(ctx, events.NodeLeasesBucket)
 	if err != nil {
 		return fmt.Errorf("run: leases: %w", err)
+	}
+	ttl, err := lease.TTL(ctx, kv)
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	s.margins = lease.Margins{Fence: s.cfg.FenceMargin}.Or(ttl)
+	if err := s.margins.Check(ttl); err != nil {
+		return fmt.Errorf("run: node %s: %w (--fence-margin)", s.cfg.Node, err)
 	}
 	l, err := s.announce(ctx, kv)
 	if err != nil {
@@ -241,6 +312,7 @@ func (s *Service) Run(ctx context.Context) error {
 	handling, handled := context.WithCancel(context.WithoutCancel(ctx))
 	defer handled()
 	g.Go(func() error { return s.keepLease(handling, kv, l) })
+	g.Go(func() error { return s.checkGPUs(gctx) })
 	g.Go(func() error {
 		defer handled()
 		err := s.handle(gctx)
@@ -286,7 +358,7 @@ func (s *Service) handle(ctx context.Context) error {
 // announced without one.
 func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.Lease, error) {
 	boot := strings.ReplaceAll(uuid.NewString(), "-", "")
-	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot)
+	l, err := lease.Claim(ctx, kv, "node."+s.cfg.Node, boot, lease.OnUnanswered(s.reconnect))
 	if err != nil {
 		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
 	}
@@ -307,10 +379,14 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 		Node: s.cfg.Node, Boot: boot, CPU: s.cfg.CPU, MemoryBytes: s.cfg.MemoryBytes,
 		GPU: s.cfg.GPU, DiskBytes: s.cfg.DiskBytes, Labels: labels,
 		Isolation: executor.Isolation(s.cfg.Executor), AllowUnisolated: s.cfg.AllowUnisolated,
+		Devices: s.gpus.offered,
+		Card:    s.cfg.Card,
 	}
+	before := previousDevices(ctx, s.js, s.cfg.Node)
 	if _, err := s.pub.Append(ctx, s.cfg.Node, &ann); err != nil {
 		return nil, fmt.Errorf("run: announce node %s: %w", s.cfg.Node, err)
 	}
+	s.tell(ctx, withdrawals(s.gpus.announced(boot, before))...)
 	s.log.Info("node announced", "boot", boot, "cpu", s.cfg.CPU, "memory_bytes", s.cfg.MemoryBytes,
 		"isolation", ann.Isolation, "allow_unisolated", ann.AllowUnisolated)
 	return l, nil
@@ -346,48 +422,6 @@ func (s *Service) leaseSeen(ctx context.Context, see func(held string) bool) err
 // errLeaseUnseen is the leases bucket not yet holding the node's lease.
 var errLeaseUnseen = errors.New("run: the leases bucket does not hold the node's lease yet")
 
-// keepLease renews the node's lease until ctx ends, then gives it up. If
-// the lease is lost (the node was cut off for longer than its TTL), the pool
-// has counted this node dead and held its jobs again elsewhere: stop every
-// job here at once, and join the pool again as a new boot. It fails only if
-// the node cannot join again for a reason that does not pass by itself.
-func (s *Service) keepLease(ctx context.Context, kv jetstream.KeyValue, l *lease.Lease) error {
-	for {
-		err := l.Keep(ctx, nil)
-		if ctx.Err() != nil {
-			release, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if err := l.Release(release); err != nil {
-				s.log.Warn("giving up the node's lease; the pool counts the node gone when it lapses", "err", err)
-				return nil
-			}
-			s.mu.Lock()
-			boot := s.boot
-			s.mu.Unlock()
-			if err := s.leaseSeen(release, func(held string) bool { return held != boot }); err != nil {
-				s.log.Warn("the lease given up is not yet seen gone where RENT watches", "err", err)
-			}
-			return nil
-		}
-		s.log.Error("the node lost its lease: stopping its jobs, which are held again elsewhere", "err", err)
-		s.mu.Lock()
-		for _, r := range s.running {
-			r.cancel(errFenced)
-		}
-		s.mu.Unlock()
-		l, err = retry.Value(ctx, retry.Rejoin, func() (*lease.Lease, error) { return s.announce(ctx, kv) },
-			retry.OnRetry(func(err error, in time.Duration) {
-				s.log.Warn("joining the pool again failed; retrying", "in", in, "err", err)
-			}))
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("run: join the pool again: %w", err)
-		}
-	}
-}
-
 // HandleHeld runs one held job to its end and records how it stopped. It
 // returns only once RunStopped is recorded (or the node stops).
 func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
@@ -397,6 +431,10 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	}
 	job := env.Subject
 	log := s.log.With("job", job, "attempt", held.Attempt)
+	// Nothing starts while the node has no lease it can show.
+	if err := s.waitRejoined(ctx); err != nil {
+		return err
+	}
 
 	s.mu.Lock()
 	for {
@@ -422,8 +460,12 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// The job's own context outlives this delivery's, but stays in its
 	// trace: the sandbox and the upload are spans of this handling.
 	jobCtx, cancel := context.WithCancelCause(oteltrace.ContextWithSpan(context.Background(), oteltrace.SpanFromContext(ctx)))
-	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{})}
+	r := &running{attempt: held.Attempt, submitter: held.Submitter, cancel: cancel, done: make(chan struct{}), sweep: held.Spec.Sweep}
 	s.running[job] = r
+	if s.fenced != nil {
+		// Fenced since the wait above: stopped before it starts.
+		cancel(s.fenced)
+	}
 	cached, hasResult := s.results[resultKey(job, held.Attempt)]
 	s.mu.Unlock()
 	defer func() {
@@ -442,9 +484,13 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// that is stored must be known here, so that it is stopped and recorded.
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
-	stored, err := s.pub.React(decideCtx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), nil
+	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
+		return s.signed(job, refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold))), nil
 	})
+	if err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
+	}
+	stored, err := s.pub.React(decideCtx, env, decide)
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
 	}
@@ -488,7 +534,7 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 		try, cancelTry := context.WithTimeout(ctx, tryRequest)
 		defer cancelTry()
 		return s.pub.React(try, started, func(after []events.Envelope) ([]events.Event, error) {
-			return DecideStop(stopped, after), nil
+			return s.signed(started.Subject, DecideStop(stopped, after)), nil
 		})
 	}, retry.If(retry.Always), retry.OnRetry(func(err error, in time.Duration) {
 		s.log.Warn("recording the stop failed; retrying", "job", started.Subject, "attempt", stopped.Attempt, "in", in, "err", err)
@@ -501,13 +547,14 @@ func (s *Service) record(ctx context.Context, started events.Envelope, stopped e
 
 // DecideStop is what RUN appends when a job it ran stops, given what
 // happened to the job since its start: nothing if the stop is already
-// recorded, or if the attempt was given up as lost with its node. A stop
+// recorded, or if the attempt was given up as lost with its node, or ended
+// by RENT at its limit plus grace (a stop that late is set aside). A stop
 // another node published of this node's attempt is no stop of it.
 func DecideStop(stopped events.RunStopped, after []events.Envelope) []events.Event {
 	for _, e := range after {
 		if h, ok := events.HoldOf(e.Event); ok && h.Attempt == stopped.Attempt && events.FromHolder(e.Event, stopped.Node) {
 			switch e.Event.(type) {
-			case *events.RunStopped, *events.HoldLost, *events.ComputeReleased:
+			case *events.RunStopped, *events.HoldLost, *events.HoldExpired, *events.ComputeReleased:
 				return nil
 			}
 		}
@@ -541,7 +588,8 @@ func resultKey(job string, attempt int) string { return fmt.Sprintf("%s/%d", job
 
 // DecideStart is what RUN appends when a hold reaches it, given what
 // happened to the job since the hold:
-//   - the attempt already stopped, or was given up as lost: nothing;
+//   - the attempt already stopped, was given up as lost, or was ended by
+//     RENT at its limit plus grace: nothing;
 //   - this node holds the result of a run it could not record yet: that;
 //   - it started but never stopped: the node lost it (it restarted);
 //   - a cancel came first: stopped as cancelled, never started;
@@ -562,6 +610,10 @@ func DecideStart(held events.ComputeHeld, after []events.Envelope, result events
 				return nil
 			}
 		case *events.HoldLost:
+			if ev.Attempt == held.Attempt {
+				return nil
+			}
+		case *events.HoldExpired:
 			if ev.Attempt == held.Attempt {
 				return nil
 			}
@@ -622,14 +674,14 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	fail := func(format string, args ...any) events.RunStopped {
 		stopped.Outcome = events.Failed
 		stopped.Reason = fmt.Sprintf(format, args...)
-		switch context.Cause(prepCtx) {
+		switch causeOf(prepCtx) {
 		case errLimitBeforeStart:
 			stopped.Outcome = events.LimitExceeded
 			stopped.Reason = fmt.Sprintf("its limit of %s passed before it started (%s)", limit, stopped.Reason)
 		case errShutdown:
 			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down before the job started"
 		case errFenced:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease before the job started"
+			stopped.Outcome, stopped.Reason = events.NodeLost, fencedReason+" before the job started"
 		case errCancelRequested:
 			stopped.Outcome, stopped.Reason = events.Cancelled, "cancelled before it started"
 		}
@@ -651,12 +703,15 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
 	}
+	// Its GPUs, alone (see gpus.go), checked again once it is over.
+	gpus, gaveBack := s.gpus.give(job, held.Hold, env)
+	defer func() { s.tell(ctx, withdrawals(gaveBack())...) }()
 	// The job's writable space is its request.disk. The hold's disk is more
 	// when it stages inputs: they take the node's disk too, outside it.
 	xspec := executor.Spec{
 		JobID: job, Attempt: held.Attempt, Submitter: held.Submitter, Command: spec.Work.Command, Env: env, Image: spec.Work.Image,
 		CPU: held.CPU, MemoryBytes: held.MemoryBytes, DiskBytes: spec.Request.DiskBytes,
-		Limit: limit, Deadline: deadline, Grace: grace,
+		Limit: limit, Deadline: deadline, Grace: grace, GPUs: gpus,
 	}
 	// A job's data, output and logs live in its submitter's store, which
 	// a node reaches through the gate, for this attempt alone.
@@ -711,25 +766,46 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}()
 	startSpan.End()
 	runCtx, runSpan := trace.Child(ctx, "run job", attrs...)
+	meter := gpu.StartMeter(s.gpus.probe, gpus.UUIDs(), time.Second)
 	res, err := xjob.Run(runCtx)
+	res.Usage.GPUs = meter.Stop()
 	trace.End(runSpan, err)
 	stopFlushing()
 	<-flushed
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
-	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
-	stopped.Logs = s.storeLogs(ctx, logs, log)
-	if res.Outcome == events.Cancelled {
-		switch context.Cause(ctx) {
-		case errShutdown:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
-		case errFenced:
-			stopped.Outcome, stopped.Reason = events.NodeLost, "the node lost its lease while the job ran"
-		}
+	// A node cut off may be given up as lost by now: nothing of the
+	// attempt is stored (no output, no logs), its workspace is cleaned on
+	// the way out, and the stop says why. The fence may come while the
+	// output is stored, too: the storing stops then.
+	fenced := func() bool { return causeOf(ctx) == errFenced }
+	fencedStop := func(when string) events.RunStopped {
+		stopped.Outcome, stopped.Reason, stopped.Usage = events.NodeLost, fencedReason+" "+when, res.Usage
+		stopped.ExitCode, stopped.Logs = nil, nil
+		stopped.Output = events.Collected{Files: []events.OutputFile{}, Missing: []string{}, Declared: spec.Output}
+		return stopped
 	}
-	// Whatever the job left is returned, on every path.
-	collectCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	if fenced() {
+		return fencedStop("while the job ran")
+	}
+	storing, stopStoring := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopStoring()
+	defer context.AfterFunc(ctx, func() {
+		if fenced() {
+			stopStoring()
+		}
+	})()
+	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
+	stopped.Logs = s.storeLogs(storing, logs, log)
+	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
+		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
+	}
+	// Whatever the job left is returned, on every path, and in time: past
+	// its hold's grace RENT ends the attempt without the node's stop, and
+	// what it collected would be set aside, so a collection that would
+	// run on is cut short and returned as far as it got.
+	collectCtx, cancel := context.WithDeadline(storing, reportBy(time.Now(), heldAt, limit, held.GraceSeconds))
 	defer cancel()
 	// The job's declared disk bounds its output too; the node's bound is
 	// for jobs that declare none.
@@ -757,6 +833,9 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	}
 	if collected.Missing == nil {
 		collected.Missing = []string{}
+	}
+	if fenced() {
+		return fencedStop("while the job's output was stored")
 	}
 	stopped.Output = collected
 	if err != nil {
@@ -805,10 +884,11 @@ func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject str
 }
 
 // storeLogs stores the rest of what the job wrote, and marks its log
-// complete, on every path the job ran (also when the node stops), and
-// returns what RunStopped says of it.
+// complete, on every path the job ran (also when the node stops: ctx is
+// not the job's, which a shutdown ends), and returns what RunStopped says
+// of it.
 func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
-	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	storeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	if err := again(storeCtx, log, "storing the job's logs", tryLogs, func(ctx context.Context) error { return logs.Flush(ctx, true) }); err != nil {
 		log.Warn("storing the job's logs", "err", err)
@@ -863,6 +943,10 @@ const (
 // HandleCancel stops the job if it runs on this node. A cancel for a job
 // not started here is decided when its hold arrives (DecideStart).
 func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
+	if c, ok := events.SweepCancel(env.Event); ok {
+		s.cancelSweep(env, c) // sweep.go
+		return nil
+	}
 	s.mu.Lock()
 	r := s.running[env.Subject]
 	s.mu.Unlock()
@@ -876,4 +960,26 @@ func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
 		r.cancel(errCancelRequested)
 	}
 	return nil
+}
+
+// maxCollect bounds how long a node collects a job's output.
+const maxCollect = 10 * time.Minute
+
+// reportBy is when the node must be done collecting a job's output, now
+// that the job is over: within maxCollect, and before RENT's grace past
+// the limit runs out (counted from heldAt, the hold's ce-time, on RENT's
+// clock), less a margin for the stop's append and for the two clocks'
+// drift: a tenth of the grace, at least two seconds. A hold that names no
+// grace (older than it) has maxCollect.
+func reportBy(now, heldAt time.Time, limit time.Duration, graceSeconds float64) time.Time {
+	by := now.Add(maxCollect)
+	if graceSeconds <= 0 {
+		return by
+	}
+	grace := time.Duration(graceSeconds * float64(time.Second))
+	end := heldAt.Add(limit + grace - max(grace/10, 2*time.Second))
+	if end.Before(by) {
+		return end
+	}
+	return by
 }

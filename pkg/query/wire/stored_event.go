@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"time"
 )
 
 // StoredEvent is one message exactly as the log holds it: the form of `e31
@@ -18,11 +19,15 @@ type StoredEvent struct {
 	// from the JSON above (not JSON, or not compact): the export must give
 	// an auditor the digests the ledger computed.
 	BodyBase64 string `json:"body_base64,omitempty"`
+	// Stored is when the stream stored it, by the server's clock (the
+	// log's own time, which no publisher sets): what the audit times
+	// attempts by.
+	Stored time.Time `json:"stored,omitzero"`
 }
 
 // NewStoredEvent is the stored message seq on subject with headers h and
-// body data.
-func NewStoredEvent(seq uint64, subject string, h map[string][]string, data []byte) StoredEvent {
+// body data, stored at stored.
+func NewStoredEvent(seq uint64, subject string, h map[string][]string, data []byte, stored time.Time) StoredEvent {
 	body := json.RawMessage(data)
 	var exact string
 	if !exactJSON(body) {
@@ -32,7 +37,7 @@ func NewStoredEvent(seq uint64, subject string, h map[string][]string, data []by
 		b, _ := json.Marshal(string(data))
 		body = b
 	}
-	return StoredEvent{Seq: seq, Subject: subject, Headers: h, Body: body, BodyBase64: exact}
+	return StoredEvent{Seq: seq, Subject: subject, Headers: h, Body: body, BodyBase64: exact, Stored: stored.UTC()}
 }
 
 // exactJSON reports whether b is JSON that encoding it as a RawMessage

@@ -35,6 +35,24 @@ const (
 	EndpointWhy = "why"
 )
 
+// How long a request that waits (a Wait of its own, or for the log to be
+// read as far as it asks) may be held: DefaultWait when it gives no Wait,
+// and never more than MaxWait, by when a long poll answers and the client
+// asks again. A server may answer sooner (query.Limits.MaxWait), never
+// later: a client bounds its own request by WaitOf.
+const (
+	DefaultWait = 5 * time.Second
+	MaxWait     = 30 * time.Second
+)
+
+// WaitOf is how long a request that says wait may be held.
+func WaitOf(wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return DefaultWait
+	}
+	return min(wait, MaxWait)
+}
+
 // LedgerEndpoints are the ledger's endpoints, each at LedgerSubject.
 var LedgerEndpoints = []string{EndpointRecord, EndpointList, EndpointTotals, EndpointEvents, EndpointHead}
 

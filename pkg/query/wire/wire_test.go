@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/e31net/e31/pkg/query/wire"
 )
@@ -21,6 +22,21 @@ func TestQuerySubjects(t *testing.T) {
 		}
 		if got := wire.ServiceOf(tt.subject); got != tt.service {
 			t.Errorf("ServiceOf(%q) = %q, want %q", tt.subject, got, tt.service)
+		}
+	}
+}
+
+// A request is held DefaultWait when it says nothing, as long as it asks
+// up to MaxWait, and no longer: the ledger holds it that long, and the
+// client waits for the answer that long and a margin.
+func TestWaitOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ wait, want time.Duration }{
+		{0, wire.DefaultWait}, {-time.Second, wire.DefaultWait}, {time.Second, time.Second},
+		{wire.MaxWait, wire.MaxWait}, {time.Hour, wire.MaxWait},
+	} {
+		if got := wire.WaitOf(tt.wait); got != tt.want {
+			t.Errorf("WaitOf(%s) = %s, want %s", tt.wait, got, tt.want)
 		}
 	}
 }

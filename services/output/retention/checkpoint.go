@@ -25,18 +25,17 @@ import (
 // every job there ever was; a job whose retention is a year holds the
 // checkpoint back a year.
 type Checkpoint struct {
-	// Mark is the log the checkpoint is of, and From: the first sequence
-	// the projection needs, the least first event of the jobs it keeps;
-	// the one after Applied when it keeps none.
+	// Mark is the log the checkpoint is of, the last sequence the
+	// projection had applied, and From: the first sequence the projection
+	// needs, the least first event of the jobs it keeps; the one after
+	// Applied when it keeps none.
 	bus.Mark
-	// Applied is the last sequence the projection had applied.
-	Applied uint64 `json:"applied"`
 }
 
 // Checkpoint is where r can be rebuilt from, as of now. Only a Refs that
 // forgets (Forget) has one that is not the log's first event.
 func (r *Refs) Checkpoint() Checkpoint {
-	c := Checkpoint{Mark: bus.Mark{From: r.applied + 1}, Applied: r.applied}
+	c := Checkpoint{Mark: bus.Mark{From: r.applied + 1, Applied: r.applied}}
 	for _, h := range r.jobs {
 		c.From = min(c.From, max(h.first, 1))
 	}
@@ -51,10 +50,6 @@ func (r *Refs) Checkpoint() Checkpoint {
 func (r *Refs) Restore(c Checkpoint) {
 	r.applied = max(r.applied, c.From-1)
 }
-
-// checkpointEvery is how often OUTPUT writes its checkpoint: an OUTPUT
-// that starts reads what was stored since, besides the jobs it keeps.
-const checkpointEvery = 30 * time.Second
 
 // restore starts the projection from the checkpoint in kv when there is
 // one of this log, and makes the tail read from its From. It returns From
@@ -74,10 +69,10 @@ func (s *Service) restore(ctx context.Context, kv jetstream.KeyValue) (from uint
 }
 
 // checkpoints writes the projection's checkpoint to kv every
-// checkpointEvery, and once more when ctx ends (bus.KeepCheckpoint).
+// bus.CheckpointEvery, and once more when ctx ends (bus.KeepCheckpoint).
 // Every instance writes its own: each is true (see Checkpoint).
 func (s *Service) checkpoints(ctx context.Context, kv jetstream.KeyValue, log time.Time) {
-	bus.KeepCheckpoint(ctx, kv, events.OutputCheckpointKey, checkpointEvery, nil, func() any {
+	bus.KeepCheckpoint(ctx, kv, events.OutputCheckpointKey, bus.CheckpointEvery, nil, func() any {
 		s.mu.Lock()
 		c := s.refs.Checkpoint()
 		s.mu.Unlock()

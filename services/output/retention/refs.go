@@ -264,7 +264,7 @@ func (r *Refs) Apply(env events.Envelope) []Timer {
 		return nil
 	}
 	r.applied = max(r.applied, env.Seq)
-	if isNodeEvent(env) {
+	if events.IsNodeEvent(env.Event) {
 		return nil
 	}
 	h := r.jobs[env.Subject]
@@ -448,16 +448,6 @@ func (r *Refs) Pending(h *Held) []Timer {
 		}
 	}
 	return out
-}
-
-// isNodeEvent reports whether env is about a node rather than a job.
-func isNodeEvent(env events.Envelope) bool {
-	switch env.Event.(type) {
-	case *events.NodeAnnounced, *events.NodeExpired:
-		return true
-	}
-	s, err := events.ParseSubject(env.NATSSubject)
-	return err == nil && s.Space == events.SpaceNode
 }
 
 // whats is what a request names: WhatAll is both.

@@ -54,6 +54,11 @@ func (b *ByImage) Close() error {
 	return errors.Join(errs...)
 }
 
+// LimitsDevices implements DeviceLimiter: what the executor of jobs that
+// name no image says (the container engine keeps a container to the
+// devices it was asked for).
+func (b *ByImage) LimitsDevices() bool { return LimitsDevices(b.plain) }
+
 // Containers reports whether jobs that name an image can run here.
 func (b *ByImage) Containers() bool { return b.containers != nil }
 

@@ -48,6 +48,10 @@ type Spec struct {
 	Deadline time.Time
 	Grace    time.Duration
 
+	// GPUs are the devices the job holds and what it is given of them
+	// (see GPUs); the zero value for a job that holds none.
+	GPUs GPUs
+
 	// Stdout and Stderr receive what the job writes to its stdout and
 	// stderr, as it writes it, through pipes the executor reads (see
 	// Pipes). They must not block: RUN's copy only keeps the bytes in
@@ -100,6 +104,32 @@ func KillBy(now time.Time, grace time.Duration, kill time.Time) time.Time {
 	return by
 }
 
+// StopBy is a cause of a job's cancel (context.WithCancelCause) that also
+// says by when SIGKILL must come: a node that fenced itself must have every
+// job dead before its lease can lapse, sooner than a grace period after
+// SIGTERM may be. Err says why the job is stopped.
+type StopBy struct {
+	Err    error
+	KillBy time.Time
+}
+
+func (s *StopBy) Error() string { return s.Err.Error() }
+
+// Unwrap returns why the job is stopped.
+func (s *StopBy) Unwrap() error { return s.Err }
+
+// CancelKill is when SIGKILL must come for a job whose context ctx has
+// ended, given the limit's SIGKILL, kill (zero: none): kill, or the StopBy
+// the context was cancelled with, whichever is sooner. An executor passes
+// it to KillBy.
+func CancelKill(ctx context.Context, kill time.Time) time.Time {
+	var stop *StopBy
+	if errors.As(context.Cause(ctx), &stop) && !stop.KillBy.IsZero() && (kill.IsZero() || stop.KillBy.Before(kill)) {
+		return stop.KillBy
+	}
+	return kill
+}
+
 // Dirs are a job's place on the node. RUN stages input into DataDir before
 // Run and collects output from OutDir after it.
 type Dirs struct {
@@ -119,7 +149,8 @@ type Job interface {
 	Dirs() Dirs
 	// Run executes the job and returns only when no process of it is left.
 	// At Spec.Stops it is stopped with outcome LimitExceeded. Cancelling ctx
-	// stops it (SIGTERM, then SIGKILL at KillBy) with outcome Cancelled.
+	// stops it (SIGTERM, then SIGKILL at KillBy, or sooner where its cause
+	// is a StopBy: CancelKill) with outcome Cancelled.
 	// An error means the job could not be started at all (or was running
 	// already, or was released: see Guard).
 	Run(ctx context.Context) (Result, error)

@@ -71,7 +71,11 @@ func TestProcessIgnoringTermIsKilledAtItsDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Release()
+	defer func() {
+		if err := ws.Release(); err != nil {
+			t.Errorf("release the workspace: %v", err)
+		}
+	}()
 	res, err := ws.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +103,11 @@ func TestProcessOutputGoesToTheSpecsWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ws.Release()
+	defer func() {
+		if err := ws.Release(); err != nil {
+			t.Errorf("release the workspace: %v", err)
+		}
+	}()
 	start := time.Now()
 	res, err := ws.Run(context.Background())
 	if err != nil {
@@ -184,5 +192,35 @@ func TestJobHandleRunsOnceAtATimeAndNotAfterRelease(t *testing.T) {
 	}
 	if err := j.Release(); err != nil {
 		t.Errorf("a second Release: %v", err)
+	}
+}
+
+// TestCancelKillComesByTheStopsDeadline: a job cancelled with a StopBy gets
+// SIGKILL by its KillBy when that is sooner than its limit's, and any
+// other cancel leaves the limit's SIGKILL as it was.
+func TestCancelKillComesByTheStopsDeadline(t *testing.T) {
+	now := time.Now()
+	limit, soon := now.Add(time.Hour), now.Add(time.Second)
+	cancelled := func(cause error) context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(cause)
+		child, stop := context.WithCancel(ctx) // the executor's is a child of the job's
+		t.Cleanup(stop)
+		return child
+	}
+	for _, c := range []struct {
+		name  string
+		ctx   context.Context
+		limit time.Time
+		want  time.Time
+	}{
+		{"a stop sooner than the limit", cancelled(&StopBy{Err: context.Canceled, KillBy: soon}), limit, soon},
+		{"a stop with no limit", cancelled(&StopBy{Err: context.Canceled, KillBy: soon}), time.Time{}, soon},
+		{"a stop later than the limit", cancelled(&StopBy{Err: context.Canceled, KillBy: limit}), soon, soon},
+		{"a plain cancel", cancelled(context.Canceled), limit, limit},
+	} {
+		if got := CancelKill(c.ctx, c.limit); !got.Equal(c.want) {
+			t.Errorf("%s: SIGKILL at %s, want %s", c.name, got.Sub(now), c.want.Sub(now))
+		}
 	}
 }

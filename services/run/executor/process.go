@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
@@ -86,7 +85,7 @@ func runProcess(ctx context.Context, spec Spec, ws Dirs) (Result, error) {
 	}
 	cmd := exec.Command(spec.Command[0], spec.Command[1:]...)
 	cmd.Dir = ws.Root
-	cmd.Env = Environ(spec, ws.DataDir, ws.OutDir, ws.Root)
+	cmd.Env = Environ(spec, Places{Data: ws.DataDir, Out: ws.OutDir, Home: ws.Root})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var pipes *Pipes
 	if spec.Stdout != nil && spec.Stderr != nil {
@@ -114,37 +113,10 @@ func runProcess(ctx context.Context, spec Spec, ws Dirs) (Result, error) {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
 
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := Due(termAt), Due(killAt)
-	done := ctx.Done()
-	var why events.Outcome
-	var werr error
-wait:
-	for {
-		select {
-		case werr = <-waited:
-			break wait
-		case <-term:
-			term = nil
-			if why == "" {
-				why = events.LimitExceeded
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			}
-		case <-done:
-			done = nil
-			if why == "" {
-				why = events.Cancelled
-				_ = syscall.Kill(-pgid, syscall.SIGTERM)
-				kill = Due(KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			if why == "" {
-				why = events.LimitExceeded
-			}
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-	}
+	werr, stop, _ := Watch(ctx, spec, res.Started, waited, nil, Signals{
+		Term: func(Stop) { _ = syscall.Kill(-pgid, syscall.SIGTERM) },
+		Kill: func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) },
+	})
 	// The first process is gone; anything it left in its group goes with it.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	if pipes != nil {
@@ -160,18 +132,14 @@ wait:
 		}
 	}
 	switch {
-	case why == events.LimitExceeded:
-		res.Outcome = why
-		res.Reason = fmt.Sprintf("ran past its limit of %s", spec.Limit)
-	case why == events.Cancelled:
-		res.Outcome = why
-		res.Reason = "cancelled"
+	case stop.Outcome != "":
+		res.Outcome, res.Reason = stop.Outcome, stop.Reason
 	default:
 		code := cmd.ProcessState.ExitCode()
 		var exitErr *exec.ExitError
 		if errors.As(werr, &exitErr) && code < 0 {
 			res.Outcome = events.Failed
-			res.Reason = "killed by " + exitErr.ProcessState.String()
+			res.Reason = "killed by " + exitErr.String()
 			break
 		}
 		res.ExitCode = &code
@@ -183,29 +151,4 @@ wait:
 		}
 	}
 	return res, nil
-}
-
-// Environ is a job's environment: the declared variables, then E31_* (which
-// a declaration cannot override) and a PATH if none was declared.
-func Environ(spec Spec, dataDir, outDir, home string) []string {
-	keys := make([]string, 0, len(spec.Env))
-	for k := range spec.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	env := make([]string, 0, len(keys)+5)
-	hasPath := false
-	for _, k := range keys {
-		env = append(env, k+"="+spec.Env[k])
-		hasPath = hasPath || k == "PATH"
-	}
-	if !hasPath {
-		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
-	}
-	return append(env,
-		"HOME="+home,
-		"E31_JOB_ID="+spec.JobID,
-		"E31_DATA="+dataDir,
-		"E31_OUTPUT="+outDir,
-	)
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
@@ -91,7 +91,10 @@ type Executor struct {
 	cli       *client.Client
 	cgroupsV2 bool
 	usage     bool // the engine uses cgroupfs: job cgroup parents work
-	log       *slog.Logger
+	// cdiDirs are where the engine reads CDI specs; none where it does
+	// not (see devices.go).
+	cdiDirs []string
+	log     *slog.Logger
 	// mu guards disk, which Close gives back.
 	mu sync.Mutex
 	// disk holds the jobs' writable space, with a quota per job; nil
@@ -171,6 +174,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		cli:       cli,
 		cgroupsV2: info.CgroupVersion == "2",
 		usage:     info.CgroupDriver == "cgroupfs",
+		cdiDirs:   info.CDISpecDirs,
 		log:       cfg.Logger,
 	}
 	e.openDisk()
@@ -186,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	}
 	for _, c := range stale {
 		e.log.Warn("removing stale job container", "id", c.ID, "job", c.Labels[jobLabel])
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return nil, errors.Join(fmt.Errorf("container: remove stale container %s: %w", c.ID, err), e.Close())
 		}
 	}
@@ -307,7 +311,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		Image:           spec.Image,
 		Entrypoint:      spec.Command[:1],
 		Cmd:             spec.Command[1:],
-		Env:             jobEnv(spec),
+		Env:             withEnv(executor.Environ(spec, executor.Inside), "NVIDIA_VISIBLE_DEVICES", visibleDevices(spec.GPUs)),
 		User:            fmt.Sprintf("%d:%d", j.uid, j.uid),
 		WorkingDir:      "/tmp",
 		Hostname:        "e31",
@@ -335,6 +339,11 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 	if spec.CPU > 0 {
 		host.Resources.NanoCPUs = int64(spec.CPU * 1e9)
 	}
+	var names map[string]string
+	if len(e.cdiDirs) > 0 {
+		names = cdiNames(e.cdiDirs)
+	}
+	host.Resources.DeviceRequests = deviceRequests(spec.GPUs, names)
 	if e.usage {
 		host.Resources.CgroupParent = j.parent
 	}
@@ -372,48 +381,25 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		return executor.Result{}, fmt.Errorf("container: start %s: %w", spec.JobID, err)
 	}
 	res := executor.Result{Started: time.Now()}
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := executor.Due(termAt), executor.Due(killAt)
-	stopping := false
-	stop := func(outcome events.Outcome, reason string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		res.Outcome, res.Reason = outcome, reason
-		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
-		if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
-			j.log.Warn("signal container", "err", err)
-		}
-	}
-	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
-	done := ctx.Done()
-loop:
-	for {
-		select {
-		case w := <-waitc:
-			if w.Error != nil && w.Error.Message != "" {
-				j.log.Warn("wait for container", "err", w.Error.Message)
+	w, stop, err := executor.Watch(ctx, spec, res.Started, waitc, errc, executor.Signals{
+		Term: func(why executor.Stop) {
+			j.log.Info("stopping job", "outcome", why.Outcome, "reason", why.Reason)
+			if err := e.cli.ContainerKill(bg, j.id, "SIGTERM"); err != nil {
+				j.log.Warn("signal container", "err", err)
 			}
-			break loop
-		case err := <-errc:
-			return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
-		case <-term:
-			term = nil
-			stop(events.LimitExceeded, limitReason)
-		case <-done:
-			done = nil
-			if !stopping {
-				stop(events.Cancelled, "cancelled")
-				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			stop(events.LimitExceeded, limitReason)
+		},
+		Kill: func() {
 			if err := e.cli.ContainerKill(bg, j.id, "SIGKILL"); err != nil {
 				j.log.Warn("kill container", "err", err)
 			}
-		}
+		},
+	})
+	res.Outcome, res.Reason = stop.Outcome, stop.Reason
+	if err != nil {
+		return res, fmt.Errorf("container: wait for %s: %w", spec.JobID, err)
+	}
+	if w.Error != nil && w.Error.Message != "" {
+		j.log.Warn("wait for container", "err", w.Error.Message)
 	}
 	res.Stopped = time.Now()
 	info, err := e.cli.ContainerInspect(bg, j.id)
@@ -439,7 +425,7 @@ loop:
 		}
 		res.Usage = u
 	}
-	if !stopping {
+	if stop.Outcome == "" {
 		code := info.State.ExitCode
 		switch {
 		case info.State.OOMKilled || killedAtLimit(code, res.Usage.MaxRSSBytes, mem):
@@ -539,7 +525,7 @@ func (e *Executor) release(j *job) error {
 	var errs []error
 	ctx := context.Background()
 	if j.id != "" {
-		if err := e.cli.ContainerRemove(ctx, j.id, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := e.cli.ContainerRemove(ctx, j.id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container: %w", err))
 		}
 	}
@@ -578,22 +564,4 @@ func removeCgroup(v2 bool, parent string) error {
 		return err
 	}
 	return cg.Delete()
-}
-
-// jobEnv is the job's environment: its declared variables, PATH and HOME
-// unless declared, and the E31_ variables, which it cannot override.
-func jobEnv(spec executor.Spec) []string {
-	vars := map[string]string{"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", "HOME": "/tmp", "TMPDIR": "/tmp"}
-	for k, v := range spec.Env {
-		vars[k] = v
-	}
-	vars["E31_JOB_ID"] = spec.JobID
-	vars["E31_DATA"] = "/data"
-	vars["E31_OUTPUT"] = "/out"
-	env := make([]string, 0, len(vars))
-	for k, v := range vars {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	return env
 }

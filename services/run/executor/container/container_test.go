@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,9 +80,10 @@ func buildProbe(ctx context.Context, cli *client.Client) error {
 	}
 	defer os.RemoveAll(dir)
 	bin := filepath.Join(dir, "probe")
+	// go test puts its own GOROOT/bin first on a test's PATH.
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		return fmt.Errorf("find the go command to build the probe: %w", err)
 	}
 	cmd := exec.Command(goBin, "build", "-o", bin, "./testdata/probe")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -305,7 +305,11 @@ func TestOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer ws.Release()
+		defer func() {
+			if err := ws.Release(); err != nil {
+				t.Errorf("release the workspace: %v", err)
+			}
+		}()
 		go func() {
 			deadline := time.Now().Add(20 * time.Second)
 			for time.Now().Before(deadline) {

@@ -19,7 +19,8 @@
 // (without swap), cpu (NanoCPUs) and the process count are limited by the
 // engine; an OOM kill is out_of_memory. The wall-clock limit sends SIGTERM a
 // grace period before Spec.Stops' deadline and SIGKILL at it; cancellation
-// sends SIGTERM, then SIGKILL a grace period later (executor.KillBy).
+// sends SIGTERM, then SIGKILL a grace period later, as on every executor
+// (executor.Watch).
 //
 // Usage is read at the end, not sampled: with the engine's cgroupfs driver
 // every job's container is placed under a cgroup parent of its own

@@ -15,6 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/containerd/cgroups/v3"
+
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // limits is what a job's cgroup enforces.
@@ -22,6 +24,9 @@ type limits struct {
 	memoryBytes int64   // 0: no limit
 	cpu         float64 // cores; 0: no quota
 	pids        int64   // 0: no limit
+	// devices are the device nodes the job may open beyond every job's
+	// (its GPUs'): see deviceRules.
+	devices []gpu.Node
 }
 
 // usage is what a job's cgroup measured over the job's life.
@@ -86,6 +91,10 @@ type cgroupDriver interface {
 	// slot cgroups of node agents that are no longer running.
 	removeStale(suffix string) ([]string, error)
 	describe() string
+	// limitsDevices reports whether the job cgroups refuse the devices
+	// limits do not allow: false on a v1 host without the devices
+	// controller, where no job may hold a GPU.
+	limitsDevices() bool
 }
 
 // slotPrefix starts the names of slot cgroups and workspaces, followed by
@@ -230,14 +239,6 @@ func parseUint(b []byte, what string) (uint64, error) {
 		return 0, fmt.Errorf("parse %s: %w", what, err)
 	}
 	return v, nil
-}
-
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return parseUint(b, path)
 }
 
 func parseKV(b []byte) map[string]uint64 {

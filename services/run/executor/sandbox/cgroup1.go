@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
+
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // v1Required are the controllers a job needs; freezer is optional.
@@ -34,14 +37,17 @@ type cgroup1Driver struct {
 	names   []string
 	memsw   bool // the host accounts swap: memory.memsw.* exist
 	freezer bool
+	devices bool // the devices controller is mounted
 }
+
+func (d *cgroup1Driver) limitsDevices() bool { return d.devices }
 
 func newCgroup1Driver(parent string) (*cgroup1Driver, error) {
 	all, err := cgroup1.Default()
 	if err != nil {
 		return nil, fmt.Errorf("cgroup v1 hierarchies: %w", err)
 	}
-	want := map[cgroup1.Name]bool{cgroup1.Freezer: true}
+	want := map[cgroup1.Name]bool{cgroup1.Freezer: true, cgroup1.Devices: true}
 	for _, n := range v1Required {
 		want[n] = true
 	}
@@ -80,6 +86,7 @@ func newCgroup1Driver(parent string) (*cgroup1Driver, error) {
 		}
 	}
 	_, d.freezer = d.parents[cgroup1.Freezer]
+	_, d.devices = d.parents[cgroup1.Devices]
 	_, err = os.Stat(filepath.Join(d.parents[cgroup1.Memory], "memory.memsw.limit_in_bytes"))
 	d.memsw = err == nil
 	return d, nil
@@ -108,7 +115,7 @@ func (d *cgroup1Driver) create(name string, l limits) (jobCgroup, error) {
 		return nil, fmt.Errorf("create cgroup %s: %w", name, err)
 	}
 	made := map[string]bool{}
-	for _, n := range []cgroup1.Name{cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Memory, cgroup1.Pids, cgroup1.Freezer} {
+	for _, n := range []cgroup1.Name{cgroup1.Cpu, cgroup1.Cpuacct, cgroup1.Memory, cgroup1.Pids, cgroup1.Freezer, cgroup1.Devices} {
 		parent, ok := d.parents[n]
 		if !ok {
 			continue
@@ -210,6 +217,11 @@ func (j *cgroup1Job) reset(l limits) error {
 			return err
 		}
 	}
+	if _, ok := j.dirs[cgroup1.Devices]; ok && (!j.isSet || !slices.Equal(l.devices, j.lim.devices)) {
+		if err := j.setDevices(l.devices); err != nil {
+			return err
+		}
+	}
 	j.lim, j.isSet = l, true
 	// The counters: cpu time to zero, the peaks to what is charged now
 	// (at most idleMemory), which usage then subtracts. The OOM kill count
@@ -230,6 +242,22 @@ func (j *cgroup1Job) reset(l limits) error {
 		return err
 	}
 	j.oomBase = parseKV(b)["oom_kill"]
+	return nil
+}
+
+// setDevices makes the cgroup refuse every device but those of every
+// job's /dev and extra (see deviceRules): "a" to devices.deny, which
+// clears what the last job was allowed, then each node to devices.allow.
+func (j *cgroup1Job) setDevices(extra []gpu.Node) error {
+	deny, allow := v1Lines(deviceRules(extra))
+	if err := j.set(cgroup1.Devices, "devices.deny", deny); err != nil {
+		return err
+	}
+	for _, a := range allow {
+		if err := j.set(cgroup1.Devices, "devices.allow", a); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -40,6 +40,8 @@ func (d *cgroup2Driver) describe() string { return "cgroup v2 under " + d.parent
 
 func (d *cgroup2Driver) leaveFiles() []int { return nil }
 
+func (d *cgroup2Driver) limitsDevices() bool { return true }
+
 func (d *cgroup2Driver) removeStale(suffix string) ([]string, error) {
 	return removeStaleDirs([]string{filepath.Join(unifiedMount, d.parent)}, suffix)
 }
@@ -61,6 +63,9 @@ func (d *cgroup2Driver) create(name string, l limits) (jobCgroup, error) {
 	if l.pids > 0 {
 		res.Pids.Max = l.pids
 	}
+	// An eBPF program attached to the job's cgroup: every device but
+	// those of its /dev is refused (see deviceRules).
+	res.Devices = deviceRules(l.devices)
 	m, err := cgroup2.NewManager(unifiedMount, filepath.Join(d.parent, name), res)
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", name, err)

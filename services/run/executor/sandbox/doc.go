@@ -40,6 +40,14 @@
 //     agent's). What the mount table still shows of the node: the system
 //     directories' device and mount options (as /usr is the host's /usr),
 //     and mount ids.
+//   - A devices cgroup (v1 devices.deny and devices.allow; v2 an eBPF
+//     filter) that refuses every device but its /dev's, so that a device
+//     node that reached it some other way cannot be opened. A job holding
+//     GPUs (Spec.GPUs) gets a /dev of its own with their nodes
+//     (nvidia<minor>, nvidiactl, nvidia-uvm, nvidia-uvm-tools) beside the
+//     usual ones, and in its /proc the driver's list of devices shows its
+//     own alone, with ModifyDeviceFiles: 0 in the driver's params (see
+//     devices_linux.go). A job holding none has no NVIDIA node at all.
 //   - Only a loopback interface, which is up.
 //   - A uid and gid of its own among the node's jobs (Config.UIDBase…),
 //     no_new_privs, an empty capability bounding set, and a seccomp filter
@@ -73,7 +81,8 @@
 //     a tmpfs of Spec.DiskBytes instead: ENOSPC at the bound, but its pages
 //     are charged to the job's memory cgroup, so what a job writes counts
 //     against its memory as well.
-//   - Environment: the declared variables, PATH and HOME=/tmp (unless
+//   - Environment: executor.Environ's, as every executor gives it: the
+//     declared variables, PATH, HOME=/tmp and TMPDIR=/tmp (unless
 //     declared), E31_JOB_ID, E31_DATA=/data and E31_OUTPUT=/out (always).
 //     Working directory /tmp; stdin /dev/null; stdout and stderr are pipes
 //     the node copies into Spec.Stdout and Spec.Stderr (RUN's bounded log,

@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // launch describes one job start: everything the launcher thread needs,
@@ -48,6 +51,22 @@ type launch struct {
 	// admit is called with the job's pid while it is stopped right after
 	// its execve, before its first instruction (see jobCgroup.admit).
 	admit func(pid int) error
+	// gpus are the device nodes of the GPUs the job holds: with any, it
+	// gets a /dev of its own holding them (devNodes, with links and, for a
+	// test, unallowed), instead of the template's.
+	gpus, unallowed []gpu.Node
+	links           []link
+	// procDir, held and params are what the job's /proc shows of the
+	// driver (see hideDriver): procDir is where the node's driver lists
+	// its devices, held the job's devices, params a file on the node ("",
+	// none for each).
+	procDir string
+	held    []events.Device
+	params  string
+	// driver is procDir's entries of the held devices and params, cloned
+	// (open_tree) while the node's files are in view, for hideDriver to
+	// mount once the job's /proc is.
+	driver driverClones
 }
 
 // bind is one bind mount of a host path into the job's root.
@@ -193,6 +212,8 @@ func (l *launch) start() (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	l.driver = driverClones{params: -1}
+	defer l.driver.close()
 	if err := l.enterRoot(); err != nil {
 		return 0, err
 	}
@@ -281,6 +302,9 @@ func (l *launch) afterExec(pid, hostProc int) error {
 		if err := mountProc(hostProc, pid); err != nil {
 			return err
 		}
+		if err := hideDriver(l.driver); err != nil {
+			return err
+		}
 	}
 	if err := unix.PtraceDetach(pid); err != nil {
 		return fmt.Errorf("release job from exec stop: %w", err)
@@ -315,6 +339,10 @@ func (l *launch) enterRoot() error {
 		}
 		clones = append(clones, fd)
 	}
+	// Closed by start, once hideDriver has moved them.
+	if err := l.driver.clone(l.procDir, l.held, l.params); err != nil {
+		return err
+	}
 	if err := unix.Setns(l.template, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("enter template mount namespace: %w", err)
 	}
@@ -330,10 +358,18 @@ func (l *launch) enterRoot() error {
 			return fmt.Errorf("mount %s at /%s: %w", b.src, b.dst, err)
 		}
 	}
+	if len(l.gpus) > 0 {
+		if err := devNodes(l.gpus, l.unallowed, l.links); err != nil {
+			return err
+		}
+	}
 	if l.hostProc {
 		// A new procfs instance (Linux 5.8+), so hidepid applies to it alone.
 		if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "hidepid=invisible"); err != nil {
 			return fmt.Errorf("mount /proc: %w", err)
+		}
+		if err := hideDriver(l.driver); err != nil {
+			return err
 		}
 	}
 	if err := unix.Chdir("/"); err != nil {

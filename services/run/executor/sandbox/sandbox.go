@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/services/run/executor"
 	"github.com/e31net/e31/services/run/executor/internal/workspace"
+	"github.com/e31net/e31/services/run/gpu"
 )
 
 // Executor is the default executor: each job in its own namespaces, root,
@@ -49,6 +49,12 @@ type Executor struct {
 	// template is a file descriptor of the mount namespace every job's root
 	// is copied from; see buildTemplate.
 	template int
+	// devLinks are the links of the template's /dev, which a job holding
+	// GPUs gets in a /dev of its own (see devNodes).
+	devLinks []link
+	// testNodes are device nodes a test has made in the /dev of every job
+	// holding GPUs, which its cgroup does not allow (see devNodes).
+	testNodes []gpu.Node
 	// hostProc is the fallback for kernels without procfs pidns=; see probe.
 	hostProc  bool
 	launchers *launchers
@@ -68,6 +74,11 @@ var (
 	_ executor.Executor = (*Executor)(nil)
 	_ executor.Isolator = (*Executor)(nil)
 )
+
+// LimitsDevices implements executor.DeviceLimiter: whether the job
+// cgroups refuse every device but a job's own (no, on a v1 host without
+// the devices controller).
+func (e *Executor) LimitsDevices() bool { return e.cgroups.limitsDevices() }
 
 // Isolation implements executor.Isolator: every job is sandboxed.
 func (e *Executor) Isolation() events.Isolation { return events.IsolationSandbox }
@@ -195,10 +206,11 @@ func New(cfg Config) (*Executor, error) {
 	for _, b := range e.system {
 		dirs = append(dirs, b.dst)
 	}
-	links = append(links,
-		link{"dev/fd", "/proc/self/fd"}, link{"dev/stdin", "/proc/self/fd/0"},
-		link{"dev/stdout", "/proc/self/fd/1"}, link{"dev/stderr", "/proc/self/fd/2"},
-		link{"dev/shm", "/tmp"})
+	e.devLinks = []link{
+		{"dev/fd", "/proc/self/fd"}, {"dev/stdin", "/proc/self/fd/0"},
+		{"dev/stdout", "/proc/self/fd/1"}, {"dev/stderr", "/proc/self/fd/2"},
+		{"dev/shm", "/tmp"}}
+	links = append(links, e.devLinks...)
 	// Root itself is the template's mount point, in its namespace only.
 	if e.template, err = buildTemplate(root, e.etcDir, dirs, links, e.system); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
@@ -414,7 +426,10 @@ func (e *Executor) prepare(j *job) error {
 		mem = e.cfg.DefaultMemoryBytes
 	}
 	j.mem = mem
-	lim := limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax}
+	if len(j.spec.GPUs.Nodes) > 0 && !e.cgroups.limitsDevices() {
+		return fmt.Errorf("the node has no devices cgroup (%s): it cannot keep a job to its own GPUs", e.cgroups.describe())
+	}
+	lim := limits{memoryBytes: mem, cpu: j.spec.CPU, pids: e.cfg.PidsMax, devices: j.spec.GPUs.Nodes}
 	if s.cg != nil {
 		if err := s.cg.reset(lim); err != nil {
 			j.log.Warn("reset slot cgroup; making a new one", "err", err)
@@ -474,7 +489,7 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 			}
 		}()
 	}
-	env, path := jobEnv(spec)
+	env, path := executor.Environ(spec, executor.Inside), executor.SearchPath(spec)
 	// The system directories are in the template already: only the job's
 	// workspace is mounted for it. From the executor's own record, not
 	// from ws, whose fields RUN could change.
@@ -490,20 +505,26 @@ func (e *Executor) run(ctx context.Context, j *job) (executor.Result, error) {
 		binds = append(binds, bind{src: j.ws.Data, dst: "data", readOnly: true, overlay: !e.bindData, emptyDir: e.emptyDir})
 	}
 	l := &launch{
-		template: e.template,
-		binds:    binds,
-		argv:     spec.Command,
-		env:      env,
-		path:     path,
-		uid:      j.uid,
-		gid:      j.uid,
-		files:    files,
-		capLast:  e.capLast,
-		filter:   e.filter,
-		hostProc: e.hostProc,
-		netns:    j.slot.net.fd,
-		enter:    j.cg.enterFiles(),
-		leave:    e.cgroups.leaveFiles(),
+		template:  e.template,
+		binds:     binds,
+		argv:      spec.Command,
+		env:       env,
+		path:      path,
+		uid:       j.uid,
+		gid:       j.uid,
+		files:     files,
+		capLast:   e.capLast,
+		filter:    e.filter,
+		hostProc:  e.hostProc,
+		netns:     j.slot.net.fd,
+		enter:     j.cg.enterFiles(),
+		leave:     e.cgroups.leaveFiles(),
+		gpus:      spec.GPUs.Nodes,
+		procDir:   spec.GPUs.ProcDir,
+		held:      spec.GPUs.Held,
+		params:    spec.GPUs.Params,
+		links:     e.devLinks,
+		unallowed: e.testNodes,
 	}
 	admitted := make(chan admitReq)
 	l.admit = j.cg.admit
@@ -537,45 +558,18 @@ wait:
 	res := executor.Result{Started: time.Now()}
 	j.log.Debug("job started", "pid", st.pid, "uid", j.uid)
 
-	termAt, killAt := spec.Stops(res.Started)
-	term, kill := executor.Due(termAt), executor.Due(killAt)
-	var (
-		stopping bool
-		ex       exited
-	)
-	stop := func(outcome events.Outcome, reason string) {
-		if stopping {
-			return
-		}
-		stopping = true
-		res.Outcome, res.Reason = outcome, reason
-		j.log.Info("stopping job", "outcome", outcome, "reason", reason)
-		killAll(j.cg, syscall.SIGTERM)
-	}
-	limitReason := fmt.Sprintf("wall-clock limit %s reached", spec.Limit)
-	done := ctx.Done()
-loop:
-	for {
-		select {
-		case ex = <-donec:
-			break loop
-		case <-term:
-			term = nil
-			stop(events.LimitExceeded, limitReason)
-		case <-done:
-			done = nil
-			if !stopping {
-				stop(events.Cancelled, "cancelled")
-				kill = executor.Due(executor.KillBy(time.Now(), spec.Grace, killAt))
-			}
-		case <-kill:
-			kill = nil
-			stop(events.LimitExceeded, limitReason)
+	ex, stop, _ := executor.Watch(ctx, spec, res.Started, donec, nil, executor.Signals{
+		Term: func(why executor.Stop) {
+			j.log.Info("stopping job", "outcome", why.Outcome, "reason", why.Reason)
+			killAll(j.cg, syscall.SIGTERM)
+		},
+		Kill: func() {
 			// SIGKILL to pid 1 makes the kernel kill its whole pid namespace.
 			_ = syscall.Kill(st.pid, syscall.SIGKILL)
 			killAll(j.cg, syscall.SIGKILL)
-		}
-	}
+		},
+	})
+	res.Outcome, res.Reason = stop.Outcome, stop.Reason
 	if ex.err != nil {
 		j.log.Error("wait for job", "err", ex.err)
 	}
@@ -594,7 +588,7 @@ loop:
 		j.log.Warn("read job usage", "err", err)
 	}
 	res.Usage = events.Usage{CPUSeconds: u.cpuSeconds, MaxRSSBytes: u.peakMemory}
-	if !stopping {
+	if stop.Outcome == "" {
 		switch ws := ex.status; {
 		case ex.err != nil:
 			res.Outcome = events.Failed
@@ -631,30 +625,6 @@ loop:
 type admitReq struct {
 	pid int
 	err chan error
-}
-
-// defaultPath is the job's PATH unless it declares one.
-const defaultPath = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-
-// jobEnv is the job's environment: its declared variables, then PATH and
-// HOME unless declared, then the E31_ variables, which it cannot override.
-func jobEnv(spec executor.Spec) (env []string, path []string) {
-	vars := map[string]string{"PATH": defaultPath, "HOME": "/tmp", "TMPDIR": "/tmp"}
-	for k, v := range spec.Env {
-		vars[k] = v
-	}
-	vars["E31_JOB_ID"] = spec.JobID
-	vars["E31_DATA"] = "/data"
-	vars["E31_OUTPUT"] = "/out"
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+vars[k])
-	}
-	return env, filepath.SplitList(vars["PATH"])
 }
 
 // release undoes Prepare and gives the slot back. It refuses while a

@@ -269,7 +269,11 @@ func TestConcurrentJobs(t *testing.T) {
 				results <- result{i: i, err: err.Error()}
 				return
 			}
-			defer ws.Release()
+			defer func() {
+				if err := ws.Release(); err != nil {
+					t.Errorf("release the workspace: %v", err)
+				}
+			}()
 			prepared.Wait()
 			err = os.WriteFile(filepath.Join(ws.Dirs().DataDir, "id"), []byte(strconv.Itoa(i)), 0o644)
 			if err == nil {

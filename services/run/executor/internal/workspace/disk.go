@@ -376,8 +376,7 @@ func (d *Disk) newSpace() (*space, error) {
 		s.id, err = subvolID(fd)
 	}
 	if err != nil {
-		s.destroy()
-		return nil, fmt.Errorf("open subvolume: %w", err)
+		return nil, errors.Join(fmt.Errorf("open subvolume: %w", err), s.destroy())
 	}
 	return s, nil
 }
