@@ -116,3 +116,27 @@ func RefuseWrites(ctx context.Context, tb testing.TB, js jetstream.JetStream, st
 	setMaxMsgSize(1)
 	return func() { setMaxMsgSize(-1) }
 }
+
+// LeaseTTL sets the lease time of the leases bucket and of the nodes'
+// bucket that it sources (events.NodeLeaseTTL of it) to ttl, for a test
+// that needs leases to lapse in seconds: Start sets them up at the
+// default, and a node renews in the nodes' bucket, where RENT sees it
+// lapse in the leases bucket.
+func LeaseTTL(ctx context.Context, tb testing.TB, js jetstream.JetStream, ttl time.Duration) jetstream.KeyValue {
+	tb.Helper()
+	o := events.StreamOptions{LeaseTTL: ttl}
+	st, err := js.Stream(ctx, events.KVStream(events.LeasesBucket))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := events.LeasesBucketConfig(o)
+	cfg.Sources = st.CachedInfo().Config.Sources
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := js.UpdateStream(ctx, events.NodeLeasesStreamConfig(o)); err != nil {
+		tb.Fatal(err)
+	}
+	return kv
+}

@@ -30,11 +30,16 @@ import (
 // fenced; and joins again as a new boot once renewals succeed.
 func TestANodeThatCannotRenewStopsItsJobsBeforeItsLeaseCanLapse(t *testing.T) {
 	t.Parallel()
-	const ttl = 3 * time.Second // fence margin 750 ms: SIGTERM at 2.25 s, SIGKILL at 2.625 s
+	// The node's lease lives a TTL of 2.25 s in the nodes' bucket, where
+	// it renews it (RENT sees it lapse in the leases bucket, a TTL of 3 s
+	// after its last copy): fence margin 562 ms, SIGTERM at 1.69 s, SIGKILL
+	// at 1.97 s.
+	const ttl = 3 * time.Second
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
+	natstest.LeaseTTL(ctx, t, js, ttl)
+	kv, err := js.KeyValue(ctx, events.NodeLeasesBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +72,7 @@ func TestANodeThatCannotRenewStopsItsJobsBeforeItsLeaseCanLapse(t *testing.T) {
 	n.hold(t, "fenced", spec)
 	pid := waitPID(ctx, t, pidFile)
 
-	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
+	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.NodeLeasesBucket))
 	// The last renewal stored is the key's revision now: the server
 	// expires it a TTL after it stored it, by its clock, which is this
 	// machine's.
@@ -75,15 +80,15 @@ func TestANodeThatCannotRenewStopsItsJobsBeforeItsLeaseCanLapse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	expires := last.Created().Add(ttl)
+	expires := last.Created().Add(events.NodeLeaseTTL(ttl))
 	dead := waitGone(ctx, t, pid)
 	if !dead.Before(expires) {
 		t.Fatalf("the job died %s after its node's lease could expire", dead.Sub(expires))
 	}
 	t.Logf("the job (deaf to SIGTERM) was killed %s after the last renewal was stored, %s before the lease could expire (TTL %s)",
-		dead.Sub(last.Created()).Round(time.Millisecond), expires.Sub(dead).Round(time.Millisecond), ttl)
+		dead.Sub(last.Created()).Round(time.Millisecond), expires.Sub(dead).Round(time.Millisecond), events.NodeLeaseTTL(ttl))
 
-	stopped := nextOn(ctx, t, js, "e31.job.fenced.stopped", 1).Event.(*events.RunStopped)
+	stopped := nextOn(ctx, t, js, "e31.job.fenced.stopped.n1", 1).Event.(*events.RunStopped)
 	if stopped.Outcome != events.NodeLost || !strings.Contains(stopped.Reason, "could not renew its lease") {
 		t.Errorf("the fenced job's stop: %s (%q), want node_lost saying the node could not renew its lease", stopped.Outcome, stopped.Reason)
 	}
@@ -102,10 +107,10 @@ func TestANodeThatCannotRenewStopsItsJobsBeforeItsLeaseCanLapse(t *testing.T) {
 	if again.Event.(*events.NodeAnnounced).Boot == announced.Event.(*events.NodeAnnounced).Boot {
 		t.Errorf("the node joined again under its old boot, want a new one")
 	}
-	if s := nextOn(ctx, t, js, "e31.job.after.stopped", 1).Event.(*events.RunStopped); s.Outcome != events.Succeeded {
+	if s := nextOn(ctx, t, js, "e31.job.after.stopped.n1", 1).Event.(*events.RunStopped); s.Outcome != events.Succeeded {
 		t.Errorf("the job held while the node was fenced: %s (%q), want succeeded once it joined again", s.Outcome, s.Reason)
 	}
-	if started := nextOn(ctx, t, js, "e31.job.after.started", 1); started.Seq < again.Seq {
+	if started := nextOn(ctx, t, js, "e31.job.after.started.n1", 1); started.Seq < again.Seq {
 		t.Errorf("a job started (#%d) while the node was fenced, before it joined again (#%d)", started.Seq, again.Seq)
 	}
 }
@@ -194,9 +199,7 @@ func TestAFenceStopsTheStoringOfAJobsOutput(t *testing.T) {
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)
-	if _, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl})); err != nil {
-		t.Fatal(err)
-	}
+	natstest.LeaseTTL(ctx, t, js, ttl)
 	obs, err := js.ObjectStore(ctx, events.DataBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -228,9 +231,9 @@ func TestAFenceStopsTheStoringOfAJobsOutput(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the job's output was never stored")
 	}
-	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.LeasesBucket))
+	allow := natstest.RefuseWrites(ctx, t, js, events.KVStream(events.NodeLeasesBucket))
 	defer allow()
-	stopped := nextOn(ctx, t, js, "e31.job.stored.stopped", 1).Event.(*events.RunStopped)
+	stopped := nextOn(ctx, t, js, "e31.job.stored.stopped.n1", 1).Event.(*events.RunStopped)
 	if stopped.Outcome != events.NodeLost || !strings.Contains(stopped.Reason, "could not renew its lease") {
 		t.Errorf("the stop: %s (%q), want node_lost, the node fenced while it stored the output", stopped.Outcome, stopped.Reason)
 	}
