@@ -180,7 +180,7 @@ func (ts *testSystem) wait(id string) (*hold.HoldRecord, int) {
 // waitAs waits for a job through the CLI as name.
 func (ts *testSystem) waitAs(name, id string) (*hold.HoldRecord, int) {
 	ts.t.Helper()
-	out, errOut, code := ts.cliAs(name, "wait", "--json", "--timeout", "60s", id)
+	out, errOut, code := ts.cliAs(name, "wait", "--json", "--timeout", "3m", id)
 	var rec hold.HoldRecord
 	if err := json.Unmarshal([]byte(out), &rec); err != nil {
 		ev, _, _ := ts.cliAs(events.Operator, "events", id)
@@ -383,7 +383,7 @@ func (ts *testSystem) waitState(id, state string) {
 // waitEvent waits until an event of type ceType is in a job's log.
 func (ts *testSystem) waitEvent(id, ceType string) {
 	ts.t.Helper()
-	err := ts.c.Follow(ctxTimeout(ts.t, 30*time.Second), events.JobSubject(id), func(env events.Envelope) bool {
+	err := ts.c.Follow(ctxTimeout(ts.t, 2*time.Minute), events.JobSubject(id), func(env events.Envelope) bool {
 		return env.Type != ceType
 	})
 	if err != nil {
