@@ -173,6 +173,9 @@ func servicePermissions(g *grant, id Identity) {
 		// which nodes live.
 		g.pub(kvRead(events.LeasesBucket)...)
 		g.pub(kvKey(events.LeasesBucket, "leader."+RentService))
+		// The nodes' own leases, as their bucket's leader has them: what
+		// decides a node lost where the leases bucket's copy lags.
+		g.pub(readMessages(events.KVStream(events.NodeLeasesBucket))...)
 		// Its checkpoint, read on start and written as it goes.
 		g.pub(kvRead(events.RentBucket)...)
 		g.pub(kvKey(events.RentBucket, events.RentCheckpointKey))

@@ -166,6 +166,10 @@ func LeaseGetSubject(key string) string {
 	return "$JS.API.DIRECT.GET." + KVStream(LeasesBucket) + ".$KV." + LeasesBucket + "." + key
 }
 
+// NodeLeaseSubject is the subject node's lease is stored on in
+// NodeLeasesBucket, where the node renews it.
+func NodeLeaseSubject(node string) string { return "$KV." + NodeLeasesBucket + ".node." + node }
+
 // NodeLeaseTTL is the lease time of NodeLeasesBucket for LeasesBucket's
 // lease time: three quarters of it.
 func NodeLeaseTTL(ttl time.Duration) time.Duration { return ttl * 3 / 4 }

@@ -848,6 +848,24 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		} else if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted) {
 			return fmt.Errorf("rent: lease of node %s: %w", name, err)
 		}
+		// The leases bucket holds a copy of the lease the node renews in
+		// its own bucket, and the copying can stall (a server that
+		// sourced it killed) while the node renews on: its leader's word
+		// on the node's own bucket decides. Counted lost on the copy
+		// alone, a node that runs its jobs would see them held again
+		// elsewhere, twice at once.
+		if lives, err := s.ownLeaseLives(ctx, name, boot); err != nil {
+			return fmt.Errorf("rent: lease of node %s in its own bucket: %w", name, err)
+		} else if lives {
+			s.log.Warn("a node's lease is gone from the leases bucket but not from the nodes' own: the copying lags; the node is not counted lost",
+				"node", name, "boot", boot)
+			s.mu.Lock()
+			if s.expiring[name].boot == boot {
+				s.expiring[name] = lapse{boot: boot, due: time.Now().Add(s.lapseMargin)}
+			}
+			s.mu.Unlock()
+			continue
+		}
 		env, err := s.pub.Append(ctx, name, &events.NodeExpired{Node: name, Boot: boot,
 			Reason: "its lease was not renewed in time: the node is counted lost until it announces itself again"})
 		if err != nil {
@@ -862,6 +880,25 @@ func (s *Service) recordExpired(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return nil
+}
+
+// ownLeaseLives reports whether the node's own bucket
+// (events.NodeLeasesBucket), as its stream's leader has it, holds the
+// node's lease under boot: a replica that lags, or was cut off and has
+// expired what it held by its own clock, would say no for a node that
+// lives.
+func (s *Service) ownLeaseLives(ctx context.Context, name, boot string) (bool, error) {
+	m, err := bus.LeaderLast(ctx, s.js, events.KVStream(events.NodeLeasesBucket), events.NodeLeaseSubject(name))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	if op := m.Header.Get("KV-Operation"); op != "" {
+		return false, nil // deleted or purged: given up
+	}
+	return string(m.Data) == boot, nil
 }
 
 // decisionSpans sets the trace each decision carries, its job's, and when

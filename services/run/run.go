@@ -362,7 +362,16 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	if err != nil {
 		return nil, fmt.Errorf("run: lease for node %s: %w", s.cfg.Node, err)
 	}
-	if err := s.leaseSeen(ctx, func(held string) bool { return held == boot }); err != nil {
+	// Announced before RENT sees the lease, the node could be taken for
+	// lost, but only until the copy comes (RENT asks the nodes' bucket
+	// before it counts a node lost): a copying that stalls delays RENT's
+	// view of the node, and must not keep the node from joining.
+	seenCtx, cancel := context.WithTimeout(ctx, l.TTL())
+	err = s.leaseSeen(seenCtx, func(held string) bool { return held == boot })
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		s.log.Warn("the node's lease is not yet seen where RENT watches: announcing anyway", "boot", boot, "err", err)
+	} else if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
