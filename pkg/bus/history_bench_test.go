@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -25,7 +26,14 @@ type benchLog struct {
 	jobs int
 	// seqs are the sequences of each job's events, by job index.
 	seqs [][8]uint64
+	// span are the sequences of spanJob's events: four before every other
+	// job's, four after (a job that waited or ran while the whole log was
+	// written).
+	span [8]uint64
 }
+
+// spanJob is the job of a bench log whose events span the whole log.
+const spanJob = "job-span"
 
 var (
 	benchLogsMu sync.Mutex
@@ -64,7 +72,13 @@ func logOf(b *testing.B, n int) *benchLog {
 	}
 	l := &benchLog{srv: srv, dir: dir, js: js, jobs: n, seqs: make([][8]uint64, n)}
 	start := time.Now()
+	if err := writeSpan(ctx, js, l.span[:4], 0); err != nil {
+		b.Fatal(err)
+	}
 	if err := writeJobs(ctx, js, n, l.seqs); err != nil {
+		b.Fatal(err)
+	}
+	if err := writeSpan(ctx, js, l.span[4:], 4); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("wrote %d jobs' events in %v", n, time.Since(start).Round(time.Millisecond))
@@ -87,23 +101,45 @@ func TestMain(m *testing.M) {
 // benchJob is the id of the i-th job of a bench log.
 func benchJob(i int) string { return fmt.Sprintf("job-%08d", i) }
 
+// writeSpan publishes spanJob's events from step from of its life, one
+// for each of seqs, and records their sequences.
+func writeSpan(ctx context.Context, js jetstream.JetStream, seqs []uint64, from int) error {
+	l := life()
+	for i := range seqs {
+		m, err := events.New(spanJob, l[from+i], "e31/bench", benchAt).Msg()
+		if err != nil {
+			return err
+		}
+		ack, err := js.PublishMsg(ctx, m)
+		if err != nil {
+			return err
+		}
+		seqs[i] = ack.Sequence
+	}
+	return nil
+}
+
+// benchAt is when a bench log's events say they happened.
+var benchAt = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
+// life is the eight events of a trivial job's whole life.
+func life() []events.Event {
+	spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}},
+		Request: events.Request{CPU: 1, MemoryBytes: 1 << 30, LimitSeconds: 600}}
+	h := events.Hold{Attempt: 1, Node: "node-01", CPU: 1, MemoryBytes: 1 << 30}
+	zero := 0
+	none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}}
+	return []events.Event{&events.JobRequested{Submitter: "alice", Spec: spec}, &events.JobSubmitted{Submitter: "alice", Spec: spec},
+		&events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}, &events.RunStarted{Hold: h},
+		&events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: &zero, Output: none},
+		&events.OutputReturned{Hold: h, Outcome: events.Succeeded, Files: []events.OutputFile{}, Missing: []string{}},
+		&events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true},
+		&events.DeleteRequested{What: events.WhatOutput, By: "alice"}}
+}
+
 // writeJobs publishes n jobs' lives, 48 at a time interleaved step by
 // step, and records the sequence of each event.
 func writeJobs(ctx context.Context, js jetstream.JetStream, n int, seqs [][8]uint64) error {
-	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	spec := events.JobSpec{Work: events.Work{Command: []string{"/bin/true"}},
-		Request: events.Request{CPU: 1, MemoryBytes: 1 << 30, LimitSeconds: 600}}
-	life := func(job string) []events.Event {
-		h := events.Hold{Attempt: 1, Node: "node-01", CPU: 1, MemoryBytes: 1 << 30}
-		zero := 0
-		none := events.Collected{Files: []events.OutputFile{}, Missing: []string{}}
-		return []events.Event{&events.JobRequested{Submitter: "alice", Spec: spec}, &events.JobSubmitted{Submitter: "alice", Spec: spec},
-			&events.ComputeHeld{Hold: h, Submitter: "alice", Spec: spec}, &events.RunStarted{Hold: h},
-			&events.RunStopped{Hold: h, Outcome: events.Succeeded, ExitCode: &zero, Output: none},
-			&events.OutputReturned{Hold: h, Outcome: events.Succeeded, Files: []events.OutputFile{}, Missing: []string{}},
-			&events.ComputeReleased{Hold: h, Outcome: events.Succeeded, Final: true},
-			&events.DeleteRequested{What: events.WhatOutput, By: "alice"}}
-	}
 	type pending struct {
 		job, step int
 		ack       jetstream.PubAckFuture
@@ -129,11 +165,11 @@ func writeJobs(ctx context.Context, js jetstream.JetStream, n int, seqs [][8]uin
 	for wave := 0; wave < n; wave += 48 {
 		var lives [][]events.Event
 		for j := wave; j < min(wave+48, n); j++ {
-			lives = append(lives, life(benchJob(j)))
+			lives = append(lives, life())
 		}
 		for step := 0; step < 8; step++ {
 			for k, l := range lives {
-				m, err := events.New(benchJob(wave+k), l[step], "e31/bench", at).Msg()
+				m, err := events.New(benchJob(wave+k), l[step], "e31/bench", benchAt).Msg()
 				if err != nil {
 					return err
 				}
@@ -195,21 +231,30 @@ func splitComma(s string) []string {
 	return out
 }
 
+// positions are where in a bench log the job read is: its events among
+// the first, the middle or the last jobs', or spanning the whole log.
+var positions = []struct {
+	name string
+	job  func(l *benchLog) (string, [8]uint64)
+}{
+	{"first", func(l *benchLog) (string, [8]uint64) { return benchJob(0), l.seqs[0] }},
+	{"middle", func(l *benchLog) (string, [8]uint64) { return benchJob(l.jobs / 2), l.seqs[l.jobs/2] }},
+	{"last", func(l *benchLog) (string, [8]uint64) { return benchJob(l.jobs - 1), l.seqs[l.jobs-1] }},
+	{"span", func(l *benchLog) (string, [8]uint64) { return spanJob, l.span }},
+}
+
 // BenchmarkReadOneJob reads one job's history out of logs of 1k, 10k and
-// 100k jobs, the job at the start, the middle and the end of the log, and
-// reports the CPU time each read costs the process (server and client:
-// the server is embedded).
+// 100k jobs (8 events each), the job at each of positions, and reports
+// the CPU time each read costs the process (server and client: the
+// server is embedded).
 func BenchmarkReadOneJob(b *testing.B) {
 	for _, n := range benchSizes() {
-		for _, where := range []struct {
-			name string
-			at   func(n int) int
-		}{{"first", func(int) int { return 0 }}, {"middle", func(n int) int { return n / 2 }}, {"last", func(n int) int { return n - 1 }}} {
+		for _, where := range positions {
 			for _, how := range readers {
 				b.Run(fmt.Sprintf("jobs=%d/at=%s/read=%s", n, where.name, how.name), func(b *testing.B) {
 					l := logOf(b, n)
-					i := where.at(n)
-					job, last := benchJob(i), l.seqs[i][7]
+					job, seqs := where.job(l)
+					last := seqs[7]
 					ctx := context.Background()
 					b.ResetTimer()
 					c0 := cpu()
@@ -230,7 +275,8 @@ func BenchmarkReadOneJob(b *testing.B) {
 }
 
 // readers are the ways of reading one job compared: how ReadHistory read
-// before it was bounded (batches of 256 to the end of the log), and now.
+// before it was bounded (batches of 256 to the end of the log), before it
+// read the last message of each subject (counted), and now.
 var readers = []struct {
 	name string
 	read func(ctx context.Context, js jetstream.JetStream, job string) (History, error)
@@ -249,6 +295,7 @@ var readers = []struct {
 		}
 		return h, nil
 	}},
+	{"counted", storedJobCounted},
 	{"ReadHistory", func(ctx context.Context, js jetstream.JetStream, job string) (History, error) {
 		return ReadHistory(ctx, js, job, 1)
 	}},
@@ -320,6 +367,85 @@ func BenchmarkFirstRequest(b *testing.B) {
 						m, err := how.read(ctx, l.js, benchJob(i))
 						if err != nil || m.Sequence != l.seqs[i][0] {
 							b.Fatalf("first request %v, %v; want #%d", m, err, l.seqs[i][0])
+						}
+					}
+					b.ReportMetric(float64(cpu()-c0)/float64(b.N), "cpu-ns/op")
+				})
+			}
+		}
+	}
+}
+
+// storedJobCounted is how StoredJob read before it asked for the last
+// message of each subject: a batch of one says how many messages the job
+// has, the next asks for exactly that many from the start of the log. The
+// server scans the log between the job's first message and its last.
+func storedJobCounted(ctx context.Context, js jetstream.JetStream, job string) (History, error) {
+	var h History
+	filter := events.JobSubject(job)
+	g, err := newGetter(ctx, js, events.Stream, directBatch)
+	if err != nil {
+		return h, err
+	}
+	defer g.close()
+	_, pending, err := g.batch(filter, 1, 1, func(*jetstream.RawStreamMsg, error) bool { return true })
+	if err != nil {
+		return h, err
+	}
+	total, read := pending+1, uint64(0)
+	pass := func(m *jetstream.RawStreamMsg, _ error) bool {
+		read++
+		h.Last = m.Sequence
+		if env, err := events.Decode(m.Subject, m.Header, m.Data); err == nil {
+			env.Seq = m.Sequence
+			h.Events = append(h.Events, env)
+		}
+		return true
+	}
+	for seq := uint64(1); read < total; {
+		next, _, err := g.batch(filter, seq, int(min(total-read, directBatch)), pass)
+		if err != nil || next == seq {
+			return h, err
+		}
+		seq = next
+	}
+	return h, nil
+}
+
+// BenchmarkAnythingNew asks the log's leader whether a job has anything
+// past its last message, as the gate does before it answers a node: the
+// first message after it (before), or the job's last message.
+func BenchmarkAnythingNew(b *testing.B) {
+	for _, n := range benchSizes() {
+		for _, where := range positions {
+			for _, how := range []struct {
+				name string
+				new  func(ctx context.Context, js jetstream.JetStream, job string, last uint64) (bool, error)
+			}{
+				{"LeaderNext", func(ctx context.Context, js jetstream.JetStream, job string, last uint64) (bool, error) {
+					_, err := LeaderNext(ctx, js, events.Stream, events.JobSubject(job), last+1)
+					if errors.Is(err, jetstream.ErrMsgNotFound) {
+						return false, nil
+					}
+					return err == nil, err
+				}},
+				{"LeaderLast", func(ctx context.Context, js jetstream.JetStream, job string, last uint64) (bool, error) {
+					m, err := LeaderLast(ctx, js, events.Stream, events.JobSubject(job))
+					if err != nil {
+						return false, err
+					}
+					return m.Sequence > last, nil
+				}},
+			} {
+				b.Run(fmt.Sprintf("jobs=%d/at=%s/read=%s", n, where.name, how.name), func(b *testing.B) {
+					l := logOf(b, n)
+					job, seqs := where.job(l)
+					ctx := context.Background()
+					b.ResetTimer()
+					c0 := cpu()
+					for range b.N {
+						if isNew, err := how.new(ctx, l.js, job, seqs[7]); err != nil || isNew {
+							b.Fatalf("anything new past #%d: %v, %v", seqs[7], isNew, err)
 						}
 					}
 					b.ReportMetric(float64(cpu()-c0)/float64(b.N), "cpu-ns/op")

@@ -645,3 +645,109 @@ func TestLastOfReadsManyKeysInOneRequest(t *testing.T) {
 		t.Errorf("last of twelve large messages: %d of them, whole %v, %v; want some, cut short", len(msgs), whole, err)
 	}
 }
+
+// A job whose messages lie far apart in the log (it waited, or ran, while
+// the log grew) is read subject by subject, each by the server's index:
+// no batch of more than one message is asked for. One subject with two
+// messages far apart is read as a batch, and as truly.
+func TestAJobSpanningTheLogIsReadSubjectBySubject(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	js := srv.JetStream(t)
+	ctx := natstest.Context(t, 60*time.Second)
+	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
+
+	sub, err := pub.Append(ctx, "j", submitted())
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := func() {
+		t.Helper()
+		for i := range 1500 {
+			if _, err := js.PublishAsync(fmt.Sprintf("e31.job.other%d.cancel.x", i), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	others()
+	held := events.ComputeHeld{Hold: events.Hold{Attempt: 1, Node: "n1", CPU: 1}, Submitter: "alice"}
+	last, err := pub.Append(ctx, "j", &held)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	batches := make(chan int, 64)
+	watch, err := js.Conn().Subscribe("$JS.API.DIRECT.GET."+events.Stream, func(m *nats.Msg) {
+		var req struct {
+			Batch int `json:"batch"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Errorf("direct get request %q: %v", m.Data, err)
+		}
+		select {
+		case batches <- req.Batch:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Unsubscribe() }()
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// largest is the largest batch asked for since the last call.
+	largest := func() int {
+		t.Helper()
+		if err := js.Conn().Publish("$JS.API.DIRECT.GET."+events.Stream, []byte(`{"batch":-1}`)); err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		for {
+			select {
+			case b := <-batches:
+				if b == -1 {
+					return most
+				}
+				most = max(most, b)
+			case <-ctx.Done():
+				t.Fatalf("the watch never had the marker: %v", ctx.Err())
+			}
+		}
+	}
+	read := func(from uint64, want ...uint64) {
+		t.Helper()
+		h, err := bus.ReadHistory(ctx, js, "j", from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for _, e := range h.Events {
+			got = append(got, e.Seq)
+		}
+		if !slices.Equal(got, want) || h.Last != want[len(want)-1] {
+			t.Errorf("from #%d: events %v to #%d, want %v", from, got, h.Last, want)
+		}
+	}
+	read(1, sub.Seq, last.Seq)
+	read(sub.Seq+1, last.Seq)
+	if b := largest(); b > 1 {
+		t.Errorf("a batch of %d asked for: the server scanned the log between the job's messages", b)
+	}
+
+	// A second message on the hold's subject, far from the first: a
+	// second attempt on the same node.
+	others()
+	held.Attempt = 2
+	again, err := pub.Append(ctx, "j", &held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read(1, sub.Seq, last.Seq, again.Seq)
+	read(last.Seq, last.Seq, again.Seq)
+}

@@ -246,9 +246,11 @@ func Last(ctx context.Context, js jetstream.JetStream, subject string) (*jetstre
 	return m, nil
 }
 
-// LeaderLast is the newest message stored on subject (a literal subject)
-// in stream, as the stream's leader says; jetstream.ErrMsgNotFound if
-// there is none. A direct get is answered by any replica, and one that
+// LeaderLast is the newest message stored on subject in stream, as the
+// stream's leader says; jetstream.ErrMsgNotFound if there is none. subject
+// may hold wildcards (a job's subjects): the server finds the last message
+// by its index of subjects, in the block that holds it, however long the
+// log. A direct get is answered by any replica, and one that
 // lags answers with an older message on the subject, or none: for a reader
 // that must see what was written last (a projection's own store, read
 // right after another instance wrote it), the leader's answer is the one

@@ -152,8 +152,12 @@ func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold
 	// published on the job's subjects since (stale).
 	if h.looked.IsZero() || time.Since(h.looked) >= recheck {
 		looking := time.Now()
-		_, err := bus.LeaderNext(ctx, s.js, events.Stream, events.JobSubject(job), h.last+1)
+		// The job's last message, which the server finds by its index of
+		// subjects: the first message after h.last, when there is none,
+		// made it scan the log from there to its end.
+		last, err := bus.LeaderLast(ctx, s.js, events.Stream, events.JobSubject(job))
 		switch {
+		case err == nil && last.Sequence <= h.last:
 		case err == nil:
 			hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
 			if err != nil {
