@@ -551,32 +551,93 @@ func requiredMissing(stopped events.RunStopped) []string {
 }
 
 // stopsTopic is what OUTPUT consumes: every stop, on the subject that
-// names its node and on the one stops were stored on before.
-var stopsTopic = strings.Join(events.KindSubjects(events.TypeRunStopped), " ")
+// names its node. One filter: the server finds what a consumer of several
+// filters is to be sent next by walking every subject of the block it is
+// in, a few thousand jobs' on a busy log, for each message it sends (a
+// third of OUTPUT's catch-up of a long log, the server's share); what
+// one filter with wildcards matches it finds by reading on from the last.
+var stopsTopic = events.KindSubject(events.TypeRunStopped)
 
-// takeOverStopsConsumer finds the consumer OUTPUT read stops with before
-// they named their node (its one filter, e31.job.*.stopped, named it), and
-// returns where the consumer of stopsTopic is to start, if it is made now:
-// after the last stop the old one had settled, rather than from the first
-// stop of the log, which OUTPUT would read again at every upgrade of a
-// long log, ahead of the jobs that stop meanwhile. It deletes the old one:
-// what it had not settled comes again in the new one (a stop handled twice
-// changes nothing). With no old consumer it returns 0 (the new one's own
-// start, or where it already is).
+// Stops were stored on a subject without their node before (legacyStops);
+// OUTPUT read them with a consumer of that one filter (whose name is that
+// of legacyStops), then with one of both filters (bothStops). No node may
+// store a stop there now (its permissions name the subject with its
+// node), so what is there is the log's past.
+var (
+	legacyStops = events.KindSubjects(events.TypeRunStopped)[1]
+	bothStops   = strings.Join(events.KindSubjects(events.TypeRunStopped), " ")
+)
+
+// takeOverStopsConsumer returns where the consumer of stopsTopic is to
+// start, if it is made now: after the last stop the consumer OUTPUT read
+// stops with before had settled (of bothStops, or of legacyStops before
+// it), rather than from the first stop of the log, which OUTPUT would
+// read again at every upgrade of a long log, ahead of the jobs that stop
+// meanwhile. Before the consumer of stopsTopic is made, it hands OUTPUT
+// every stop on the subject of before from there (from the start of the
+// log if there was no consumer: a log that OUTPUT reads for the first
+// time), which the new consumer would not; then it deletes the old
+// consumers: what they had not settled comes again (a stop handled twice
+// changes nothing). Once the consumer of stopsTopic is there, it returns
+// 0 (where it already is).
 func (s *Service) takeOverStopsConsumer(ctx context.Context) (uint64, error) {
-	legacy := events.KindSubjects(events.TypeRunStopped)[1]
-	name := bus.ConsumerName("output", legacy)
-	old, err := s.js.Consumer(ctx, events.Stream, name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := s.js.Consumer(ctx, events.Stream, bus.ConsumerName("output", stopsTopic)); err == nil {
 		return 0, nil
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, fmt.Errorf("output: the consumer of stops: %w", err)
 	}
-	if err != nil {
-		return 0, fmt.Errorf("output: the consumer of stops from before: %w", err)
+	var start uint64
+	var olds []string
+	for _, topic := range []string{bothStops, legacyStops} {
+		name := bus.ConsumerName("output", topic)
+		old, err := s.js.Consumer(ctx, events.Stream, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("output: the consumer of stops from before: %w", err)
+		}
+		if start == 0 {
+			start = old.CachedInfo().AckFloor.Stream + 1
+		}
+		olds = append(olds, name)
 	}
-	start := old.CachedInfo().AckFloor.Stream + 1
-	if err := s.js.DeleteConsumer(ctx, events.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, fmt.Errorf("output: the consumer of stops from before: %w", err)
+	if err := s.handleLegacyStops(ctx, max(start, 1)); err != nil {
+		return 0, err
 	}
-	s.log.Info("the consumer of stops from before nodes were named in them is replaced", "old", name, "from", start)
+	for _, name := range olds {
+		if err := s.js.DeleteConsumer(ctx, events.Stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return 0, fmt.Errorf("output: the consumer of stops from before: %w", err)
+		}
+		s.log.Info("the consumer of stops from before is replaced", "old", name, "from", start)
+	}
 	return start, nil
 }
+
+// handleLegacyStops hands Handle every stop stored on the subject of
+// before (legacyStops) from sequence from, as the log is now, each tried
+// again a few times as a consumer would. One that still fails fails
+// OUTPUT's start: the next start hands it over again, since the consumer
+// of stopsTopic is made only after. From the start of the log the server
+// counts them by its index of subjects: none costs one question.
+func (s *Service) handleLegacyStops(ctx context.Context, from uint64) error {
+	_, err := bus.Replay(ctx, s.js, bus.ReplayOptions{Filters: []string{legacyStops}, From: from, Logger: s.log}, func(env events.Envelope) error {
+		var err error
+		for try := range legacyTries {
+			if err = s.Handle(ctx, env); err == nil {
+				return nil
+			}
+			s.log.Warn("a stop from before failed, tried again", "job", env.Subject, "seq", env.Seq, "try", try+1, "err", err)
+			select {
+			case <-time.After(time.Duration(try+1) * time.Second):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return fmt.Errorf("output: the stop of %s at #%d, stored before stops named their node: %w", env.Subject, env.Seq, err)
+	})
+	return err
+}
+
+// legacyTries is how often handleLegacyStops tries a stop.
+const legacyTries = 5

@@ -2,7 +2,9 @@ package output_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,14 +16,22 @@ import (
 )
 
 // TestRunTakesOverTheConsumerOfStopsFromBefore: OUTPUT read stops with a
-// consumer named after their one subject before stops named their node.
-// Started on such a log, it reads on from where that consumer had settled
-// (not from the log's first stop, and missing none stored on either
-// subject since) and deletes it.
+// consumer named after their one subject before stops named their node,
+// then with one of both subjects. Started on a log with either, it reads
+// on from where that consumer had settled (not from the log's first stop,
+// and missing none stored on either subject since) and deletes it.
 func TestRunTakesOverTheConsumerOfStopsFromBefore(t *testing.T) {
 	t.Parallel()
+	for _, filters := range [][]string{{"e31.job.*.stopped"}, {"e31.job.*.stopped.*", "e31.job.*.stopped"}} {
+		t.Run(strings.Join(filters, "+"), func(t *testing.T) {
+			t.Parallel()
+			takeOver(t, filters)
+		})
+	}
+}
+
+func takeOver(t *testing.T, filters []string) {
 	f := start(t)
-	legacy := "e31.job.*.stopped"
 	// Stored before: a stop on the subject of then, which the old
 	// consumer had settled.
 	stopOn := func(job string, before bool) {
@@ -48,8 +58,8 @@ func TestRunTakesOverTheConsumerOfStopsFromBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := info.CachedInfo().State.LastSeq + 1
-	name := bus.ConsumerName("output", legacy)
-	if _, err := f.js.CreateConsumer(f.ctx, events.Stream, jetstream.ConsumerConfig{Durable: name, FilterSubject: legacy,
+	name := bus.ConsumerName("output", strings.Join(filters, " "))
+	if _, err := f.js.CreateConsumer(f.ctx, events.Stream, jetstream.ConsumerConfig{Durable: name, FilterSubjects: filters,
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: next}); err != nil {
 		t.Fatal(err)
 	}
@@ -79,4 +89,43 @@ func TestRunTakesOverTheConsumerOfStopsFromBefore(t *testing.T) {
 	if _, err := f.js.Consumer(f.ctx, events.Stream, name); err == nil {
 		t.Errorf("the consumer %s is still there", name)
 	}
+}
+
+// TestRunReturnsStopsFromBeforeOnALogItReadsFirst: OUTPUT started for the
+// first time on a log with stops stored on the subject of before, and no
+// consumer of them, returns them too, though its consumer reads only the
+// subject that names the node.
+func TestRunReturnsStopsFromBeforeOnALogItReadsFirst(t *testing.T) {
+	t.Parallel()
+	f := start(t)
+	h := events.Hold{Attempt: 1, Node: "n1", CPU: 1}
+	if _, err := f.pub.Append(f.ctx, "old", &events.ComputeHeld{Hold: h, Submitter: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := events.New("old", &events.RunStopped{Hold: h, Outcome: events.Failed,
+		Output: events.Collected{Files: []events.OutputFile{}, Missing: []string{}}}, "e31/run/n1", time.Now()).Msg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Subject = "e31.job.old.stopped"
+	if _, err := f.js.PublishMsg(f.ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := output.New(f.js, output.Config{Store: f.store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		// Stopped as it may still be starting (the stop is handed over
+		// before): a setup cut short is no fault.
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Error(err)
+		}
+	})
+	w := &world{fixture: f}
+	w.waitEvent(t, "old", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })
 }
