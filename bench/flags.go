@@ -39,6 +39,8 @@ func (o *SchedulerOptions) Flags(fs *flag.FlagSet) {
 	fs.IntVar(&o.Decisions, "decisions", 20000, "holds to measure end to end")
 	fs.StringVar(&o.Profile, "cpuprofile", "", "write a CPU profile of the measured decisions to this file, and allocation profiles to FILE.alloc0 (start) and FILE.alloc (end)")
 	fs.DurationVar(&o.Stall, "stall", time.Minute, "fail if no hold comes for this long")
+	fs.BoolVar(&o.Renew, "renew", false, "the nodes renew their leases as run nodes do, at the production lease time: also measure what that costs alone, and count the nodes RENT finds lost")
+	fs.StringVar(&o.Sync, "sync", "interval", "event store durability: interval or always (as e31 dev)")
 }
 
 // Flags defines o's flags on fs; sizes are written as in a job file

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
@@ -38,6 +39,13 @@ type SchedulerOptions struct {
 	// Stall is how long the bench waits without a single new hold before it
 	// fails instead of waiting on; default 60 s.
 	Stall time.Duration
+	// Renew makes the nodes keep their leases as run nodes do, at the
+	// production lease time (events.DefaultLeaseTTL), from before RENT
+	// starts to the end: the bench then also measures what the renewals
+	// cost on their own, and counts the nodes RENT found lost.
+	Renew bool
+	// Sync is the event store's durability: interval (default) or always.
+	Sync string
 }
 
 // benchLeaseTTL is the lease time of the bench's own leases bucket. The
@@ -73,7 +81,15 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	fmt.Fprintf(out, "scheduler (in memory): %.0f bytes of heap per queued job; one decision costs %.1f µs with %d queued and %.1f µs with %d queued\n",
 		perJob, short, min(jobs, 1000), deep, jobs)
 
-	ls, err := startLogServer(ctx, "sched", false, events.StreamOptions{LeaseTTL: benchLeaseTTL})
+	sync := broker.Sync(o.Sync)
+	if sync == "" {
+		sync = broker.SyncInterval
+	}
+	leaseTTL := benchLeaseTTL
+	if o.Renew {
+		leaseTTL = events.DefaultLeaseTTL
+	}
+	ls, err := startLogServerSync(ctx, "sched", false, sync, events.StreamOptions{LeaseTTL: leaseTTL})
 	if err != nil {
 		return err
 	}
@@ -95,11 +111,16 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		}
 		return nil
 	}
+	names := make([]string, nodes)
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("n%04d", i)
-		// The nodes hold leases, as live ones do, or RENT would count them lost.
-		if _, err := kv.Put(ctx, "node."+name, []byte("b1")); err != nil {
-			return err
+		names[i] = name
+		// The nodes hold leases, as live ones do, or RENT would count them
+		// lost: written once, or kept by renewers.
+		if !o.Renew {
+			if _, err := kv.Put(ctx, "node."+name, []byte("b1")); err != nil {
+				return err
+			}
 		}
 		batch = append(batch, bus.Pending{Subject: name, Event: &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
 	}
@@ -116,6 +137,18 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 		return err
 	}
 	fmt.Fprintf(out, "scheduler: %d jobs and %d nodes logged in %s\n", jobs, nodes, time.Since(start).Round(time.Millisecond))
+	var renew leaseFigures
+	if o.Renew {
+		r, err := startRenewers(ctx, ls.srv, names, "b1", leaseTTL)
+		if err != nil {
+			return fmt.Errorf("%w: bench scheduler: %d nodes' leases: %v", ErrFailed, nodes, err)
+		}
+		defer r.stop()
+		if renew, err = measureLeases(ctx, out, js, o.Profile, nodes); err != nil {
+			return err
+		}
+		defer func() { renew.report(ctx, out, js, r) }()
+	}
 
 	// The releaser gives back every hold as soon as it is logged.
 	var held atomic.Int64
@@ -210,8 +243,11 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	rate := float64(decisions) / (steady - fill).Seconds()
 	fmt.Fprintf(out, "scheduler: %d more holds, each after a release, with %d+ still queued: %.0f decisions/s end to end, %.0f µs of cpu each (server and releaser included; %.0f/s if the bench had %d cores to itself); %d passes of the pool, %.1f holds each\n",
 		decisions, jobs-nodes*4-decisions, rate, cpuPer, float64(runtime.NumCPU())*1e6/cpuPer, runtime.NumCPU(), passes, float64(decisions)/float64(max(passes, 1)))
-	fmt.Fprintf(out, "bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f cpu_us_per_decision=%.0f\n",
+	renew.line = fmt.Sprintf("bench scheduler jobs=%d nodes=%d decisions_per_s=%.0f fill_s=%.2f bytes_per_queued_job=%.0f decide_us_short=%.1f decide_us_deep=%.1f total_s=%.1f cpu_us_per_decision=%.0f",
 		jobs, nodes, rate, fill.Seconds(), perJob, short, deep, time.Since(started).Seconds(), cpuPer)
+	if !o.Renew {
+		fmt.Fprintln(out, renew.line)
+	}
 	return nil
 }
 

@@ -29,6 +29,11 @@ type logServer struct {
 // startLogServer starts a logServer in a new directory named for measure.
 // Close it, on every path.
 func startLogServer(ctx context.Context, measure string, keep bool, opts events.StreamOptions) (*logServer, error) {
+	return startLogServerSync(ctx, measure, keep, broker.SyncInterval, opts)
+}
+
+// startLogServerSync is startLogServer with the store's durability sync.
+func startLogServerSync(ctx context.Context, measure string, keep bool, sync broker.Sync, opts events.StreamOptions) (*logServer, error) {
 	dir, err := os.MkdirTemp("", "e31-bench-"+measure+"-")
 	if err != nil {
 		return nil, err
@@ -38,7 +43,7 @@ func startLogServer(ctx context.Context, measure string, keep bool, opts events.
 		s.Close()
 		return nil, fmt.Errorf("%w: %w", ErrNATS, err)
 	}
-	if s.srv, err = broker.Start(broker.Config{Dir: dir, Sync: broker.SyncInterval, Name: "bench"}); err != nil {
+	if s.srv, err = broker.Start(broker.Config{Dir: dir, Sync: sync, Name: "bench"}); err != nil {
 		return fail(err)
 	}
 	if s.nc, err = s.srv.Connect("bench"); err != nil {
