@@ -105,3 +105,34 @@ func TestSchedulerLedgerAndStageSmall(t *testing.T) {
 		t.Errorf("stage summary %q: %+v, %v", lastLine(out.String()), sum, err)
 	}
 }
+
+// renewSummary is the scheduler's summary with the nodes renewing.
+var renewSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d cpu_us_per_decision=\d+ renew=1 lease_writes_per_s=(\d+) lease_cores=\d+\.\d\d nodes_lost=(\d+)$`)
+
+// TestSchedulerWithRenewals runs the scheduler's measure small with the
+// nodes renewing their leases: each renewal and its copy are counted, as
+// many as the nodes renew at the production lease time, and RENT finds
+// no node lost.
+func TestSchedulerWithRenewals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a log and waits for renewals")
+	}
+	ctx := natstest.Context(t, 3*time.Minute)
+	var out bytes.Buffer
+	const nodes = 40
+	if err := Scheduler(ctx, &out, SchedulerOptions{Jobs: 400, Nodes: nodes, Decisions: 100, Renew: true, Sync: "always"}); err != nil {
+		t.Fatalf("scheduler: %v\n%s", err, out.String())
+	}
+	m := renewSummary.FindStringSubmatch(lastLine(out.String()))
+	if m == nil {
+		t.Fatalf("scheduler summary %q does not match %s", lastLine(out.String()), renewSummary)
+	}
+	writes, _ := strconv.Atoi(m[1])
+	// Two writes (the renewal, its copy) every 2.5 s per node.
+	if want := 2 * nodes * 2 / 5; writes < want*3/4 || writes > want*5/4 {
+		t.Errorf("%d lease writes/s, want about %d\n%s", writes, want, out.String())
+	}
+	if m[2] != "0" {
+		t.Errorf("%s nodes found lost\n%s", m[2], out.String())
+	}
+}
