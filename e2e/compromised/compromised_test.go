@@ -269,7 +269,7 @@ func (s *suite) streams(t *testing.T) {
 func (s *suite) consumers(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	n1, n1filter := heldConsumer(node1)
-	for _, name := range []string{"output_e31-job-any-stopped-any_e31-job-any-stopped", n1} {
+	for _, name := range []string{"output_e31-job-any-stopped-any", n1} {
 		for _, subject := range []string{
 			"$JS.API.CONSUMER.INFO." + logStream + "." + name,
 			"$JS.API.CONSUMER.DELETE." + logStream + "." + name,
