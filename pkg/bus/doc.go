@@ -38,8 +38,10 @@
 //     last message of the job's subjects, junk included: that is what React
 //     expects, so junk never makes an append conflict for ever. The server
 //     is asked for exactly as many messages as the job has, so that it never
-//     looks past the job's last one to the end of the log: what a read costs
-//     is bounded by the job, junk included, not by the log.
+//     looks past the job's last one to the end of the log, and a job whose
+//     messages lie far apart is read subject by subject by the server's
+//     index (StoredJob says how): what a read costs does not grow with the
+//     log; a tenant's junk costs its own job's reads.
 //   - An append the server takes for a duplicate is checked: a forged
 //     Nats-Msg-Id on a tenant's subject does not keep the event out.
 //   - The Subscriber pulls with plain pull requests (see Pull) and tells
