@@ -123,6 +123,13 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 			}
 		}
 		batch = append(batch, bus.Pending{Subject: name, Event: &events.NodeAnnounced{Node: name, Boot: "b1", CPU: 4, MemoryBytes: 16 << 30, DiskBytes: 1 << 40}})
+		// A batch at a time: more at once than nats.go lets wait for an
+		// answer stalls the publisher (10,000 nodes did, --sync always).
+		if len(batch) == 1024 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 	}
 	start := time.Now()
 	for i := 0; i < jobs; i++ {
