@@ -95,7 +95,7 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	fmt.Fprintf(out, "wrote %d events (%d jobs) in %s\n", n, jobs, time.Since(start).Round(time.Millisecond))
 
 	heap := map[string]float64{}
-	restart := map[string]time.Duration{}
+	restart, catchUp, catchUpCPU := map[string]time.Duration{}, map[string]time.Duration{}, map[string]time.Duration{}
 	if len(o.Services) == 0 {
 		o.Services = []string{"ledger", "rent", "output"}
 	}
@@ -112,6 +112,7 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 		if err != nil {
 			return err
 		}
+		catchUp[name], catchUpCPU[name] = took, cpu
 		all, own := liveHeap()
 		heap[name] = max(float64(own)-float64(baseOwn), 0) / (1 << 20)
 		if o.HeapProfile != "" {
@@ -133,8 +134,11 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 			return err
 		}
 	}
-	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f output_restart_s=%.3f\n",
-		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds(), restart["output"].Seconds())
+	fmt.Fprintf(out, "history jobs=%d ledger_heap_mib=%.1f rent_heap_mib=%.1f output_heap_mib=%.1f ledger_restart_s=%.3f rent_restart_s=%.3f output_restart_s=%.3f"+
+		" ledger_catchup_s=%.1f rent_catchup_s=%.1f output_catchup_s=%.1f ledger_catchup_cpu_s=%.1f rent_catchup_cpu_s=%.1f output_catchup_cpu_s=%.1f total_s=%.1f\n",
+		jobs, heap["ledger"], heap["rent"], heap["output"], restart["ledger"].Seconds(), restart["rent"].Seconds(), restart["output"].Seconds(),
+		catchUp["ledger"].Seconds(), catchUp["rent"].Seconds(), catchUp["output"].Seconds(),
+		catchUpCPU["ledger"].Seconds(), catchUpCPU["rent"].Seconds(), catchUpCPU["output"].Seconds(), time.Since(start).Seconds())
 	return nil
 }
 

@@ -12,7 +12,7 @@ import (
 
 // historySummary is read by scripts: fields may be added at its end, none
 // renamed or moved.
-var historySummary = regexp.MustCompile(`^history jobs=\d+ ledger_heap_mib=\d+\.\d rent_heap_mib=\d+\.\d output_heap_mib=\d+\.\d ledger_restart_s=(\d+\.\d{3}) rent_restart_s=(\d+\.\d{3}) output_restart_s=(\d+\.\d{3})$`)
+var historySummary = regexp.MustCompile(`^history jobs=\d+ ledger_heap_mib=\d+\.\d rent_heap_mib=\d+\.\d output_heap_mib=\d+\.\d ledger_restart_s=(\d+\.\d{3}) rent_restart_s=(\d+\.\d{3}) output_restart_s=(\d+\.\d{3}) ledger_catchup_s=\d+\.\d rent_catchup_s=\d+\.\d output_catchup_s=\d+\.\d ledger_catchup_cpu_s=\d+\.\d rent_catchup_cpu_s=\d+\.\d output_catchup_cpu_s=\d+\.\d total_s=\d+\.\d$`)
 
 // TestHistorySmall runs the history measure small: every service catches
 // up and is measured, every restart is timed, and the summary line is
