@@ -4,6 +4,7 @@ import (
 	"flag"
 	"time"
 
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/jobfile"
 )
 
@@ -41,6 +42,7 @@ func (o *SchedulerOptions) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.Stall, "stall", time.Minute, "fail if no hold comes for this long")
 	fs.BoolVar(&o.Renew, "renew", false, "the nodes renew their leases as run nodes do, at the production lease time: also measure what that costs alone, and count the nodes RENT finds lost")
 	fs.StringVar(&o.Sync, "sync", "interval", "event store durability: interval or always (as e31 dev)")
+	fs.DurationVar(&o.LeaseTTL, "lease-ttl", events.DefaultLeaseTTL, "with --renew, the lease time (as e31 setup --lease-ttl)")
 }
 
 // Flags defines o's flags on fs; sizes are written as in a job file

@@ -166,8 +166,8 @@ func nodesLost(ctx context.Context, js jetstream.JetStream) (int, error) {
 	return n, nil
 }
 
-// leaseWindow is how long the renewals are measured alone: four rounds of
-// renewals at the production lease time.
+// leaseWindow is how long the renewals are measured alone, at least: four
+// rounds of renewals at the production lease time (four rounds at any).
 const leaseWindow = 10 * time.Second
 
 // leaseFigures are what the renewals cost alone, and line, the summary
@@ -179,12 +179,12 @@ type leaseFigures struct {
 
 // measureLeases measures the renewals alone for leaseWindow, profiled to
 // profile+".leases" if profile is set, and writes what it found.
-func measureLeases(ctx context.Context, out io.Writer, js jetstream.JetStream, profile string, nodes int) (leaseFigures, error) {
+func measureLeases(ctx context.Context, out io.Writer, js jetstream.JetStream, profile string, nodes int, ttl time.Duration) (leaseFigures, error) {
 	var f leaseFigures
 	// Every node claims within a renewal period: from the end of the next
 	// one, they renew as steadily as they will.
 	select {
-	case <-time.After(2 * events.NodeLeaseTTL(events.DefaultLeaseTTL) / 3):
+	case <-time.After(2 * events.NodeLeaseTTL(ttl) / 3):
 	case <-ctx.Done():
 		return f, ctx.Err()
 	}
@@ -196,13 +196,13 @@ func measureLeases(ctx context.Context, out io.Writer, js jetstream.JetStream, p
 	if err != nil {
 		return f, err
 	}
-	f.cores, f.writesPerS, err = leaseCost(ctx, js, leaseWindow)
+	f.cores, f.writesPerS, err = leaseCost(ctx, js, max(leaseWindow, 4*events.NodeLeaseTTL(ttl)/3))
 	stop()
 	if err != nil {
 		return f, err
 	}
 	fmt.Fprintf(out, "leases: %d nodes renewing every %s: %.0f lease writes/s (renewals and their copies), %.2f cores (the server and the renewals, nothing else running)\n",
-		nodes, events.NodeLeaseTTL(events.DefaultLeaseTTL)/3, f.writesPerS, f.cores)
+		nodes, events.NodeLeaseTTL(ttl)/3, f.writesPerS, f.cores)
 	return f, nil
 }
 

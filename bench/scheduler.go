@@ -46,6 +46,9 @@ type SchedulerOptions struct {
 	Renew bool
 	// Sync is the event store's durability: interval (default) or always.
 	Sync string
+	// LeaseTTL is the leases bucket's lease time with Renew; default
+	// events.DefaultLeaseTTL.
+	LeaseTTL time.Duration
 }
 
 // benchLeaseTTL is the lease time of the bench's own leases bucket. The
@@ -88,6 +91,9 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	leaseTTL := benchLeaseTTL
 	if o.Renew {
 		leaseTTL = events.DefaultLeaseTTL
+		if o.LeaseTTL > 0 {
+			leaseTTL = o.LeaseTTL
+		}
 	}
 	ls, err := startLogServerSync(ctx, "sched", false, sync, events.StreamOptions{LeaseTTL: leaseTTL})
 	if err != nil {
@@ -151,7 +157,7 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 			return fmt.Errorf("%w: bench scheduler: %d nodes' leases: %v", ErrFailed, nodes, err)
 		}
 		defer r.stop()
-		if renew, err = measureLeases(ctx, out, js, o.Profile, nodes); err != nil {
+		if renew, err = measureLeases(ctx, out, js, o.Profile, nodes, leaseTTL); err != nil {
 			return err
 		}
 		defer func() { renew.report(ctx, out, js, r) }()
