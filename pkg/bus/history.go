@@ -207,7 +207,7 @@ func StoredJob(ctx context.Context, js jetstream.JetStream, job string, from uin
 		}
 		if last != nil && last.Sequence-first.Sequence > shortSpan {
 			lasts, err := g.lasts(filter)
-			if err == nil && uint64(len(lasts)) == total && lasts[0].Sequence == first.Sequence {
+			if err == nil && uint64(len(lasts)) == total && len(lasts) <= maxAlone && lasts[0].Sequence == first.Sequence {
 				var one bool
 				if one, err = g.alone(lasts); err == nil && one {
 					for _, m := range lasts {
@@ -246,6 +246,12 @@ func StoredJob(ctx context.Context, js jetstream.JetStream, job string, from uin
 		}
 	}
 }
+
+// maxAlone is the most subjects StoredJob asks about one by one: a job
+// has a dozen; one with more holds other tenants' junk (any tenant may
+// publish on its own tail of any job's subjects), and is read with the
+// batch, which its junk makes no longer than its span.
+const maxAlone = 64
 
 // shortSpan is how many messages of the log may lie between a job's first
 // and last for StoredJob to read them with one batch rather than subject
