@@ -42,6 +42,12 @@ var Outcomes = [...]Outcome{Succeeded, Failed, LimitExceeded, OutOfMemory, DiskE
 // lands on from cycling for ever.
 const MaxAttempts = 3
 
+// AttemptsCap bounds the attempts of a job whatever they saved: a lost
+// attempt that saved a new checkpoint made progress and does not count
+// towards MaxAttempts, but a job is never held more than AttemptsCap
+// times in all.
+const AttemptsCap = 10
+
 // JobSpec is a validated, normalized job declaration: what the job file says,
 // with sizes in bytes, durations in seconds and staged data replaced by the
 // digests of what was uploaded.
