@@ -136,3 +136,59 @@ func LastCheckpoint(history []Envelope) (*CheckpointSaved, bool) {
 	}
 	return last, last != nil
 }
+
+// CountedAttempts is how many of the job's attempts count towards
+// MaxAttempts, as its history says: every attempt held, but for one that
+// was lost with its node (HoldLost, or a stop or release node_lost) after
+// it saved a checkpoint that counts (Saves) and holds something else than
+// the save it resumed from. Such an attempt moved the job on: losing it
+// cost the job nothing it must be stopped for. AttemptsCap still bounds
+// the attempts in all.
+func CountedAttempts(history []Envelope) int {
+	type state struct{ held, lost, progressed bool }
+	var saves Saves
+	manifests := map[string]string{} // save name → manifest
+	resumed := map[int]string{}      // attempt → the manifest it resumed from
+	attempts := map[int]*state{}
+	at := func(n int) *state {
+		if attempts[n] == nil {
+			attempts[n] = &state{}
+		}
+		return attempts[n]
+	}
+	for _, e := range history {
+		accepted := saves.Accept(e.Event)
+		switch ev := e.Event.(type) {
+		case *ComputeHeld:
+			at(ev.Attempt).held = true
+		case *RunStarted:
+			if ev.ResumedFrom != "" {
+				resumed[ev.Attempt] = manifests[ev.ResumedFrom]
+			}
+		case *CheckpointSaved:
+			if accepted {
+				manifests[ev.SaveName()] = ev.Manifest
+				if ev.Manifest != resumed[ev.Attempt] {
+					at(ev.Attempt).progressed = true
+				}
+			}
+		case *HoldLost:
+			at(ev.Attempt).lost = true
+		case *RunStopped:
+			if ev.Outcome == NodeLost {
+				at(ev.Attempt).lost = true
+			}
+		case *ComputeReleased:
+			if ev.Outcome == NodeLost {
+				at(ev.Attempt).lost = true
+			}
+		}
+	}
+	n := 0
+	for _, a := range attempts {
+		if a.held && !(a.lost && a.progressed) {
+			n++
+		}
+	}
+	return n
+}

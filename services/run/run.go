@@ -499,8 +499,11 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	}
 	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
 		evs := refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold))
-		if start, ok := evs[0].(*events.RunStarted); ok && len(evs) == 1 && resume != nil {
-			start.ResumedFrom = resume.SaveName()
+		if len(evs) == 1 && resume != nil {
+			start, _ := evs[0].(*events.RunStarted)
+			if start != nil {
+				start.ResumedFrom = resume.SaveName()
+			}
 		}
 		return s.signed(job, evs), nil
 	})
