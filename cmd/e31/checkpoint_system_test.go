@@ -184,3 +184,35 @@ func lastSaveStaged(t *testing.T, ts *testSystem, id string, cp *hold.Checkpoint
 	}
 	return ""
 }
+
+// TestTheCheckpointExampleResumes runs examples/checkpoint, the training
+// loop the guide shows, and kills its node once it saved: the second
+// attempt starts from the epoch the save holds and the model comes back.
+func TestTheCheckpointExampleResumes(t *testing.T) {
+	t.Parallel()
+	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 2, leaseTTL: time.Second})
+	id := ts.submit("../../examples/checkpoint/job.yaml")
+	ts.waitEvent(id, events.TypeCheckpointSaved)
+	rec, err := ts.c.Record(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.sys.Crash(rec.Node)
+	rec, code := ts.wait(id)
+	if code != 0 || len(rec.Attempts) != 2 || rec.Attempts[1].ResumedFrom == "" {
+		t.Fatalf("outcome %s (%s), attempts %+v: want success on a second attempt that resumed", rec.Outcome, rec.Reason, rec.Attempts)
+	}
+	out, _, _ := ts.cli("logs", id, "--attempt", "2")
+	if !strings.Contains(out, "resumes from save "+rec.Attempts[1].ResumedFrom) || strings.Contains(out, "starting at epoch 0\n") {
+		t.Errorf("attempt 2 wrote %q: want it to resume from %s, not from epoch 0", out, rec.Attempts[1].ResumedFrom)
+	}
+	dir := t.TempDir()
+	if _, errOut, code := ts.cli("output", id, "-o", dir, "--quiet"); code != 0 {
+		t.Fatalf("e31 output: %s", errOut)
+	}
+	var model struct{ W, B float64 }
+	b, _ := os.ReadFile(filepath.Join(dir, "model.json"))
+	if err := json.Unmarshal(b, &model); err != nil || model.W < 2.9 || model.W > 3.1 || model.B < 1.9 || model.B > 2.1 {
+		t.Errorf("model %s (%v): want w near 3 and b near 2", b, err)
+	}
+}

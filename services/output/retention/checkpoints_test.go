@@ -18,7 +18,9 @@ func TestCheckpointsAreKeptLikeOutput(t *testing.T) {
 	save := func(h events.Hold, n int, c byte) *events.CheckpointSaved {
 		return &events.CheckpointSaved{Hold: h, N: n, Path: "ckpt", Manifest: digest(c)}
 	}
-	root := func(c byte) retention.Root { return retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest(c)} }
+	root := func(c byte) retention.Root {
+		return retention.Root{Tenant: "alice", Kind: stage.KindDir, Digest: digest(c)}
+	}
 	r := retention.NewRefs()
 	apply := func(envs []events.Envelope) {
 		for _, e := range envs {

@@ -724,6 +724,11 @@ func (j *job) Snapshot() (string, time.Duration, func() error, error) {
 	if !j.ws.Quota() {
 		return "", 0, nil, executor.ErrNoSnapshot
 	}
+	// What the job wrote so far goes to disk while it runs: the freeze
+	// then waits only for what it writes meanwhile.
+	if err := j.ws.Flush(); err != nil {
+		return "", 0, nil, fmt.Errorf("snapshot %s: %w", j.spec.JobID, err)
+	}
 	start := time.Now()
 	ferr := j.cg.freeze()
 	var snap *workspace.Snapshot
