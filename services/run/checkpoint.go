@@ -35,8 +35,9 @@ import (
 // upload (stage.ErrChanged) and the save hashes the folder again, a few
 // times; a job that writes its state with write-then-rename has each file
 // whole either way. The store is content addressed: a file, or a 16 MiB
-// part of one, already stored is not sent again, so an unchanged file
-// costs a save nothing but its hashing.
+// part of one, already stored is not sent again, and a file unchanged
+// since the last save is not even hashed again (stage.HashCache), so an
+// unchanged file costs a save a stat and a look-up in the store.
 //
 // A save the store refuses for the submitter's quota (stage.ErrFull), or
 // that fails for any other reason, is logged and noted in the stop's
@@ -137,13 +138,17 @@ type saver struct {
 	failed string
 	// paused adds up how long the job was frozen for snapshots.
 	paused time.Duration
+	// hashes remembers the digests of the files saved, so that a save
+	// hashes only what changed since the last one.
+	hashes *stage.HashCache
 }
 
 func (s *Service) newSaver(job string, held *events.ComputeHeld, started events.Envelope, store stage.Store, xjob executor.Job, log *slog.Logger) *saver {
 	if held.Spec.Checkpoint == nil {
 		return nil
 	}
-	return &saver{s: s, job: job, hold: held.Hold, spec: *held.Spec.Checkpoint, store: store, xjob: xjob, last: started, log: log}
+	return &saver{s: s, job: job, hold: held.Hold, spec: *held.Spec.Checkpoint, store: store, xjob: xjob, last: started, log: log,
+		hashes: stage.NewHashCache()}
 }
 
 // every saves every spec.EverySeconds until ctx ends.
@@ -230,7 +235,7 @@ func (sv *saver) upload(ctx context.Context, trigger string) (*events.Checkpoint
 	counted := &countingStore{Store: sv.store}
 	var ref events.DataRef
 	for try := 1; ; try++ {
-		ref, err = stage.Upload(ctx, counted, dir, nil)
+		ref, err = stage.UploadCached(ctx, counted, dir, nil, sv.hashes)
 		// Live, a file may change while it is sent: hash again.
 		if !errors.Is(err, stage.ErrChanged) || remove != nil || try == saveTries {
 			break
