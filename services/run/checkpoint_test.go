@@ -2,8 +2,11 @@ package run_test
 
 import (
 	"bytes"
+	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -215,4 +218,28 @@ func mustRead(t *testing.T, n *node, id string) []events.Envelope {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// fullStore refuses every object, as a submitter's store at its
+// --max-data does.
+type fullStore struct{ stage.Store }
+
+func (fullStore) Put(context.Context, string, string, int64, io.Reader) error { return stage.ErrFull }
+
+// TestASaveRefusedForQuotaDoesNotFailTheJob: the store refuses the saves;
+// the job runs to its end and succeeds, no save is recorded, and the stop
+// says why.
+func TestASaveRefusedForQuotaDoesNotFailTheJob(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(s stage.Store) stage.Store { return fullStore{s} })
+	spec := checkpointed(`mkdir -p "$E31_OUTPUT/ckpt"; for i in 1 2 3; do echo $i > "$E31_OUTPUT/ckpt/i"; sleep 0.5; done`)
+	n.handleHeld(t, n.hold(t, "cp-4", spec))
+	saves, _, _ := n.saves(t, "cp-4")
+	_, stopped := n.log(t, "cp-4")
+	if len(saves) != 0 || stopped == nil || stopped.Outcome != events.Succeeded {
+		t.Fatalf("%d saves, stop %+v: want none saved and the job succeeded", len(saves), stopped)
+	}
+	if !strings.Contains(stopped.Reason, "checkpoint not saved") || !strings.Contains(stopped.Reason, "full") {
+		t.Errorf("stop reason %q: want it to say the checkpoint was not saved, the store being full", stopped.Reason)
+	}
 }

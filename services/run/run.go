@@ -711,8 +711,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		return stopped
 	}
 	// What only e31 knows goes beside the declared environment: the attempt
-	// (a job held again after its node was lost may resume from a
-	// checkpoint) and, in a sweep, its point.
+	// (a job held again after its node was lost finds its checkpoint
+	// restored, and E31_RESUMED_FROM naming it) and, in a sweep, its point.
 	env := make(map[string]string, len(spec.Work.Env)+5)
 	for k, v := range spec.Work.Env {
 		env[k] = v
