@@ -216,3 +216,49 @@ func TestTheCheckpointExampleResumes(t *testing.T) {
 		t.Errorf("model %s (%v): want w near 3 and b near 2", b, err)
 	}
 }
+
+// TestANodeToldToStopSavesItsJobsCheckpoint stops the node a 40-step loop
+// runs on as SIGTERM stops it: the node stops the job, saves its
+// checkpoint once more (trigger shutdown) and records the attempt lost;
+// the next attempt resumes from that save, so at most the step under way
+// is done again, and every step is in the result once.
+func TestANodeToldToStopSavesItsJobsCheckpoint(t *testing.T) {
+	t.Parallel()
+	ts := startSystemWith(t, t.TempDir(), devOptions{nodes: 2, leaseTTL: time.Second})
+	id := ts.submit(stepsJob(t, "3m", "", ""))
+	ts.waitEvent(id, events.TypeCheckpointSaved)
+	rec, err := ts.c.Record(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.sys.Halt(rec.Node)
+
+	rec, code := ts.wait(id)
+	// The node may be held the job again while it stops, and lose that
+	// attempt unstarted as it goes: the attempt that ran to the end is the
+	// last.
+	n := len(rec.Attempts)
+	if code != 0 || n < 2 {
+		t.Fatalf("outcome %s (%s) after %d attempts, want success on a later attempt", rec.Outcome, rec.Reason, n)
+	}
+	first, second := rec.Attempts[0], rec.Attempts[n-1]
+	if first.Outcome != events.NodeLost || first.Checkpoints == nil || second.ResumedFrom != first.Checkpoints.Last {
+		t.Fatalf("first attempt %+v, last resumed from %q: want node_lost, the last resuming from its last save", first, second.ResumedFrom)
+	}
+	for _, a := range rec.Attempts[1 : n-1] {
+		if a.Outcome != events.NodeLost || a.StartedAt != nil {
+			t.Errorf("attempt %d between: %+v, want lost unstarted", a.Attempt, a)
+		}
+	}
+	out, _, _ := ts.cliAs(events.Operator, "events", id, "--json")
+	if !strings.Contains(out, `"trigger":"shutdown"`) {
+		t.Errorf("no save with trigger shutdown among the job's events")
+	}
+	starts := checkSteps(t, ts, id)
+	if len(starts) != 2 || strings.HasSuffix(starts[1], " at 0") {
+		t.Errorf("starts %q: want the last attempt to resume where attempt 1 stopped", starts)
+	}
+	if !near(rec.HeldSeconds-rec.LostSeconds, second.HeldSeconds) {
+		t.Errorf("billed %v s, want the last attempt's %v s", rec.HeldSeconds-rec.LostSeconds, second.HeldSeconds)
+	}
+}
