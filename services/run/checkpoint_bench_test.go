@@ -109,7 +109,9 @@ i=0; while :; do i=$((i+1)); echo $i > "$E31_OUTPUT/busy"; done`},
 			b.Fatal(err)
 		}
 		stop()
-		<-done
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
 		if err := xjob.Release(); err != nil {
 			b.Fatal(err)
 		}

@@ -177,7 +177,7 @@ for i in 1 2 3 4 5 6 7 8 9 10; do echo $i > "$E31_OUTPUT/ckpt/i"; sleep 0.4; don
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
 	held := n.hold(t, "cp-3", spec)
 	done := n.handleHeldAsync(held)
 	select {
