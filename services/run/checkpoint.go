@@ -143,12 +143,19 @@ type saver struct {
 	hashes *stage.HashCache
 }
 
-func (s *Service) newSaver(job string, held *events.ComputeHeld, started events.Envelope, store stage.Store, xjob executor.Job, log *slog.Logger) *saver {
+// newSaver is the saver of an attempt that resumed from resume (nil for a
+// fresh start): the folder as restored is that save, and is not saved
+// again until it changes.
+func (s *Service) newSaver(job string, held *events.ComputeHeld, started events.Envelope, resume *events.CheckpointSaved, store stage.Store, xjob executor.Job, log *slog.Logger) *saver {
 	if held.Spec.Checkpoint == nil {
 		return nil
 	}
-	return &saver{s: s, job: job, hold: held.Hold, spec: *held.Spec.Checkpoint, store: store, xjob: xjob, last: started, log: log,
+	sv := &saver{s: s, job: job, hold: held.Hold, spec: *held.Spec.Checkpoint, store: store, xjob: xjob, last: started, log: log,
 		hashes: stage.NewHashCache()}
+	if resume != nil {
+		sv.manifest = resume.Manifest
+	}
+	return sv
 }
 
 // every saves every spec.EverySeconds until ctx ends.

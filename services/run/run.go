@@ -797,7 +797,7 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 		log.Info("checkpoint restored", "save", resume.SaveName(), "files", resume.Files, "bytes", resume.Bytes)
 	}
-	saver := s.newSaver(job, held, started, store, xjob, log)
+	saver := s.newSaver(job, held, started, resume, store, xjob, log)
 	saveCtx, stopSaving := context.WithCancel(context.WithoutCancel(ctx))
 	saving := make(chan struct{})
 	go func() {
