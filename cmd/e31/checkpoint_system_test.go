@@ -26,14 +26,14 @@ C="$E31_OUTPUT/ckpt"
 mkdir -p "$C"
 ` + from + `
 [ -f "$C/state" ] || : > "$C/state"
-{ cat "$C/starts" 2>/dev/null || true; echo "attempt $E31_ATTEMPT from [$E31_RESUMED_FROM] at $(wc -l < "$C/state")"; } > "$C/starts.tmp"
-mv "$C/starts.tmp" "$C/starts"
+{ cat "$C/starts" 2>/dev/null || true; echo "attempt $E31_ATTEMPT from [$E31_RESUMED_FROM] at $(wc -l < "$C/state")"; } > "$E31_OUTPUT/starts.tmp"
+mv "$E31_OUTPUT/starts.tmp" "$C/starts"
 while [ "$(wc -l < "$C/state")" -lt 40 ]; do
   i=$(( $(wc -l < "$C/state") + 1 ))
   sleep 0.2
-  cp "$C/state" "$C/state.tmp"
-  echo "step $i" >> "$C/state.tmp"
-  mv "$C/state.tmp" "$C/state"
+  cp "$C/state" "$E31_OUTPUT/state.tmp"
+  echo "step $i" >> "$E31_OUTPUT/state.tmp"
+  mv "$E31_OUTPUT/state.tmp" "$C/state"
 done
 cp "$C/state" "$E31_OUTPUT/result"
 `

@@ -47,7 +47,9 @@ func checkpointed(script string) events.JobSpec {
 }
 
 // TestCheckpointSendsOnlyWhatChanged runs a job that writes a 32 MiB file
-// into its checkpoint once and a small step file every half second: the
+// into its checkpoint once and a small step file every half second for 6 s
+// (each written beside the folder and renamed into it, so that a save
+// never holds a file half written, nor a temporary one): the
 // first save sends the large file, every later one only what changed, and
 // the last is the save at the stop.
 func TestCheckpointSendsOnlyWhatChanged(t *testing.T) {
@@ -55,17 +57,19 @@ func TestCheckpointSendsOnlyWhatChanged(t *testing.T) {
 	n := startNode(t, nil)
 	spec := checkpointed(`set -e
 mkdir -p "$E31_OUTPUT/ckpt"
-head -c 33554432 /dev/urandom > "$E31_OUTPUT/ckpt/big.tmp" && mv "$E31_OUTPUT/ckpt/big.tmp" "$E31_OUTPUT/ckpt/big"
-for i in 1 2 3 4 5 6 7 8; do
-  echo $i > "$E31_OUTPUT/ckpt/step.tmp" && mv "$E31_OUTPUT/ckpt/step.tmp" "$E31_OUTPUT/ckpt/step"
+head -c 33554432 /dev/urandom > "$E31_OUTPUT/big.tmp" && mv "$E31_OUTPUT/big.tmp" "$E31_OUTPUT/ckpt/big"
+for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+  echo $i > "$E31_OUTPUT/step.tmp" && mv "$E31_OUTPUT/step.tmp" "$E31_OUTPUT/ckpt/step"
   sleep 0.5
 done`)
 	held := n.hold(t, "cp-1", spec)
 	n.handleHeld(t, held)
 
 	saves, _, _ := n.saves(t, "cp-1")
-	if len(saves) < 3 {
-		t.Fatalf("%d saves of a 4 s job saved every second, want at least 3", len(saves))
+	// At least the first save and the one at the stop; more while it ran,
+	// as many as the machine's speed allows.
+	if len(saves) < 2 {
+		t.Fatalf("%d saves of a 6 s job saved every second, want at least 2", len(saves))
 	}
 	if first := saves[0]; first.NewBytes < 32<<20 || first.N != 1 || first.Trigger != events.TriggerEvery {
 		t.Errorf("first save %+v: want n 1, trigger every, the 32 MiB file sent", first)
@@ -87,8 +91,8 @@ done`)
 	if err := stage.FetchDir(n.ctx, n.store, last.Manifest, dest, nil); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dest, "step")); string(b) != "8\n" {
-		t.Errorf("the last save's step file holds %q, want 8", b)
+	if b, _ := os.ReadFile(filepath.Join(dest, "step")); string(b) != "12\n" {
+		t.Errorf("the last save's step file holds %q, want 12", b)
 	}
 	if _, stopped := n.log(t, "cp-1"); stopped == nil || stopped.Outcome != events.Succeeded {
 		t.Fatalf("stop %+v, want succeeded", stopped)
