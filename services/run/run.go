@@ -852,9 +852,13 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	if causeOf(ctx) == errShutdown {
 		trigger = events.TriggerShutdown
 	}
-	if why := saver.stopped(storing, trigger); why != "" {
+	// In time, as the output below: a save still going when RENT would end
+	// the attempt without the node's stop is given up.
+	saveBy, cancelSave := context.WithDeadline(storing, reportBy(time.Now(), heldAt, limit, held.GraceSeconds))
+	if why := saver.stopped(saveBy, trigger); why != "" {
 		stopped.Reason = strings.TrimPrefix(stopped.Reason+"; "+why, "; ")
 	}
+	cancelSave()
 	stopped.Logs = s.storeLogs(storing, logs, log)
 	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
 		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
@@ -911,18 +915,6 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	return stopped
 }
 
-// Deadline is when a job held at heldAt with the given limit is killed: the
-// limit after the hold, as the meter counts. heldAt is the hold's ce-time,
-// from the clock of the RENT that held it; a node whose clock is behind
-// would count the limit from a moment in its future, so the deadline is
-// never later than the limit from now, the moment the node reads the hold.
-func Deadline(heldAt time.Time, limit time.Duration, now time.Time) time.Time {
-	if heldAt.IsZero() || heldAt.After(now) {
-		heldAt = now
-	}
-	return heldAt.Add(limit)
-}
-
 // again calls op until it succeeds, fails for a reason that does not pass
 // by itself, or has failed for a while (retry.Step): a NATS server
 // restarting, or a cluster electing a leader (retry.Transient), is no
@@ -974,26 +966,4 @@ func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
 		r.cancel(errCancelRequested)
 	}
 	return nil
-}
-
-// maxCollect bounds how long a node collects a job's output.
-const maxCollect = 10 * time.Minute
-
-// reportBy is when the node must be done collecting a job's output, now
-// that the job is over: within maxCollect, and before RENT's grace past
-// the limit runs out (counted from heldAt, the hold's ce-time, on RENT's
-// clock), less a margin for the stop's append and for the two clocks'
-// drift: a tenth of the grace, at least two seconds. A hold that names no
-// grace (older than it) has maxCollect.
-func reportBy(now, heldAt time.Time, limit time.Duration, graceSeconds float64) time.Time {
-	by := now.Add(maxCollect)
-	if graceSeconds <= 0 {
-		return by
-	}
-	grace := time.Duration(graceSeconds * float64(time.Second))
-	end := heldAt.Add(limit + grace - max(grace/10, 2*time.Second))
-	if end.Before(by) {
-		return end
-	}
-	return by
 }
