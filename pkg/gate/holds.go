@@ -162,10 +162,16 @@ func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold
 	// published on the job's subjects since (stale).
 	if h.looked.IsZero() || time.Since(h.looked) >= recheck {
 		looking := time.Now()
-		_, err := bus.LeaderNext(ctx, s.js, events.Stream, events.JobSubject(job), h.last+1)
+		next, err := bus.LeaderNext(ctx, s.js, events.Stream, events.JobSubject(job), h.last+1)
 		switch {
 		case err == nil:
 			hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
+			if err == nil && hist.Last < next.Sequence {
+				// The replica that answered lags behind the leader, which
+				// holds more: what it lacks may be the very hold asked
+				// about, and a refusal is final for the node.
+				hist, err = bus.LeaderHistory(ctx, s.js, job, h.last+1)
+			}
 			if err != nil {
 				return nil, err
 			}

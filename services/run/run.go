@@ -364,8 +364,12 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	// Announced before RENT sees the lease, the node could be taken for
 	// lost, but only until the copy comes (RENT asks the nodes' bucket
 	// before it counts a node lost): a copying that stalls delays RENT's
-	// view of the node, and must not keep the node from joining.
-	seenCtx, cancel := context.WithTimeout(ctx, l.TTL())
+	// view of the node, and must not keep the node from joining. Nor may
+	// the wait outlast the lease's first renewal: nothing renews it
+	// meanwhile, and a node that waited a whole TTL fenced itself the
+	// moment it joined, every time, while the copying stalled (the
+	// cluster test, a NATS server cut off: a new boot every two seconds).
+	seenCtx, cancel := context.WithTimeout(ctx, l.TTL()/3)
 	err = s.leaseSeen(seenCtx, func(held string) bool { return held == boot })
 	cancel()
 	if err != nil && ctx.Err() == nil {
