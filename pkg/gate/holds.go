@@ -75,6 +75,17 @@ func (h *hold) fold(hist bus.History) {
 	h.last = max(h.last, hist.Last)
 }
 
+// refuses reports whether h, with hist folded in, would not be held on
+// node: the gate then asks the leader before it refuses.
+func (h *hold) refuses(hist bus.History, node string) bool {
+	for _, e := range hist.Events {
+		if held, ok := e.Event.(*events.ComputeHeld); ok && held.Attempt == h.attempt && h.node == "" {
+			return held.Node != node
+		}
+	}
+	return h.node != node
+}
+
 // holds are the attempts the gate was asked about lately. Their number is
 // bounded: one the gate forgot is read again from the log.
 type holds struct {
@@ -166,10 +177,10 @@ func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold
 		switch {
 		case err == nil:
 			hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
-			if err == nil && hist.Last < next.Sequence {
-				// The replica that answered lags behind the leader, which
-				// holds more: what it lacks may be the very hold asked
-				// about, and a refusal is final for the node.
+			if err == nil && (hist.Last < next.Sequence || h.refuses(hist, node)) {
+				// The replica that answered may lag behind the leader:
+				// what it lacks may be the very hold asked about, and a
+				// refusal is final for the node. The leader says.
 				hist, err = bus.LeaderHistory(ctx, s.js, job, h.last+1)
 			}
 			if err != nil {
