@@ -356,12 +356,20 @@ func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 	// (no start of wave 9 seen for two minutes while all fifty ran). A
 	// request that no server answers ends at its deadline, and the next
 	// pass asks again.
+	//
+	// A pass that fails has the test's client try another server: the one
+	// it is on may answer its pings and nothing of JetStream (a server
+	// isolated with the RENT leader, on an island without a quorum), and
+	// it then never gives the connection up of itself.
 	next := make(map[string]uint64, len(filters))
 	for ctx.Err() == nil {
 		for _, filter := range filters {
 			pass, cancel := context.WithTimeout(ctx, 10*time.Second)
 			for m, err := range bus.Stored(pass, js, filter, next[filter]+1) {
 				if err != nil {
+					if ctx.Err() == nil {
+						_ = js.Conn().ForceReconnect() // tried again next pass, wherever it lands
+					}
 					break
 				}
 				next[filter] = m.Sequence
