@@ -350,28 +350,37 @@ func watchLog(ctx context.Context, js jetstream.JetStream) *logWatch {
 func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 	// NodeExpired is a node's event: e31.node.<node>.expired.
 	filters := []string{events.KindSubject(events.TypeRunStarted), "e31.node.*.expired"}
-	// bus.Follow, not nats.go's ordered consumer, which can stop for good
-	// when the server it was on is killed: the follower makes its consumer
-	// again where the reading is.
-	var last uint64
+	// Read by batched direct gets, each pass from where the last ended,
+	// not through a consumer: the watch's consumer, on a server killed or
+	// cut off, once stood still without an error, and the test with it
+	// (no start of wave 9 seen for two minutes while all fifty ran). A
+	// request that no server answers ends at its deadline, and the next
+	// pass asks again.
+	//
+	// A pass that fails has the test's client try another server: the one
+	// it is on may answer its pings and nothing of JetStream (a server
+	// isolated with the RENT leader, on an island without a quorum), and
+	// it then never gives the connection up of itself.
+	next := make(map[string]uint64, len(filters))
 	for ctx.Err() == nil {
-		f, err := bus.Follow(ctx, js, filters, last+1)
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(250 * time.Millisecond):
+		for _, filter := range filters {
+			pass, cancel := context.WithTimeout(ctx, 10*time.Second)
+			for m, err := range bus.Stored(pass, js, filter, next[filter]+1) {
+				if err != nil {
+					if ctx.Err() == nil {
+						_ = js.Conn().ForceReconnect() // tried again next pass, wherever it lands
+					}
+					break
+				}
+				next[filter] = m.Sequence
+				w.saw(m.Sequence, m.Subject)
 			}
-			continue
+			cancel()
 		}
-		for ctx.Err() == nil {
-			m, _, err := f.Next()
-			if err != nil {
-				break
-			}
-			last = m.Sequence
-			w.saw(m.Sequence, m.Subject)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
 		}
-		f.Stop()
 	}
 }
 
@@ -380,7 +389,7 @@ func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
 func (w *logWatch) saw(seq uint64, subject string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.read = seq
+	w.read = max(w.read, seq)
 	s, err := events.ParseSubject(subject)
 	if err != nil {
 		return

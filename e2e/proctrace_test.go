@@ -169,7 +169,11 @@ func (p *procTrace) overlaps(t *testing.T, ids []string) (gaps []time.Duration) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, id := range ids {
-		var runs []span
+		type run struct {
+			span
+			attempt int
+		}
+		var runs []run
 		for a := 1; ; a++ {
 			s, ok := p.spans[fmt.Sprintf("%s-%d", id, a)]
 			if !ok {
@@ -178,15 +182,17 @@ func (p *procTrace) overlaps(t *testing.T, ids []string) (gaps []time.Duration) 
 				}
 				continue
 			}
-			runs = append(runs, *s)
+			runs = append(runs, run{*s, a})
 		}
 		sort.SliceStable(runs, func(i, j int) bool { return runs[i].first.Before(runs[j].first) })
 		for i := 1; i < len(runs); i++ {
 			gap := runs[i].first.Sub(runs[i-1].last)
 			gaps = append(gaps, gap)
 			if gap <= 0 {
-				t.Errorf("job %s: two attempts ran at once: one seen until %s, the next from %s (%s of overlap)",
-					id, runs[i-1].last.Format("15:04:05.000"), runs[i].first.Format("15:04:05.000"), -gap)
+				const at = "15:04:05.000"
+				t.Errorf("job %s: two attempts ran at once: attempt %d seen from %s until %s, attempt %d from %s until %s (%s of overlap)",
+					id, runs[i-1].attempt, runs[i-1].first.Format(at), runs[i-1].last.Format(at),
+					runs[i].attempt, runs[i].first.Format(at), runs[i].last.Format(at), -gap)
 			}
 		}
 	}

@@ -373,6 +373,21 @@ func (s *Stack) Crash(id string) {
 	<-svc.done
 }
 
+// Halt stops the service id as SIGTERM stops its process: its context
+// ends and it does what it does on the way out (a node stops its jobs,
+// saves their checkpoints, records how they stopped and gives its lease
+// up). For tests of a node told to stop.
+func (s *Stack) Halt(id string) {
+	s.mu.Lock()
+	svc := s.services[id]
+	s.mu.Unlock()
+	if svc == nil {
+		return
+	}
+	svc.cancel()
+	<-svc.done
+}
+
 // Stop cancels every service, waits for them, then shuts the broker down.
 // The scheduler goes first, then the nodes, then the rest: a node that
 // stops stores what its jobs wrote and left, and records how they

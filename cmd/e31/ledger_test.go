@@ -318,7 +318,7 @@ func TestLedgerTotalsPerSubmitter(t *testing.T) {
 		t.Errorf("totals for December 1st:\n%s\nwant\n%s", g, w)
 	}
 	out, _, code = execute3("ledger", "--totals", "--csv", "--submitter", "bob", "--nats", srv.ClientURL())
-	if want := "submitter,jobs,attempts,held_seconds,cpu_core_seconds,memory_gib_seconds,gpu_seconds,open\nbob,2,2,10800,43200,86400,14400,0\n"; code != 0 || out != want {
+	if want := "submitter,jobs,attempts,held_seconds,cpu_core_seconds,memory_gib_seconds,gpu_seconds,open,lost_seconds\nbob,2,2,10800,43200,86400,14400,0,0\n"; code != 0 || out != want {
 		t.Errorf("bob's totals, all time, as CSV: exit %d\n%s\nwant\n%s", code, out, want)
 	}
 }

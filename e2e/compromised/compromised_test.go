@@ -223,6 +223,15 @@ func (s *suite) data(t *testing.T) {
 			"missing": []string{}, "bytes": len(content), "declared": []map[string]any{{"path": "out.txt", "required": true}}}} {
 		stop[k] = v
 	}
+	// Signed with its own key, as its card says: the stop of a job held
+	// on it is its word, which the audit checks.
+	key, err := rogueKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := signStop(b.id, stop, key); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.r.event(ctx, "e31.job."+b.id+".stopped."+rogue, "e31.job.stopped.v1", b.id, b.id+"/stopped/1", stop); err != nil {
 		t.Fatalf("rogue stops the bait: %v", err)
 	}

@@ -127,11 +127,17 @@ func run(m *testing.M) int {
 		return 1
 	}
 	// The operator, offline, with the keys `e31 dev` keeps in DIR/keys,
-	// makes a node's credentials as for any machine joining the pool.
-	mk := exec.Command(e31Bin, "creds", "user", "--dir", filepath.Join(state, "keys"), "--role", "node", "--name", rogue,
-		"-o", filepath.Join(credsDir, rogue+".creds"))
+	// makes a node's credentials, signing key and card as for any machine
+	// joining the pool: `e31 dev`'s RENT holds nothing on a node without
+	// a card.
+	mk := exec.Command(e31Bin, "creds", "node", "--dir", filepath.Join(state, "keys"), "--name", rogue,
+		"--cpu", "0.1", "--memory", "32MiB", "--disk", "1GiB", "--isolation", "container", "-o", rogueDir())
 	if out, err := mk.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "compromised: e31 creds user --role node: %v\n%s", err, out)
+		fmt.Fprintf(os.Stderr, "compromised: e31 creds node: %v\n%s", err, out)
+		return 1
+	}
+	if err := os.Link(filepath.Join(rogueDir(), "e31.creds"), creds(rogue)); err != nil {
+		fmt.Fprintf(os.Stderr, "compromised: the rogue's credentials: %v\n", err)
 		return 1
 	}
 	allow := exec.Command(e31Bin, "setup", "--allow-image", bait, "--nats", e31URL, "--creds", creds(operator))

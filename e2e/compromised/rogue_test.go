@@ -90,9 +90,13 @@ func newRogue(t *testing.T) *rogueNode {
 		}
 	}()
 	t.Cleanup(func() { r.stop(); r.wg.Wait() })
+	card, err := rogueCard()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.event(ctx, "e31.node."+rogue+".announced", "e31.node.announced.v1", rogue, rogue+"/announced/"+r.boot, map[string]any{
 		"node": rogue, "boot": r.boot, "cpu": 0.1, "memory_bytes": 32 << 20, "gpu": 0, "disk_bytes": 1 << 30,
-		"labels": map[string]string{"containers": "true"}, "isolation": "container",
+		"labels": map[string]string{"containers": "true"}, "isolation": "container", "card": card,
 	}); err != nil {
 		t.Fatalf("rogue: announce itself: %v", err)
 	}

@@ -611,7 +611,8 @@ func (a *Auditor) afterEnd(id string, t tomb, f fact) {
 	}
 }
 
-// senderOf is the node that published ev, a start or a stop: the node its
+// senderOf is the node that published ev, a start, a stop or a
+// checkpoint save: the node its
 // subject ends with, which the server lets only that node publish on, or,
 // on a subject from before nodes were named there, the node its body
 // names. ok is false for every other event. (The ledger asks
@@ -623,6 +624,8 @@ func senderOf(subj events.Subject, ev events.Event) (node string, ok bool) {
 	case *events.RunStarted:
 		h = e.Hold
 	case *events.RunStopped:
+		h = e.Hold
+	case *events.CheckpointSaved:
 		h = e.Hold
 	default:
 		return "", false

@@ -122,6 +122,9 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 	var end *fact
 	var endOutcome events.Outcome
 	var endReason string
+	// saved names the checkpoint saves that count so far ("<attempt>.<n>"),
+	// which a later attempt may resume from.
+	saved := map[string]bool{}
 
 	for i := range facts {
 		f := facts[i]
@@ -136,11 +139,32 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 			setAside++
 			continue
 		}
+		aside := f.foreign
+		if c, ok := f.ev.(*events.CheckpointSaved); ok && !f.foreign && !f.repeat {
+			// A save counts only while its attempt runs, from its start to
+			// whatever ended it: one after is a node's word too late, set
+			// aside, as the ledger sets it aside.
+			var at *attempt
+			for _, a := range attempts {
+				if a.a.Attempt == c.Attempt {
+					at = a
+				}
+			}
+			if at == nil || at.step != started {
+				aside = true
+				setAside++
+				was := "never held"
+				if at != nil {
+					was = at.step.String()
+				}
+				bad(f, Order, "CheckpointSaved %d.%d outside its attempt's run (attempt %d was %s): set aside", c.Attempt, c.N, c.Attempt, was)
+			}
+		}
 		if list {
-			rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:]), SetAside: f.foreign})
+			rec.Events = append(rec.Events, hold.EventRef{Seq: f.seq, Type: events.Name(f.typ), Digest: digestText(f.digest[:]), SetAside: aside})
 			sum.Write(f.digest[:])
 		}
-		if f.repeat || f.foreign {
+		if f.repeat || aside {
 			continue
 		}
 		name := events.Name(f.typ)
@@ -208,6 +232,10 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 			case *events.RunStarted:
 				may(started, held)
 				at.a.StartedAt = &t
+				at.a.ResumedFrom = ev.ResumedFrom
+				if ev.ResumedFrom != "" && !saved[ev.ResumedFrom] {
+					bad(f, Inconsistent, "attempt %d resumed from checkpoint save %s, which no earlier attempt saved", h.Attempt, ev.ResumedFrom)
+				}
 				rec.Isolation = ev.Isolation // the last start's, in log order
 				rec.State = hold.StateRunning
 			case *events.RunStopped:
@@ -224,6 +252,23 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 				at.a.ExitCode, at.a.Usage, at.a.Outcome, at.a.Reason, at.a.Logs = ev.ExitCode, ev.Usage, ev.Outcome, ev.Reason, ev.Logs
 				at.a.Signature, at.a.SigningKey = ev.Signature, ev.SigningKey
 				rec.State = hold.StateStopped
+			case *events.CheckpointSaved:
+				// Only a save that counts comes here (see above).
+				if at.a.HeldAt != nil && t.Before(*at.a.HeldAt) {
+					bad(f, Clock, "checkpoint save %d.%d at %s, %s before its attempt was held at #%d", ev.Attempt, ev.N,
+						t.Format(time.RFC3339Nano), at.a.HeldAt.Sub(t), at.heldAt)
+				}
+				name := fmt.Sprintf("%d.%d", ev.Attempt, ev.N)
+				saved[name] = true
+				c := at.a.Checkpoints
+				if c == nil {
+					c = &hold.Checkpoints{}
+					at.a.Checkpoints = c
+				}
+				c.Saves++
+				c.Bytes = ev.Bytes
+				c.NewBytes += ev.NewBytes
+				c.Last, c.LastAt, c.Manifest = name, t, ev.Manifest
 			case *events.HoldExpired:
 				may(expired, held, started)
 				at.expiredAt = f.seq
@@ -338,6 +383,9 @@ func derive(jobID string, facts []fact, unreadableAt uint64, list bool, sweeps s
 			rec.Flags = append(rec.Flags, fmt.Sprintf("attempt %d: %s", at.a.Attempt, flag))
 		}
 		rec.HeldSeconds += at.a.HeldSeconds
+		if at.a.Outcome == events.NodeLost {
+			rec.LostSeconds += at.a.HeldSeconds
+		}
 		rec.CPUCoreSeconds += at.a.CPUCoreSeconds
 		rec.MemoryGiBSeconds += at.a.MemoryGiBSeconds
 		rec.GPUSeconds += at.a.GPUSeconds

@@ -77,6 +77,13 @@
 //     counted one, which is a finding that names it. The audit tells the
 //     sender by the subject; the ledger by the body, which the decoder
 //     holds to the subject.
+//   - Every checkpoint save (CheckpointSaved) falls inside its attempt's
+//     run: after its RunStarted, before whatever ended it (its stop,
+//     HoldLost, HoldExpired, its release), and not before its hold's
+//     time. One outside is listed, set aside (as the ledger sets it
+//     aside: a node cut off may send one late) and a finding. Every
+//     resume (RunStarted's resumed_from) names a save of an earlier
+//     attempt that counts; one that names none is a finding.
 //   - No compute is still held for a job that is over, and no attempt is
 //     released before it was held.
 //   - No two attempts of one job overlap in time, by the stream's own

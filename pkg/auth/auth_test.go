@@ -147,6 +147,8 @@ func subjectFor(t *testing.T, ceType, node, tail string) string {
 		ev = &events.RunStarted{Hold: events.Hold{Node: node}}
 	case events.TypeRunStopped:
 		ev = &events.RunStopped{Hold: events.Hold{Node: node}}
+	case events.TypeCheckpointSaved:
+		ev = &events.CheckpointSaved{Hold: events.Hold{Node: node}}
 	case events.TypeNodeAnnounced:
 		id, ev = node, &events.NodeAnnounced{Node: node}
 	case events.TypeNodeExpired:
@@ -193,6 +195,7 @@ var mayPublish = map[string][]string{
 	events.TypeNodeExpired:     {auth.RentService},
 	events.TypeRunStarted:      {auth.RunService},
 	events.TypeRunStopped:      {auth.RunService},
+	events.TypeCheckpointSaved: {auth.RunService},
 	events.TypeNodeAnnounced:   {auth.RunService},
 	events.TypeDeviceWithdrawn: {auth.RunService},
 	events.TypeDeviceRestored:  {auth.RunService},
@@ -256,7 +259,7 @@ func TestEachRoleMayPublishOnlyItsEvents(t *testing.T) {
 			// As someone else: bob's name, another node.
 			switch ceType {
 			case events.TypeJobRequested, events.TypeCancelRequested, events.TypeDeleteRequested, events.TypeNodeAnnounced,
-				events.TypeRunStarted, events.TypeRunStopped, events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
+				events.TypeRunStarted, events.TypeRunStopped, events.TypeCheckpointSaved, events.TypeDeviceWithdrawn, events.TypeDeviceRestored:
 				other := subjectFor(t, ceType, "node-2", "bob")
 				if got := !refused(t, nc, other); got != (id.Role == auth.Operator) {
 					t.Errorf("%s publishing %s on %s: allowed %v, want only the operator", id, events.Name(ceType), other, got)

@@ -20,7 +20,7 @@ import (
 var owned = map[string][]string{
 	SubmitService:  {events.TypeJobSubmitted, events.TypeJobRejected},
 	RentService:    {events.TypeComputeHeld, events.TypeJobCancelled, events.TypeJobRejected, events.TypeHoldLost, events.TypeNodeExpired, events.TypeHoldExpired},
-	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeNodeAnnounced, events.TypeDeviceWithdrawn, events.TypeDeviceRestored},
+	RunService:     {events.TypeRunStarted, events.TypeRunStopped, events.TypeCheckpointSaved, events.TypeNodeAnnounced, events.TypeDeviceWithdrawn, events.TypeDeviceRestored},
 	OutputService:  {events.TypeOutputReturned, events.TypeDeleted},
 	ReleaseService: {events.TypeComputeReleased},
 	LedgerService:  {},
@@ -111,7 +111,8 @@ func Permissions(id Identity) (jwt.Permissions, error) {
 // it through its imports (keys.go) and all of it under its own name:
 //
 //   - its events (NodeAnnounced, DeviceWithdrawn, DeviceRestored,
-//     RunStarted, RunStopped) on the subjects that name it, and its poison
+//     RunStarted, RunStopped, CheckpointSaved) on the subjects that name
+//     it, and its poison
 //     subject;
 //   - what its jobs write (events.NodeLogSubjects);
 //   - its lease, in the nodes' bucket (events.NodeLeasesBucket): nothing
@@ -129,6 +130,7 @@ func nodePermissions(g *grant, id Identity) {
 	g.pub(subjectOf(events.TypeNodeAnnounced, node, "*"))
 	g.pub(subjectOf(events.TypeDeviceWithdrawn, node, "*"), subjectOf(events.TypeDeviceRestored, node, "*"))
 	g.pub(subjectOf(events.TypeRunStarted, "*", node), subjectOf(events.TypeRunStopped, "*", node))
+	g.pub(subjectOf(events.TypeCheckpointSaved, "*", node))
 	g.pub(events.PoisonSubject(RunService))
 	g.pub(events.NodeLogSubjects(node))
 	g.pub(streamInfo(events.KVStream(events.NodeLeasesBucket)), kvKey(events.NodeLeasesBucket, "node."+node))
@@ -331,6 +333,7 @@ var samples = map[string]events.Event{
 	events.TypeComputeHeld:     &events.ComputeHeld{Hold: events.Hold{Node: tailMark}},
 	events.TypeRunStarted:      &events.RunStarted{Hold: events.Hold{Node: tailMark}},
 	events.TypeRunStopped:      &events.RunStopped{Hold: events.Hold{Node: tailMark}},
+	events.TypeCheckpointSaved: &events.CheckpointSaved{Hold: events.Hold{Node: tailMark}},
 	events.TypeOutputReturned:  &events.OutputReturned{},
 	events.TypeComputeReleased: &events.ComputeReleased{},
 	events.TypeCancelRequested: &events.CancelRequested{By: tailMark},

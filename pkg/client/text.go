@@ -63,10 +63,10 @@ func (b Behind) Note(what string) string {
 // WriteTotalsTable writes each submitter's bill as a table.
 func WriteTotalsTable(w io.Writer, ts []wire.Totals) error {
 	p := &printer{w: w}
-	p.printf("%-20s  %6s  %8s  %12s  %14s  %16s  %12s  %5s\n", "SUBMITTER", "JOBS", "ATTEMPTS", "HELD_S", "CPU_CORE_S", "MEMORY_GIB_S", "GPU_S", "OPEN")
+	p.printf("%-20s  %6s  %8s  %12s  %14s  %16s  %12s  %5s  %12s\n", "SUBMITTER", "JOBS", "ATTEMPTS", "HELD_S", "CPU_CORE_S", "MEMORY_GIB_S", "GPU_S", "OPEN", "LOST_S")
 	for _, t := range ts {
-		p.printf("%-20s  %6d  %8d  %12.3f  %14.3f  %16.3f  %12.3f  %5d\n",
-			t.Submitter, t.Jobs, t.Attempts, t.HeldSeconds, t.CPUCoreSeconds, t.MemoryGiBSeconds, t.GPUSeconds, t.Open)
+		p.printf("%-20s  %6d  %8d  %12.3f  %14.3f  %16.3f  %12.3f  %5d  %12.3f\n",
+			t.Submitter, t.Jobs, t.Attempts, t.HeldSeconds, t.CPUCoreSeconds, t.MemoryGiBSeconds, t.GPUSeconds, t.Open, t.LostSeconds)
 	}
 	return p.err
 }
@@ -77,9 +77,9 @@ func WriteTotalsCSV(w io.Writer, ts []wire.Totals) error {
 	rows := make([][]string, 0, len(ts))
 	for _, t := range ts {
 		rows = append(rows, []string{t.Submitter, strconv.Itoa(t.Jobs), strconv.Itoa(t.Attempts), n(t.HeldSeconds),
-			n(t.CPUCoreSeconds), n(t.MemoryGiBSeconds), n(t.GPUSeconds), strconv.Itoa(t.Open)})
+			n(t.CPUCoreSeconds), n(t.MemoryGiBSeconds), n(t.GPUSeconds), strconv.Itoa(t.Open), n(t.LostSeconds)})
 	}
-	return hold.WriteCSVRows(w, []string{"submitter", "jobs", "attempts", "held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds", "open"}, rows)
+	return hold.WriteCSVRows(w, []string{"submitter", "jobs", "attempts", "held_seconds", "cpu_core_seconds", "memory_gib_seconds", "gpu_seconds", "open", "lost_seconds"}, rows)
 }
 
 // WriteText writes the sweep for people: its jobs by state and outcome,

@@ -49,7 +49,7 @@ func TestTotalsCSV(t *testing.T) {
 	if err := client.WriteTotalsCSV(&b, []wire.Totals{{Submitter: "alice", Jobs: 2, Attempts: 3, HeldSeconds: 1.25, CPUCoreSeconds: 0.5, Open: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	want := "submitter,jobs,attempts,held_seconds,cpu_core_seconds,memory_gib_seconds,gpu_seconds,open\nalice,2,3,1.25,0.5,0,0,1\n"
+	want := "submitter,jobs,attempts,held_seconds,cpu_core_seconds,memory_gib_seconds,gpu_seconds,open,lost_seconds\nalice,2,3,1.25,0.5,0,0,1,0\n"
 	if b.String() != want {
 		t.Errorf("got %q, want %q", b.String(), want)
 	}

@@ -19,6 +19,9 @@
 //	  - ComputeHeld: RENT holds a node's resources for one attempt; the meter starts.
 //	  - RunStarted / RunStopped: RUN on that node started the job and recorded how
 //	    and why it stopped, with measured usage and the output it collected.
+//	  - CheckpointSaved: RUN on that node saved the job's checkpoint folder
+//	    while it ran or as it stopped; the next attempt resumes from the last
+//	    save that counts (see checkpoint.go).
 //	  - OutputReturned: OUTPUT verified the collected output and recorded the
 //	    attempt's final outcome.
 //	  - ComputeReleased: RELEASE gave the compute back; the meter stops. Final says

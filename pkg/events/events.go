@@ -42,6 +42,12 @@ var Outcomes = [...]Outcome{Succeeded, Failed, LimitExceeded, OutOfMemory, DiskE
 // lands on from cycling for ever.
 const MaxAttempts = 3
 
+// AttemptsCap bounds the attempts of a job whatever they saved: a lost
+// attempt that saved a new checkpoint made progress and does not count
+// towards MaxAttempts, but a job is never held more than AttemptsCap
+// times in all.
+const AttemptsCap = 10
+
 // JobSpec is a validated, normalized job declaration: what the job file says,
 // with sizes in bytes, durations in seconds and staged data replaced by the
 // digests of what was uploaded.
@@ -65,6 +71,9 @@ type JobSpec struct {
 	// RetentionSeconds is how long the job's staged data and output are
 	// kept after the job ends; absent (0) means DefaultRetention.
 	RetentionSeconds float64 `json:"retention_seconds,omitempty"`
+	// Checkpoint, when set, is the folder under /out the node saves while
+	// the job runs and restores for a later attempt (checkpoint.go).
+	Checkpoint *CheckpointSpec `json:"checkpoint,omitempty"`
 }
 
 // Bounds of JobSpec.Priority.
@@ -114,6 +123,9 @@ type DataRef struct {
 	Files int    `json:"files,omitempty"`
 	// FromJob names an earlier, succeeded job whose output is staged instead.
 	FromJob string `json:"from_job,omitempty"`
+	// CheckpointOf names an earlier job whose last checkpoint is staged
+	// instead: SUBMIT resolves it to that save's Digest and Kind.
+	CheckpointOf string `json:"checkpoint_of,omitempty"`
 }
 
 // Request is the compute a job asks for, with its hard wall-clock limit.
@@ -229,6 +241,10 @@ type RunStarted struct {
 	// IsolationContainer or IsolationNone): what the hold record reports
 	// the attempt ran under. Absent in events from nodes older than it.
 	Isolation Isolation `json:"isolation,omitempty"`
+	// ResumedFrom names the save (CheckpointSaved.SaveName, "<attempt>.<n>")
+	// the node restored under /out before it started the job; absent on a
+	// fresh start.
+	ResumedFrom string `json:"resumed_from,omitempty"`
 }
 
 // RunStopped records how and why the job stopped, what it used and what it
@@ -464,6 +480,7 @@ const (
 	TypeNodeExpired     = "e31.node.expired.v1"
 	TypeHoldLost        = "e31.job.hold_lost.v1"
 	TypeHoldExpired     = "e31.job.hold_expired.v1"
+	TypeCheckpointSaved = "e31.job.checkpoint_saved.v1"
 )
 
 func (*JobRequested) Type() string    { return TypeJobRequested }
@@ -480,6 +497,7 @@ func (*NodeAnnounced) Type() string   { return TypeNodeAnnounced }
 func (*NodeExpired) Type() string     { return TypeNodeExpired }
 func (*HoldLost) Type() string        { return TypeHoldLost }
 func (*HoldExpired) Type() string     { return TypeHoldExpired }
+func (*CheckpointSaved) Type() string { return TypeCheckpointSaved }
 
 func (*JobRequested) sealed()    {}
 func (*JobSubmitted) sealed()    {}
@@ -495,6 +513,7 @@ func (*NodeAnnounced) sealed()   {}
 func (*NodeExpired) sealed()     {}
 func (*HoldLost) sealed()        {}
 func (*HoldExpired) sealed()     {}
+func (*CheckpointSaved) sealed() {}
 
 // kind describes where an event type lives: its subject token and whether it
 // belongs to an attempt (and so carries a Hold).
@@ -526,6 +545,9 @@ var kinds = map[string]kind{
 	TypeDeleted:         {"deleted", false, func() Event { return new(Deleted) }, "Deleted", shapeOf[Deleted]()},
 	TypeDeviceWithdrawn: {"device_withdrawn", false, func() Event { return new(DeviceWithdrawn) }, "DeviceWithdrawn", shapeOf[DeviceWithdrawn]()},
 	TypeDeviceRestored:  {"device_restored", false, func() Event { return new(DeviceRestored) }, "DeviceRestored", shapeOf[DeviceRestored]()},
+	// An attempt saves many times: its id carries the save's number too
+	// (CheckpointSaved.what), not the attempt alone.
+	TypeCheckpointSaved: {"saved", false, func() Event { return new(CheckpointSaved) }, "CheckpointSaved", shapeOf[CheckpointSaved]()},
 }
 
 // Types lists every event type this package can decode.

@@ -49,6 +49,7 @@ var goTypes = map[string]events.Event{
 	events.TypeDeleted:         &events.Deleted{},
 	events.TypeDeviceWithdrawn: &events.DeviceWithdrawn{},
 	events.TypeDeviceRestored:  &events.DeviceRestored{},
+	events.TypeCheckpointSaved: &events.CheckpointSaved{},
 }
 
 // The golden bodies tell the story of one job on one node.
@@ -79,6 +80,7 @@ var goldenSubjects = map[string]string{
 	events.TypeDeleted:         "e31.job." + goldenJob + ".deleted",
 	events.TypeDeviceWithdrawn: "e31.node." + goldenNode + ".device_withdrawn",
 	events.TypeDeviceRestored:  "e31.node." + goldenNode + ".device_restored",
+	events.TypeCheckpointSaved: "e31.job." + goldenJob + ".saved." + goldenNode,
 }
 
 var goldenIDs = map[string]string{
@@ -100,6 +102,7 @@ var goldenIDs = map[string]string{
 	events.TypeDeleted:         goldenJob + "/deleted/output",
 	events.TypeDeviceWithdrawn: goldenNode + "/device_withdrawn/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.1",
 	events.TypeDeviceRestored:  goldenNode + "/device_restored/01JC8TZ4K0QH6S2N8V3M5P7R9A.GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10.2",
+	events.TypeCheckpointSaved: goldenJob + "/saved/1.3",
 }
 
 // goType is the Go type of an event type, or stops the test.
@@ -459,28 +462,31 @@ func fill(t testing.TB, v reflect.Value, name string) {
 			return
 		}
 		s, ok := map[string]string{
-			"node":      "node-7",
-			"boot":      "boot-2",
-			"from_job":  "01JC8W2M5R7T9V1X3Z5B7D9F1H",
-			"after":     "01JC8W2M5R7T9V1X3Z5B7D9F1G",
-			"again_of":  "01JC8W2M5R7T9V1X3Z5B7D9F1S-3",
-			"submitter": "alice",
-			"by":        "alice",
-			"id":        "01JC8W2M5R7T9V1X3Z5B7D9F1S",
-			"digest":    "sha256:" + strings.Repeat("ab", 32),
-			"kind":      "dir",
-			"path":      "logs/run.txt",
-			"missing":   "plots/*.png",
-			"manifest":  "sha256:" + strings.Repeat("cd", 32),
-			"mode":      "0755",
-			"what":      "output",
-			"cause":     "expired",
-			"name":      "clips",
-			"command":   "/bin/true",
-			"image":     "alpine:3.20",
-			"gpus":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
-			"uuid":      "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
-			"device":    "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"node":          "node-7",
+			"boot":          "boot-2",
+			"from_job":      "01JC8W2M5R7T9V1X3Z5B7D9F1H",
+			"checkpoint_of": "01JC8W2M5R7T9V1X3Z5B7D9F1C",
+			"resumed_from":  "1.3",
+			"trigger":       "every",
+			"after":         "01JC8W2M5R7T9V1X3Z5B7D9F1G",
+			"again_of":      "01JC8W2M5R7T9V1X3Z5B7D9F1S-3",
+			"submitter":     "alice",
+			"by":            "alice",
+			"id":            "01JC8W2M5R7T9V1X3Z5B7D9F1S",
+			"digest":        "sha256:" + strings.Repeat("ab", 32),
+			"kind":          "dir",
+			"path":          "logs/run.txt",
+			"missing":       "plots/*.png",
+			"manifest":      "sha256:" + strings.Repeat("cd", 32),
+			"mode":          "0755",
+			"what":          "output",
+			"cause":         "expired",
+			"name":          "clips",
+			"command":       "/bin/true",
+			"image":         "alpine:3.20",
+			"gpus":          "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"uuid":          "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
+			"device":        "GPU-5f1c3a9e-2b7d-4e08-9c61-3d2a7b8e4f10",
 			// An ed25519 key and signature, as their patterns have them.
 			"key":         "ed25519:" + strings.Repeat("A", 43) + "=",
 			"issuer":      "ed25519:" + strings.Repeat("B", 43) + "=",

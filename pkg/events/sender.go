@@ -17,7 +17,7 @@ package events
 
 // nodeKinds are the event types a run node publishes, each on a subject
 // that ends with the node (NodeAnnounced's is e31.node.<node>.announced).
-var nodeKinds = []string{TypeNodeAnnounced, TypeRunStarted, TypeRunStopped}
+var nodeKinds = []string{TypeNodeAnnounced, TypeRunStarted, TypeRunStopped, TypeCheckpointSaved}
 
 // NodeKinds lists the event types a run node publishes: the only ones its
 // permissions let it publish, each under its own name.
@@ -34,6 +34,8 @@ func SenderOf(ev Event) (string, bool) {
 	case *RunStarted:
 		return e.Node, true
 	case *RunStopped:
+		return e.Node, true
+	case *CheckpointSaved:
 		return e.Node, true
 	}
 	return "", false

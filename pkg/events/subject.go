@@ -15,6 +15,7 @@ import (
 //	job.<job>.held.<node>            ComputeHeld, on the node it holds
 //	job.<job>.started.<node>         RunStarted, from the node that started it
 //	job.<job>.stopped.<node>         RunStopped, from the node that stopped it
+//	job.<job>.saved.<node>           CheckpointSaved, from the node that saved it
 //	job.<job>.requested.<identity>   JobRequested, under its submitter
 //	job.<job>.cancel.<identity>      CancelRequested, under its sender
 //	job.<job>.delete.<identity>      DeleteRequested, under its sender
@@ -87,6 +88,7 @@ const (
 	kindHeld      = "held"
 	kindStarted   = "started"
 	kindStopped   = "stopped"
+	kindSaved     = "saved"
 	kindRequested = "requested"
 	kindCancel    = "cancel"
 	kindDelete    = "delete"
@@ -105,7 +107,7 @@ func (s Subject) ClientKind() bool {
 // the node and no service checked before it was stored; of a start or a
 // stop, it counts only from the node the attempt was held on.
 func (s Subject) NodesWord() bool {
-	return s.Node != "" && (s.Space == SpaceLogs || s.Space == SpaceJob && untailedBefore(s.Kind))
+	return s.Node != "" && (s.Space == SpaceLogs || s.Space == SpaceJob && (untailedBefore(s.Kind) || s.Kind == kindSaved))
 }
 
 // IsRequest reports whether the subject is a job's JobRequested.
@@ -212,7 +214,7 @@ func tailed(kind string) bool {
 // nodeTailed reports whether that token is a node: the node a hold is for,
 // or the node that sent a start or a stop.
 func nodeTailed(kind string) bool {
-	return kind == kindHeld || kind == kindStarted || kind == kindStopped
+	return kind == kindHeld || kind == kindStarted || kind == kindStopped || kind == kindSaved
 }
 
 // untailedBefore reports whether a job event of kind was stored without its
@@ -416,6 +418,8 @@ func tailOf(ev Event) (tail, what string, ok bool) {
 	case *RunStarted:
 		return e.Node, "node", true
 	case *RunStopped:
+		return e.Node, "node", true
+	case *CheckpointSaved:
 		return e.Node, "node", true
 	case *JobRequested:
 		return e.Submitter, "submitter", true

@@ -28,13 +28,23 @@ type hold struct {
 	looked    time.Time // when the log was last asked about the job
 	over      string    // why the hold is over; "" while it is held
 	// reads are the objects the attempt may read, once known: those its
-	// staged data is stored in.
+	// staged data is stored in, and its job's last checkpoint saved by an
+	// earlier attempt (resume), which it restores.
 	reads map[string]bool
+	// saves tells which checkpoint saves count; resume is the manifest of
+	// the last that does of an attempt before this one.
+	saves  events.Saves
+	resume string
 }
 
 // fold takes what the job's log says after h.last.
 func (h *hold) fold(hist bus.History) {
 	for _, e := range hist.Events {
+		if h.saves.Accept(e.Event) {
+			if c := e.Event.(*events.CheckpointSaved); c.Attempt < h.attempt {
+				h.resume = c.Manifest
+			}
+		}
 		switch ev := e.Event.(type) {
 		case *events.ComputeHeld:
 			switch {
@@ -65,6 +75,17 @@ func (h *hold) fold(hist bus.History) {
 	h.last = max(h.last, hist.Last)
 }
 
+// refuses reports whether h, with hist folded in, would not be held on
+// node: the gate then asks the leader before it refuses.
+func (h *hold) refuses(hist bus.History, node string) bool {
+	for _, e := range hist.Events {
+		if held, ok := e.Event.(*events.ComputeHeld); ok && held.Attempt == h.attempt && h.node == "" {
+			return held.Node != node
+		}
+	}
+	return h.node != node
+}
+
 // holds are the attempts the gate was asked about lately. Their number is
 // bounded: one the gate forgot is read again from the log.
 type holds struct {
@@ -87,7 +108,7 @@ const recheck = time.Second
 func (hs *holds) stale(job string) {
 	hs.mu.Lock()
 	var those []*hold
-	for a := 1; a <= events.MaxAttempts+1; a++ {
+	for a := 1; a <= events.AttemptsCap+1; a++ {
 		if h := hs.m[holdKey{job, a}]; h != nil {
 			those = append(those, h)
 		}
@@ -160,6 +181,12 @@ func (s *Server) held(ctx context.Context, node, job string, attempt int) (*hold
 		case err == nil && last.Sequence <= h.last:
 		case err == nil:
 			hist, err := bus.ReadHistory(ctx, s.js, job, h.last+1)
+			if err == nil && (hist.Last < last.Sequence || h.refuses(hist, node)) {
+				// The replica that answered may lag behind the leader:
+				// what it lacks may be the very hold asked about, and a
+				// refusal is final for the node. The leader says.
+				hist, err = bus.LeaderHistory(ctx, s.js, job, h.last+1)
+			}
 			if err != nil {
 				return nil, err
 			}
@@ -188,7 +215,11 @@ func (s *Server) readable(ctx context.Context, h *hold, st stage.Store, name str
 	if h.reads == nil {
 		reads := map[string]bool{}
 		x := stage.NewExpander(st)
-		for _, ref := range h.data {
+		data := h.data
+		if h.resume != "" {
+			data = append(data[:len(data):len(data)], events.DataRef{Digest: h.resume, Kind: stage.KindDir})
+		}
+		for _, ref := range data {
 			if ref.Digest == "" && ref.FromJob != "" {
 				resolved, err := s.outputOf(ctx, st, ref.FromJob)
 				if err != nil {

@@ -55,6 +55,10 @@ type HoldRecord struct {
 	ReleasedAt       *time.Time `json:"released_at,omitempty"`
 
 	HeldSeconds float64 `json:"held_seconds"`
+	// LostSeconds is the part of HeldSeconds held by attempts that ended
+	// node_lost: the pool's loss, not billed to the submitter (e31 ledger
+	// --totals counts it apart). Absent when no attempt was lost.
+	LostSeconds float64 `json:"lost_seconds,omitempty"`
 	// CPUCoreSeconds, MemoryGiBSeconds and GPUSeconds are the meter: for
 	// each attempt the resources held times the time they were held (from
 	// ComputeHeld's ce-time to ComputeReleased's), summed over every
@@ -160,6 +164,28 @@ type Attempt struct {
 	// record shows that its hold could not contain (FlagUsage). Absent
 	// when there is none.
 	Flags []string `json:"flags,omitempty"`
+	// ResumedFrom is the checkpoint save the attempt started from
+	// ("<attempt>.<n>", RunStarted's resumed_from); absent on a fresh
+	// start.
+	ResumedFrom string `json:"resumed_from,omitempty"`
+	// Checkpoints are the attempt's checkpoint saves that count (see
+	// events.Saves); absent when it saved none.
+	Checkpoints *Checkpoints `json:"checkpoints,omitempty"`
+}
+
+// Checkpoints sums up one attempt's checkpoint saves (CheckpointSaved).
+type Checkpoints struct {
+	// Saves is how many saves of the attempt count.
+	Saves int `json:"saves"`
+	// Bytes is what the last save held; NewBytes what all of them sent to
+	// the store, together.
+	Bytes    int64 `json:"bytes"`
+	NewBytes int64 `json:"new_bytes"`
+	// Last names the last save ("<attempt>.<n>"), LastAt is its ce-time
+	// and Manifest its folder manifest's digest.
+	Last     string    `json:"last"`
+	LastAt   time.Time `json:"last_at"`
+	Manifest string    `json:"manifest"`
 }
 
 // FlagUsage opens a flag of usage a node reported that the attempt's hold

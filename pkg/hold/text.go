@@ -79,11 +79,20 @@ func WriteText(w io.Writer, r *HoldRecord) error {
 		if len(a.Held.GPUs) > 0 {
 			line += "; GPUs " + strings.Join(a.Held.GPUs, ", ")
 		}
+		if a.ResumedFrom != "" {
+			line += "; resumed from save " + a.ResumedFrom
+		}
+		if c := a.Checkpoints; c != nil {
+			line += fmt.Sprintf("; %d checkpoint save(s), the last %s of %s", c.Saves, c.Last, HumanBytes(c.Bytes))
+		}
 		p.printf("%s\n", line)
 	}
 	if len(r.Attempts) > 0 {
 		p.printf("meter    %.3f s held: %.3f cpu-core-s, %.3f memory-GiB-s, %.3f gpu-s\n",
 			r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds)
+		if r.LostSeconds > 0 {
+			p.printf("lost     %.3f s of it held by attempts lost with their node: not billed\n", r.LostSeconds)
+		}
 		p.printf("usage    %.3f cpu-seconds, %s peak memory\n", r.Usage.CPUSeconds, HumanBytes(r.Usage.MaxRSSBytes))
 		for _, g := range r.Usage.GPUs {
 			p.printf("usage    %s: %.1f%% utilised, %s peak device memory (%d samples)\n", g.UUID, g.UtilizationPercent, HumanBytes(g.MemoryPeakBytes), g.Samples)

@@ -24,6 +24,7 @@ var jobFields = []field[Job]{
 	{"sweep", readSweep},
 	{"wait_for_node", readWaitForNode},
 	{"retention", readRetention},
+	{"checkpoint", readCheckpoint},
 }
 
 // sweepEntry is the sweep: mapping while it is read.
@@ -53,17 +54,19 @@ var requestFields = []field[events.Request]{
 
 // dataEntry is one item of data: while it is read.
 type dataEntry struct {
-	// name, fromJob and path are set when given and valid; path resolved.
-	name, fromJob, path string
-	// nameAt, pathAt and fromAt are where each key's value is; given()
-	// tells whether it was there.
-	nameAt, pathAt, fromAt value
+	// name, fromJob, checkpointOf and path are set when given and valid;
+	// path resolved.
+	name, fromJob, checkpointOf, path string
+	// nameAt, pathAt, fromAt and cpAt are where each key's value is;
+	// given() tells whether it was there.
+	nameAt, pathAt, fromAt, cpAt value
 }
 
 var dataFields = []field[dataEntry]{
 	{"name", readDataName},
 	{"path", readDataPath},
 	{"from_job", readFromJob},
+	{"checkpoint_of", readCheckpointOf},
 }
 
 // outputEntry is one item of output: in its long form while it is read.
@@ -209,7 +212,7 @@ func readData(r *reader, v value, j *Job) {
 	if !v.given() {
 		return
 	}
-	items, ok := r.sequence(v, "a list of {name, path} or {name, from_job}")
+	items, ok := r.sequence(v, "a list of {name, path}, {name, from_job} or {name, checkpoint_of}")
 	if !ok {
 		return
 	}
@@ -220,14 +223,14 @@ func readData(r *reader, v value, j *Job) {
 	first := make(map[string]int) // name → index of the entry that has it
 	for i, it := range items {
 		var d dataEntry
-		if !readObject(r, it, dataFields, &d, "a mapping with name and path, or name and from_job") {
+		if !readObject(r, it, dataFields, &d, "a mapping with name and one of path, from_job, checkpoint_of") {
 			continue
 		}
-		switch {
-		case d.pathAt.given() && d.fromAt.given():
-			r.fail(it, "give path or from_job, not both")
-		case !d.pathAt.given() && !d.fromAt.given():
-			r.fail(it, "needs path (a local file or folder) or from_job (the id of an earlier job)")
+		switch n := countGiven(d.pathAt, d.fromAt, d.cpAt); {
+		case n > 1:
+			r.fail(it, "give one of path, from_job and checkpoint_of, not several")
+		case n == 0:
+			r.fail(it, "needs path (a local file or folder), from_job (the id of an earlier job) or checkpoint_of (the id of a job whose last checkpoint is staged)")
 		}
 		if d.name != "" {
 			if at, dup := first[d.name]; dup {
@@ -239,7 +242,7 @@ func readData(r *reader, v value, j *Job) {
 		if d.path != "" {
 			j.Paths[len(j.Spec.Data)] = d.path
 		}
-		j.Spec.Data = append(j.Spec.Data, events.DataRef{Name: d.name, FromJob: d.fromJob})
+		j.Spec.Data = append(j.Spec.Data, events.DataRef{Name: d.name, FromJob: d.fromJob, CheckpointOf: d.checkpointOf})
 	}
 }
 
@@ -304,6 +307,35 @@ func readFromJob(r *reader, v value, d *dataEntry) {
 		return
 	}
 	d.fromJob = s
+}
+
+// readCheckpointOf reads the job whose last checkpoint is staged: SUBMIT
+// resolves it, as it does from_job.
+func readCheckpointOf(r *reader, v value, d *dataEntry) {
+	d.cpAt = v
+	if !v.given() {
+		return
+	}
+	s, ok := r.text(v, "a job id")
+	if !ok {
+		return
+	}
+	if why := checkFromJob(s); why != "" {
+		r.fail(v, why)
+		return
+	}
+	d.checkpointOf = s
+}
+
+// countGiven is how many of vs were given.
+func countGiven(vs ...value) int {
+	n := 0
+	for _, v := range vs {
+		if v.given() {
+			n++
+		}
+	}
+	return n
 }
 
 func readRequest(r *reader, v value, j *Job) {

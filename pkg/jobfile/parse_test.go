@@ -269,8 +269,8 @@ func TestParseInvalid(t *testing.T) {
 		{"a string", "work", `job.yaml:1:1: expected a mapping with work and request (and optionally name, data, output), got "work"`},
 
 		// Keys.
-		{"unknown top-level field", ok + "priorty: 1\n", `job.yaml:3:1: priorty: unknown field (expected one of: after, data, name, output, priority, request, retention, sweep, wait_for_node, work)`},
-		{"unknown odd key", ok + "\"a b\": 1\n", `job.yaml:3:1: ["a b"]: unknown field (expected one of: after, data, name, output, priority, request, retention, sweep, wait_for_node, work)`},
+		{"unknown top-level field", ok + "priorty: 1\n", `job.yaml:3:1: priorty: unknown field (expected one of: after, checkpoint, data, name, output, priority, request, retention, sweep, wait_for_node, work)`},
+		{"unknown odd key", ok + "\"a b\": 1\n", `job.yaml:3:1: ["a b"]: unknown field (expected one of: after, checkpoint, data, name, output, priority, request, retention, sweep, wait_for_node, work)`},
 		{"duplicate top-level key", ok + "work: {command: [b]}\n", `job.yaml:3:1: work: duplicate key (first given at 1:1)`},
 		{"duplicate key in JSON", `{"work": {"command": ["a"], "command": ["b"]}, "request": {"limit": 1}}`, `job.yaml:1:29: work.command: duplicate key (first given at 1:11)`},
 		{"anchor and alias", "work: &w {command: [a]}\nrequest: {limit: *w}\n", `job.yaml:1:7: work: YAML anchors (&name) are not supported in a job file
@@ -284,7 +284,7 @@ job.yaml:2:18: request.limit: YAML aliases (*name) are not supported in a job fi
 job.yaml:1:1: request.limit: required (a duration such as 10m)`},
 		{"sections of the wrong type", "work: [a]\nrequest: 5\ndata: {a: b}\noutput: x\nname: [x]\n", `job.yaml:1:7: work: expected a mapping with command (and optionally env, image), got a list
 job.yaml:2:10: request: expected a mapping with limit (and optionally cpu, memory, gpu, disk), got 5
-job.yaml:3:7: data: expected a list of {name, path} or {name, from_job}, got a mapping
+job.yaml:3:7: data: expected a list of {name, path}, {name, from_job} or {name, checkpoint_of}, got a mapping
 job.yaml:4:9: output: expected a list of paths or globs under /out, got "x"
 job.yaml:5:7: name: expected a short label, got a list`},
 
@@ -331,14 +331,14 @@ job.yaml:5:12: data[1].name: "." must be a plain name, not "." or ".."
 job.yaml:6:12: data[2].name: ".." must be a plain name, not "." or ".."
 job.yaml:7:12: data[3].name: must not be empty
 job.yaml:8:5: data[4].name: required (a plain name such as clips, for /data/clips)
-job.yaml:9:5: data[5]: give path or from_job, not both
-job.yaml:10:5: data[6]: needs path (a local file or folder) or from_job (the id of an earlier job)
+job.yaml:9:5: data[5]: give one of path, from_job and checkpoint_of, not several
+job.yaml:10:5: data[6]: needs path (a local file or folder), from_job (the id of an earlier job) or checkpoint_of (the id of a job whose last checkpoint is staged)
 job.yaml:11:25: data[7].from_job: "no/such id" is not a job id (letters, digits, '-' and '_', at most 64)
 job.yaml:12:21: data[8].path: must not be empty (a local file or folder)
 job.yaml:13:21: data[9].path: ~ is not expanded in a job file (write the full path, or one relative to the job file)
-job.yaml:14:24: data[10].size: unknown field (expected one of: from_job, name, path)
-job.yaml:15:5: data[11]: expected a mapping with name and path, or name and from_job, got 5
-job.yaml:16:5: data[12]: expected a mapping with name and path, or name and from_job, got null`},
+job.yaml:14:24: data[10].size: unknown field (expected one of: checkpoint_of, from_job, name, path)
+job.yaml:15:5: data[11]: expected a mapping with name and one of path, from_job, checkpoint_of, got 5
+job.yaml:16:5: data[12]: expected a mapping with name and one of path, from_job, checkpoint_of, got null`},
 		{"data names are unique", ok + "data:\n  - {name: a, path: x}\n  - {name: b, path: y}\n  - {name: a, from_job: j}\n", `job.yaml:6:12: data[2].name: "a" is already the name of data[0]`},
 		{"data name too long", ok + "data: [{name: " + strings.Repeat("n", 129) + ", path: x}]\n", `job.yaml:3:15: data[0].name: is longer than 128 characters`},
 		{"too many data entries", ok + "data: [" + strings.Repeat("{name: a, path: x},", MaxData+1) + "]\n", `job.yaml:3:7: data: has 257 entries, more than 256`},
@@ -531,7 +531,7 @@ func TestTooManyProblems(t *testing.T) {
 	if len(e.Problems) != MaxProblems+1 {
 		t.Fatalf("%d problems, want %d", len(e.Problems), MaxProblems+1)
 	}
-	if got, want := e.Problems[MaxProblems-1].String(), "job.yaml:52:1: x: unknown field (expected one of: after, data, name, output, priority, request, retention, sweep, wait_for_node, work)"; got != want {
+	if got, want := e.Problems[MaxProblems-1].String(), "job.yaml:52:1: x: unknown field (expected one of: after, checkpoint, data, name, output, priority, request, retention, sweep, wait_for_node, work)"; got != want {
 		t.Errorf("last problem listed: %s, want %s", got, want)
 	}
 	if got, want := e.Problems[MaxProblems].String(), "job.yaml: and 10 more problems"; got != want {

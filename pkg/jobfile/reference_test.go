@@ -215,6 +215,17 @@ func TestSchemaAgreesWithValidate(t *testing.T) {
 		{"spec/sweep", map[string]any{"id": someJob, "index": 0, "count": 2, "value": "a\x00"}},
 		{"spec/sweep", map[string]any{"id": "-x", "index": 0, "count": 2, "value": "v"}},
 		{"spec/wait_for_node", true},
+		{"spec/checkpoint", map[string]any{"path": "ckpt", "every_seconds": 1}},
+		{"spec/checkpoint", map[string]any{"path": "ckpt", "every_seconds": 0.5}},
+		{"spec/checkpoint", map[string]any{"path": "ckpt", "every_seconds": MaxCheckpointEvery.Seconds()}},
+		{"spec/checkpoint", map[string]any{"path": "ckpt", "every_seconds": MaxCheckpointEvery.Seconds() + 1}},
+		{"spec/checkpoint", map[string]any{"path": "a/../b", "every_seconds": 10}},
+		{"spec/checkpoint", map[string]any{"path": "/out/ckpt", "every_seconds": 10}},
+		{"spec/checkpoint", map[string]any{"path": repeat("a", MaxOutputPathLen), "every_seconds": 10}},
+		{"spec/checkpoint", map[string]any{"path": repeat("a", MaxOutputPathLen+1), "every_seconds": 10}},
+		{"spec/checkpoint", map[string]any{"path": "ckpt"}},
+		{"spec/data/0", map[string]any{"name": "x", "checkpoint_of": someJob}},
+		{"spec/data/0", map[string]any{"name": "x", "checkpoint_of": "../x"}},
 	}
 	for _, c := range cases {
 		body := requestBody(t, c.path, c.value)
@@ -252,6 +263,9 @@ func TestValidateRefusesWhatTheSchemaCannotSay(t *testing.T) {
 			map[string]any{"A": repeat("x", 100<<10), "B": repeat("x", 100<<10), "C": repeat("x", 100<<10)}},
 		{"an argument over 128KiB", "spec/work/command", []any{"/bin/echo", repeat("x", 128<<10)}},
 		{"a sweep index past its count", "spec/sweep", map[string]any{"id": someJob, "index": 2, "count": 2, "value": "v"}},
+		{"a checkpoint that is a glob", "spec/checkpoint", map[string]any{"path": "ck*", "every_seconds": 10}},
+		{"an input both from a job and a checkpoint", "spec/data/0",
+			map[string]any{"name": "x", "from_job": someJob, "checkpoint_of": someJob}},
 	} {
 		body := requestBody(t, c.path, c.value)
 		if err := schemaTakes(sch, body); err != nil {
@@ -344,7 +358,7 @@ func fileFields() []string {
 		}
 	}
 	names := func(s string) []string { return strings.Split(s, ", ") }
-	holders := []string{"work", "data", "request", "output", "sweep"}
+	holders := []string{"work", "data", "request", "output", "sweep", "checkpoint"}
 	for _, n := range names(fieldNames(jobFields)) {
 		if !slices.Contains(holders, n) {
 			out = append(out, n)
@@ -355,6 +369,7 @@ func fileFields() []string {
 	add("request.", names(fieldNames(requestFields)))
 	add("output[].", names(fieldNames(outputFields)))
 	add("sweep.", names(fieldNames(sweepFields)))
+	add("checkpoint.", names(fieldNames(checkpointFields)))
 	slices.Sort(out)
 	return out
 }
@@ -462,6 +477,8 @@ func TestReferenceDocumentsEveryField(t *testing.T) {
 		"retention":         {fileDuration(MinRetention), fileDuration(MaxRetention), fileDuration(events.DefaultRetention)},
 		"data[].path":       {strconv.Itoa(MaxData)},
 		"data[].from_job":   {strconv.Itoa(MaxData)},
+		"checkpoint.path":   {strconv.Itoa(MaxOutputPathLen)},
+		"checkpoint.every":  {fileDuration(MinCheckpointEvery), fileDuration(MaxCheckpointEvery)},
 		"output[].required": {"true"},
 	}
 	for field, values := range must {
@@ -476,7 +493,7 @@ func TestReferenceDocumentsEveryField(t *testing.T) {
 		}
 	}
 	// The durations are written so that the parser reads them back.
-	for _, d := range []time.Duration{MaxLimit, MinRetention, MaxRetention, events.DefaultRetention} {
+	for _, d := range []time.Duration{MaxLimit, MinRetention, MaxRetention, events.DefaultRetention, MinCheckpointEvery, MaxCheckpointEvery} {
 		if got, why := parseDuration(fileDuration(d)); why != "" || got != d {
 			t.Errorf("%s reads as %v (%s), not %v", fileDuration(d), got, why, d)
 		}

@@ -108,6 +108,7 @@ func Validate(spec events.JobSpec) error {
 	}
 
 	validateRetention(spec, fail)
+	validateCheckpoint(spec, fail)
 
 	if len(spec.Output) > MaxOutputs {
 		fail("output", fmt.Sprintf("has %d entries, more than %d", len(spec.Output), MaxOutputs))
@@ -140,6 +141,12 @@ func validateData(data []events.DataRef, fail func(path, msg string)) {
 		}
 		staged := d.Digest != "" || d.Kind != ""
 		switch {
+		case d.CheckpointOf != "" && (staged || d.FromJob != ""):
+			fail(p, "has checkpoint_of and a digest or from_job (give one)")
+		case d.CheckpointOf != "":
+			if why := checkFromJob(d.CheckpointOf); why != "" {
+				fail(p+".checkpoint_of", why)
+			}
 		case d.FromJob != "" && staged:
 			fail(p, "has both from_job and a digest (give one)")
 		case d.FromJob != "":
@@ -147,7 +154,7 @@ func validateData(data []events.DataRef, fail func(path, msg string)) {
 				fail(p+".from_job", why)
 			}
 		case !staged:
-			fail(p, "needs a digest and kind (staged data) or from_job (an earlier job's output)")
+			fail(p, "needs a digest and kind (staged data), from_job (an earlier job's output) or checkpoint_of (an earlier job's last checkpoint)")
 		default:
 			if why := checkDigest(d.Digest); why != "" {
 				fail(p+".digest", why)

@@ -122,7 +122,7 @@ data[4].name: "x" is already the name of data[3]`},
 				{Name: "bad-job", FromJob: "../etc"},
 				{Name: "negative", Digest: digest, Kind: KindFile, Bytes: -1, Files: -1},
 			}
-		}, `data[0]: needs a digest and kind (staged data) or from_job (an earlier job's output)
+		}, `data[0]: needs a digest and kind (staged data), from_job (an earlier job's output) or checkpoint_of (an earlier job's last checkpoint)
 data[1].digest: "md5:abc" is not a digest (expected sha256: and 64 lower-case hex digits)
 data[2].digest: "SHA256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF" is not a digest (expected sha256: and 64 lower-case hex digits)
 data[3].kind: "" is not a kind (expected file or dir)

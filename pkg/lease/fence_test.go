@@ -184,6 +184,38 @@ func TestAFencedOwnerIsNotFencedWhileItRenews(t *testing.T) {
 	}
 }
 
+// TestAnOwnerThatWaitedRenewsAtOnce: an owner that held its lease for a
+// while before keeping it (a node waits to be seen where RENT watches
+// before it announces itself) renews as soon as it keeps it, a third of
+// the TTL after it took it, not a third of the TTL later: its fence would
+// come first, and a node then fenced itself the moment it joined.
+func TestAnOwnerThatWaitedRenewsAtOnce(t *testing.T) {
+	t.Parallel()
+	const ttl, margin = time.Hour, 10 * time.Minute
+	ctx, kv := bucket(t, ttl)
+	clock := newFakeClock()
+	l, err := lease.Acquire(ctx, kv, "node.test", "boot-1", lease.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(ttl / 3)
+	fenced := make(chan struct{})
+	keepCtx, stop := context.WithCancel(ctx)
+	kept := make(chan error, 1)
+	go func() { kept <- l.KeepFenced(keepCtx, margin, func() { close(fenced) }) }()
+	// The clock does not move: only a renewal made at once moves the expiry.
+	renewedBy(t, l, clock.Now().Add(ttl))
+	stop()
+	if err := <-kept; err != nil {
+		t.Errorf("KeepFenced after its context ended: %v", err)
+	}
+	select {
+	case <-fenced:
+		t.Error("the owner fenced itself though it renewed")
+	default:
+	}
+}
+
 // TestARenewalCountsFromWhenItWasSent: the server stores a renewal after
 // it was sent, and the key expires a TTL after it was stored; the owner
 // counts from the send, the earlier moment, never from the answer.

@@ -220,13 +220,20 @@ func (l *Lease) KeepFenced(ctx context.Context, margin time.Duration, fenced fun
 // never answered, and nats.go waits for its answer until its context ends.
 func (l *Lease) keep(ctx context.Context, regained func(), margin time.Duration) error {
 	period := l.ttl / 3
+	// The first renewal is due a third of the TTL after the last one, not
+	// after the loop began: an owner that held its lease a while before
+	// keeping it (a node waiting to be seen where RENT watches) renews at
+	// once, rather than let its fence come first. Each one after is due a
+	// period after the one before was tried, answered or not.
+	due := l.renewedAt().Add(period)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-l.clock.After(period):
+		case <-l.clock.After(max(due.Sub(l.clock.Now()), 0)):
 		}
 		now, wait := l.clock.Now(), period
+		due = now.Add(period)
 		if margin > 0 {
 			wait = min(wait, l.renewedAt().Add(l.ttl-margin).Sub(now))
 		}

@@ -32,13 +32,15 @@ var (
 	descRelease = prometheus.NewDesc("e31_job_release_seconds",
 		"Time from an attempt's stop (or the loss of its node) to the release of its compute.", nil, nil)
 	descHeldSeconds = prometheus.NewDesc("e31_held_seconds_total",
-		"Seconds compute was held, summed over released attempts (the meter, as e31 ledger --totals bills it).", []string{"submitter"}, nil)
+		"Seconds compute was held, summed over released attempts not lost with their node (the meter, as e31 ledger --totals bills it).", []string{"submitter"}, nil)
 	descHeldCPU = prometheus.NewDesc("e31_held_cpu_core_seconds_total",
-		"CPU cores held times the seconds they were held, over released attempts.", []string{"submitter"}, nil)
+		"CPU cores held times the seconds they were held, over released attempts not lost with their node.", []string{"submitter"}, nil)
 	descHeldMemory = prometheus.NewDesc("e31_held_memory_gib_seconds_total",
 		"GiB of memory held times the seconds it was held, over released attempts.", []string{"submitter"}, nil)
 	descHeldGPU = prometheus.NewDesc("e31_held_gpu_seconds_total",
 		"GPUs held times the seconds they were held, over released attempts.", []string{"submitter"}, nil)
+	descLostSeconds = prometheus.NewDesc("e31_lost_seconds_total",
+		"Seconds compute was held by attempts released node_lost: the pool's loss, not billed (e31 ledger --totals' lost_seconds).", []string{"submitter"}, nil)
 	descCapacity = prometheus.NewDesc("e31_node_capacity",
 		"What each node in the pool offers, as it announced it.", []string{"node", "resource", "unit"}, nil)
 	descHeld = prometheus.NewDesc("e31_node_held",
@@ -153,7 +155,7 @@ func (c *LogCollector) Figures() Figures {
 // Describe sends the descriptions of every metric Collect sends.
 func (c *LogCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descJobs, descFinished, descWait, descStart, descRelease, descHeldSeconds,
-		descHeldCPU, descHeldMemory, descHeldGPU, descCapacity, descHeld, descNodes, descWithdrawn, descEvents, descApplied, descOverrun} {
+		descHeldCPU, descHeldMemory, descHeldGPU, descLostSeconds, descCapacity, descHeld, descNodes, descWithdrawn, descEvents, descApplied, descOverrun} {
 		ch <- d
 	}
 }
@@ -192,6 +194,7 @@ func (c *LogCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descHeldCPU, m.CPUCoreSeconds, s)
 		counter(descHeldMemory, m.MemoryGiBSeconds, s)
 		counter(descHeldGPU, m.GPUSeconds, s)
+		counter(descLostSeconds, m.LostSeconds, s)
 	}
 	nodes := map[[2]string]int{}
 	for name, n := range f.Nodes {

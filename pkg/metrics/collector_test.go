@@ -180,7 +180,7 @@ func TestCollectorExposition(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 	want := `
-# HELP e31_held_seconds_total Seconds compute was held, summed over released attempts (the meter, as e31 ledger --totals bills it).
+# HELP e31_held_seconds_total Seconds compute was held, summed over released attempts not lost with their node (the meter, as e31 ledger --totals bills it).
 # TYPE e31_held_seconds_total counter
 e31_held_seconds_total{submitter="alice"} 20
 # HELP e31_jobs Jobs in each state, as e31 status names them; released, rejected and cancelled count every job that ended so.

@@ -65,6 +65,9 @@ type Meter struct {
 	CPUCoreSeconds   float64
 	MemoryGiBSeconds float64
 	GPUSeconds       float64
+	// LostSeconds is the held time of attempts released node_lost: not
+	// billed, so in none of the figures above (e31 ledger --totals agrees).
+	LostSeconds float64
 }
 
 // Node is what the log says about one node.
@@ -467,10 +470,14 @@ func (p *Projection) released(id string, e *events.ComputeReleased, at time.Time
 			m = &Meter{}
 			p.meter[j.submitter] = m
 		}
-		m.HeldSeconds += held
-		m.CPUCoreSeconds += a.held.CPU * held
-		m.MemoryGiBSeconds += float64(a.held.MemoryBytes) / gib * held
-		m.GPUSeconds += float64(a.held.GPU) * held
+		if e.Outcome == events.NodeLost {
+			m.LostSeconds += held
+		} else {
+			m.HeldSeconds += held
+			m.CPUCoreSeconds += a.held.CPU * held
+			m.MemoryGiBSeconds += float64(a.held.MemoryBytes) / gib * held
+			m.GPUSeconds += float64(a.held.GPU) * held
+		}
 		if n := p.nodes[a.node]; n != nil {
 			n.Held = n.Held.add(a.held, -1)
 		}

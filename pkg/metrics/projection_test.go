@@ -149,7 +149,7 @@ func TestProjection(t *testing.T) {
 				at(6, "j1", &events.ComputeReleased{Hold: hold1, Outcome: events.NodeLost})),
 			wantJobs:     map[string]int{hold.StateWaiting: 1},
 			wantFinished: map[events.Outcome]int{},
-			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 3, CPUCoreSeconds: 6, MemoryGiBSeconds: 3, GPUSeconds: 3}},
+			wantMeter:    map[string]Meter{"alice": {LostSeconds: 3}},
 			wantLive:     1,
 			check: func(t *testing.T, f Figures) {
 				if f.Release.Count != 1 || f.Release.Sum != 1 {
@@ -181,7 +181,7 @@ func TestProjection(t *testing.T) {
 				at(22, "j1", &events.ComputeReleased{Hold: hold2, Outcome: events.LimitExceeded, Final: true})),
 			wantJobs:     map[string]int{hold.StateReleased: 1},
 			wantFinished: map[events.Outcome]int{events.LimitExceeded: 1},
-			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 15, CPUCoreSeconds: 30, MemoryGiBSeconds: 15, GPUSeconds: 15}},
+			wantMeter:    map[string]Meter{"alice": {HeldSeconds: 12, CPUCoreSeconds: 24, MemoryGiBSeconds: 12, GPUSeconds: 12, LostSeconds: 3}},
 			check: func(t *testing.T, f Figures) {
 				if f.Wait.Count != 2 || f.Wait.Sum != 6 {
 					t.Errorf("wait: %d observations, %g s; want 2, 6 s (2 s, then 4 s after the loss)", f.Wait.Count, f.Wait.Sum)

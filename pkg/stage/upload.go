@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 	"unicode/utf8"
 
 	"github.com/e31net/e31/pkg/events"
@@ -40,7 +41,7 @@ func Upload(ctx context.Context, s Store, localPath string, p Progress) (events.
 	case fi.Mode().IsRegular():
 		ref, err = uploadFile(ctx, s, localPath, p)
 	case fi.IsDir():
-		ref, err = uploadDir(ctx, s, localPath, p)
+		ref, err = uploadDir(ctx, s, localPath, p, nil)
 	default:
 		err = fmt.Errorf("%w: %s is a %s", ErrUnsupported, localPath, fi.Mode().Type())
 	}
@@ -80,7 +81,7 @@ type localFile struct {
 	h    hashed
 }
 
-func uploadDir(ctx context.Context, s Store, localPath string, p Progress) (events.DataRef, error) {
+func uploadDir(ctx context.Context, s Store, localPath string, p Progress, cache *HashCache) (events.DataRef, error) {
 	// A walk does not descend into a symlink, even the one it starts from.
 	root, err := filepath.EvalSymlinks(localPath)
 	if err != nil {
@@ -97,7 +98,7 @@ func uploadDir(ctx context.Context, s Store, localPath string, p Progress) (even
 	// not be read a second time.
 	p.Start(total, "hash "+label)
 	for i := range files {
-		if err := hashLocal(ctx, &files[i], p); err != nil {
+		if err := hashLocal(ctx, &files[i], p, cache); err != nil {
 			p.Done()
 			return events.DataRef{}, fmt.Errorf("%s: %w", files[i].rel, err)
 		}
@@ -149,13 +150,22 @@ func uploadDir(ctx context.Context, s Store, localPath string, p Progress) (even
 	return events.DataRef{Digest: bytesDigest(b), Kind: KindDir, Bytes: m.total(), Files: len(files)}, nil
 }
 
-func hashLocal(ctx context.Context, lf *localFile, p Progress) error {
+func hashLocal(ctx context.Context, lf *localFile, p Progress, cache *HashCache) error {
 	f, _, err := openRegular(lf.abs)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if h, ok := cache.lookup(lf.rel, f); ok {
+		lf.h = h
+		p.Add(h.size)
+		return nil
+	}
+	at := time.Now()
 	lf.h, err = hashFile(ctx, f, PartSize, p)
+	if err == nil {
+		cache.remember(lf.rel, f, lf.h, at)
+	}
 	return err
 }
 

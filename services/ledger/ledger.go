@@ -218,11 +218,8 @@ func (s *Service) open(ctx context.Context, st *store) error {
 		if err != nil {
 			return fmt.Errorf("ledger: start from the checkpoint: %w", err)
 		}
-		if last, err := bus.LastSeq(ctx, s.js); err != nil {
-			return fmt.Errorf("ledger: %w", err)
-		} else if proj.Applied() > last {
-			return fmt.Errorf("ledger: its checkpoint is as of #%d, past the end of the log (#%d): the log was made again since; "+
-				"purge the ledger's bucket (%s) for it to fold the new log in from its first message", proj.Applied(), last, events.LedgerBucket)
+		if err := s.logReaches(ctx, proj.Applied()); err != nil {
+			return err
 		}
 		s.mu.Lock()
 		s.proj, s.from, s.folded = proj, proj.Applied(), 0
@@ -231,6 +228,42 @@ func (s *Service) open(ctx context.Context, st *store) error {
 		s.mu.Unlock()
 		s.tail = s.newTail(proj.Applied() + 1)
 		return nil
+	}
+}
+
+// remadeAfter is how long the log must end before the ledger's checkpoint
+// before the ledger takes it for made again. A server that is behind
+// answers for the log's end during a partition or a change of leader (the
+// cluster test: #2088 told for a log at #2189), and both instances
+// stopped for good on that answer.
+const remadeAfter = 2 * time.Minute
+
+// logReaches returns once the log reaches applied, the checkpoint's last
+// message, and an error that stops the ledger if it still ends before it
+// after remadeAfter: the log was made again, and the bucket must be purged.
+func (s *Service) logReaches(ctx context.Context, applied uint64) error {
+	var since time.Time
+	for {
+		last, err := bus.LastSeq(ctx, s.js)
+		if err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		if last >= applied {
+			return nil
+		}
+		if since.IsZero() {
+			since = time.Now()
+			s.log.Warn("the log ends before the ledger's checkpoint, as a server tells it: asking again, in case that server is behind",
+				"checkpoint", applied, "log_end", last, "for_at_most", remadeAfter)
+		} else if time.Since(since) >= remadeAfter {
+			return fmt.Errorf("ledger: its checkpoint is as of #%d, past the end of the log (#%d) for %s: the log was made again since; "+
+				"purge the ledger's bucket (%s) for it to fold the new log in from its first message", applied, last, remadeAfter, events.LedgerBucket)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 }
 

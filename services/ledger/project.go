@@ -427,6 +427,12 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 	// with the ids the holder's will have: listed, it counts for nothing,
 	// and its id is not the job's, lest the holder's be taken for a repeat.
 	foreign := !events.FromHolder(env.Event, heldOn(r, env.Attempt()))
+	// A checkpoint save counts only while its attempt runs: one a node
+	// sent after the attempt ended (a node cut off, its attempt given up)
+	// is listed and set aside like another node's.
+	if c, ok := env.Event.(*events.CheckpointSaved); ok && !foreign && !saveCounts(r, c) {
+		foreign = true
+	}
 	repeated := false
 	for _, id := range e.IDs {
 		repeated = repeated || id == env.ID
@@ -483,7 +489,8 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		a.Held = hold.Resources{CPU: e.CPU, MemoryBytes: e.MemoryBytes, GPU: e.GPU, DiskBytes: e.DiskBytes, GPUs: e.GPUs}
 		r.State = hold.StateHeld
 	case *events.RunStarted:
-		p.attempt(r, e.Attempt).StartedAt = &at
+		a := p.attempt(r, e.Attempt)
+		a.StartedAt, a.ResumedFrom = &at, e.ResumedFrom
 		r.Isolation = e.Isolation // the last start's: see hold.HoldRecord
 		r.State = hold.StateRunning
 	case *events.RunStopped:
@@ -496,6 +503,15 @@ func (p *Projection) fold(e *entry, env events.Envelope, digest *[32]byte) {
 		a.StoppedAt, a.Outcome, a.ExitCode, a.Reason, a.Usage, a.Logs = &at, e.Outcome, e.ExitCode, e.Reason, e.Usage, e.Logs
 		a.Signature, a.SigningKey = e.Signature, e.SigningKey
 		r.State = hold.StateStopped
+	case *events.CheckpointSaved:
+		a := p.attempt(r, e.Attempt)
+		if a.Checkpoints == nil {
+			a.Checkpoints = &hold.Checkpoints{}
+		}
+		c := a.Checkpoints
+		c.Saves++
+		c.Bytes, c.NewBytes = e.Bytes, c.NewBytes+e.NewBytes
+		c.Last, c.LastAt, c.Manifest = e.SaveName(), at, e.Manifest
 	case *events.HoldExpired:
 		a := p.attempt(r, e.Attempt)
 		a.Outcome, a.Reason, a.ExpiredAt = events.LimitExceeded, e.Reason, &at
@@ -558,6 +574,18 @@ func inNoRecord(env events.Envelope) bool {
 	return sweep
 }
 
+// saveCounts reports whether a save of the record's job counts: its
+// attempt started and nothing ended it yet (its stop, HoldLost,
+// HoldExpired, ComputeReleased). events.Saves says the same of a history.
+func saveCounts(r *hold.HoldRecord, c *events.CheckpointSaved) bool {
+	for i := range r.Attempts {
+		if a := &r.Attempts[i]; a.Attempt == c.Attempt {
+			return a.StartedAt != nil && a.StoppedAt == nil && a.ExpiredAt == nil && a.ReleasedAt == nil && a.Outcome != events.NodeLost
+		}
+	}
+	return false
+}
+
 // heldOn is the node attempt n of the record was held on, "" if none.
 func heldOn(r *hold.HoldRecord, n int) string {
 	for i := range r.Attempts {
@@ -594,13 +622,16 @@ func (p *Projection) summarize(r *hold.HoldRecord) {
 	if r.State != hold.StateCancelled && r.State != hold.StateRejected {
 		r.Outcome, r.Reason = last.Outcome, last.Reason
 	}
-	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds = 0, 0, 0, 0
+	r.HeldSeconds, r.CPUCoreSeconds, r.MemoryGiBSeconds, r.GPUSeconds, r.LostSeconds = 0, 0, 0, 0, 0
 	r.Flags = nil
 	for _, a := range r.Attempts {
 		for _, f := range a.Flags {
 			r.Flags = append(r.Flags, fmt.Sprintf("attempt %d: %s", a.Attempt, f))
 		}
 		r.HeldSeconds += a.HeldSeconds
+		if a.Outcome == events.NodeLost {
+			r.LostSeconds += a.HeldSeconds
+		}
 		r.CPUCoreSeconds += a.CPUCoreSeconds
 		r.MemoryGiBSeconds += a.MemoryGiBSeconds
 		r.GPUSeconds += a.GPUSeconds

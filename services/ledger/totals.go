@@ -4,16 +4,19 @@ import (
 	"sort"
 	"time"
 
+	"github.com/e31net/e31/pkg/events"
 	"github.com/e31net/e31/pkg/hold"
 	"github.com/e31net/e31/pkg/query/wire"
 )
 
 // Totals is what each submitter would be billed for a period: for every
-// released attempt, the part of its held time that falls in [Since, Until)
+// released attempt that did not end node_lost, the part of its held time that falls in [Since, Until)
 // times the resources it held. Cutting at the edges rather than counting
 // whole attempts by when they started or ended is what makes the bills of
 // consecutive months add up to the bill of the year, whatever ran across
 // midnight. An attempt still held has no figure yet: it is counted as open.
+// An attempt lost with its node is the pool's loss, not the submitter's:
+// its part is counted apart, as lost seconds.
 //
 // Without a period the answer is the running sums of the jobs that are not
 // open (kept with the checkpoint) plus the open jobs, all in memory. With
@@ -55,7 +58,7 @@ func (p *Projection) Totals(q wire.TotalsRequest) ([]wire.Totals, error) {
 	}
 	out := make([]wire.Totals, 0, len(by))
 	for _, t := range by {
-		if t.Attempts > 0 || t.Open > 0 {
+		if t.Attempts > 0 || t.Open > 0 || t.LostAttempts > 0 {
 			out = append(out, *t)
 		}
 	}
@@ -85,6 +88,11 @@ func share(r *hold.HoldRecord, since, until time.Time) (wire.Totals, bool) {
 			continue
 		}
 		billed = true
+		if a.Outcome == events.NodeLost {
+			t.LostAttempts++
+			t.LostSeconds += s
+			continue
+		}
 		t.Attempts++
 		t.HeldSeconds += s
 		t.CPUCoreSeconds += a.Held.CPU * s
@@ -107,6 +115,8 @@ func addTotals(sum *wire.Totals, t wire.Totals, sign int) {
 	sum.CPUCoreSeconds += f * t.CPUCoreSeconds
 	sum.MemoryGiBSeconds += f * t.MemoryGiBSeconds
 	sum.GPUSeconds += f * t.GPUSeconds
+	sum.LostAttempts += sign * t.LostAttempts
+	sum.LostSeconds += f * t.LostSeconds
 }
 
 // closedPart is a job's part of the running sums: its totals without a

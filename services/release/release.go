@@ -2,7 +2,9 @@
 // pool once its output is returned, and records ComputeReleased, which stops
 // the meter. It also says whether the job is over: an attempt lost with its
 // node is not the job's fault, so such a job is held again, up to
-// events.MaxAttempts.
+// events.MaxAttempts attempts that count (a lost attempt that saved a new
+// checkpoint does not: events.CountedAttempts) and events.AttemptsCap in
+// all.
 package release
 
 import (
@@ -80,8 +82,16 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 	default:
 		return nil
 	}
+	counted := hold.Attempt
+	if outcome == events.NodeLost {
+		history, err := bus.ReadJob(ctx, s.js, env.Subject, 1)
+		if err != nil {
+			return fmt.Errorf("release %s attempt %d: %w", env.Subject, hold.Attempt, err)
+		}
+		counted = events.CountedAttempts(history)
+	}
 	stored, err := s.pub.React(ctx, env, func(after []events.Envelope) ([]events.Event, error) {
-		return Decide(hold, outcome, after), nil
+		return DecideCounted(hold, outcome, after, counted), nil
 	})
 	if err != nil {
 		return fmt.Errorf("release %s attempt %d: %w", env.Subject, hold.Attempt, err)
@@ -97,11 +107,19 @@ func (s *Service) Handle(ctx context.Context, env events.Envelope) error {
 // already released. A job whose node was lost is held again, up to
 // events.MaxAttempts: it was not the job's fault.
 func Decide(hold events.Hold, outcome events.Outcome, after []events.Envelope) []events.Event {
+	return DecideCounted(hold, outcome, after, hold.Attempt)
+}
+
+// DecideCounted is Decide for a job of which counted attempts count
+// towards events.MaxAttempts (events.CountedAttempts): a lost attempt that
+// saved a new checkpoint moved the job on and is not counted, but no job
+// is held more than events.AttemptsCap times.
+func DecideCounted(hold events.Hold, outcome events.Outcome, after []events.Envelope, counted int) []events.Event {
 	for _, e := range after {
 		if rel, ok := e.Event.(*events.ComputeReleased); ok && rel.Attempt == hold.Attempt {
 			return nil
 		}
 	}
-	final := !(outcome == events.NodeLost && hold.Attempt < events.MaxAttempts)
+	final := !(outcome == events.NodeLost && counted < events.MaxAttempts && hold.Attempt < events.AttemptsCap)
 	return []events.Event{&events.ComputeReleased{Hold: hold, Outcome: outcome, Final: final}}
 }

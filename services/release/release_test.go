@@ -74,6 +74,43 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestLostAttemptsThatSavedDoNotCount: a lost attempt that saved a new
+// checkpoint is not counted towards MaxAttempts, up to AttemptsCap.
+func TestLostAttemptsThatSavedDoNotCount(t *testing.T) {
+	t.Parallel()
+	var history []events.Envelope
+	add := func(ev events.Event) {
+		env := events.New("job-1", ev, "e31/test", time.Unix(int64(len(history)), 0))
+		env.Seq = uint64(len(history) + 1)
+		history = append(history, env)
+	}
+	lostAttempt := func(a int, resumed string, manifest string) {
+		add(&events.ComputeHeld{Hold: hold(a)})
+		add(&events.RunStarted{Hold: hold(a), ResumedFrom: resumed})
+		if manifest != "" {
+			add(&events.CheckpointSaved{Hold: hold(a), N: 1, Manifest: manifest})
+		}
+		add(&events.HoldLost{Hold: hold(a)})
+		add(&events.ComputeReleased{Hold: hold(a), Outcome: events.NodeLost})
+	}
+	lostAttempt(1, "", "sha256:a")    // saved: not counted
+	lostAttempt(2, "1.1", "sha256:b") // saved anew: not counted
+	lostAttempt(3, "2.1", "sha256:b") // saved nothing new: counted
+	lostAttempt(4, "2.1", "")         // saved nothing: counted
+	if got := events.CountedAttempts(history); got != 2 {
+		t.Fatalf("CountedAttempts = %d, want 2", got)
+	}
+	if got := release.DecideCounted(hold(4), events.NodeLost, nil, 2); got[0].(*events.ComputeReleased).Final {
+		t.Error("attempt 4 lost, 2 counted: final, want held again")
+	}
+	if got := release.DecideCounted(hold(5), events.NodeLost, nil, events.MaxAttempts); !got[0].(*events.ComputeReleased).Final {
+		t.Error("MaxAttempts counted: not final")
+	}
+	if got := release.DecideCounted(hold(events.AttemptsCap), events.NodeLost, nil, 1); !got[0].(*events.ComputeReleased).Final {
+		t.Error("AttemptsCap attempts: not final")
+	}
+}
+
 type fixture struct {
 	ctx context.Context
 	js  jetstream.JetStream

@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
@@ -365,8 +364,12 @@ func (s *Service) announce(ctx context.Context, kv jetstream.KeyValue) (*lease.L
 	// Announced before RENT sees the lease, the node could be taken for
 	// lost, but only until the copy comes (RENT asks the nodes' bucket
 	// before it counts a node lost): a copying that stalls delays RENT's
-	// view of the node, and must not keep the node from joining.
-	seenCtx, cancel := context.WithTimeout(ctx, l.TTL())
+	// view of the node, and must not keep the node from joining. Nor may
+	// the wait outlast the lease's first renewal: nothing renews it
+	// meanwhile, and a node that waited a whole TTL fenced itself the
+	// moment it joined, every time, while the copying stalled (the
+	// cluster test, a NATS server cut off: a new boot every two seconds).
+	seenCtx, cancel := context.WithTimeout(ctx, l.TTL()/3)
 	err = s.leaseSeen(seenCtx, func(held string) bool { return held == boot })
 	cancel()
 	if err != nil && ctx.Err() == nil {
@@ -493,8 +496,20 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 	// that is stored must be known here, so that it is stopped and recorded.
 	decideCtx, cancelDecide := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelDecide()
+	// A later attempt resumes from the last checkpoint an earlier one saved.
+	resume, err := s.resumeOf(decideCtx, job, held)
+	if err != nil {
+		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
+	}
 	decide, err := s.sweepStart(decideCtx, job, held, func(after []events.Envelope) ([]events.Event, error) {
-		return s.signed(job, refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold))), nil
+		evs := refuse(DecideStart(*held, after, cached, hasResult, s.isolationOf(job, held)), *held, s.gpus.refusal(job, held.Hold))
+		if len(evs) == 1 && resume != nil {
+			start, _ := evs[0].(*events.RunStarted)
+			if start != nil {
+				start.ResumedFrom = resume.SaveName()
+			}
+		}
+		return s.signed(job, evs), nil
 	})
 	if err != nil {
 		return fmt.Errorf("start %s attempt %d: %w", job, held.Attempt, err)
@@ -512,7 +527,7 @@ func (s *Service) HandleHeld(ctx context.Context, env events.Envelope) error {
 		return nil
 	}
 	log.Info("run started", "seq", stored[0].Seq)
-	stopped := s.execute(jobCtx, job, held, env.Time, log)
+	stopped := s.execute(jobCtx, job, held, env.Time, stored[0], resume, log)
 	s.mu.Lock()
 	s.results[resultKey(job, held.Attempt)] = stopped
 	s.mu.Unlock()
@@ -664,7 +679,10 @@ func (s *Service) isolationOf(job string, held *events.ComputeHeld) events.Isola
 // data is held compute too, and counting from the process start would let
 // the bill pass the limit by that much. SIGKILL comes at the deadline, and
 // SIGTERM a grace period before it.
-func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, heldAt time.Time, log *slog.Logger) events.RunStopped {
+//
+// A job that declares a checkpoint has it restored first when resume names
+// a save, and saved while it runs and once it stopped (checkpoint.go).
+func (s *Service) execute(ctx context.Context, job string, held *events.ComputeHeld, heldAt time.Time, started events.Envelope, resume *events.CheckpointSaved, log *slog.Logger) events.RunStopped {
 	spec := held.Spec
 	limit := time.Duration(spec.Request.LimitSeconds * float64(time.Second))
 	grace := executor.GraceFor(limit, s.cfg.Grace)
@@ -697,8 +715,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		return stopped
 	}
 	// What only e31 knows goes beside the declared environment: the attempt
-	// (a job held again after its node was lost may resume from a
-	// checkpoint) and, in a sweep, its point.
+	// (a job held again after its node was lost finds its checkpoint
+	// restored, and E31_RESUMED_FROM naming it) and, in a sweep, its point.
 	env := make(map[string]string, len(spec.Work.Env)+5)
 	for k, v := range spec.Work.Env {
 		env[k] = v
@@ -708,6 +726,13 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	// training loop can plan its last checkpoint.
 	env["E31_DEADLINE"] = deadline.UTC().Format(time.RFC3339Nano)
 	env["E31_GRACE_SECONDS"] = strconv.FormatFloat(grace.Seconds(), 'f', -1, 64)
+	if spec.Checkpoint != nil {
+		// Which save /out holds at the checkpoint's path: empty on a fresh start.
+		env["E31_RESUMED_FROM"] = ""
+		if resume != nil {
+			env["E31_RESUMED_FROM"] = resume.SaveName()
+		}
+	}
 	if sw := spec.Sweep; sw != nil {
 		env["E31_SWEEP_ID"], env["E31_SWEEP_INDEX"] = sw.ID, strconv.Itoa(sw.Index)
 		env["E31_SWEEP_COUNT"], env["E31_SWEEP_VALUE"] = strconv.Itoa(sw.Count), sw.Value
@@ -767,6 +792,23 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 			return fail("staging data %q: %v", ref.Name, err)
 		}
 	}
+	if resume != nil {
+		err := again(prepCtx, log, "restoring the checkpoint", 0, func(ctx context.Context) error {
+			return restore(ctx, store, resume, spec.Checkpoint, dirs.OutDir)
+		})
+		if err != nil {
+			return fail("restoring checkpoint %s into /out/%s: %v", resume.SaveName(), spec.Checkpoint.Path, err)
+		}
+		log.Info("checkpoint restored", "save", resume.SaveName(), "files", resume.Files, "bytes", resume.Bytes)
+	}
+	saver := s.newSaver(job, held, started, resume, store, xjob, log)
+	saveCtx, stopSaving := context.WithCancel(context.WithoutCancel(ctx))
+	saving := make(chan struct{})
+	go func() {
+		defer close(saving)
+		saver.every(saveCtx)
+	}()
+	defer func() { stopSaving(); <-saving }()
 	flushCtx, stopFlushing := context.WithCancel(context.WithoutCancel(ctx))
 	flushed := make(chan struct{})
 	go func() {
@@ -781,6 +823,8 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	trace.End(runSpan, err)
 	stopFlushing()
 	<-flushed
+	stopSaving()
+	<-saving
 	if err != nil {
 		return fail("starting the job: %v", err)
 	}
@@ -806,6 +850,19 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 		}
 	})()
 	stopped.Outcome, stopped.ExitCode, stopped.Reason, stopped.Usage = res.Outcome, res.ExitCode, res.Reason, res.Usage
+	// The checkpoint once more, as the job left it: on every stop the node
+	// survives (a fenced node gave the attempt up above).
+	trigger := events.TriggerStop
+	if causeOf(ctx) == errShutdown {
+		trigger = events.TriggerShutdown
+	}
+	// In time, as the output below: a save still going when RENT would end
+	// the attempt without the node's stop is given up.
+	saveBy, cancelSave := context.WithDeadline(storing, reportBy(time.Now(), heldAt, limit, held.GraceSeconds))
+	if why := saver.stopped(saveBy, trigger); why != "" {
+		stopped.Reason = strings.TrimPrefix(stopped.Reason+"; "+why, "; ")
+	}
+	cancelSave()
 	stopped.Logs = s.storeLogs(storing, logs, log)
 	if res.Outcome == events.Cancelled && causeOf(ctx) == errShutdown {
 		stopped.Outcome, stopped.Reason = events.NodeLost, "the node shut down while the job ran"
@@ -862,62 +919,6 @@ func (s *Service) execute(ctx context.Context, job string, held *events.ComputeH
 	return stopped
 }
 
-// flushLogs, every LogFlush until ctx ends, stores the job's output that
-// fills a chunk of the head, and publishes what is new on subject, for
-// `e31 logs --follow`: plain NATS, so that when no one follows it goes
-// nowhere, and bounded (stage.RecentMax per stream and flush). A job that
-// wrote nothing new costs nothing.
-func (s *Service) flushLogs(ctx context.Context, logs *stage.JobLog, subject string, log *slog.Logger) {
-	nc := s.js.Conn()
-	tick := time.NewTicker(s.cfg.LogFlush)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		for _, p := range logs.Recent() {
-			m := nats.NewMsg(subject)
-			m.Header.Set(stage.LogStreamHeader, p.Stream)
-			m.Header.Set(stage.LogOffsetHeader, strconv.FormatInt(p.Offset, 10))
-			m.Data = p.Bytes
-			if err := nc.PublishMsg(m); err != nil {
-				log.Debug("publishing the job's output", "err", err)
-			}
-		}
-		if err := logs.Flush(ctx, false); err != nil && ctx.Err() == nil {
-			log.Warn("storing the job's output so far", "err", err)
-		}
-	}
-}
-
-// storeLogs stores the rest of what the job wrote, and marks its log
-// complete, on every path the job ran (also when the node stops: ctx is
-// not the job's, which a shutdown ends), and returns what RunStopped says
-// of it.
-func (s *Service) storeLogs(ctx context.Context, logs *stage.JobLog, log *slog.Logger) *events.Logs {
-	storeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if err := again(storeCtx, log, "storing the job's logs", tryLogs, func(ctx context.Context) error { return logs.Flush(ctx, true) }); err != nil {
-		log.Warn("storing the job's logs", "err", err)
-	}
-	stdout, stderr, truncated := logs.Counts()
-	return &events.Logs{StdoutBytes: stdout, StderrBytes: stderr, Truncated: truncated}
-}
-
-// Deadline is when a job held at heldAt with the given limit is killed: the
-// limit after the hold, as the meter counts. heldAt is the hold's ce-time,
-// from the clock of the RENT that held it; a node whose clock is behind
-// would count the limit from a moment in its future, so the deadline is
-// never later than the limit from now, the moment the node reads the hold.
-func Deadline(heldAt time.Time, limit time.Duration, now time.Time) time.Time {
-	if heldAt.IsZero() || heldAt.After(now) {
-		heldAt = now
-	}
-	return heldAt.Add(limit)
-}
-
 // again calls op until it succeeds, fails for a reason that does not pass
 // by itself, or has failed for a while (retry.Step): a NATS server
 // restarting, or a cluster electing a leader (retry.Transient), is no
@@ -969,26 +970,4 @@ func (s *Service) HandleCancel(_ context.Context, env events.Envelope) error {
 		r.cancel(errCancelRequested)
 	}
 	return nil
-}
-
-// maxCollect bounds how long a node collects a job's output.
-const maxCollect = 10 * time.Minute
-
-// reportBy is when the node must be done collecting a job's output, now
-// that the job is over: within maxCollect, and before RENT's grace past
-// the limit runs out (counted from heldAt, the hold's ce-time, on RENT's
-// clock), less a margin for the stop's append and for the two clocks'
-// drift: a tenth of the grace, at least two seconds. A hold that names no
-// grace (older than it) has maxCollect.
-func reportBy(now, heldAt time.Time, limit time.Duration, graceSeconds float64) time.Time {
-	by := now.Add(maxCollect)
-	if graceSeconds <= 0 {
-		return by
-	}
-	grace := time.Duration(graceSeconds * float64(time.Second))
-	end := heldAt.Add(limit + grace - max(grace/10, 2*time.Second))
-	if end.Before(by) {
-		return end
-	}
-	return by
 }

@@ -36,6 +36,10 @@ type Refs struct {
 	Owners map[string]string
 	// Outputs is what each job named by a from_job data ref returned.
 	Outputs map[string]Output
+	// Checkpoints is the last checkpoint of each job named by a
+	// checkpoint_of data ref (never pending: a job still running is a
+	// problem).
+	Checkpoints map[string]Output
 	// Staged is the problem with each staged input (a data ref without
 	// from_job), by its index in the request's data; none: it is present
 	// and intact.
@@ -98,6 +102,20 @@ func Decide(job string, req *events.JobRequested, st State) events.Event {
 	}
 	for i, ref := range spec.Data {
 		where := fmt.Sprintf("data[%d] %q", i, ref.Name)
+		if ref.CheckpointOf != "" {
+			cp, ok := st.Refs.Checkpoints[ref.CheckpointOf]
+			switch {
+			case !ok:
+				problems = append(problems, fmt.Sprintf("%s: checkpoint_of %s: no such job", where, ref.CheckpointOf))
+			case cp.Problem != "":
+				problems = append(problems, where+": "+cp.Problem)
+			default:
+				resolved := cp.Ref
+				resolved.Name, resolved.CheckpointOf = ref.Name, ref.CheckpointOf
+				spec.Data[i] = resolved
+			}
+			continue
+		}
 		if ref.FromJob == "" {
 			if p := st.Refs.Staged[i]; p != "" {
 				problems = append(problems, where+": "+p)

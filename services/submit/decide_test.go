@@ -69,6 +69,12 @@ func TestDecide(t *testing.T) {
 		{name: "an earlier job's output, unusable", submitter: "alice", spec: with(func(s *events.JobSpec) { s.Data = []events.DataRef{earlier} }),
 			st:   submit.State{Limits: alice, Usage: idle, Refs: &submit.Refs{Outputs: map[string]submit.Output{"job-a": {Problem: "from_job job-a did not succeed (failed)"}}}},
 			want: `data[0] "model": from_job job-a did not succeed`},
+		{name: "a job's last checkpoint: resolved", submitter: "alice", spec: with(func(s *events.JobSpec) { s.Data = []events.DataRef{{Name: "ckpt", CheckpointOf: "job-a"}} }),
+			st:   submit.State{Limits: alice, Usage: idle, Refs: &submit.Refs{Checkpoints: map[string]submit.Output{"job-a": {Ref: events.DataRef{Digest: out.Digest, Kind: "dir", Bytes: 9, Files: 2}}}}},
+			want: "submitted", data: []events.DataRef{{Name: "ckpt", CheckpointOf: "job-a", Digest: out.Digest, Kind: "dir", Bytes: 9, Files: 2}}},
+		{name: "a job's last checkpoint, none saved", submitter: "alice", spec: with(func(s *events.JobSpec) { s.Data = []events.DataRef{{Name: "ckpt", CheckpointOf: "job-a"}} }),
+			st:   submit.State{Limits: alice, Usage: idle, Refs: &submit.Refs{Checkpoints: map[string]submit.Output{"job-a": {Problem: "checkpoint_of job-a: the job saved no checkpoint"}}}},
+			want: `data[0] "ckpt": checkpoint_of job-a: the job saved no checkpoint`},
 		{name: "every problem named", submitter: "alice", spec: with(func(s *events.JobSpec) {
 			s.After = []string{"job-self", "job-b"}
 			s.Data = []events.DataRef{staged}

@@ -265,7 +265,7 @@ func (s *Service) check(ctx context.Context, job string, seq uint64, req *events
 // after, the output of each job it reads, and whether each staged input is
 // present and intact.
 func (s *Service) readRefs(ctx context.Context, job string, req *events.JobRequested) (*Refs, error) {
-	refs := &Refs{Owners: map[string]string{}, Outputs: map[string]Output{}, Staged: map[int]string{}}
+	refs := &Refs{Owners: map[string]string{}, Outputs: map[string]Output{}, Checkpoints: map[string]Output{}, Staged: map[int]string{}}
 	for _, dep := range req.Spec.After {
 		if _, seen := refs.Owners[dep]; seen || dep == job {
 			continue
@@ -284,6 +284,18 @@ func (s *Service) readRefs(ctx context.Context, job string, req *events.JobReque
 		return nil, err
 	}
 	for i, ref := range req.Spec.Data {
+		if ref.CheckpointOf != "" {
+			if _, seen := refs.Checkpoints[ref.CheckpointOf]; seen {
+				continue
+			}
+			var cp Output
+			cp.Ref, cp.Problem, err = s.checkpointOf(ctx, store, req.Submitter, ref.CheckpointOf)
+			if err != nil {
+				return nil, err
+			}
+			refs.Checkpoints[ref.CheckpointOf] = cp
+			continue
+		}
 		if ref.FromJob != "" {
 			if _, seen := refs.Outputs[ref.FromJob]; seen {
 				continue
@@ -381,6 +393,38 @@ func (s *Service) outputOf(ctx context.Context, store stage.Store, submitter, jo
 		return ref, false, "", err
 	}
 	return ref, false, "", nil
+}
+
+// checkpointOf turns the last checkpoint an earlier job of the same
+// submitter saved into a data ref (a folder), or says why it cannot be
+// used: the job is not over (its checkpoint may still change), saved none,
+// or its checkpoints were deleted or are no longer intact.
+func (s *Service) checkpointOf(ctx context.Context, store stage.Store, submitter, job string) (ref events.DataRef, problem string, err error) {
+	history, err := bus.ReadJob(ctx, s.js, job, 1)
+	if err != nil {
+		return ref, "", err
+	}
+	if len(history) == 0 || ownerOf(history) != submitter {
+		return ref, fmt.Sprintf("checkpoint_of %s: no such job", job), nil
+	}
+	if over, _, _ := events.FinalOutput(history); !over {
+		return ref, fmt.Sprintf("checkpoint_of %s: the job is not over yet (continue it once it is)", job), nil
+	}
+	last, ok := events.LastCheckpoint(history)
+	if !ok {
+		return ref, fmt.Sprintf("checkpoint_of %s: the job saved no checkpoint", job), nil
+	}
+	if d, gone := events.DeletedOf(history, events.WhatOutput); gone {
+		return ref, fmt.Sprintf("checkpoint_of %s: %s", job, events.DeletedReason(d)), nil
+	}
+	ref = events.DataRef{Digest: last.Manifest, Kind: stage.KindDir, Bytes: last.Bytes, Files: last.Files}
+	if err := stage.Verify(ctx, store, ref); err != nil {
+		if isBadData(err) {
+			return ref, fmt.Sprintf("checkpoint_of %s: its checkpoint %s is no longer intact: %v", job, last.SaveName(), err), nil
+		}
+		return ref, "", err
+	}
+	return ref, "", nil
 }
 
 // ownerOf is the submitter of a job, from its history.

@@ -232,6 +232,11 @@ type Totals struct {
 	// Open counts attempts held in the period and not yet released: their
 	// meter is still running and is not in these totals yet.
 	Open int `json:"open,omitempty"`
+	// LostSeconds is the held time of the attempts that ended node_lost
+	// (LostAttempts of them): the pool's loss, not billed, so in none of
+	// the figures above. Their records still show it.
+	LostSeconds  float64 `json:"lost_seconds"`
+	LostAttempts int     `json:"lost_attempts,omitempty"`
 }
 
 // TotalsReply has one Totals per submitter, by name.

@@ -63,6 +63,14 @@ type Held struct {
 	// on: only it speaks for the attempt (events.FromHolder).
 	holder        string
 	holderAttempt int
+	// running says the attempt held last has started and nothing ended it
+	// yet: only then does a save of it count (events.Saves).
+	running bool
+	// saves is the root of each attempt's last checkpoint save that
+	// counts: part of the output, kept and deleted with it. A save
+	// replaces its attempt's one before; once the job succeeded, only the
+	// last save of all is kept.
+	saves map[int]Root
 
 	// tombstone says the job is over, holds nothing and waits in
 	// Refs.deleted to be forgotten.
@@ -365,18 +373,27 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 		h.Submitter, h.Name, h.Retention = strings.Clone(e.Submitter), strings.Clone(e.Spec.Name), e.Spec.Retention()
 		r.holdData(h, e.Spec.Data)
 	case *events.ComputeHeld:
-		h.holder, h.holderAttempt = strings.Clone(e.Node), e.Attempt
+		h.holder, h.holderAttempt, h.running = strings.Clone(e.Node), e.Attempt, false
 	case *events.RunStarted:
 		if !h.fromHolder(e, e.Hold) {
 			return nil
 		}
+		h.running = true
 		holdLogs(h, e.Attempt)
+	case *events.CheckpointSaved:
+		if !h.fromHolder(e, e.Hold) || !h.running {
+			return nil // another node's, or too late: it counts for nothing
+		}
+		r.holdSave(h, e.Attempt, e.Manifest)
+	case *events.HoldLost, *events.HoldExpired:
+		h.running = false
 	case *events.RunStopped:
 		if !h.fromHolder(e, e.Hold) {
 			// A node's word about an attempt held elsewhere: the output
 			// and logs it names are no part of the job.
 			return nil
 		}
+		h.running = false
 		if stage.EmptyLog(e.Logs) {
 			// An attempt that wrote nothing stored no log (stage.JobLog):
 			// there is nothing of it to keep, and a job that holds
@@ -422,6 +439,12 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 			h.Logs = nil
 		}
 	default:
+		if rel, ok := env.Event.(*events.ComputeReleased); ok {
+			h.running = false
+			if rel.Final && rel.Outcome == events.Succeeded {
+				r.keepLastSave(h)
+			}
+		}
 		if !events.Terminal(env.Event) || h.Over {
 			return nil
 		}
@@ -429,6 +452,54 @@ func (r *Refs) apply(h *Held, env events.Envelope) []Timer {
 		return r.Pending(h)
 	}
 	return nil
+}
+
+// holdSave holds an attempt's checkpoint save as part of the output, in
+// place of the attempt's save before it, which is dropped: a later attempt
+// resumes from, and checkpoint_of stages, the last save alone.
+func (r *Refs) holdSave(h *Held, attempt int, manifest string) {
+	if _, gone := h.Deleted.At(events.WhatOutput); gone || manifest == "" {
+		return
+	}
+	root := Root{Tenant: h.Submitter, Kind: stage.KindDir, Digest: manifest}
+	if old, ok := h.saves[attempt]; ok && old != root {
+		delete(h.saves, attempt)
+		r.dropOutput(h, old)
+	}
+	h.Output = r.hold(h.Output, root)
+	h.saves = put(h.saves, attempt, root)
+}
+
+// keepLastSave drops every checkpoint save but the last once the job
+// succeeded: nothing will resume from them.
+func (r *Refs) keepLastSave(h *Held) {
+	last := 0
+	for a := range h.saves {
+		last = max(last, a)
+	}
+	for a, root := range h.saves {
+		if a != last {
+			delete(h.saves, a)
+			r.dropOutput(h, root)
+		}
+	}
+}
+
+// dropOutput lets go of one root of the output: its objects go at the
+// job's next sweep, unless another root (of this job or another) holds
+// them.
+func (r *Refs) dropOutput(h *Held, root Root) {
+	if !h.Output[root] {
+		return
+	}
+	for _, other := range h.saves {
+		if other == root {
+			return // still another attempt's last save
+		}
+	}
+	delete(h.Output, root)
+	r.release(root)
+	h.Dropped = put(h.Dropped, root, true)
 }
 
 // Pending is the timers a job that is over needs: its retention, while it
