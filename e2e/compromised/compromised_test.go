@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestCompromisedNode runs every attack of issue 31 that a node's
@@ -16,6 +17,9 @@ import (
 // purpose: what one attack left behind would show in the next.
 func TestCompromisedNode(t *testing.T) {
 	s := &suite{w: newWatcher(t)}
+	// node-1 first: a rogue announced alone, too small for honest's
+	// jobs, has SUBMIT reject them as fitting no node.
+	waitAnnounced(t, node1)
 	s.r = newRogue(t)
 	warm := submitHonest(t, "warm-up", 0, "")
 	if rec, r := warm.wait(t); rec.Outcome != "succeeded" || rec.Node != node1 {
@@ -34,6 +38,29 @@ func TestCompromisedNode(t *testing.T) {
 	t.Run("streams", s.streams)
 	t.Run("consumers", s.consumers)
 	t.Run("replies", s.replies)
+}
+
+// waitAnnounced waits until node has announced itself in the log.
+func waitAnnounced(t *testing.T, node string) {
+	t.Helper()
+	js, err := jetstream.New(connect(t, operator))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, time.Minute)
+	for {
+		st, err := js.Stream(ctx, logStream)
+		if err == nil {
+			if _, err = st.GetLastMsgForSubject(ctx, "e31.node."+node+".announced"); err == nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never announced itself: %v", node, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // suite is what the attacks share.
