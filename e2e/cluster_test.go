@@ -68,6 +68,13 @@ type cluster struct {
 	ranDir  string // the host folder the run nodes' jobs leave their trace in
 	secrets string // what deploy/init.sh made
 	hostURL string // every server's client port, as the host reaches it
+	// hostURLs are the same, each server's by its name (nats-1, …).
+	hostURLs map[string]string
+	// away are the NATS servers a fault has taken away (killed, cut off,
+	// isolated) until it is undone: the test's watch reads through the
+	// others (see dialAround).
+	awayMu  sync.Mutex
+	away    map[string]bool
 	prom    *testcontainers.DockerContainer
 	promURL string // Prometheus' API, as the host reaches it
 	// env is what every e31 container is given: where NATS is, and where
@@ -153,6 +160,7 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 	}
 	wg.Wait()
 	var urls []string
+	c.hostURLs, c.away = map[string]string{}, map[string]bool{}
 	for i, n := range c.nats {
 		testcontainers.CleanupContainer(t, n)
 		if errs[i] != nil {
@@ -160,6 +168,7 @@ func startCluster(t *testing.T, ctx context.Context, instances map[string]int, l
 		}
 		// The servers require TLS; the certificate names 127.0.0.1.
 		urls = append(urls, "tls://"+strings.TrimPrefix(natsURL(t, n), "nats://"))
+		c.hostURLs[fmt.Sprintf("nats-%d", i+1)] = urls[i]
 	}
 	c.hostURL = strings.Join(urls, ",")
 
@@ -304,16 +313,7 @@ func (c *cluster) ca() string { return filepath.Join(c.secrets, "ca.pem") }
 // any server.
 func (c *cluster) connect() jetstream.JetStream {
 	c.t.Helper()
-	sec, err := connect.SecurityOptions(connect.Config{Creds: c.creds("operator"), CA: c.ca()})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	nc, err := nats.Connect(c.hostURL, append(sec, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
-		// The servers advertise their addresses on the private network.
-		nats.IgnoreDiscoveredServers(),
-		// A server cut off from the network falls silent: found out as
-		// the services find it out, not after nats.go's six minutes.
-		nats.PingInterval(connect.PingInterval), nats.MaxPingsOutstanding(connect.MaxPingsOut))...)
+	nc, err := c.dial(c.hostURL)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -323,6 +323,52 @@ func (c *cluster) connect() jetstream.JetStream {
 		c.t.Fatal(err)
 	}
 	return js
+}
+
+// dial opens a client on the host, as the operator, on the servers urls.
+func (c *cluster) dial(urls string) (*nats.Conn, error) {
+	sec, err := connect.SecurityOptions(connect.Config{Creds: c.creds("operator"), CA: c.ca()})
+	if err != nil {
+		return nil, err
+	}
+	return nats.Connect(urls, append(sec, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		// The servers advertise their addresses on the private network.
+		nats.IgnoreDiscoveredServers(),
+		// A server cut off from the network falls silent: found out as
+		// the services find it out, not after nats.go's six minutes.
+		nats.PingInterval(connect.PingInterval), nats.MaxPingsOutstanding(connect.MaxPingsOut))...)
+}
+
+// setAway marks the NATS server name taken away by a fault, or back.
+func (c *cluster) setAway(name string, away bool) {
+	c.awayMu.Lock()
+	defer c.awayMu.Unlock()
+	c.away[name] = away
+}
+
+// dialAround opens a client on the servers no fault has taken away. The
+// host reaches a server through the port the engine publishes for it,
+// which stays open while the server is cut off or isolated: a client
+// there is answered its pings, and nothing of JetStream.
+func (c *cluster) dialAround() (jetstream.JetStream, func(), error) {
+	c.awayMu.Lock()
+	var urls []string
+	for name, u := range c.hostURLs {
+		if !c.away[name] {
+			urls = append(urls, u)
+		}
+	}
+	c.awayMu.Unlock()
+	nc, err := c.dial(strings.Join(urls, ","))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return js, nc.Close, nil
 }
 
 // logWatch follows the log for the events the cluster test paces its
@@ -338,44 +384,58 @@ type logWatch struct {
 	read uint64
 	// changed is closed when something new is seen, then replaced.
 	changed chan struct{}
+	// done is closed when the watch has stopped.
+	done chan struct{}
 }
 
 // watchLog follows the log from its start until ctx ends.
-func watchLog(ctx context.Context, js jetstream.JetStream) *logWatch {
-	w := &logWatch{started: map[string]bool{}, expired: map[string]int{}, changed: make(chan struct{})}
-	go w.follow(ctx, js)
+func watchLog(ctx context.Context, dial func() (jetstream.JetStream, func(), error)) *logWatch {
+	w := &logWatch{started: map[string]bool{}, expired: map[string]int{}, changed: make(chan struct{}), done: make(chan struct{})}
+	go w.follow(ctx, dial)
 	return w
 }
 
-func (w *logWatch) follow(ctx context.Context, js jetstream.JetStream) {
+func (w *logWatch) follow(ctx context.Context, dial func() (jetstream.JetStream, func(), error)) {
+	defer close(w.done)
 	// NodeExpired is a node's event: e31.node.<node>.expired.
 	filters := []string{events.KindSubject(events.TypeRunStarted), "e31.node.*.expired"}
 	// Read by batched direct gets, each pass from where the last ended,
 	// not through a consumer: the watch's consumer, on a server killed or
-	// cut off, once stood still without an error, and the test with it
-	// (no start of wave 9 seen for two minutes while all fifty ran). A
-	// request that no server answers ends at its deadline, and the next
-	// pass asks again.
-	//
-	// A pass that fails has the test's client try another server: the one
-	// it is on may answer its pings and nothing of JetStream (a server
-	// isolated with the RENT leader, on an island without a quorum), and
-	// it then never gives the connection up of itself.
+	// cut off, once stood still without an error, and the test with it.
+	// A pass that fails has the watch dial again, on the servers no fault
+	// has taken away: its client sat on a server isolated with the RENT
+	// leader, answered its pings and none of its requests, while every
+	// job of the wave ran (three runs of seven).
 	next := make(map[string]uint64, len(filters))
+	var js jetstream.JetStream
+	hangUp := func() {}
+	defer func() { hangUp() }()
 	for ctx.Err() == nil {
+		if js == nil {
+			var err error
+			if js, hangUp, err = dial(); err != nil {
+				js, hangUp = nil, func() {}
+			}
+		}
+		failed := js == nil
 		for _, filter := range filters {
+			if failed {
+				break
+			}
 			pass, cancel := context.WithTimeout(ctx, 10*time.Second)
 			for m, err := range bus.Stored(pass, js, filter, next[filter]+1) {
 				if err != nil {
-					if ctx.Err() == nil {
-						_ = js.Conn().ForceReconnect() // tried again next pass, wherever it lands
-					}
+					failed = true
 					break
 				}
 				next[filter] = m.Sequence
 				w.saw(m.Sequence, m.Subject)
 			}
 			cancel()
+		}
+		if failed && js != nil {
+			hangUp()
+			js, hangUp = nil, func() {}
 		}
 		select {
 		case <-ctx.Done():
@@ -620,7 +680,8 @@ func TestClusterLosesNothing(t *testing.T) {
 	js := c.connect()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	watch := watchLog(watchCtx, js)
+	watch := watchLog(watchCtx, c.dialAround)
+	defer func() { stopWatch(); <-watch.done }()
 	// The process table says when each attempt ran (as root: CI is).
 	var procs *procTrace
 	if os.Geteuid() == 0 {

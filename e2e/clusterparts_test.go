@@ -66,8 +66,18 @@ func (c *cluster) attach(ctx context.Context, nw *testcontainers.DockerNetwork, 
 // cutOff is the fault of one container taken off the cluster's network.
 func (c *cluster) cutOff(class, name string, ctr *testcontainers.DockerContainer) fault {
 	f := fault{name: name + " cut off", partition: true,
-		do:   func(ctx context.Context) error { return c.detach(ctx, c.net, ctr) },
-		undo: func(ctx context.Context) error { return c.attach(ctx, c.net, ctr, aliases(class, name)) }}
+		do: func(ctx context.Context) error {
+			if class == "nats" {
+				c.setAway(name, true)
+			}
+			return c.detach(ctx, c.net, ctr)
+		},
+		undo: func(ctx context.Context) error {
+			if class == "nats" {
+				defer c.setAway(name, false)
+			}
+			return c.attach(ctx, c.net, ctr, aliases(class, name))
+		}}
 	if class == "run" {
 		f.node = name
 	}
@@ -101,6 +111,7 @@ func (c *cluster) leaderIsland(js jetstream.JetStream) fault {
 			return fmt.Errorf("the leases' stream leader is %q, not one of the NATS servers", natsName)
 		}
 		rent, nats = c.svcs["rent"][i-1], c.nats[k-1]
+		c.setAway(natsName, true)
 		named = fmt.Sprintf("%s (leading) isolated with %s (the leases' leader)", rentName, natsName)
 		var err error
 		if island, err = network.New(ctx); err != nil {
@@ -119,6 +130,7 @@ func (c *cluster) leaderIsland(js jetstream.JetStream) fault {
 		return c.detach(ctx, c.net, rent)
 	}
 	f.undo = func(ctx context.Context) error {
+		defer c.setAway(natsName, false)
 		for _, step := range []func() error{
 			func() error { return c.attach(ctx, c.net, nats, aliases("nats", natsName)) },
 			func() error { return c.attach(ctx, c.net, rent, aliases("rent", rentName)) },
@@ -145,8 +157,14 @@ func (f fault) String() string {
 // killed is the fault of a container killed with SIGKILL and started again.
 func (c *cluster) killed(name string, ctr *testcontainers.DockerContainer, node bool) fault {
 	f := fault{name: name,
-		do:   func(ctx context.Context) error { return c.kill(ctx, ctr) },
-		undo: func(ctx context.Context) error { return ctr.Start(ctx) }}
+		do: func(ctx context.Context) error {
+			c.setAway(name, true)
+			return c.kill(ctx, ctr)
+		},
+		undo: func(ctx context.Context) error {
+			defer c.setAway(name, false)
+			return ctr.Start(ctx)
+		}}
 	if node {
 		f.node = name
 	}
