@@ -70,19 +70,9 @@ func readCheckpointEvery(r *reader, v value, c *checkpointEntry) {
 		r.fail(v, "required ("+wantCheckpointEvery+")")
 		return
 	}
-	s, ok := r.text(v, wantCheckpointEvery)
-	if !ok {
-		return
+	if sec, ok := r.seconds(v, wantCheckpointEvery, checkCheckpointEvery); ok {
+		c.spec.EverySeconds = sec
 	}
-	d, why := parseDuration(s)
-	if why == "" {
-		why = checkCheckpointEvery(d.Seconds())
-	}
-	if why != "" {
-		r.fail(v, why)
-		return
-	}
-	c.spec.EverySeconds = d.Seconds()
 }
 
 // checkCheckpointPath is what an output path must be (under /out, relative,

@@ -409,19 +409,9 @@ func readLimit(r *reader, v value, q *events.Request) {
 		r.fail(v, "required ("+wantLimit+")")
 		return
 	}
-	s, ok := r.text(v, wantLimit)
-	if !ok {
-		return
+	if sec, ok := r.seconds(v, wantLimit, checkLimit); ok {
+		q.LimitSeconds = sec
 	}
-	d, why := parseDuration(s)
-	if why == "" {
-		why = checkLimit(d.Seconds())
-	}
-	if why != "" {
-		r.fail(v, why)
-		return
-	}
-	q.LimitSeconds = d.Seconds()
 }
 
 // readOutputs reads output: each item is a path or glob, required, or the

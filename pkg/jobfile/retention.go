@@ -26,19 +26,9 @@ func readRetention(r *reader, v value, j *Job) {
 	if !v.given() {
 		return
 	}
-	s, ok := r.text(v, wantRetention)
-	if !ok {
-		return
+	if sec, ok := r.seconds(v, wantRetention, checkRetention); ok {
+		j.Spec.RetentionSeconds = sec
 	}
-	d, why := parseDuration(s)
-	if why == "" {
-		why = checkRetention(d.Seconds())
-	}
-	if why != "" {
-		r.fail(v, why)
-		return
-	}
-	j.Spec.RetentionSeconds = d.Seconds()
 }
 
 // checkRetention takes seconds because that is what a spec carries; 0 means

@@ -215,3 +215,21 @@ func formatDuration(d time.Duration) string {
 	}
 	return d.String()
 }
+
+// seconds reads v as a duration (want says what is expected) that check,
+// given its seconds, finds nothing wrong with; a fault is reported at v.
+func (r *reader) seconds(v value, want string, check func(float64) string) (float64, bool) {
+	s, ok := r.text(v, want)
+	if !ok {
+		return 0, false
+	}
+	d, why := parseDuration(s)
+	if why == "" {
+		why = check(d.Seconds())
+	}
+	if why != "" {
+		r.fail(v, why)
+		return 0, false
+	}
+	return d.Seconds(), true
+}
