@@ -23,7 +23,7 @@ func lastLine(out string) string {
 
 // The summary lines are read by scripts: their formats must not change.
 var (
-	lifeSummary      = regexp.MustCompile(`^bench jobs=\d+ jobs_per_s=\d+\.\d floor_per_s=\d+ ratio=\d+\.\d{3} start_p50_ms=\d+\.\d\d start_p99_ms=\d+\.\d\d released_p50_ms=\d+\.\d\d burst_start_p50_ms=\d+ burst_released_p99_ms=\d+ sync=interval executor=process failed=0 cpu_per_job_ms=\d+\.\d\d executor_floor_per_s=\d+ executor_ratio=\d+\.\d{3}$`)
+	lifeSummary      = regexp.MustCompile(`^bench jobs=\d+ jobs_per_s=\d+\.\d floor_per_s=\d+ ratio=\d+\.\d{3} start_p50_ms=\d+\.\d\d start_p99_ms=\d+\.\d\d released_p50_ms=\d+\.\d\d burst_start_p50_ms=\d+ burst_released_p99_ms=\d+ sync=interval executor=process failed=0 cpu_per_job_ms=\d+\.\d\d executor_floor_per_s=\d+ executor_ratio=\d+\.\d{3} writes_per_job=\d+\.\d\d$`)
 	schedulerSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d cpu_us_per_decision=\d+$`)
 	observeSummary   = regexp.MustCompile(`^bench-observe pairs=1 jobs=\d+ off_jobs_per_s=\d+\.\d on_jobs_per_s=\d+\.\d cost_pct=-?\d+\.\d spread_pct=\d+\.\d off_median=\d+\.\d on_median=\d+\.\d otlp_bytes=(\d+) sync=interval executor=process off_cpu_ms_per_job=\d+\.\d\d on_cpu_ms_per_job=\d+\.\d\d cpu_cost_pct=-?\d+\.\d$`)
 	ledgerSummary    = regexp.MustCompile(`^bench-ledger events=\d+ jobs=\d+ write_per_s=\d+ read_only_per_s=\d+ audit_s=\d+\.\d{3} audit_per_s=\d+ ledger_rebuild_s=\d+\.\d{3} ledger_per_s=\d+ audit_cpu_s=\d+\.\d\d ledger_cpu_s=\d+\.\d\d ledger_restart_s=\d+\.\d{3} cores=\d+ audit_heap_mib=\d+\.\d whole_audit_s=\d+\.\d{3} whole_audit_rss_mib=\d+\.\d$`)

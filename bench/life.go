@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +89,9 @@ type lifeResult struct {
 	// embedded server, not the jobs) over the burst, per job: on a machine
 	// others share, steadier than the rate, which waits on them.
 	cpuPerJob time.Duration
+	// writesPerJob is the messages every stream stored over the burst
+	// (each one written to disk with --sync always), per job.
+	writesPerJob float64
 }
 
 // life is Life, returning the burst's throughput as well.
@@ -186,6 +190,10 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (_ lifeResult, err 
 		defer stopProfile()
 	}
 	// Burst: everything at once, published in batches.
+	writes0, err := streamWrites(ctx, js)
+	if err != nil {
+		return lifeResult{}, err
+	}
 	cpu0 := cpuTime()
 	ids := make([]string, o.Jobs)
 	dones := make([]<-chan *timing, o.Jobs)
@@ -246,6 +254,20 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (_ lifeResult, err 
 	}
 	perSec := float64(len(burst)) / last.Sub(first).Seconds()
 	res := lifeResult{perSec: perSec, failed: failed, cpuPerJob: (cpuTime() - cpu0) / time.Duration(len(burst))}
+	writes1, err := streamWrites(ctx, js)
+	if err != nil {
+		return lifeResult{}, err
+	}
+	var all uint64
+	var each []string
+	for name, n := range writes1 {
+		if d := n - writes0[name]; d > 0 {
+			all += d
+			each = append(each, fmt.Sprintf("%s %.2f", name, float64(d)/float64(len(burst))))
+		}
+	}
+	sort.Strings(each)
+	res.writesPerJob = float64(all) / float64(len(burst))
 
 	idleHeld, idleStart, idleRel := latencies(idle)
 	bHeld, bStart, bRel := latencies(burst)
@@ -253,6 +275,7 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (_ lifeResult, err 
 		len(idle), pct(idleHeld, 50), pct(idleHeld, 99), pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(idleRel, 99))
 	fmt.Fprintf(out, "burst (%d jobs at once):            %.1f jobs/s | submit→held p50 %.0f ms p99 %.0f | submit→started p50 %.0f ms p99 %.0f | submit→released p50 %.0f ms p99 %.0f | %d not succeeded\n",
 		len(burst), perSec, pct(bHeld, 50), pct(bHeld, 99), pct(bStart, 50), pct(bStart, 99), pct(bRel, 50), pct(bRel, 99), failed)
+	fmt.Fprintf(out, "writes a job, every stream (each to disk with --sync always): %.2f: %s\n", res.writesPerJob, strings.Join(each, ", "))
 	if o.NoFloor {
 		if failed > 0 {
 			return res, fmt.Errorf("%w: %d of %d jobs did not succeed", ErrFailed, failed, len(burst))
@@ -270,9 +293,9 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (_ lifeResult, err 
 	// cpu_per_job_ms is e31's own CPU (every service and the embedded
 	// server, not the jobs) per job of the burst: steadier than the rate
 	// on a machine others share.
-	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d cpu_per_job_ms=%.2f executor_floor_per_s=%.0f executor_ratio=%.3f\n",
+	fmt.Fprintf(out, "bench jobs=%d jobs_per_s=%.1f floor_per_s=%.0f ratio=%.3f start_p50_ms=%.2f start_p99_ms=%.2f released_p50_ms=%.2f burst_start_p50_ms=%.0f burst_released_p99_ms=%.0f sync=%s executor=%s failed=%d cpu_per_job_ms=%.2f executor_floor_per_s=%.0f executor_ratio=%.3f writes_per_job=%.2f\n",
 		len(burst), perSec, floor, perSec/floor, pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(bStart, 50), pct(bRel, 99), o.Sync, o.Executor, failed,
-		float64(res.cpuPerJob.Microseconds())/1000, nodeFloor, perSec/nodeFloor)
+		float64(res.cpuPerJob.Microseconds())/1000, nodeFloor, perSec/nodeFloor, res.writesPerJob)
 	if failed > 0 {
 		return res, fmt.Errorf("%w: %d of %d jobs did not succeed", ErrFailed, failed, len(burst))
 	}
@@ -482,4 +505,18 @@ func scrape(ctx context.Context, js jetstream.JetStream, log *slog.Logger, cs []
 		}
 	})
 	return func() { cancel(); _ = g.Wait() }, nil
+}
+
+// streamWrites is the last sequence of every stream: what each has stored
+// since it was made, so that two readings give the writes between them.
+func streamWrites(ctx context.Context, js jetstream.JetStream) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	l := js.ListStreams(ctx)
+	for info := range l.Info() {
+		out[info.Config.Name] = info.State.LastSeq
+	}
+	if err := l.Err(); err != nil {
+		return nil, fmt.Errorf("bench: list the streams: %w", err)
+	}
+	return out, nil
 }

@@ -117,3 +117,39 @@ func TestRepeatedAppendConflictsInACluster(t *testing.T) {
 		t.Fatalf("repeat without expectation: #%d, %v; want #%d, nil", again.Seq, err, first.Seq)
 	}
 }
+
+// TestLeasesRaisedToThreeReplicasAreWrittenToDisk: on one server the lease
+// streams are acknowledged before the disk has them (events.leasePersist),
+// but a stream's persist mode is for ever and JetStream writes no
+// replicated stream so: on a server of a cluster, where e31 setup may
+// raise them to three replicas, they are made as every other stream is,
+// and the raise succeeds.
+func TestLeasesRaisedToThreeReplicasAreWrittenToDisk(t *testing.T) {
+	t.Parallel()
+	js := startCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// startCluster made every stream with three replicas; made again by a
+	// service that starts before e31 setup, they have one.
+	leases := []string{events.KVStream(events.LeasesBucket), events.KVStream(events.NodeLeasesBucket)}
+	for _, name := range leases {
+		if err := js.DeleteStream(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := events.Setup(ctx, js, events.StreamOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range leases {
+		if _, raised, err := events.RaiseReplicas(ctx, js, name, 3); err != nil || !raised {
+			t.Fatalf("raise %s: %v, %v", name, raised, err)
+		}
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := st.CachedInfo().Config; cfg.Replicas != 3 || cfg.PersistMode != jetstream.DefaultPersistMode {
+			t.Errorf("%s raised: %d replicas, written %v; want 3, default", name, cfg.Replicas, cfg.PersistMode)
+		}
+	}
+}

@@ -102,6 +102,12 @@ func TestANodesLeaseReachesTheLeasesAndCannotRollThemUp(t *testing.T) {
 		if err := events.Setup(ctx, js, events.StreamOptions{LeaseTTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
+		// On one server the leases are acknowledged before the disk has
+		// them (events.leasePersist); the log and the ledger are not.
+		persisted(t, ctx, js, map[string]jetstream.PersistModeType{
+			events.KVStream(events.LeasesBucket): jetstream.AsyncPersistMode, events.KVStream(events.NodeLeasesBucket): jetstream.AsyncPersistMode,
+			events.Stream: jetstream.DefaultPersistMode, events.KVStream(events.LedgerBucket): jetstream.DefaultPersistMode,
+		})
 		check(t, ctx, js)
 	})
 	t.Run("made before, linked", func(t *testing.T) {
@@ -120,6 +126,25 @@ func TestANodesLeaseReachesTheLeasesAndCannotRollThemUp(t *testing.T) {
 		if again, err := events.LinkNodeLeases(ctx, js); err != nil || again {
 			t.Errorf("LinkNodeLeases again: %v, %v; want nothing to do", again, err)
 		}
+		// A stream's persist mode is for ever: the old bucket stays as it
+		// was made.
+		persisted(t, ctx, js, map[string]jetstream.PersistModeType{
+			events.KVStream(events.LeasesBucket): jetstream.DefaultPersistMode, events.KVStream(events.NodeLeasesBucket): jetstream.AsyncPersistMode,
+		})
 		check(t, ctx, js)
 	})
+}
+
+// persisted checks how each stream is written.
+func persisted(t *testing.T, ctx context.Context, js jetstream.JetStream, want map[string]jetstream.PersistModeType) {
+	t.Helper()
+	for name, mode := range want {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.CachedInfo().Config.PersistMode; got != mode {
+			t.Errorf("stream %s is written %v, want %v", name, got, mode)
+		}
+	}
 }

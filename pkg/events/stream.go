@@ -113,6 +113,10 @@ type StreamOptions struct {
 	// comes and drops nothing (see StreamConfig), and SUBMIT stops
 	// accepting jobs LogReserve short of the bound (see LogNearlyFull).
 	LogMaxBytes int64
+	// Clustered says the server is one of a cluster, where a stream made
+	// with one replica may be given three later (e31 setup): Setup reads
+	// it from the connection. See leasePersist.
+	Clustered bool
 }
 
 // LeasesBucketConfig is the configuration of the leases bucket. Its TTL is
@@ -156,7 +160,71 @@ func NodeLeasesStreamConfig(o StreamOptions) jetstream.StreamConfig {
 		AllowRollup:       false,
 		DenyDelete:        true,
 		DenyPurge:         true,
+		PersistMode:       leasePersist(o),
 	}
+}
+
+// LeasesStreamConfig is the stream behind LeasesBucket, as nats.go makes
+// it of LeasesBucketConfig, sourcing NodeLeasesBucket, and written as
+// leasePersist says: a KeyValueConfig has no persist mode, and a stream's
+// cannot be changed once it is made.
+func LeasesStreamConfig(o StreamOptions) jetstream.StreamConfig {
+	kv := LeasesBucketConfig(o)
+	return jetstream.StreamConfig{
+		Name:                   KVStream(LeasesBucket),
+		Description:            kv.Description,
+		Subjects:               []string{"$KV." + LeasesBucket + ".>"},
+		Sources:                []*jetstream.StreamSource{nodeLeasesSource()},
+		MaxMsgsPerSubject:      int64(kv.History),
+		MaxBytes:               -1,
+		MaxAge:                 kv.TTL,
+		MaxMsgSize:             -1,
+		Storage:                kv.Storage,
+		Replicas:               kv.Replicas,
+		AllowRollup:            true,
+		DenyDelete:             true,
+		Duplicates:             min(kv.TTL, DuplicateWindow),
+		MaxMsgs:                -1,
+		MaxConsumers:           -1,
+		AllowDirect:            true,
+		Discard:                jetstream.DiscardNew,
+		AllowMsgTTL:            true,
+		SubjectDeleteMarkerTTL: kv.LimitMarkerTTL,
+		PersistMode:            leasePersist(o),
+	}
+}
+
+// leasePersist is how a lease stream of that many replicas is written. A
+// lease is not history: it says a node or the deciding RENT lives, and its
+// worth is that it is renewed, a pool of 10,000 nodes renewing 4,000 times
+// a second. On one server each renewal written to disk before it is
+// acknowledged would take most of the disk's synchronous writes, the log's
+// among them (e31 bench scheduler --renew --sync always: 9,075 of 10,000
+// nodes counted lost). So a single server acknowledges a renewal once it
+// is written to its files, and the disk catches up on its own (JetStream's
+// async persist mode, which it allows only without replicas; three
+// replicas keep a renewal on a quorum instead, as they keep everything).
+//
+// What this risks is bounded by the fencing, not by the disk. A server
+// killed loses only the writes not yet handed to the kernel; one whose
+// machine loses power may come back with older leases. Either way a node
+// whose renewal was lost finds its lease's revision changed at its next
+// renewal and stops its jobs at once (pkg/lease), and a node that cannot
+// reach the server stops them on its own clock, by the TTL less the fence
+// margin after its last renewal: a server that lost power and restarted
+// takes longer than that, and RENT, starting with it, gives a node with
+// no lease a whole lease time before it counts it lost.
+//
+// A stream's persist mode cannot be changed once it is made, and a
+// replicated stream cannot be written asynchronously: so a lease stream is
+// made async only on a server that is not one of a cluster, where its
+// replicas will never be raised. A deployment made before keeps writing
+// its leases to disk until its lease streams are made again.
+func leasePersist(o StreamOptions) jetstream.PersistModeType {
+	if o.Replicas > 1 || o.Clustered {
+		return jetstream.DefaultPersistMode
+	}
+	return jetstream.AsyncPersistMode
 }
 
 // LeaseGetSubject is where the lease under key of LeasesBucket is read
@@ -194,7 +262,7 @@ func LinkNodeLeases(ctx context.Context, js jetstream.JetStream) (bool, error) {
 	cfg := leases.CachedInfo().Config
 	changed := false
 	if _, err := js.Stream(ctx, KVStream(NodeLeasesBucket)); errors.Is(err, jetstream.ErrStreamNotFound) {
-		in := NodeLeasesStreamConfig(StreamOptions{Replicas: cfg.Replicas, LeaseTTL: cfg.MaxAge})
+		in := NodeLeasesStreamConfig(StreamOptions{Replicas: cfg.Replicas, LeaseTTL: cfg.MaxAge, Clustered: js.Conn().ConnectedClusterName() != ""})
 		if _, err := js.CreateStream(ctx, in); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return false, fmt.Errorf("link the nodes' leases: %w", err)
 		}
@@ -399,7 +467,8 @@ func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // who made the log three-way replicated must not have a service that was
 // started with the defaults make it single again.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
-	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o), LedgerBucketConfig(o), NodeLeasesStreamConfig(o)} {
+	o.Clustered = o.Clustered || js.Conn().ConnectedClusterName() != ""
+	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o), LedgerBucketConfig(o), NodeLeasesStreamConfig(o), LeasesStreamConfig(o)} {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
 			continue
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -409,12 +478,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
 			return fmt.Errorf("set up stream %s: %w", cfg.Name, err)
 		}
 	}
-	leases := LeasesBucketConfig(o)
-	leases.Sources = []*jetstream.StreamSource{nodeLeasesSource()}
-	for _, cfg := range []jetstream.KeyValueConfig{leases, RentBucketConfig(o)} {
-		if _, err := OpenBucket(ctx, js, cfg); err != nil {
-			return err
-		}
+	if _, err := OpenBucket(ctx, js, RentBucketConfig(o)); err != nil {
+		return err
 	}
 	return nil
 }

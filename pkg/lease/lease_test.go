@@ -25,10 +25,7 @@ func bucketOn(t *testing.T, ttl time.Duration) (context.Context, jetstream.JetSt
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, 30*time.Second)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.LeaseTTL(ctx, t, js, ttl)
 	return ctx, js, kv
 }
 

@@ -125,17 +125,14 @@ func RefuseWrites(ctx context.Context, tb testing.TB, js jetstream.JetStream, st
 func LeaseTTL(ctx context.Context, tb testing.TB, js jetstream.JetStream, ttl time.Duration) jetstream.KeyValue {
 	tb.Helper()
 	o := events.StreamOptions{LeaseTTL: ttl}
-	st, err := js.Stream(ctx, events.KVStream(events.LeasesBucket))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := events.LeasesBucketConfig(o)
-	cfg.Sources = st.CachedInfo().Config.Sources
-	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
-	if err != nil {
+	if _, err := js.UpdateStream(ctx, events.LeasesStreamConfig(o)); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := js.UpdateStream(ctx, events.NodeLeasesStreamConfig(o)); err != nil {
+		tb.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, events.LeasesBucket)
+	if err != nil {
 		tb.Fatal(err)
 	}
 	return kv

@@ -24,10 +24,7 @@ func TestANodeIsCountedLostALapseMarginAfterItsLeaseIsGone(t *testing.T) {
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.LeaseTTL(ctx, t, js, ttl)
 	if _, err := kv.Put(ctx, "node.n1", []byte("boot-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -103,10 +100,7 @@ func TestAStandbyForgetsALapseTheLeaderRecorded(t *testing.T) {
 	srv := natstest.Start(t)
 	js := srv.JetStream(t)
 	ctx := natstest.Context(t, time.Minute)
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.LeaseTTL(ctx, t, js, ttl)
 	if _, err := kv.Put(ctx, "node.n1", []byte("boot-1")); err != nil {
 		t.Fatal(err)
 	}

@@ -185,10 +185,7 @@ func TestALeaderWhoseLeaseLapsedDecidesWhenItIsRenewed(t *testing.T) {
 	ctx := natstest.Context(t, time.Minute)
 	// Renewed every 3 s, valid for 4.5 s after each, expired after 9 s.
 	const ttl = 9 * time.Second
-	kv, err := js.CreateOrUpdateKeyValue(ctx, events.LeasesBucketConfig(events.StreamOptions{LeaseTTL: ttl}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := natstest.LeaseTTL(ctx, t, js, ttl)
 	nodeLease := func() {
 		t.Helper()
 		if _, err := kv.Put(ctx, "node.n1", []byte("boot-1")); err != nil {
