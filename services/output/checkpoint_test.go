@@ -33,6 +33,13 @@ func TestARestartReadsFromTheCheckpoint(t *testing.T) {
 	first := st.CachedInfo().State.LastSeq + 1 // job-kept's first event
 	data := w.folder(t, "in", map[string]string{"a.txt": "input\n"})
 	w.runJob(t, "job-kept", 24*time.Hour, []events.DataRef{data}, map[string]string{"r.txt": "result\n"})
+	// Returning does not wait for the projection: stopped before it has
+	// read the log, OUTPUT rightly writes no checkpoint.
+	select {
+	case <-w.svc.Retention().CaughtUp():
+	case <-w.ctx.Done():
+		t.Fatal("the retention's projection never read the log")
+	}
 	if got := w.svc.Retention().ReadFrom(); got != 1 {
 		t.Errorf("the first start read the log from #%d, want #1: there was no checkpoint", got)
 	}

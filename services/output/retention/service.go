@@ -128,6 +128,11 @@ func (s *Service) Tracked() int {
 // out).
 func (s *Service) ReadFrom() uint64 { return s.from.Load() }
 
+// CaughtUp is closed once this start's projection has read the log as far
+// as it went when Run began: from then on the projection is whole, and Run
+// writes its checkpoints.
+func (s *Service) CaughtUp() <-chan struct{} { return s.tail.CaughtUp() }
+
 // Run serves the stored endpoint, follows the log into the projection and
 // handles the timers until ctx ends, or until one of them cannot go on:
 // the first to fail ends the others, and Run returns its error.
