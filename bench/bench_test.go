@@ -107,7 +107,7 @@ func TestSchedulerLedgerAndStageSmall(t *testing.T) {
 }
 
 // renewSummary is the scheduler's summary with the nodes renewing.
-var renewSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d cpu_us_per_decision=\d+ renew=1 lease_writes_per_s=(\d+) lease_cores=\d+\.\d\d nodes_lost=(\d+)$`)
+var renewSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d cpu_us_per_decision=\d+ renew=1 lease_writes_per_s=(\d+) lease_cores=\d+\.\d\d renewer_cores=\d+\.\d\d nodes_lost=(\d+)$`)
 
 // TestSchedulerWithRenewals runs the scheduler's measure small with the
 // nodes renewing their leases: each renewal and its copy are counted, as

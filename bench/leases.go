@@ -1,18 +1,25 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/e31net/e31/pkg/broker"
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/connect"
 	"github.com/e31net/e31/pkg/events"
@@ -24,93 +31,217 @@ import (
 // would measure the client library more than the server.
 const renewConns = 16
 
-// renewers are nodes keeping their leases as run nodes do: each claims
-// node.<name> in the nodes' bucket under its boot and renews it every
-// third of that bucket's lease time (lease.Keep), which the leases bucket
-// copies; RENT reads both.
-type renewers struct {
-	conns  []*nats.Conn
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	// lost counts leases Keep gave up (ErrLost: a renewal came after the
-	// key expired), failed the other errors.
-	lost, failed atomic.Int64
-	errMu        sync.Mutex
-	firstErr     error
+// renewersEnv, set in the environment of a process of e31 (or of a test
+// binary of this package), makes it the renewers of the scheduler bench
+// (MaybeRenewers) rather than what it was started as: JSON of
+// renewersArgs. They run in a process of their own so that what the server
+// spends on the leases is measured apart from what the ten thousand
+// renewals cost their nodes, which on a real pool run on the nodes.
+const renewersEnv = "E31_BENCH_RENEWERS"
+
+// renewersArgs are what the renewers' process is told.
+type renewersArgs struct {
+	URL   string        `json:"url"`
+	Names []string      `json:"names"`
+	Boot  string        `json:"boot"`
+	TTL   time.Duration `json:"ttl"`
 }
 
-// startRenewers claims the leases of names, spread over one renewal
-// period of the lease time ttl (the leases bucket's), and keeps them until
-// stop.
-func startRenewers(ctx context.Context, srv *broker.Server, names []string, boot string, ttl time.Duration) (*renewers, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	r := &renewers{cancel: cancel}
+// renewersDone is the last line the renewers' process writes: the leases
+// its renewers lost, and those that failed otherwise, with the first
+// error.
+type renewersDone struct {
+	Lost   int64  `json:"lost"`
+	Failed int64  `json:"failed"`
+	Err    string `json:"err,omitempty"`
+}
+
+// MaybeRenewers runs the scheduler bench's renewers and exits, if this
+// process was started as them (renewersEnv); otherwise it returns at
+// once. cmd/e31 calls it first thing, as does this package's TestMain.
+func MaybeRenewers() {
+	spec := os.Getenv(renewersEnv)
+	if spec == "" {
+		return
+	}
+	var a renewersArgs
+	if err := json.Unmarshal([]byte(spec), &a); err != nil {
+		fmt.Fprintf(os.Stderr, "bench renewers: %s: %v\n", renewersEnv, err)
+		os.Exit(2)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	// The parent closes our stdin to stop us.
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	done, err := keepLeases(ctx, a)
+	if err != nil {
+		done.Err = err.Error()
+	}
+	line, _ := json.Marshal(done)
+	fmt.Println(string(line))
+	os.Exit(0)
+}
+
+// keepLeases claims the leases of a.Names, spread over one renewal period
+// of the lease time a.TTL (the leases bucket's), and keeps them until ctx
+// ends, as run nodes do.
+func keepLeases(ctx context.Context, a renewersArgs) (renewersDone, error) {
+	var done renewersDone
 	kvs := make([]jetstream.KeyValue, renewConns)
 	for i := range kvs {
-		nc, err := srv.Connect(fmt.Sprintf("bench-node-%d", i))
+		nc, err := nats.Connect(a.URL, nats.Name(fmt.Sprintf("bench-node-%d", i)))
 		if err != nil {
-			r.stop()
-			return nil, err
+			return done, err
 		}
-		r.conns = append(r.conns, nc)
+		defer nc.Close()
 		js, err := connect.Ready(ctx, nc)
 		if err != nil {
-			r.stop()
-			return nil, err
+			return done, err
 		}
 		if kvs[i], err = js.KeyValue(ctx, events.NodeLeasesBucket); err != nil {
-			r.stop()
-			return nil, fmt.Errorf("the nodes' leases bucket: %w", err)
+			return done, fmt.Errorf("the nodes' leases bucket: %w", err)
 		}
 	}
+	var (
+		wg           sync.WaitGroup
+		lost, failed atomic.Int64
+		errMu        sync.Mutex
+		firstErr     error
+	)
 	// Spread over one renewal period, as nodes that started at different
 	// times are: all at once, every renewal would come in one burst.
-	period := events.NodeLeaseTTL(ttl) / 3
+	period := events.NodeLeaseTTL(a.TTL) / 3
 	start := time.Now()
-	for i, name := range names {
-		r.wg.Add(1)
+	for i, name := range a.Names {
+		wg.Add(1)
 		go func() {
-			defer r.wg.Done()
+			defer wg.Done()
 			select {
-			case <-time.After(time.Until(start.Add(period * time.Duration(i) / time.Duration(len(names))))):
+			case <-time.After(time.Until(start.Add(period * time.Duration(i) / time.Duration(len(a.Names))))):
 			case <-ctx.Done():
 				return
 			}
-			l, err := lease.Claim(ctx, kvs[i%renewConns], "node."+name, boot)
+			l, err := lease.Claim(ctx, kvs[i%renewConns], "node."+name, a.Boot)
 			if err == nil {
 				err = l.Keep(ctx, nil)
 			}
 			switch {
 			case err == nil || ctx.Err() != nil:
 			case errors.Is(err, lease.ErrLost):
-				r.lost.Add(1)
+				lost.Add(1)
 			default:
-				r.failed.Add(1)
-				r.errMu.Lock()
-				if r.firstErr == nil {
-					r.firstErr = err
+				failed.Add(1)
+				errMu.Lock()
+				if firstErr == nil {
+					firstErr = err
 				}
-				r.errMu.Unlock()
+				errMu.Unlock()
 			}
 		}()
 	}
+	wg.Wait()
+	done.Lost, done.Failed = lost.Load(), failed.Load()
+	return done, firstErr
+}
+
+// renewers are nodes keeping their leases as run nodes do, in a process of
+// their own (MaybeRenewers): each claims node.<name> in the nodes' bucket
+// under its boot and renews it every third of that bucket's lease time
+// (lease.Keep), which the leases bucket copies; RENT reads both.
+type renewers struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   bytes.Buffer
+	done  renewersDone
+	// stopped is closed once the process has ended and done is read.
+	stopped chan struct{}
+	waitErr error
+}
+
+// startRenewers starts the renewers of names on the server at url, with
+// the lease time ttl, in a process of this program started again.
+func startRenewers(url string, names []string, boot string, ttl time.Duration) (*renewers, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("the renewers' process: %w", err)
+	}
+	spec, err := json.Marshal(renewersArgs{URL: url, Names: names, Boot: boot, TTL: ttl})
+	if err != nil {
+		return nil, err
+	}
+	r := &renewers{stopped: make(chan struct{})}
+	r.cmd = exec.Command(self)
+	r.cmd.Env = append(os.Environ(), renewersEnv+"="+string(spec))
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, os.Stderr
+	if r.stdin, err = r.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := r.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("the renewers' process: %w", err)
+	}
+	go func() {
+		defer close(r.stopped)
+		r.waitErr = r.cmd.Wait()
+		out := strings.TrimSpace(r.out.String())
+		if line := out[strings.LastIndexByte(out, '\n')+1:]; line != "" {
+			if err := json.Unmarshal([]byte(line), &r.done); err != nil && r.waitErr == nil {
+				r.waitErr = fmt.Errorf("the renewers' last line %q: %w", line, err)
+			}
+		}
+	}()
 	return r, nil
 }
 
-// stop ends the renewals and closes the connections.
+// stop ends the renewals: it closes the process's stdin and waits for it
+// to report.
 func (r *renewers) stop() {
-	r.cancel()
-	r.wg.Wait()
-	for _, nc := range r.conns {
-		nc.Close()
+	_ = r.stdin.Close()
+	select {
+	case <-r.stopped:
+	case <-time.After(time.Minute):
+		_ = r.cmd.Process.Kill()
+		<-r.stopped
 	}
 }
 
-// err is why the first lease that failed other than by expiring did.
+// err is why the first lease that failed other than by expiring did, or
+// why the renewers' process failed.
 func (r *renewers) err() error {
-	r.errMu.Lock()
-	defer r.errMu.Unlock()
-	return r.firstErr
+	if r.waitErr != nil {
+		return r.waitErr
+	}
+	if r.done.Err != "" {
+		return errors.New(r.done.Err)
+	}
+	return nil
+}
+
+// cpu is the CPU time the renewers' process has used so far, as the
+// kernel counts it (/proc/PID/stat, in clock ticks of 10 ms).
+func (r *renewers) cpu() (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("the renewers' CPU: %w", err)
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis (utime and stime are fields 14, 15).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("the renewers' CPU: %q is not a stat line", b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("the renewers' CPU: %q is not a stat line", b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("the renewers' CPU: %w", err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 // leaseWrites is how many messages the nodes' bucket and the leases bucket
@@ -131,26 +262,34 @@ func leaseWrites(ctx context.Context, js jetstream.JetStream) (uint64, error) {
 	return n, nil
 }
 
-// leaseCost is what keeping the leases costs the process (the server, and
-// the nodes' renewals in it) over window, with nothing else running: CPU
-// per second (cores) and lease writes per second.
-func leaseCost(ctx context.Context, js jetstream.JetStream, window time.Duration) (cores, writesPerS float64, err error) {
+// leaseCost is what keeping the leases costs over window, with nothing
+// else running: this process's CPU per second (cores: the server, RENT
+// not started yet), the renewers' process's, and lease writes per second.
+func leaseCost(ctx context.Context, js jetstream.JetStream, r *renewers, window time.Duration) (cores, renewerCores, writesPerS float64, err error) {
 	w0, err := leaseWrites(ctx, js)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
+	}
+	r0, err := r.cpu()
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	c0, t0 := cpuTime(), time.Now()
 	select {
 	case <-time.After(window):
 	case <-ctx.Done():
-		return 0, 0, ctx.Err()
+		return 0, 0, 0, ctx.Err()
+	}
+	c1, took := cpuTime(), time.Since(t0).Seconds()
+	r1, err := r.cpu()
+	if err != nil {
+		return 0, 0, 0, err
 	}
 	w1, err := leaseWrites(ctx, js)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	took := time.Since(t0).Seconds()
-	return (cpuTime() - c0).Seconds() / took, float64(w1-w0) / took, nil
+	return (c1 - c0).Seconds() / took, (r1 - r0).Seconds() / took, float64(w1-w0) / took, nil
 }
 
 // nodesLost is how many NodeExpired events the log holds: nodes RENT
@@ -173,13 +312,13 @@ const leaseWindow = 10 * time.Second
 // leaseFigures are what the renewals cost alone, and line, the summary
 // line of the scheduler bench, which report ends with the figures added.
 type leaseFigures struct {
-	cores, writesPerS float64
-	line              string
+	cores, renewerCores, writesPerS float64
+	line                            string
 }
 
 // measureLeases measures the renewals alone for leaseWindow, profiled to
 // profile+".leases" if profile is set, and writes what it found.
-func measureLeases(ctx context.Context, out io.Writer, js jetstream.JetStream, profile string, nodes int, ttl time.Duration) (leaseFigures, error) {
+func measureLeases(ctx context.Context, out io.Writer, js jetstream.JetStream, r *renewers, profile string, nodes int, ttl time.Duration) (leaseFigures, error) {
 	var f leaseFigures
 	// Every node claims within a renewal period: from the end of the next
 	// one, they renew as steadily as they will.
@@ -196,13 +335,13 @@ func measureLeases(ctx context.Context, out io.Writer, js jetstream.JetStream, p
 	if err != nil {
 		return f, err
 	}
-	f.cores, f.writesPerS, err = leaseCost(ctx, js, max(leaseWindow, 4*events.NodeLeaseTTL(ttl)/3))
+	f.cores, f.renewerCores, f.writesPerS, err = leaseCost(ctx, js, r, max(leaseWindow, 4*events.NodeLeaseTTL(ttl)/3))
 	stop()
 	if err != nil {
 		return f, err
 	}
-	fmt.Fprintf(out, "leases: %d nodes renewing every %s: %.0f lease writes/s (renewals and their copies), %.2f cores (the server and the renewals, nothing else running)\n",
-		nodes, events.NodeLeaseTTL(ttl)/3, f.writesPerS, f.cores)
+	fmt.Fprintf(out, "leases: %d nodes renewing every %s: %.0f lease writes/s (renewals and their copies), the server %.2f cores, nothing else running; the renewals %.2f cores in a process of their own\n",
+		nodes, events.NodeLeaseTTL(ttl)/3, f.writesPerS, f.cores, f.renewerCores)
 	return f, nil
 }
 
@@ -212,11 +351,12 @@ func (f leaseFigures) report(ctx context.Context, out io.Writer, js jetstream.Je
 	if f.line == "" {
 		return // the bench failed: it said why
 	}
+	r.stop()
 	lost, err := nodesLost(ctx, js)
 	if err != nil {
 		fmt.Fprintf(out, "leases: counting the nodes found lost: %v\n", err)
 	}
 	fmt.Fprintf(out, "leases: %d nodes found lost by RENT; %d leases lost by their renewers, %d failed otherwise (%v)\n",
-		lost, r.lost.Load(), r.failed.Load(), r.err())
-	fmt.Fprintf(out, "%s renew=1 lease_writes_per_s=%.0f lease_cores=%.2f nodes_lost=%d\n", f.line, f.writesPerS, f.cores, lost)
+		lost, r.done.Lost, r.done.Failed, r.err())
+	fmt.Fprintf(out, "%s renew=1 lease_writes_per_s=%.0f lease_cores=%.2f renewer_cores=%.2f nodes_lost=%d\n", f.line, f.writesPerS, f.cores, f.renewerCores, lost)
 }

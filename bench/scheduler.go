@@ -152,12 +152,12 @@ func Scheduler(ctx context.Context, out io.Writer, o SchedulerOptions) error {
 	fmt.Fprintf(out, "scheduler: %d jobs and %d nodes logged in %s\n", jobs, nodes, time.Since(start).Round(time.Millisecond))
 	var renew leaseFigures
 	if o.Renew {
-		r, err := startRenewers(ctx, ls.srv, names, "b1", leaseTTL)
+		r, err := startRenewers(ls.srv.ClientURL(), names, "b1", leaseTTL)
 		if err != nil {
 			return fmt.Errorf("%w: bench scheduler: %d nodes' leases: %v", ErrFailed, nodes, err)
 		}
 		defer r.stop()
-		if renew, err = measureLeases(ctx, out, js, o.Profile, nodes, leaseTTL); err != nil {
+		if renew, err = measureLeases(ctx, out, js, r, o.Profile, nodes, leaseTTL); err != nil {
 			return err
 		}
 		defer func() { renew.report(ctx, out, js, r) }()

@@ -4,8 +4,15 @@
 // deployed system.
 package main
 
-import "os"
+import (
+	"os"
+
+	"github.com/e31net/e31/bench"
+)
 
 func main() {
+	// `e31 bench scheduler --renew` starts this program again as its
+	// nodes' renewers, to measure the server apart from them.
+	bench.MaybeRenewers()
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
