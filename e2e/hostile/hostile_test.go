@@ -13,7 +13,8 @@ func TestHostileTenant(t *testing.T) {
 		t.Fatal("the honest tenant's first job failed before any attack: nothing below would mean anything")
 	}
 	s.baseline = s.w.settledConsumers(t)
-	t.Logf("before the attacks: %d consumers on the %s stream", s.baseline, logStream)
+	_, at := s.w.consumers(t)
+	t.Logf("before the attacks: %d consumers on the %s stream: %s", s.baseline, logStream, at)
 
 	t.Run("replies", s.replies)
 	t.Run("garbage", s.garbage)

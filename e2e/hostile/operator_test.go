@@ -144,15 +144,27 @@ func (w *watcher) info(t testing.TB) *jetstream.StreamInfo {
 }
 
 // consumers is how many consumers the log has, and what they read: the
-// number of consumers on each filter, most first.
+// number of consumers on each filter, most first. It counts the consumers
+// the server lists, whose names it reports: the stream's own count
+// (State.Consumers) said 10 for seconds on end while the listing held 12,
+// the services' five followers among them, pulling, and a baseline taken
+// from it failed every aftermath after it.
 func (w *watcher) consumers(t testing.TB) (int, string) {
 	t.Helper()
-	n := w.info(t).State.Consumers
+	n := 0
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	byFilter := map[string]int{}
+	var ephemeral []string
 	list := w.log.ListConsumers(ctx)
 	for c := range list.Info() {
+		n++
+		if c.Config.Durable == "" {
+			// What an ephemeral consumer is, for the report of one that
+			// stays: who made it and how far it read.
+			ephemeral = append(ephemeral, fmt.Sprintf("%s made %s ago, delivered to #%d, %d pending, inactive after %s, %d waiting pulls",
+				c.Name, time.Since(c.Created).Round(time.Second), c.Delivered.Stream, c.NumPending, c.Config.InactiveThreshold, c.NumWaiting))
+		}
 		f := strings.Trim(strings.Join(append([]string{c.Config.FilterSubject}, c.Config.FilterSubjects...), ","), ",")
 		if f == "" {
 			f = "everything"
@@ -167,7 +179,11 @@ func (w *watcher) consumers(t testing.TB) (int, string) {
 	for _, f := range filters {
 		parts = append(parts, fmt.Sprintf("%d on %s", byFilter[f], f))
 	}
-	return n, strings.Join(parts, "; ")
+	if err := list.Err(); err != nil {
+		t.Fatalf("operator: list the %s stream's consumers: %v", logStream, err)
+	}
+	slices.Sort(ephemeral)
+	return n, strings.Join(parts, "; ") + "; the ephemeral: " + strings.Join(ephemeral, "; ")
 }
 
 // consumersGone waits until the log has at most want consumers, counting
@@ -199,9 +215,12 @@ func (w *watcher) consumersGone(t testing.TB, want int, patience time.Duration) 
 	}
 }
 
-// settledConsumers is the log's consumer count once it stops falling:
-// what the services keep while nothing happens. Readers' ephemeral
-// consumers go away on their own a few seconds after their last use.
+// settledConsumers is the log's consumer count at rest: what the services
+// keep while nothing happens. Readers' ephemeral consumers go away on
+// their own a few seconds after their last use, so it waits for the count
+// to stop falling, then takes the highest count over a few more seconds:
+// the services' followers make their consumers again now and then (a pull
+// gone silent, a message missing on the way: bus.Follower).
 func (w *watcher) settledConsumers(t testing.TB) int {
 	t.Helper()
 	n, _ := w.consumers(t)
@@ -210,9 +229,16 @@ func (w *watcher) settledConsumers(t testing.TB) int {
 		time.Sleep(time.Second) // sampling a level, not waiting for an event
 		m, _ := w.consumers(t)
 		if m >= n {
-			return n
+			n = m
+			break
 		}
 		n = m
+	}
+	for range 4 {
+		time.Sleep(time.Second) // sampling a level, not waiting for an event
+		if m, _ := w.consumers(t); m > n {
+			n = m
+		}
 	}
 	return n
 }
