@@ -385,25 +385,7 @@ func TestAJobsHistoryIsReadWithoutLookingPastIt(t *testing.T) {
 		}
 	}
 
-	asked := make(chan int, 64)
-	watch, err := js.Conn().Subscribe("$JS.API.DIRECT.GET."+events.Stream, func(m *nats.Msg) {
-		var req struct {
-			Batch int `json:"batch"`
-		}
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			t.Errorf("direct get request %q: %v", m.Data, err)
-		}
-		select {
-		case asked <- req.Batch:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
+	asked := directGets(t, ctx, js)
 	for _, from := range []uint64{1, sub.Seq + 1, last.Seq} {
 		h, err := bus.ReadHistory(ctx, js, "j", from)
 		if err != nil {
@@ -415,25 +397,14 @@ func TestAJobsHistoryIsReadWithoutLookingPastIt(t *testing.T) {
 		if want := map[uint64]int{1: 2, sub.Seq + 1: 1, last.Seq: 1}[from]; len(h.Events) != want {
 			t.Errorf("from #%d: %d events, want %d", from, len(h.Events), want)
 		}
-		// A request without a reply, which the server does not answer,
-		// after the read's: once the watch has it, it has them all.
-		if err := js.Conn().Publish("$JS.API.DIRECT.GET."+events.Stream, []byte(`{"batch":-1}`)); err != nil {
-			t.Fatal(err)
-		}
 		total := 0
-		for b := 0; b != -1; total += b {
-			select {
-			case b = <-asked:
-			case <-ctx.Done():
-				t.Fatalf("from #%d: the watch never had the marker: %v", from, ctx.Err())
-			}
+		for _, b := range asked() {
+			total += b
 		}
-		total++ // the marker's -1
 		if total != n+1 {
 			t.Errorf("from #%d: asked for %d messages in all, want the job's %d and one to count them", from, total, n)
 		}
 	}
-	_ = watch.Unsubscribe()
 }
 
 // A message read on its own (a job's first request) keeps the headers its
@@ -681,44 +652,15 @@ func TestAJobSpanningTheLogIsReadSubjectBySubject(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	batches := make(chan int, 64)
-	watch, err := js.Conn().Subscribe("$JS.API.DIRECT.GET."+events.Stream, func(m *nats.Msg) {
-		var req struct {
-			Batch int `json:"batch"`
-		}
-		if err := json.Unmarshal(m.Data, &req); err != nil {
-			t.Errorf("direct get request %q: %v", m.Data, err)
-		}
-		select {
-		case batches <- req.Batch:
-		case <-ctx.Done():
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = watch.Unsubscribe() }()
-	if err := js.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
+	asked := directGets(t, ctx, js)
 	// largest is the largest batch asked for since the last call.
 	largest := func() int {
 		t.Helper()
-		if err := js.Conn().Publish("$JS.API.DIRECT.GET."+events.Stream, []byte(`{"batch":-1}`)); err != nil {
-			t.Fatal(err)
-		}
 		most := 0
-		for {
-			select {
-			case b := <-batches:
-				if b == -1 {
-					return most
-				}
-				most = max(most, b)
-			case <-ctx.Done():
-				t.Fatalf("the watch never had the marker: %v", ctx.Err())
-			}
+		for _, b := range asked() {
+			most = max(most, b)
 		}
+		return most
 	}
 	read := func(from uint64, want ...uint64) {
 		t.Helper()
@@ -750,4 +692,51 @@ func TestAJobSpanningTheLogIsReadSubjectBySubject(t *testing.T) {
 	}
 	read(1, sub.Seq, last.Seq, again.Seq)
 	read(last.Seq, last.Seq, again.Seq)
+}
+
+// directGets watches the direct gets of the log made on js's connection
+// and returns asked, which gives the batch each asked for (0 for a request
+// without one) since it was last called, in order. It marks the end of what a
+// call collects with a request of its own that the server does not
+// answer: once the watch has that one, it has every request made before.
+func directGets(t *testing.T, ctx context.Context, js jetstream.JetStream) (asked func() []int) {
+	t.Helper()
+	batches := make(chan int, 64)
+	watch, err := js.Conn().Subscribe("$JS.API.DIRECT.GET."+events.Stream, func(m *nats.Msg) {
+		var req struct {
+			Batch int `json:"batch"`
+		}
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Errorf("direct get request %q: %v", m.Data, err)
+		}
+		select {
+		case batches <- req.Batch:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watch.Unsubscribe() })
+	if err := js.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []int {
+		t.Helper()
+		if err := js.Conn().Publish("$JS.API.DIRECT.GET."+events.Stream, []byte(`{"batch":-1}`)); err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for {
+			select {
+			case b := <-batches:
+				if b == -1 {
+					return got
+				}
+				got = append(got, b)
+			case <-ctx.Done():
+				t.Fatalf("the watch never had the marker: %v", ctx.Err())
+			}
+		}
+	}
 }
