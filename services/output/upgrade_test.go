@@ -66,19 +66,7 @@ func takeOver(t *testing.T, filters []string) {
 	stopOn("old-subject", true)
 	stopOn("new-subject", false)
 
-	svc, err := output.New(f.js, output.Config{Store: f.store, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	runOutput(t, f)
 	w := &world{fixture: f}
 	for _, job := range []string{"old-subject", "new-subject"} {
 		w.waitEvent(t, job, func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })
@@ -111,6 +99,16 @@ func TestRunReturnsStopsFromBeforeOnALogItReadsFirst(t *testing.T) {
 	if _, err := f.js.PublishMsg(f.ctx, m); err != nil {
 		t.Fatal(err)
 	}
+	runOutput(t, f)
+	w := &world{fixture: f}
+	w.waitEvent(t, "old", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })
+}
+
+// runOutput runs OUTPUT on f until the test ends. Stopped as it may still
+// be starting (a stop is handed over before its consumer is made), a
+// setup cut short is no fault; any other error is.
+func runOutput(t *testing.T, f *fixture) {
+	t.Helper()
 	svc, err := output.New(f.js, output.Config{Store: f.store, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -120,12 +118,8 @@ func TestRunReturnsStopsFromBeforeOnALogItReadsFirst(t *testing.T) {
 	go func() { done <- svc.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		// Stopped as it may still be starting (the stop is handed over
-		// before): a setup cut short is no fault.
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Error(err)
 		}
 	})
-	w := &world{fixture: f}
-	w.waitEvent(t, "old", func(e events.Event) bool { _, ok := e.(*events.OutputReturned); return ok })
 }
