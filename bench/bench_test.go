@@ -7,19 +7,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/e31net/e31/pkg/natstest"
 	"github.com/e31net/e31/services/run"
 )
-
-// lastLine is the summary: the last line a measure wrote.
-func lastLine(out string) string {
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	return lines[len(lines)-1]
-}
 
 // The summary lines are read by scripts: their formats must not change.
 var (

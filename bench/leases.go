@@ -71,7 +71,9 @@ func MaybeRenewers() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	// The parent closes our stdin to stop us.
+	// The parent closes our stdin to stop us, and so does its death: a
+	// signal would not come from a parent that crashed. The process ends
+	// with os.Exit below, this reader with it.
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
@@ -185,8 +187,7 @@ func startRenewers(url string, names []string, boot string, ttl time.Duration) (
 	go func() {
 		defer close(r.stopped)
 		r.waitErr = r.cmd.Wait()
-		out := strings.TrimSpace(r.out.String())
-		if line := out[strings.LastIndexByte(out, '\n')+1:]; line != "" {
+		if line := lastLine(r.out.String()); line != "" {
 			if err := json.Unmarshal([]byte(line), &r.done); err != nil && r.waitErr == nil {
 				r.waitErr = fmt.Errorf("the renewers' last line %q: %w", line, err)
 			}
@@ -359,4 +360,11 @@ func (f leaseFigures) report(ctx context.Context, out io.Writer, js jetstream.Je
 	fmt.Fprintf(out, "leases: %d nodes found lost by RENT; %d leases lost by their renewers, %d failed otherwise (%v)\n",
 		lost, r.done.Lost, r.done.Failed, r.err())
 	fmt.Fprintf(out, "%s renew=1 lease_writes_per_s=%.0f lease_cores=%.2f renewer_cores=%.2f nodes_lost=%d\n", f.line, f.writesPerS, f.cores, f.renewerCores, lost)
+}
+
+// lastLine is the last line of out: a measure's summary, the renewers'
+// report.
+func lastLine(out string) string {
+	out = strings.TrimSpace(out)
+	return out[strings.LastIndexByte(out, '\n')+1:]
 }
