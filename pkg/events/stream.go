@@ -194,7 +194,7 @@ func LeasesStreamConfig(o StreamOptions) jetstream.StreamConfig {
 	}
 }
 
-// leasePersist is how a lease stream of that many replicas is written. A
+// leasePersist is how a lease stream made with o is written. A
 // lease is not history: it says a node or the deciding RENT lives, and its
 // worth is that it is renewed, a pool of 10,000 nodes renewing 4,000 times
 // a second. On one server each renewal written to disk before it is
@@ -226,6 +226,11 @@ func leasePersist(o StreamOptions) jetstream.PersistModeType {
 	}
 	return jetstream.AsyncPersistMode
 }
+
+// clustered reports whether the server js is connected to is one of a
+// cluster, as the server's INFO says.
+func clustered(js jetstream.JetStream) bool { return js.Conn().ConnectedClusterName() != "" }
+
 
 // LeaseGetSubject is where the lease under key of LeasesBucket is read
 // with a direct get: a node reads its own there (its permissions allow it
@@ -262,7 +267,7 @@ func LinkNodeLeases(ctx context.Context, js jetstream.JetStream) (bool, error) {
 	cfg := leases.CachedInfo().Config
 	changed := false
 	if _, err := js.Stream(ctx, KVStream(NodeLeasesBucket)); errors.Is(err, jetstream.ErrStreamNotFound) {
-		in := NodeLeasesStreamConfig(StreamOptions{Replicas: cfg.Replicas, LeaseTTL: cfg.MaxAge, Clustered: js.Conn().ConnectedClusterName() != ""})
+		in := NodeLeasesStreamConfig(StreamOptions{Replicas: cfg.Replicas, LeaseTTL: cfg.MaxAge, Clustered: clustered(js)})
 		if _, err := js.CreateStream(ctx, in); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return false, fmt.Errorf("link the nodes' leases: %w", err)
 		}
@@ -467,7 +472,7 @@ func DataBucketConfig(o StreamOptions) jetstream.ObjectStoreConfig {
 // who made the log three-way replicated must not have a service that was
 // started with the defaults make it single again.
 func Setup(ctx context.Context, js jetstream.JetStream, o StreamOptions) error {
-	o.Clustered = o.Clustered || js.Conn().ConnectedClusterName() != ""
+	o.Clustered = o.Clustered || clustered(js)
 	for _, cfg := range []jetstream.StreamConfig{StreamConfig(o), PoisonStreamConfig(o), TimerStreamConfig(o), LedgerBucketConfig(o), NodeLeasesStreamConfig(o), LeasesStreamConfig(o)} {
 		if _, err := js.Stream(ctx, cfg.Name); err == nil {
 			continue
