@@ -215,12 +215,9 @@ func (w *watcher) consumersGone(t testing.TB, want int, patience time.Duration) 
 	}
 }
 
-// settledConsumers is the log's consumer count at rest: what the services
-// keep while nothing happens. Readers' ephemeral consumers go away on
-// their own a few seconds after their last use, so it waits for the count
-// to stop falling, then takes the highest count over a few more seconds:
-// the services' followers make their consumers again now and then (a pull
-// gone silent, a message missing on the way: bus.Follower).
+// settledConsumers is the log's consumer count once it stops falling:
+// what the services keep while nothing happens. Readers' ephemeral
+// consumers go away on their own a few seconds after their last use.
 func (w *watcher) settledConsumers(t testing.TB) int {
 	t.Helper()
 	n, _ := w.consumers(t)
@@ -229,16 +226,9 @@ func (w *watcher) settledConsumers(t testing.TB) int {
 		time.Sleep(time.Second) // sampling a level, not waiting for an event
 		m, _ := w.consumers(t)
 		if m >= n {
-			n = m
-			break
+			return n
 		}
 		n = m
-	}
-	for range 4 {
-		time.Sleep(time.Second) // sampling a level, not waiting for an event
-		if m, _ := w.consumers(t); m > n {
-			n = m
-		}
 	}
 	return n
 }
