@@ -231,7 +231,6 @@ func leasePersist(o StreamOptions) jetstream.PersistModeType {
 // cluster, as the server's INFO says.
 func clustered(js jetstream.JetStream) bool { return js.Conn().ConnectedClusterName() != "" }
 
-
 // LeaseGetSubject is where the lease under key of LeasesBucket is read
 // with a direct get: a node reads its own there (its permissions allow it
 // no other), to see that RENT can.
