@@ -17,6 +17,7 @@ import (
 // The summary lines are read by scripts: their formats must not change.
 var (
 	lifeSummary      = regexp.MustCompile(`^bench jobs=\d+ jobs_per_s=\d+\.\d floor_per_s=\d+ ratio=\d+\.\d{3} start_p50_ms=\d+\.\d\d start_p99_ms=\d+\.\d\d released_p50_ms=\d+\.\d\d burst_start_p50_ms=\d+ burst_released_p99_ms=\d+ sync=interval executor=process failed=0 cpu_per_job_ms=\d+\.\d\d executor_floor_per_s=\d+ executor_ratio=\d+\.\d{3} writes_per_job=\d+\.\d\d$`)
+	lifeSteps        = regexp.MustCompile(`stopped→returned (\d+\.\d) ms \(the stop logged after (\d+\.\d) ms\)`)
 	schedulerSummary = regexp.MustCompile(`^bench scheduler jobs=\d+ nodes=\d+ decisions_per_s=\d+ fill_s=\d+\.\d\d bytes_per_queued_job=\d+ decide_us_short=\d+\.\d decide_us_deep=\d+\.\d total_s=\d+\.\d cpu_us_per_decision=\d+$`)
 	observeSummary   = regexp.MustCompile(`^bench-observe pairs=1 jobs=\d+ off_jobs_per_s=\d+\.\d on_jobs_per_s=\d+\.\d cost_pct=-?\d+\.\d spread_pct=\d+\.\d off_median=\d+\.\d on_median=\d+\.\d otlp_bytes=(\d+) sync=interval executor=process off_cpu_ms_per_job=\d+\.\d\d on_cpu_ms_per_job=\d+\.\d\d cpu_cost_pct=-?\d+\.\d$`)
 	ledgerSummary    = regexp.MustCompile(`^bench-ledger events=\d+ jobs=\d+ write_per_s=\d+ read_only_per_s=\d+ audit_s=\d+\.\d{3} audit_per_s=\d+ ledger_rebuild_s=\d+\.\d{3} ledger_per_s=\d+ audit_cpu_s=\d+\.\d\d ledger_cpu_s=\d+\.\d\d ledger_restart_s=\d+\.\d{3} cores=\d+ audit_heap_mib=\d+\.\d whole_audit_s=\d+\.\d{3} whole_audit_rss_mib=\d+\.\d$`)
@@ -35,6 +36,17 @@ func TestLifeOfAFewJobs(t *testing.T) {
 	}
 	if l := lastLine(out.String()); !lifeSummary.MatchString(l) {
 		t.Errorf("summary %q does not match %s", l, lifeSummary)
+	}
+	// The stop's time to the log is a part of its time to its return,
+	// and never nothing: a stop's storing stamp read wrong would show.
+	m := lifeSteps.FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no line of the burst's steps matches %s:\n%s", lifeSteps, out.String())
+	}
+	returned, _ := strconv.ParseFloat(m[1], 64)
+	logged, _ := strconv.ParseFloat(m[2], 64)
+	if logged <= 0 || logged > returned {
+		t.Errorf("the stop logged after %.1f ms of the %.1f ms to its return: %s", logged, returned, m[0])
 	}
 }
 

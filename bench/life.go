@@ -65,7 +65,10 @@ type LifeOptions struct {
 // timing is when each step of one job happened, by its events' ce-time.
 type timing struct {
 	requested, held, started, stopped, returned, released time.Time
-	outcome                                               events.Outcome
+	// stopLogged is when the log stored the stop: what lies between the
+	// stop and it is its node's publishing, what follows OUTPUT's.
+	stopLogged time.Time
+	outcome    events.Outcome
 }
 
 // Life starts a whole e31 (stack.Start) in a temporary directory and runs
@@ -275,8 +278,8 @@ func life(ctx context.Context, out io.Writer, o LifeOptions) (_ lifeResult, err 
 		len(idle), pct(idleHeld, 50), pct(idleHeld, 99), pct(idleStart, 50), pct(idleStart, 99), pct(idleRel, 50), pct(idleRel, 99))
 	fmt.Fprintf(out, "burst (%d jobs at once):            %.1f jobs/s | submit→held p50 %.0f ms p99 %.0f | submit→started p50 %.0f ms p99 %.0f | submit→released p50 %.0f ms p99 %.0f | %d not succeeded\n",
 		len(burst), perSec, pct(bHeld, 50), pct(bHeld, 99), pct(bStart, 50), pct(bStart, 99), pct(bRel, 50), pct(bRel, 99), failed)
-	hs, ss, sr, rr := steps(burst)
-	fmt.Fprintf(out, "burst, from hold to release (the slot held all along), median of each step: held→started %.1f ms, started→stopped %.1f ms, stopped→returned %.1f ms, returned→released %.1f ms\n", hs, ss, sr, rr)
+	hs, ss, sr, rr, sl := steps(burst)
+	fmt.Fprintf(out, "burst, from hold to release (the slot held all along), median of each step: held→started %.1f ms, started→stopped %.1f ms, stopped→returned %.1f ms (the stop logged after %.1f ms), returned→released %.1f ms\n", hs, ss, sr, sl, rr)
 	fmt.Fprintf(out, "writes a job, every stream (each to disk with --sync always): %.2f: %s\n", res.writesPerJob, strings.Join(each, ", "))
 	if o.NoFloor {
 		if failed > 0 {
@@ -361,6 +364,9 @@ func (w *watcher) follow(ctx context.Context, js jetstream.JetStream) error {
 			t.started = env.Time
 		case *events.RunStopped:
 			t.stopped = env.Time
+			if md, err := m.Metadata(); err == nil {
+				t.stopLogged = md.Timestamp
+			}
 		case *events.OutputReturned:
 			t.returned = env.Time
 		case *events.JobRejected:
@@ -381,17 +387,21 @@ func (w *watcher) follow(ctx context.Context, js jetstream.JetStream) error {
 
 // steps is the median time of each step after the hold, in ms: where a
 // job's time on its node goes, from its hold to its release (the slot is
-// the job's all that time).
-func steps(ts []*timing) (run, stop, ret, rel float64) {
-	var a, b, c, d []float64
+// the job's all that time). logged is the median time from a stop to
+// its storing in the log, a part of ret.
+func steps(ts []*timing) (run, stop, ret, rel, logged float64) {
+	var a, b, c, d, e []float64
 	ms := func(from, to time.Time) float64 { return float64(to.Sub(from).Microseconds()) / 1000 }
 	for _, t := range ts {
 		if t.held.IsZero() || t.started.IsZero() || t.stopped.IsZero() || t.returned.IsZero() {
 			continue
 		}
 		a, b, c, d = append(a, ms(t.held, t.started)), append(b, ms(t.started, t.stopped)), append(c, ms(t.stopped, t.returned)), append(d, ms(t.returned, t.released))
+		if !t.stopLogged.IsZero() {
+			e = append(e, ms(t.stopped, t.stopLogged))
+		}
 	}
-	return pct(a, 50), pct(b, 50), pct(c, 50), pct(d, 50)
+	return pct(a, 50), pct(b, 50), pct(c, 50), pct(d, 50), pct(e, 50)
 }
 
 func latencies(ts []*timing) (held, started, released []float64) {
