@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"runtime"
 	"strings"
 	"time"
@@ -33,8 +32,9 @@ type HistoryOptions struct {
 	HeapProfile string
 	// CPUProfile, if set, is where the CPU profile of each service's
 	// catch-up is written, as CPUProfile.<service>, of its restart, as
-	// CPUProfile.<service>.restart, and of the writing of the history, as
-	// CPUProfile.write.
+	// CPUProfile.<service>.restart, of the writing of the history, as
+	// CPUProfile.write, and of the server's process over the whole bench,
+	// as CPUProfile.server.
 	CPUProfile string
 	// Logger is given to the services (default: discard).
 	Logger *slog.Logger
@@ -49,22 +49,21 @@ func (o *HistoryOptions) Flags(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&o.HeapProfile, "heapprofile", "", "write each service's heap profile, once it has caught up, to FILE.<service>")
-	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each service's catch-up to FILE.<service>, and of its restart to FILE.<service>.restart")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of each service's catch-up to FILE.<service>, of its restart to FILE.<service>.restart, and of the server's process to FILE.server")
 }
 
 // History writes o.Jobs finished jobs' worth of events (the synthetic log
 // of Ledger, about 8 events a job, one job every historyJobGap up to now,
-// with OUTPUT's deletions) into an embedded server, then starts
-// the services that keep something per job (LEDGER, RENT, OUTPUT), one at
-// a time, each alone in this process with the server: it catches up with
-// the whole log, and its heap is measured after a forced GC, as the live
-// heap of the process less what it was before the service started (the
-// server's own share, reading the log for it, is in the figure: it is what
-// the service costs a process that runs it). Each is then stopped and
-// started again, timed until it has caught up: a restart.
+// with OUTPUT's deletions) into a NATS server in a process of its own, as
+// a deployment runs it, then starts the services that keep something per
+// job (LEDGER, RENT, OUTPUT), one at a time, each alone in this process:
+// it catches up with the whole log, and its heap is measured after a
+// forced GC, as the live heap of the process less what it was before the
+// service started. Each is then stopped and started again, timed until it
+// has caught up: a restart.
 // Each catch-up and restart is also given in CPU-seconds (user and system)
-// of the whole process, the server's reading for the service included: on
-// a machine others share, the figure that the times depend on.
+// of this process and the server's together: on a machine others share,
+// the figure that the times depend on.
 // The last line it writes is one machine-readable summary ("history jobs=…").
 func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	if o.Jobs <= 0 {
@@ -73,15 +72,18 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	// Finer heap samples: the server's share is taken out by them.
-	runtime.MemProfileRate = 64 << 10
-	ls, err := startLogServer(ctx, "history", o.Keep, events.StreamOptions{})
+	// In a process of its own, the server's index of every subject of the
+	// log is not in the services' heap: in this one, their collector
+	// marked it again and again, a quarter of each catch-up's CPU at
+	// 100,000 jobs and growing with the log, where a deployment's would
+	// not.
+	ls, err := startLogServerApart(ctx, "history", o.Keep, events.StreamOptions{}, profilePath(o.CPUProfile, "server"))
 	if err != nil {
 		return err
 	}
 	defer ls.Close()
-	nc, js := ls.nc, ls.js
-	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, in %s\n", o.Jobs, runtime.NumCPU(), ls.dir)
+	js := ls.js
+	fmt.Fprintf(out, "e31 bench history: %d jobs, %d cores, sync=interval, the server in a process of its own, in %s\n", o.Jobs, runtime.NumCPU(), ls.dir)
 	start := time.Now()
 	stopProfile, err := startCPUProfile(profilePath(o.CPUProfile, "write"))
 	if err != nil {
@@ -107,25 +109,24 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 		}
 	}
 	for _, name := range o.Services {
-		baseAll, baseOwn := liveHeap()
-		stop, took, cpu, err := timeService(ctx, nc, js, name, o.Logger, profilePath(o.CPUProfile, name))
+		base := liveHeap()
+		stop, took, cpu, err := timeService(ctx, ls, name, o.Logger, profilePath(o.CPUProfile, name))
 		if err != nil {
 			return err
 		}
 		catchUp[name], catchUpCPU[name] = took, cpu
-		all, own := liveHeap()
-		heap[name] = max(float64(own)-float64(baseOwn), 0) / (1 << 20)
+		heap[name] = max(float64(liveHeap())-float64(base), 0) / (1 << 20)
 		if o.HeapProfile != "" {
 			if err := writeHeapProfile(o.HeapProfile + "." + name); err != nil {
 				return err
 			}
 		}
-		fmt.Fprintf(out, "%s: caught up with the log in %s (%.1f cpu-seconds, server included); heap %.1f MiB (the process's, the embedded server's included, grew by %.1f MiB)\n",
-			name, took.Round(time.Millisecond), cpu.Seconds(), heap[name], (float64(all)-float64(baseAll))/(1<<20))
+		fmt.Fprintf(out, "%s: caught up with the log in %s (%.1f cpu-seconds, server included); heap %.1f MiB\n",
+			name, took.Round(time.Millisecond), cpu.Seconds(), heap[name])
 		if err := stop(); err != nil {
 			return err
 		}
-		stop, restart[name], cpu, err = timeService(ctx, nc, js, name, o.Logger, profilePath(o.CPUProfile, name+".restart"))
+		stop, restart[name], cpu, err = timeService(ctx, ls, name, o.Logger, profilePath(o.CPUProfile, name+".restart"))
 		if err != nil {
 			return err
 		}
@@ -142,66 +143,33 @@ func History(ctx context.Context, out io.Writer, o HistoryOptions) error {
 	return nil
 }
 
-// timeService is startService timed, in wall time and in the process's CPU
-// time, and profiled to profile if it is not "".
-func timeService(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, name string, log *slog.Logger, profile string) (stop func() error, took, cpu time.Duration, err error) {
+// timeService is startService timed, in wall time and in the CPU time of
+// this process and the server's, and profiled to profile if it is not ""
+// (this process only: the server's profile covers its whole life).
+func timeService(ctx context.Context, ls *logServer, name string, log *slog.Logger, profile string) (stop func() error, took, cpu time.Duration, err error) {
 	stopProfile, err := startCPUProfile(profile)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	defer stopProfile()
+	server0, err := ls.serverCPU()
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	start, cpu0 := time.Now(), cpuTime()
-	stop, err = startService(ctx, nc, js, name, log)
-	return stop, time.Since(start), cpuTime() - cpu0, err
+	stop, err = startService(ctx, ls.nc, ls.js, name, log)
+	took, cpu = time.Since(start), cpuTime()-cpu0
+	server1, serr := ls.serverCPU()
+	return stop, took, cpu + server1 - server0, errors.Join(err, serr)
 }
 
-// liveHeap is the heap in use after a forced collection, and what of it
-// was allocated outside the embedded NATS server (no frame of its package
-// on the stack), from the heap profile, scaled as pprof scales it: an
-// estimate, but of the small part, so a close one. The server keeps an
-// index of every subject of every stream and caches of what was read,
-// which grow with the log and are the server's, not the service's: run
-// apart, they would not be in its process.
-func liveHeap() (all, own uint64) {
+// liveHeap is the heap in use after a forced collection.
+func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	var recs []runtime.MemProfileRecord
-	n, _ := runtime.MemProfile(nil, true)
-	for {
-		recs = make([]runtime.MemProfileRecord, n+64)
-		var ok bool
-		if n, ok = runtime.MemProfile(recs, true); ok {
-			recs = recs[:n]
-			break
-		}
-	}
-	var outside float64
-	rate := float64(runtime.MemProfileRate)
-	for i := range recs {
-		r := &recs[i]
-		count, bytes := r.InUseObjects(), r.InUseBytes()
-		if count <= 0 || bytes <= 0 || serverStack(r.Stack()) {
-			continue
-		}
-		outside += float64(bytes) / (1 - math.Exp(-float64(bytes)/float64(count)/rate))
-	}
-	return m.HeapAlloc, uint64(outside)
-}
-
-// serverStack reports whether a stack is the NATS server's.
-func serverStack(stack []uintptr) bool {
-	frames := runtime.CallersFrames(stack)
-	for {
-		f, more := frames.Next()
-		if strings.Contains(f.Function, "nats-io/nats-server/") {
-			return true
-		}
-		if !more {
-			return false
-		}
-	}
+	return m.HeapAlloc
 }
 
 // startService runs one service, as the stack builds it, until it has

@@ -1,20 +1,14 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,7 +27,7 @@ const renewConns = 16
 
 // renewersEnv, set in the environment of a process of e31 (or of a test
 // binary of this package), makes it the renewers of the scheduler bench
-// (MaybeRenewers) rather than what it was started as: JSON of
+// (MaybeChild) rather than what it was started as: JSON of
 // renewersArgs. They run in a process of their own so that what the server
 // spends on the leases is measured apart from what the ten thousand
 // renewals cost their nodes, which on a real pool run on the nodes.
@@ -56,35 +50,18 @@ type renewersDone struct {
 	Err    string `json:"err,omitempty"`
 }
 
-// MaybeRenewers runs the scheduler bench's renewers and exits, if this
-// process was started as them (renewersEnv); otherwise it returns at
-// once. cmd/e31 calls it first thing, as does this package's TestMain.
-func MaybeRenewers() {
-	spec := os.Getenv(renewersEnv)
-	if spec == "" {
-		return
-	}
+// runRenewers is the renewers' process (MaybeChild): it keeps the leases
+// spec (renewersArgs) names until ctx ends, and reports renewersDone.
+func runRenewers(ctx context.Context, spec []byte) (any, error) {
 	var a renewersArgs
-	if err := json.Unmarshal([]byte(spec), &a); err != nil {
-		fmt.Fprintf(os.Stderr, "bench renewers: %s: %v\n", renewersEnv, err)
-		os.Exit(2)
+	if err := json.Unmarshal(spec, &a); err != nil {
+		return nil, err
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer cancel()
-	// The parent closes our stdin to stop us, and so does its death: a
-	// signal would not come from a parent that crashed. The process ends
-	// with os.Exit below, this reader with it.
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 	done, err := keepLeases(ctx, a)
 	if err != nil {
 		done.Err = err.Error()
 	}
-	line, _ := json.Marshal(done)
-	fmt.Println(string(line))
-	os.Exit(0)
+	return done, nil
 }
 
 // keepLeases claims the leases of a.Names, spread over one renewal period
@@ -150,99 +127,42 @@ func keepLeases(ctx context.Context, a renewersArgs) (renewersDone, error) {
 }
 
 // renewers are nodes keeping their leases as run nodes do, in a process of
-// their own (MaybeRenewers): each claims node.<name> in the nodes' bucket
+// their own (MaybeChild): each claims node.<name> in the nodes' bucket
 // under its boot and renews it every third of that bucket's lease time
 // (lease.Keep), which the leases bucket copies; RENT reads both.
 type renewers struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   bytes.Buffer
-	done  renewersDone
-	// stopped is closed once the process has ended and done is read.
-	stopped chan struct{}
-	waitErr error
+	*child
+	once    sync.Once
+	done    renewersDone
+	stopErr error
 }
 
 // startRenewers starts the renewers of names on the server at url, with
 // the lease time ttl, in a process of this program started again.
 func startRenewers(url string, names []string, boot string, ttl time.Duration) (*renewers, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("the renewers' process: %w", err)
-	}
-	spec, err := json.Marshal(renewersArgs{URL: url, Names: names, Boot: boot, TTL: ttl})
+	c, err := startChild("the renewers' process", renewersEnv, renewersArgs{URL: url, Names: names, Boot: boot, TTL: ttl})
 	if err != nil {
 		return nil, err
 	}
-	r := &renewers{stopped: make(chan struct{})}
-	r.cmd = exec.Command(self)
-	r.cmd.Env = append(os.Environ(), renewersEnv+"="+string(spec))
-	r.cmd.Stdout, r.cmd.Stderr = &r.out, os.Stderr
-	if r.stdin, err = r.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	if err := r.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("the renewers' process: %w", err)
-	}
-	go func() {
-		defer close(r.stopped)
-		r.waitErr = r.cmd.Wait()
-		if line := lastLine(r.out.String()); line != "" {
-			if err := json.Unmarshal([]byte(line), &r.done); err != nil && r.waitErr == nil {
-				r.waitErr = fmt.Errorf("the renewers' last line %q: %w", line, err)
-			}
-		}
-	}()
-	return r, nil
+	return &renewers{child: c}, nil
 }
 
 // stop ends the renewals: it closes the process's stdin and waits for it
-// to report.
+// to report. Stopping again does nothing.
 func (r *renewers) stop() {
-	_ = r.stdin.Close()
-	select {
-	case <-r.stopped:
-	case <-time.After(time.Minute):
-		_ = r.cmd.Process.Kill()
-		<-r.stopped
-	}
+	r.once.Do(func() { r.stopErr = r.child.stop(&r.done) })
 }
 
 // err is why the first lease that failed other than by expiring did, or
 // why the renewers' process failed.
 func (r *renewers) err() error {
-	if r.waitErr != nil {
-		return r.waitErr
+	if r.stopErr != nil {
+		return r.stopErr
 	}
 	if r.done.Err != "" {
 		return errors.New(r.done.Err)
 	}
 	return nil
-}
-
-// cpu is the CPU time the renewers' process has used so far, as the
-// kernel counts it (/proc/PID/stat, in clock ticks of 10 ms).
-func (r *renewers) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", r.cmd.Process.Pid))
-	if err != nil {
-		return 0, fmt.Errorf("the renewers' CPU: %w", err)
-	}
-	// The command name, in parentheses, may hold spaces: count fields
-	// after its closing parenthesis (utime and stime are fields 14, 15).
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("the renewers' CPU: %q is not a stat line", b)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("the renewers' CPU: %q is not a stat line", b)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("the renewers' CPU: %w", err)
-	}
-	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
 
 // leaseWrites is how many messages the nodes' bucket and the leases bucket

@@ -6,8 +6,9 @@ import (
 )
 
 // TestMain lets this package's test binary be the scheduler bench's
-// renewers too, started again by the bench as cmd/e31 is (MaybeRenewers).
+// renewers and the history bench's server too, started again by the
+// benches as cmd/e31 is (MaybeChild).
 func TestMain(m *testing.M) {
-	MaybeRenewers()
+	MaybeChild()
 	os.Exit(m.Run())
 }

@@ -12,7 +12,8 @@ import (
 
 func main() {
 	// `e31 bench scheduler --renew` starts this program again as its
-	// nodes' renewers, to measure the server apart from them.
-	bench.MaybeRenewers()
+	// nodes' renewers, and `e31 bench history` as its NATS server, to
+	// measure each apart.
+	bench.MaybeChild()
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))
 }
