@@ -39,26 +39,33 @@ func startLogServer(ctx context.Context, measure string, keep bool, opts events.
 
 // startLogServerSync is startLogServer with the store's durability sync.
 func startLogServerSync(ctx context.Context, measure string, keep bool, sync broker.Sync, opts events.StreamOptions) (*logServer, error) {
+	return newLogServer(ctx, measure, keep, opts, func(s *logServer) (err error) {
+		if s.srv, err = broker.Start(broker.Config{Dir: s.dir, Sync: sync, Name: "bench"}); err != nil {
+			return err
+		}
+		s.nc, err = s.srv.Connect("bench")
+		return err
+	})
+}
+
+// newLogServer makes a new directory named for measure, has start start a
+// server there and connect s.nc to it, and makes e31's streams.
+func newLogServer(ctx context.Context, measure string, keep bool, opts events.StreamOptions, start func(s *logServer) error) (*logServer, error) {
 	dir, err := os.MkdirTemp("", "e31-bench-"+measure+"-")
 	if err != nil {
 		return nil, err
 	}
 	s := &logServer{dir: dir, keep: keep}
-	fail := func(err error) (*logServer, error) {
+	err = start(s)
+	if err == nil {
+		s.js, err = connect.Ready(ctx, s.nc)
+	}
+	if err == nil {
+		err = events.Setup(ctx, s.js, opts)
+	}
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	if s.srv, err = broker.Start(broker.Config{Dir: dir, Sync: sync, Name: "bench"}); err != nil {
-		return fail(err)
-	}
-	if s.nc, err = s.srv.Connect("bench"); err != nil {
-		return fail(err)
-	}
-	if s.js, err = connect.Ready(ctx, s.nc); err != nil {
-		return fail(err)
-	}
-	if err := events.Setup(ctx, s.js, opts); err != nil {
-		return fail(err)
 	}
 	return s, nil
 }
@@ -133,36 +140,21 @@ func runServer(ctx context.Context, spec []byte) (any, error) {
 // are apart (cpu). Its CPU profile, if profile is set, is written to
 // profile when it is closed.
 func startLogServerApart(ctx context.Context, measure string, keep bool, opts events.StreamOptions, profile string) (*logServer, error) {
-	dir, err := os.MkdirTemp("", "e31-bench-"+measure+"-")
-	if err != nil {
-		return nil, err
-	}
-	s := &logServer{dir: dir, keep: keep}
-	fail := func(err error) (*logServer, error) {
-		s.Close()
-		return nil, fmt.Errorf("%w: %w", ErrNATS, err)
-	}
-	if s.apart, err = startChild("the NATS server's process", serverEnv, serverArgs{Dir: dir, Sync: broker.SyncInterval, CPUProfile: profile}); err != nil {
-		return fail(err)
-	}
-	line, err := s.apart.firstLine(time.Minute)
-	if err != nil {
-		return fail(err)
-	}
-	var ready serverReady
-	if err := json.Unmarshal([]byte(line), &ready); err != nil {
-		return fail(fmt.Errorf("the server's first line %q: %w", line, err))
-	}
-	if s.nc, err = nats.Connect(ready.URL, nats.Name("bench"), nats.MaxReconnects(-1)); err != nil {
-		return fail(err)
-	}
-	if s.js, err = connect.Ready(ctx, s.nc); err != nil {
-		return fail(err)
-	}
-	if err := events.Setup(ctx, s.js, opts); err != nil {
-		return fail(err)
-	}
-	return s, nil
+	return newLogServer(ctx, measure, keep, opts, func(s *logServer) (err error) {
+		if s.apart, err = startChild("the NATS server's process", serverEnv, serverArgs{Dir: s.dir, Sync: broker.SyncInterval, CPUProfile: profile}); err != nil {
+			return err
+		}
+		line, err := s.apart.firstLine(time.Minute)
+		if err != nil {
+			return err
+		}
+		var ready serverReady
+		if err := json.Unmarshal([]byte(line), &ready); err != nil {
+			return fmt.Errorf("the server's first line %q: %w", line, err)
+		}
+		s.nc, err = nats.Connect(ready.URL, nats.Name("bench"), nats.MaxReconnects(-1))
+		return err
+	})
 }
 
 // serverCPU is the CPU time the server has used so far, if it runs apart

@@ -192,15 +192,8 @@ func (w *watcher) consumers(t testing.TB) (int, string) {
 // when patience runs out.
 func (w *watcher) consumersGone(t testing.TB, want int, patience time.Duration) (int, string) {
 	t.Helper()
-	deleted := make(chan *nats.Msg, 64)
-	sub, err := w.nc.ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER.DELETED."+logStream+".>", deleted)
-	if err != nil {
-		t.Fatalf("watch consumer deletions: %v", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := w.nc.Flush(); err != nil {
-		t.Fatalf("watch consumer deletions: %v", err)
-	}
+	deleted, stop := w.advisories(t, "DELETED")
+	defer stop()
 	deadline := time.After(patience)
 	for {
 		n, names := w.consumers(t)
@@ -215,6 +208,21 @@ func (w *watcher) consumersGone(t testing.TB, want int, patience time.Duration) 
 	}
 }
 
+// advisories are the server's advisories of kind (CREATED, DELETED, or *
+// for any) about the log's consumers, from now until stop is called.
+func (w *watcher) advisories(t testing.TB, kind string) (_ <-chan *nats.Msg, stop func()) {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := w.nc.ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER."+kind+"."+logStream+".>", ch)
+	if err == nil {
+		err = w.nc.Flush()
+	}
+	if err != nil {
+		t.Fatalf("watch the %s stream's consumers: %v", logStream, err)
+	}
+	return ch, func() { _ = sub.Unsubscribe() }
+}
+
 // settledConsumers is the log's consumer count once none has been made
 // or deleted for a few seconds: what the services keep while nothing
 // happens. Readers' ephemeral consumers go away on their own a few
@@ -225,15 +233,8 @@ func (w *watcher) consumersGone(t testing.TB, want int, patience time.Duration) 
 func (w *watcher) settledConsumers(t testing.TB) int {
 	t.Helper()
 	const quiet = 3 * time.Second
-	changed := make(chan *nats.Msg, 64)
-	sub, err := w.nc.ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER.*."+logStream+".>", changed)
-	if err != nil {
-		t.Fatalf("watch the log's consumers: %v", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := w.nc.Flush(); err != nil {
-		t.Fatalf("watch the log's consumers: %v", err)
-	}
+	changed, stop := w.advisories(t, "*")
+	defer stop()
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
