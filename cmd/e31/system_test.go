@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -387,8 +388,17 @@ func (ts *testSystem) waitEvent(id, ceType string) {
 		return env.Type != ceType
 	})
 	if err != nil {
-		ts.t.Fatalf("job %s never logged %s: %v", id, events.Name(ceType), err)
+		ts.t.Fatalf("job %s never logged %s: %v\n%s", id, events.Name(ceType), err, ts.report(id))
 	}
+}
+
+// report is what a failure about a job says of it: its events, and where
+// e31 status says it is and why it waits. A job that never started said
+// nothing more before (a sweep's first point, once in CI).
+func (ts *testSystem) report(id string) string {
+	evs, evErr, _ := ts.cliAs("operator", "events", id)
+	status, stErr, _ := ts.cli("status", id)
+	return fmt.Sprintf("its events:\n%s%s\ne31 status (alice):\n%s%s", evs, evErr, status, stErr)
 }
 
 func ctxTimeout(t *testing.T, d time.Duration) context.Context {
