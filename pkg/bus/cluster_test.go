@@ -3,81 +3,21 @@ package bus_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/e31net/e31/pkg/bus"
 	"github.com/e31net/e31/pkg/events"
+	"github.com/e31net/e31/pkg/natstest"
 )
 
 // startCluster runs three embedded JetStream servers routed to each other
-// and returns a JetStream handle on the first, once the cluster answers.
+// and returns a JetStream handle on them, once the cluster answers.
 func startCluster(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	ports := make([]int, 3)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	routes := server.RoutesFromStr(fmt.Sprintf("nats://127.0.0.1:%d,nats://127.0.0.1:%d,nats://127.0.0.1:%d", ports[0], ports[1], ports[2]))
-	var first *server.Server
-	for i := range 3 {
-		// A listener on loopback, not DontListen, which disables clustering.
-		s, err := server.NewServer(&server.Options{
-			ServerName: fmt.Sprintf("s%d", i+1), Host: "127.0.0.1", Port: -1,
-			JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "bus-test", Host: "127.0.0.1", Port: ports[i]},
-			Routes:  routes,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Start()
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("server %d not ready", i+1)
-		}
-		if first == nil {
-			first = s
-		}
-	}
-	nc, err := nats.Connect(first.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	// A fresh cluster elects its meta leader after it accepts connections.
-	for {
-		// Each try with a deadline of its own: a request sent before the
-		// leader is known may go unanswered.
-		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
-		err := events.Setup(tctx, js, events.StreamOptions{Replicas: 3})
-		tcancel()
-		if err == nil {
-			return js
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the cluster did not take the streams: %v", err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return natstest.StartCluster(t).JS
 }
 
 // TestRepeatedAppendConflictsInACluster appends an event after the one it
