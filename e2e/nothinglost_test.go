@@ -61,7 +61,11 @@ func submitAll(ctx context.Context, t testing.TB, js jetstream.JetStream, submit
 			for i, id := range todo {
 				batch[i] = bus.Pending{Subject: id, Event: &events.JobRequested{Submitter: submitter, Spec: spec}, ExpectSet: true}
 			}
-			_, errs := pub.AppendBatch(ctx, batch)
+			// Each try bounded: a server that takes the requests and
+			// never answers must not hold the test until its deadline.
+			tryCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, errs := pub.AppendBatch(tryCtx, batch)
+			cancel()
 			var again []string
 			var last error
 			for i, err := range errs {
