@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,4 +141,10 @@ func TestSchedulerWithRenewals(t *testing.T) {
 	if m[2] != "0" {
 		t.Errorf("%s nodes found lost\n%s", m[2], out.String())
 	}
+}
+
+// lastLine is the last line of out: a measure's summary.
+func lastLine(out string) string {
+	out = strings.TrimSpace(out)
+	return out[strings.LastIndexByte(out, '\n')+1:]
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,7 +13,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -59,9 +59,12 @@ type child struct {
 	what  string
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	out   lines
-	// stopped is closed once the process has ended and waitErr is set.
+	// first has the first line the child writes on stdout, once it has.
+	first chan string
+	// stopped is closed once the child has ended; last and waitErr are
+	// set then.
 	stopped chan struct{}
+	last    string
 	waitErr error
 }
 
@@ -76,10 +79,14 @@ func startChild(what, env string, args any) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &child{what: what, stopped: make(chan struct{}), out: lines{first: make(chan struct{})}}
+	c := &child{what: what, first: make(chan string, 1), stopped: make(chan struct{})}
 	c.cmd = exec.Command(self)
 	c.cmd.Env = append(os.Environ(), env+"="+string(spec))
-	c.cmd.Stdout, c.cmd.Stderr = &c.out, os.Stderr
+	c.cmd.Stderr = os.Stderr
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
 	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
 		return nil, err
 	}
@@ -88,6 +95,14 @@ func startChild(what, env string, args any) (*child, error) {
 	}
 	go func() {
 		defer close(c.stopped)
+		lines := bufio.NewScanner(stdout)
+		for n := 0; lines.Scan(); n++ {
+			if n == 0 {
+				c.first <- lines.Text()
+			}
+			c.last = lines.Text()
+		}
+		// Wait closes stdout: only once it is read to the end.
 		c.waitErr = c.cmd.Wait()
 	}()
 	return c, nil
@@ -97,10 +112,14 @@ func startChild(what, env string, args any) (*child, error) {
 // patience.
 func (c *child) firstLine(patience time.Duration) (string, error) {
 	select {
-	case <-c.out.first:
-		s := c.out.String()
-		return s[:strings.IndexByte(s, '\n')], nil
+	case line := <-c.first:
+		return line, nil
 	case <-c.stopped:
+		select {
+		case line := <-c.first: // said, then ended
+			return line, nil
+		default:
+		}
 		return "", fmt.Errorf("%s ended before it said anything: %v", c.what, c.waitErr)
 	case <-time.After(patience):
 		c.kill()
@@ -121,9 +140,9 @@ func (c *child) stop(report any) error {
 	if c.waitErr != nil {
 		return fmt.Errorf("%s: %w", c.what, c.waitErr)
 	}
-	if line := lastLine(c.out.String()); report != nil && line != "" {
-		if err := json.Unmarshal([]byte(line), report); err != nil {
-			return fmt.Errorf("%s's last line %q: %w", c.what, line, err)
+	if report != nil && c.last != "" {
+		if err := json.Unmarshal([]byte(c.last), report); err != nil {
+			return fmt.Errorf("%s's last line %q: %w", c.what, c.last, err)
 		}
 	}
 	return nil
@@ -158,31 +177,4 @@ func (c *child) cpu() (time.Duration, error) {
 		return 0, fmt.Errorf("the CPU of %s: %w", c.what, err)
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
-}
-
-// lines is what a child writes on stdout, kept whole; first is closed
-// once it holds a whole line.
-type lines struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	first chan struct{}
-	seen  bool
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, err := l.buf.Write(p)
-	if !l.seen && bytes.IndexByte(l.buf.Bytes(), '\n') >= 0 {
-		l.seen = true
-		close(l.first)
-	}
-	return n, err
-}
-
-// String is everything written so far.
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -280,11 +279,4 @@ func (f leaseFigures) report(ctx context.Context, out io.Writer, js jetstream.Je
 	fmt.Fprintf(out, "leases: %d nodes found lost by RENT; %d leases lost by their renewers, %d failed otherwise (%v)\n",
 		lost, r.done.Lost, r.done.Failed, r.err())
 	fmt.Fprintf(out, "%s renew=1 lease_writes_per_s=%.0f lease_cores=%.2f renewer_cores=%.2f nodes_lost=%d\n", f.line, f.writesPerS, f.cores, f.renewerCores, lost)
-}
-
-// lastLine is the last line of out: a measure's summary, the renewers'
-// report.
-func lastLine(out string) string {
-	out = strings.TrimSpace(out)
-	return out[strings.LastIndexByte(out, '\n')+1:]
 }

@@ -12,8 +12,8 @@ func TestHostileTenant(t *testing.T) {
 	if t.Failed() {
 		t.Fatal("the honest tenant's first job failed before any attack: nothing below would mean anything")
 	}
-	s.baseline = s.w.settledConsumers(t)
-	_, at := s.w.consumers(t)
+	var at string
+	s.baseline, at = s.w.settledConsumers(t)
 	t.Logf("before the attacks: %d consumers on the %s stream: %s", s.baseline, logStream, at)
 
 	t.Run("replies", s.replies)

@@ -223,14 +223,15 @@ func (w *watcher) advisories(t testing.TB, kind string) (_ <-chan *nats.Msg, sto
 	return ch, func() { _ = sub.Unsubscribe() }
 }
 
-// settledConsumers is the log's consumer count once none has been made
-// or deleted for a few seconds: what the services keep while nothing
-// happens. Readers' ephemeral consumers go away on their own a few
-// seconds after their last use, and a service's follower that missed its
-// heartbeats (a server starved of CPU by the images' build) makes its
-// consumer again: counted in between, the level at rest came out two
-// short, and every aftermath then failed on the services' own consumers.
-func (w *watcher) settledConsumers(t testing.TB) int {
+// settledConsumers is the log's consumer count, and what they are (as
+// consumers says), once none has been made or deleted for a few seconds:
+// what the services keep while nothing happens. Readers' ephemeral
+// consumers go away on their own a few seconds after their last use, and
+// a service's follower that missed its heartbeats (a server starved of
+// CPU by the images' build) makes its consumer again: counted in between,
+// the level at rest came out two short, and every aftermath then failed
+// on the services' own consumers.
+func (w *watcher) settledConsumers(t testing.TB) (int, string) {
 	t.Helper()
 	const quiet = 3 * time.Second
 	changed, stop := w.advisories(t, "*")
@@ -238,14 +239,13 @@ func (w *watcher) settledConsumers(t testing.TB) int {
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
-		case <-changed:
-			continue
+		case <-changed: // quiet again from now
 		case <-time.After(quiet):
+			return w.consumers(t)
 		case <-deadline:
 			t.Log("the log's consumers were still being made or deleted after 30 s; counting them as they are")
+			return w.consumers(t)
 		}
-		n, _ := w.consumers(t)
-		return n
 	}
 }
 

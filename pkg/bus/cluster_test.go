@@ -13,13 +13,6 @@ import (
 	"github.com/e31net/e31/pkg/natstest"
 )
 
-// startCluster runs three embedded JetStream servers routed to each other
-// and returns a JetStream handle on them, once the cluster answers.
-func startCluster(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	return natstest.StartCluster(t).JS
-}
-
 // TestRepeatedAppendConflictsInACluster appends an event after the one it
 // reacts to, then appends it again with the same expectation, as a step
 // does that crashed after its append and handles the trigger again. A
@@ -28,7 +21,7 @@ func startCluster(t *testing.T) jetstream.JetStream {
 // conflict, as a single server does, or RUN would start an attempt twice.
 func TestRepeatedAppendConflictsInACluster(t *testing.T) {
 	t.Parallel()
-	js := startCluster(t)
+	js := natstest.StartCluster(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pub := bus.NewPublisher(js, "e31/test", func() time.Time { return at })
@@ -66,10 +59,10 @@ func TestRepeatedAppendConflictsInACluster(t *testing.T) {
 // and the raise succeeds.
 func TestLeasesRaisedToThreeReplicasAreWrittenToDisk(t *testing.T) {
 	t.Parallel()
-	js := startCluster(t)
+	js := natstest.StartCluster(t).JS
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	// startCluster made every stream with three replicas; made again by a
+	// StartCluster made every stream with three replicas; made again by a
 	// service that starts before e31 setup, they have one.
 	leases := []string{events.KVStream(events.LeasesBucket), events.KVStream(events.NodeLeasesBucket)}
 	for _, name := range leases {
